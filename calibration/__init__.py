@@ -1,0 +1,1 @@
+"""Judge-versus-human calibration: agreement, correlation, calibration maps and reports."""
