@@ -1,0 +1,3 @@
+"""LLM-as-judge automated rater."""
+
+__version__ = "0.1.0"
