@@ -1,0 +1,54 @@
+"""Joining judge scores and human aggregates on (item, system, criterion), with coverage counts."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .humans import KEY
+
+COVERAGE_COLUMNS = ["criterion", "pairs_used", "judge_na", "judge_failed", "judge_label", "human_missing",
+                    "judge_missing"]
+
+
+def expand_all_criteria(judge: pd.DataFrame, criteria) -> pd.DataFrame:
+    """A score given for criterion "*" (one metric column for every criterion) is copied to each criterion."""
+    wildcard = judge["criterion"] == "*"
+    if not wildcard.any():
+        return judge
+    copies = [judge[wildcard].assign(criterion=c) for c in criteria]
+    return pd.concat([judge[~wildcard], *copies], ignore_index=True)
+
+
+def align(judge: pd.DataFrame, human: pd.DataFrame, criteria=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Pairs of (judge score, human aggregate) and the coverage of each criterion.
+
+    `judge` comes from load_judge_scores, `human` from aggregate_humans. Returns
+    (pairs: item_id, system, criterion, judge, human, n_annotators; coverage: one row per criterion with
+    pairs_used, judge_na, judge_failed (errors and abstentions), judge_label (categorical/pairwise rows,
+    analysed apart), human_missing (judge score without a human one), judge_missing (the reverse)).
+    """
+    if criteria is None:
+        criteria = sorted(set(human["criterion"]) | (set(judge["criterion"]) - {"*"}))
+    judge = expand_all_criteria(judge, criteria)
+    judge = judge[judge["criterion"].isin(criteria)]
+    human = human[human["criterion"].isin(criteria)]
+    merged = judge.merge(human, on=KEY, how="outer", indicator=True)
+    has_human = merged["_merge"] != "left_only"
+    has_judge = merged["_merge"] != "right_only"
+    status = merged["status"]
+    used = has_human & (status == "ok")
+    flags = pd.DataFrame(
+        {
+            "criterion": merged["criterion"],
+            "pairs_used": used,
+            "judge_na": status == "na",
+            "judge_failed": status.isin(["error", "abstain"]),
+            "judge_label": status == "label",
+            "human_missing": has_judge & (status == "ok") & ~has_human,
+            "judge_missing": has_human & ~has_judge,
+        }
+    )
+    coverage = flags.groupby("criterion").sum().reindex(criteria, fill_value=0).reset_index()
+    coverage = coverage.rename(columns={"index": "criterion"})[COVERAGE_COLUMNS]
+    pairs = merged.loc[used, KEY + ["score", "human", "n_annotators"]].rename(columns={"score": "judge"})
+    return pairs.reset_index(drop=True), coverage

@@ -1,0 +1,158 @@
+"""Judge-vs-human correlation at system, summary and item level (DialSummEval), with bootstrap CIs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from .stats import STATISTICS, percentile_interval, resample_counts
+
+LEVELS = ("system", "summary", "item")
+STATISTIC_NAMES = tuple(STATISTICS)
+# Resamples are processed in batches so that item-level arrays stay a few tens of MB.
+_BATCH = 250
+
+
+@dataclass
+class PairedScores:
+    """One criterion as items x systems matrices (NaN where a pair is missing)."""
+
+    criterion: str
+    items: np.ndarray
+    systems: np.ndarray
+    judge: np.ndarray
+    human: np.ndarray
+
+    @classmethod
+    def from_pairs(cls, pairs: pd.DataFrame, criterion: str, judge_column="judge", human_column="human"):
+        part = pairs[pairs["criterion"] == criterion]
+        judge = part.pivot(index="item_id", columns="system", values=judge_column)
+        human = part.pivot(index="item_id", columns="system", values=human_column).reindex_like(judge)
+        return cls(criterion, judge.index.to_numpy(), judge.columns.to_numpy(), judge.to_numpy(float),
+                   human.to_numpy(float))
+
+    @property
+    def mask(self) -> np.ndarray:
+        return ~(np.isnan(self.judge) | np.isnan(self.human))
+
+
+def system_means(paired: PairedScores, item_weights=None):
+    """Per-system means of judge and human over the (resampled) items, and the item count per system."""
+    mask = paired.mask.astype(float)
+    weights = np.ones(len(paired.items)) if item_weights is None else item_weights
+    count = weights @ mask
+    with np.errstate(invalid="ignore", divide="ignore"):
+        judge = (weights @ np.where(paired.mask, paired.judge, 0.0)) / count
+        human = (weights @ np.where(paired.mask, paired.human, 0.0)) / count
+    return judge, human, count
+
+
+def per_item_correlations(paired: PairedScores, statistic: str) -> np.ndarray:
+    """Correlation across systems within each item; NaN where either side is constant (skipped)."""
+    return STATISTICS[statistic](paired.judge, paired.human, paired.mask.astype(float))
+
+
+def level_statistic(paired: PairedScores, level: str, statistic: str, item_weights=None, system_weights=None,
+                    per_item=None):
+    """The statistic at one level; with (B, N) item / (B, J) system counts, B bootstrap replicates."""
+    function = STATISTICS[statistic]
+    if level == "system":
+        judge, human, _ = system_means(paired, item_weights)
+        return function(judge, human, system_weights)
+    if level == "summary":
+        per_item = per_item_correlations(paired, statistic) if per_item is None else per_item
+        defined = ~np.isnan(per_item)
+        if item_weights is None:
+            return float(per_item[defined].mean()) if defined.any() else float("nan")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (item_weights @ np.where(defined, per_item, 0.0)) / (item_weights @ defined)
+    if level == "item":
+        rows, _ = np.nonzero(paired.mask)
+        weights = None if item_weights is None else item_weights[..., rows]
+        return function(paired.judge[paired.mask], paired.human[paired.mask], weights)
+    raise ValueError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}")
+
+
+def bootstrap_weights(paired: PairedScores, n_resamples: int, seed: int | None):
+    """Counts for resampling items (dialogues) and, for the system level, systems too."""
+    rng = np.random.default_rng(seed)
+    return (resample_counts(rng, len(paired.items), n_resamples),
+            resample_counts(rng, len(paired.systems), n_resamples))
+
+
+def bootstrap_replicates(paired: PairedScores, level: str, statistic: str, item_weights, system_weights,
+                         per_item=None) -> np.ndarray:
+    out = []
+    for start in range(0, item_weights.shape[0], _BATCH):
+        batch = slice(start, start + _BATCH)
+        out.append(np.atleast_1d(level_statistic(
+            paired, level, statistic, item_weights[batch],
+            system_weights[batch] if level == "system" else None, per_item)))
+    return np.concatenate(out)
+
+
+def bootstrap_ci(paired: PairedScores, level: str, statistic: str, n_resamples: int = 1000,
+                 seed: int | None = 0, confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap CI resampling items (and systems at system level); reproducible by seed."""
+    item_weights, system_weights = bootstrap_weights(paired, n_resamples, seed)
+    replicates = bootstrap_replicates(paired, level, statistic, item_weights, system_weights)
+    return percentile_interval(replicates, confidence)
+
+
+_SCIPY = {
+    "pearson": lambda x, y: scipy_stats.pearsonr(x, y).pvalue,
+    "spearman": lambda x, y: scipy_stats.spearmanr(x, y).pvalue,
+    "kendall": lambda x, y: scipy_stats.kendalltau(x, y, variant="b").pvalue,
+}
+
+
+def _p_value(statistic, x, y):
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(_SCIPY[statistic](x, y))
+
+
+def correlations(pairs: pd.DataFrame, criteria=None, levels=LEVELS, statistics=STATISTIC_NAMES,
+                 n_resamples: int = 1000, seed: int | None = 0, confidence: float = 0.95) -> pd.DataFrame:
+    """One row per (criterion, level, statistic): value, bootstrap CI, p-value and the counts behind it.
+
+    n_used is systems (system level), items with a defined correlation (summary) or pairs (item);
+    n_skipped is systems without data, items skipped as constant, or 0. The summary level has no p-value
+    (it is an average of correlations).
+    """
+    criteria = sorted(pairs["criterion"].unique()) if criteria is None else criteria
+    rows = []
+    for criterion in criteria:
+        paired = PairedScores.from_pairs(pairs, criterion)
+        if paired.mask.sum() == 0:
+            continue
+        weights = bootstrap_weights(paired, n_resamples, seed) if n_resamples else None
+        for statistic in statistics:
+            per_item = per_item_correlations(paired, statistic)
+            for level in levels:
+                value = float(level_statistic(paired, level, statistic, per_item=per_item))
+                if level == "system":
+                    judge, human, count = system_means(paired)
+                    p_value = _p_value(statistic, judge, human)
+                    n_used, n_skipped = int((count > 0).sum()), int((count == 0).sum())
+                elif level == "summary":
+                    p_value = float("nan")
+                    n_used = int((~np.isnan(per_item)).sum())
+                    n_skipped = int(paired.mask.any(axis=1).sum()) - n_used
+                else:
+                    p_value = _p_value(statistic, paired.judge[paired.mask], paired.human[paired.mask])
+                    n_used, n_skipped = int(paired.mask.sum()), 0
+                low = high = float("nan")
+                if weights is not None:
+                    replicates = bootstrap_replicates(paired, level, statistic, *weights, per_item=per_item)
+                    low, high = percentile_interval(replicates, confidence)
+                rows.append({"criterion": criterion, "level": level, "statistic": statistic, "value": value,
+                             "ci_low": low, "ci_high": high, "p_value": p_value, "n_used": n_used,
+                             "n_skipped": n_skipped, "n_items": len(paired.items),
+                             "n_systems": len(paired.systems)})
+    return pd.DataFrame(rows)

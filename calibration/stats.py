@@ -1,0 +1,141 @@
+"""Vectorised Pearson, Spearman and Kendall tau-b over the last axis, with integer weights.
+
+Bootstrap resampling is expressed as weights: drawing N dialogues with replacement is the same as giving
+each dialogue a count (how many times it was drawn). Every function here computes the statistic of the
+*expanded* sample (each unit repeated `weight` times) without materialising it, so a (B, n) array of
+counts gives B bootstrap replicates in one call. Weight 0 excludes a unit (missing values, masks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Kendall's pair matrix is built in row blocks of at most this many cells to bound memory.
+_BLOCK_CELLS = 2_000_000
+
+
+def _prepare(x, y, weights):
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    w = np.ones(np.broadcast_shapes(x.shape, y.shape)) if weights is None else np.asarray(weights, dtype=float)
+    valid = ~(np.isnan(x) | np.isnan(y))
+    if not valid.all():
+        # A missing value carries no weight; its placeholder value then never matters.
+        w = w * valid
+        x = np.where(valid, x, 0.0)
+        y = np.where(valid, y, 0.0)
+    return x, y, w
+
+
+def _constant(x, w):
+    """True where the units with positive weight do not vary (or fewer than two are left)."""
+    live = w > 0
+    low = np.where(live, x, np.inf).min(axis=-1)
+    high = np.where(live, x, -np.inf).max(axis=-1)
+    return ~(high > low)
+
+
+def _pearson(x, y, w):
+    total = w.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dx = x - ((w * x).sum(axis=-1) / total)[..., None]
+        dy = y - ((w * y).sum(axis=-1) / total)[..., None]
+        r = (w * dx * dy).sum(axis=-1) / np.sqrt((w * dx * dx).sum(axis=-1) * (w * dy * dy).sum(axis=-1))
+    r = np.where(_constant(x, w) | _constant(y, w), np.nan, r)
+    return np.clip(r, -1.0, 1.0)
+
+
+def pearson(x, y, weights=None):
+    """Pearson r along the last axis; NaN where either side is constant."""
+    return _pearson(*_prepare(x, y, weights))
+
+
+def weighted_ranks(x, weights):
+    """Average (mid) ranks of each unit in the expanded sample, and the total weight tied with it.
+
+    Sorted once per row (argsort over the last axis of the broadcast array), then tie groups are found
+    with running max/min of their boundaries, so there is no Python loop over rows or resamples.
+    """
+    x, w = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(weights, dtype=float))
+    n = x.shape[-1]
+    order = np.argsort(x, axis=-1, kind="stable")
+    xs = np.take_along_axis(x, order, axis=-1)
+    ws = np.take_along_axis(w, order, axis=-1)
+    cumulative = np.cumsum(ws, axis=-1)
+    index = np.broadcast_to(np.arange(n), xs.shape)
+    starts_group = np.ones(xs.shape, dtype=bool)
+    starts_group[..., 1:] = xs[..., 1:] != xs[..., :-1]
+    ends_group = np.ones(xs.shape, dtype=bool)
+    ends_group[..., :-1] = starts_group[..., 1:]
+    start = np.maximum.accumulate(np.where(starts_group, index, 0), axis=-1)
+    end = np.flip(np.minimum.accumulate(np.flip(np.where(ends_group, index, n - 1), -1), axis=-1), -1)
+    below = np.take_along_axis(cumulative, start, -1) - np.take_along_axis(ws, start, -1)
+    tied = np.take_along_axis(cumulative, end, -1) - below
+    ranks = np.empty_like(xs)
+    ties = np.empty_like(xs)
+    np.put_along_axis(ranks, order, below + (tied + 1.0) / 2.0, -1)
+    np.put_along_axis(ties, order, tied, -1)
+    return ranks, ties
+
+
+def spearman(x, y, weights=None):
+    """Spearman rho (Pearson of mid-ranks) along the last axis; NaN where either side is constant."""
+    x, y, w = _prepare(x, y, weights)
+    rx, _ = weighted_ranks(x, w)
+    ry, _ = weighted_ranks(y, w)
+    rho = _pearson(rx, ry, w)
+    return np.where(_constant(x, w) | _constant(y, w), np.nan, rho)
+
+
+def _concordance(x, y, w):
+    """Sum over unordered pairs of w_a * w_b * sign(dx) * sign(dy) (= concordant - discordant)."""
+    if x.ndim == 1 and y.ndim == 1 and w.ndim >= 2:
+        # Values shared by all resamples, only the counts differ: w^T S w with S built in row blocks.
+        n = x.shape[0]
+        flat = w.reshape(-1, n)
+        total = np.zeros(flat.shape[0])
+        block = max(1, _BLOCK_CELLS // n)
+        for start in range(0, n, block):
+            stop = min(n, start + block)
+            signs = np.sign(x[start:stop, None] - x[None, :]) * np.sign(y[start:stop, None] - y[None, :])
+            total += np.einsum("ba,ba->b", flat[:, start:stop], flat @ signs.T)
+        return 0.5 * total.reshape(w.shape[:-1])
+    x, y, w = np.broadcast_arrays(x, y, w)
+    signs = np.sign(x[..., :, None] - x[..., None, :]) * np.sign(y[..., :, None] - y[..., None, :])
+    return 0.5 * np.einsum("...a,...ab,...b->...", w, signs, w)
+
+
+def kendall_tau_b(x, y, weights=None):
+    """Kendall tau-b along the last axis (scipy's variant="b"); NaN where either side is constant."""
+    x, y, w = _prepare(x, y, weights)
+    total = w.sum(axis=-1)
+    _, tied_x = weighted_ranks(x, w)
+    _, tied_y = weighted_ranks(y, w)
+    pairs = 0.5 * (total * total - total)
+    # sum over units of w * (weight tied with it) = sum over tie groups of W_g^2.
+    ties_x = 0.5 * ((w * tied_x).sum(axis=-1) - total)
+    ties_y = 0.5 * ((w * tied_y).sum(axis=-1) - total)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tau = _concordance(x, y, w) / np.sqrt((pairs - ties_x) * (pairs - ties_y))
+    tau = np.where(_constant(x, w) | _constant(y, w), np.nan, tau)
+    return np.clip(tau, -1.0, 1.0)
+
+
+STATISTICS = {"pearson": pearson, "spearman": spearman, "kendall": kendall_tau_b}
+
+
+def resample_counts(rng: np.random.Generator, n: int, n_resamples: int) -> np.ndarray:
+    """(n_resamples, n) counts of how often each of n units is drawn in a bootstrap sample of size n."""
+    draws = rng.integers(0, n, size=(n_resamples, n))
+    offsets = (np.arange(n_resamples) * n)[:, None]
+    return np.bincount((draws + offsets).ravel(), minlength=n_resamples * n).reshape(n_resamples, n).astype(float)
+
+
+def percentile_interval(replicates: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval over the replicates that are defined (NaN ones are left out)."""
+    defined = replicates[~np.isnan(replicates)]
+    if defined.size == 0:
+        return float("nan"), float("nan")
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(defined, [tail, 100.0 - tail])
+    return float(low), float(high)
