@@ -88,7 +88,8 @@ def _format(frame: pd.DataFrame, columns=None) -> str:
     return frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
 
 
-def print_results(results: CalibrationResults, out=sys.stdout) -> None:
+def print_results(results: CalibrationResults, out=None) -> None:
+    out = sys.stdout if out is None else out  # resolved per call: stdout may be replaced (tests, pipes)
     human = "cleaned (DialSummEval noise removal) mean" if results.cleaned else "mean"
     print(f"Human score: {human} over annotators. Bootstrap: {results.n_resamples} resamples of items "
           f"(and systems at system level), seed {results.seed}.", file=out)
