@@ -1,21 +1,250 @@
-"""The `judge` command: one sub-command per verb of the design card."""
+"""The `judge` command: turn annotation guidelines into rubric files and run them as an LLM judge."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import json
+import os
 import sys
+import textwrap
+
+from judge.errors import BackendError, JudgeError
+
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name,
+        help=help,
+        description=help,
+        epilog="example:\n" + textwrap.indent(textwrap.dedent(example).strip(), "  "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _csv_list(value: str | None) -> list[str] | None:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by every verb that calls a model."""
+    g = parser.add_argument_group("model")
+    g.add_argument("--backend", choices=["local", "openai", "vllm"], default="local",
+                   help="local: embedded llama.cpp server with a small bundled model (default); openai: any "
+                        "OpenAI-compatible server (hosted API, vllm serve, llama.cpp server); vllm: in-process engine")
+    g.add_argument("--model", help="model name on the server (openai), or a .gguf file (local; default: bundled SmolLM2-135M)")
+    g.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"),
+                   help="server URL, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL, else the OpenAI API)")
+    g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
+                   help="environment variable holding the API key (keys are never taken from flags, nor written anywhere)")
+    g.add_argument("--client", choices=["auto", "sdk", "aiohttp"], default="auto",
+                   help="HTTP client: the OpenAI SDK, or aiohttp for self-hosted servers; auto = SDK for https, aiohttp for http")
+    g.add_argument("--concurrency", type=int, default=16, help="requests in flight at once (default 16)")
+    g.add_argument("--timeout", type=float, default=120.0, help="seconds per request before it is retried (default 120)")
+    g.add_argument("--temperature", type=float, default=None, help="default 0, or 1.0 with --samples > 1")
+    g.add_argument("--max-tokens", type=int, default=512, help="answer length limit (default 512)")
+    g.add_argument("--seed", type=int, default=0, help="sampling seed; sample k uses seed+k (default 0)")
+    g.add_argument("--samples", type=int, default=1, help="answers per judgment; score = their mean (default 1)")
+    g.add_argument("--logprobs", action="store_true",
+                   help="score = expected value over the scale's points from the score token's log-probabilities")
+    g.add_argument("--response-format", choices=["json_schema", "json_object", "text"], default="json_schema",
+                   help="strongest structured-output mode to try first; weaker ones are used if the server refuses")
+    g.add_argument("--cache", metavar="DIR", help="answer cache directory (default: the user cache dir)")
+    g.add_argument("--no-cache", action="store_true", help="neither read nor write the answer cache")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+@contextlib.contextmanager
+def open_backend(args):
+    """Yield (client, model id, backend name); a local server lives exactly as long as the block."""
+    from judge.backends import open_client
+    from judge.backends import local
+
+    if args.backend == "vllm":
+        from judge.backends.vllm import unavailable
+
+        raise unavailable()
+    if args.backend == "local":
+        path = local.resolve_model(args.model)
+        with local.local_server(path, slots=args.concurrency) as base_url:
+            client = open_client("aiohttp", base_url, None, args.concurrency)
+            yield client, local.model_id(path), "local"
+        return
+    if not args.model:
+        raise BackendError("--backend openai needs --model (the model name the server serves)")
+    api_key = os.environ.get(args.api_key_env)
+    client = open_client(args.client, args.base_url, api_key, args.concurrency)
+    yield client, args.model, "openai"
+
+
+def _settings(args, model: str, backend: str):
+    from judge.engine import Settings
+
+    if args.samples < 1 or args.concurrency < 1:
+        raise JudgeError("--samples and --concurrency must be at least 1")
+    temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
+    return Settings(
+        model=model, backend=backend, temperature=temperature, max_tokens=args.max_tokens, samples=args.samples,
+        logprobs=args.logprobs, seed=args.seed, concurrency=args.concurrency, timeout=args.timeout,
+        response_format=args.response_format, template=getattr(args, "template", None),
+    )
+
+
+def _cache(args):
+    from judge.cache import AnswerCache, NoCache, default_cache_dir
+
+    return NoCache() if args.no_cache else AnswerCache(args.cache or default_cache_dir())
+
+
+# -- verbs ------------------------------------------------------------------------------------------------
+def run_rubrics(args) -> int:
+    from judge.rubric import available_rubrics, load_rubric
+
+    if not args.name:
+        for name in available_rubrics():
+            r = load_rubric(name)
+            print(f"{r.name:<20} {r.task:<9} {r.language:<3} v{r.version:<4} {', '.join(c.id for c in r.criteria)}")
+        return 0
+    r = load_rubric(args.name)
+    print(f"{r.ref}  task={r.task}  language={r.language}  inputs={', '.join(r.inputs)}\n{r.title}\n")
+    for c in r.criteria:
+        flags = [f for f, on in (("needs reference", c.needs_reference), ("gated", c.gate)) if on]
+        print(f"[{c.id}] {c.name} ({c.scale.type}{'; ' + ', '.join(flags) if flags else ''})")
+        print(textwrap.indent(textwrap.fill(c.definition, 100), "  "))
+        if c.gate:
+            print(f"  gate, asked once per dialogue: {c.gate.question}")
+        if c.scale.type == "likert":
+            for p in c.scale.points:
+                print(f"    {p.value} {p.label}: {p.meaning}")
+        else:
+            for lab in c.scale.labels:
+                print(f"    {lab.value!r}{' (abstains)' if lab.abstain else ''}: {lab.meaning}")
+        print()
+    return 0
+
+
+def run_render(args) -> int:
+    from judge.items import load_items
+    from judge.prompting import criterion_messages, gate_messages
+    from judge.rubric import load_rubric
+
+    rubric = load_rubric(args.rubric)
+    items = load_items(args.input, rubric.inputs)
+    item = next((i for i in items if i.id == args.id), None) if args.id else items[0]
+    if item is None:
+        raise JudgeError(f"{args.input}: no item with id {args.id!r}")
+    out = []
+    for c in rubric.select(_csv_list(args.criteria)):
+        if c.gate:
+            out.append({"criterion": c.id, "kind": "gate", "messages": gate_messages(rubric, c, item)})
+        out.append({"criterion": c.id, "kind": "judge", "messages": criterion_messages(rubric, c, item, args.template)})
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+        return 0
+    for block in out:
+        print(f"===== {block['criterion']} ({block['kind']}) — item {item.id}, system {item.system} =====")
+        for m in block["messages"]:
+            print(f"--- {m['role']} ---\n{m['content']}\n")
+    return 0
+
+
+def run_score(args) -> int:
+    from judge.engine import Engine, ResultsFile
+    from judge.items import load_items
+    from judge.rubric import load_rubric
+
+    rubric = load_rubric(args.rubric)
+    criteria = rubric.select(_csv_list(args.criteria))
+    items = load_items(args.input, rubric.inputs)
+    cache = _cache(args)
+    with open_backend(args) as (client, model, backend):
+        settings = _settings(args, model, backend)
+        results = ResultsFile(args.output, rubric.ref, model)
+        engine = Engine(client, settings, cache)
+
+        async def go():
+            try:
+                return await engine.run(rubric, criteria, items, results, progress=not args.no_progress)
+            finally:
+                await client.aclose()
+
+        try:
+            tally = asyncio.run(go())
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: finished judgments are saved in {args.output}; run the same command to resume",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        finally:
+            results.close()
+            cache.close()
+    print(tally.line(), file=sys.stderr)
+    if tally.failed:
+        reasons = ", ".join(f"{n}× {why}" for why, n in tally.errors.most_common(3))
+        print(f"{tally.failed} judgments failed ({reasons}); their lines carry the error and the raw answer; "
+              f"run the same command again to retry them", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="judge",
+        description=__doc__,
+        epilog="Run `judge VERB --help` for a verb's flags and an example.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
+
+    p = _command(sub, "rubrics", "List the bundled rubrics, or show one's criteria and scales.",
+                 "judge rubrics\njudge rubrics call_centre_fr")
+    p.add_argument("name", nargs="?", help="rubric name or path to a rubric YAML file")
+    p.set_defaults(run=run_rubrics)
+
+    p = _command(sub, "render", "Print the exact messages the judge would receive for one item; no model is called.",
+                 "judge render --rubric dialsummeval --input examples/items.jsonl --criteria coherence")
+    p.add_argument("--rubric", required=True, help="rubric name (see `judge rubrics`) or YAML path")
+    p.add_argument("--input", required=True, help="items, JSONL or CSV")
+    p.add_argument("--id", help="render this item id instead of the first item")
+    p.add_argument("--criteria", help="comma-separated criterion ids (default: all)")
+    p.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(run=run_render)
+
+    p = _command(sub, "score", "Judge every (item, criterion) and append one JSON line per judgment to --output.",
+                 """
+                 # zero setup: the embedded llama.cpp server with the bundled small model
+                 judge score --rubric dialsummeval --input examples/items.jsonl --output judgments.jsonl
+                 # any OpenAI-compatible server (vllm serve, llama.cpp server, hosted APIs; key from $OPENAI_API_KEY)
+                 judge score --rubric call_centre_fr --input calls.jsonl --output out.jsonl \\
+                     --backend openai --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct --concurrency 64
+                 Re-running the same command resumes: finished judgments are skipped, failed ones retried.""")
+    p.add_argument("--rubric", required=True, help="rubric name (see `judge rubrics`) or YAML path")
+    p.add_argument("--input", required=True, help="items, JSONL or CSV: id, dialogue, candidate, system[, reference]")
+    p.add_argument("--output", required=True, help="judgments JSONL; appended to, and resumed from")
+    p.add_argument("--criteria", help="comma-separated criterion ids (default: all of the rubric's)")
+    p.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
+    add_model_arguments(p)
+    p.set_defaults(run=run_score)
+
+    try:  # TEMP until calibration.cli lands
+        from calibration import cli as calibration_cli
+        calibration_cli.register(sub)
+    except ModuleNotFoundError:
+        pass
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="judge", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    from calibration import cli as calibration_cli
-
-    calibration_cli.register(sub)
-
-    args = parser.parse_args(argv)
-    return args.run(args)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except JudgeError as exc:
+        print(f"judge {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

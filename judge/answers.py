@@ -1,0 +1,155 @@
+"""What a judge must answer, as a JSON schema for servers that enforce it and a strict parser for all others.
+
+The same `AnswerFormat` builds the `response_format` schema (the verdict is an enum of the scale's points,
+the rationale has a maxLength) and parses the text that comes back, whatever the server enforced.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+
+from judge.errors import AnswerError
+from judge.rubric import Criterion
+
+RATIONALE_MAX = 600
+_CODE_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """The keys of an answer: a rationale, one verdict from `allowed`, optionally one explanation."""
+
+    verdict_key: str  # "score" (integer points), "label" (strings) or "answer" (gate: yes/no)
+    allowed: tuple
+    explanations: tuple[str, ...] = ()
+
+    @classmethod
+    def for_criterion(cls, criterion: Criterion) -> "AnswerFormat":
+        scale = criterion.scale
+        explanations = (*criterion.explanations, "other") if criterion.explanations else ()
+        if scale.type == "likert":
+            return cls("score", tuple(scale.values), explanations)
+        return cls("label", tuple(scale.values), explanations)
+
+    @classmethod
+    def gate(cls) -> "AnswerFormat":
+        return cls("answer", ("yes", "no"))
+
+    @property
+    def numeric(self) -> bool:
+        return self.verdict_key == "score"
+
+    def json_schema(self) -> dict:
+        verdict = {"type": "integer" if self.numeric else "string", "enum": list(self.allowed)}
+        properties = {"rationale": {"type": "string", "maxLength": RATIONALE_MAX}, self.verdict_key: verdict}
+        if self.explanations:
+            properties["explanation"] = {"type": "string", "enum": list(self.explanations)}
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": list(properties),
+            "additionalProperties": False,
+        }
+
+    def parse(self, text: str) -> dict:
+        """A dict with `rationale`, the verdict and `explanation`; AnswerError (with the raw text) otherwise."""
+        obj = _first_json_object(text)
+        if obj is None:
+            raise AnswerError("the answer holds no JSON object", text)
+        if self.verdict_key not in obj:
+            raise AnswerError(f"the answer has no '{self.verdict_key}' key", text)
+        verdict = self._verdict(obj[self.verdict_key])
+        if verdict is None:
+            raise AnswerError(
+                f"'{self.verdict_key}' is {obj[self.verdict_key]!r}, not one of {list(self.allowed)}", text
+            )
+        rationale = obj.get("rationale")
+        if rationale is not None and not isinstance(rationale, str):
+            raise AnswerError("'rationale' is not a string", text)
+        explanation = None
+        if self.explanations:
+            explanation = _match_label(obj.get("explanation"), self.explanations)
+            if explanation is None:
+                raise AnswerError(f"'explanation' is {obj.get('explanation')!r}, not one of the listed ones", text)
+        return {"rationale": rationale, self.verdict_key: verdict, "explanation": explanation}
+
+    def _verdict(self, value):
+        if self.numeric:
+            if isinstance(value, bool):
+                return None
+            if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+                value = int(value)
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            return value if isinstance(value, int) and value in self.allowed else None
+        return _match_label(value, self.allowed)
+
+
+def _match_label(value, allowed) -> str | None:
+    """Exact label, forgiving only case and surrounding blanks ("Appropriate " is "appropriate")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        return None
+    wanted = value.strip().casefold()
+    return next((a for a in allowed if str(a).casefold() == wanted), None)
+
+
+def _first_json_object(text: str) -> dict | None:
+    text = _CODE_FENCE.sub("", text.strip())
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            obj, _ = decoder.raw_decode(text, start)
+            if isinstance(obj, dict):
+                return obj
+        except json.JSONDecodeError:
+            pass
+        start = text.find("{", start + 1)
+    return None
+
+
+def _token_bytes(token: dict) -> bytes:
+    raw = token.get("bytes")
+    return bytes(raw) if raw is not None else token.get("token", "").encode("utf-8")
+
+
+def verdict_probabilities(tokens: list[dict], fmt: AnswerFormat) -> dict[str, float] | None:
+    """Probabilities of the scale's points at the verdict token, renormalised over the allowed points.
+
+    Servers return raw log-probabilities even when a schema constrains decoding, so other tokens share the
+    mass; only the allowed points count. The verdict token is found by its content: the first token after
+    `"score":` in the text the tokens themselves spell (not `content`, which a server may have trimmed, e.g.
+    llama.cpp drops a ```json wrapper), measured in bytes because tokens can split a UTF-8 character.
+    """
+    if not tokens:
+        return None
+    spelled = b"".join(_token_bytes(t) for t in tokens)
+    match = re.search(rb'"' + fmt.verdict_key.encode() + rb'"\s*:\s*"?', spelled)
+    if match is None:
+        return None
+    offset = 0
+    for token in tokens:
+        offset += len(_token_bytes(token))
+        if offset > match.end():
+            break
+    else:
+        return None
+    allowed = {str(v) for v in fmt.allowed}
+    mass: dict[str, float] = {}
+    for alt in token.get("top_logprobs") or [token]:
+        key = alt.get("token", "").strip().strip('":,')
+        if key in allowed and alt.get("logprob") is not None:
+            mass[key] = mass.get(key, 0.0) + math.exp(alt["logprob"])
+    total = sum(mass.values())
+    if total <= 0:
+        return None
+    return {str(v): mass.get(str(v), 0.0) / total for v in fmt.allowed}
+
+
+def expected_score(probs: dict[str, float]) -> float:
+    return sum(float(k) * p for k, p in probs.items())

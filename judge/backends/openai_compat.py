@@ -1,0 +1,163 @@
+"""Any OpenAI-compatible chat endpoint: hosted APIs, `vllm serve`, the llama.cpp server.
+
+Two clients speak the same protocol and raise the same exceptions:
+- `SDKClient`, the official `AsyncOpenAI` SDK: the supported way to reach hosted APIs (https).
+- `HTTPClient`, aiohttp + json: for self-hosted servers (http), where the SDK's per-call CPU (request and
+  response models, httpx) caps throughput below what a local GPU server can serve (see
+  benchmarks/engine_throughput.py for the measured difference).
+`--client auto` picks the SDK for https URLs and aiohttp for http ones. The SDK's own retries are off: the
+engine retries with tenacity so that every failure is counted and bounded in one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from typing import Protocol
+from urllib.parse import urlparse
+
+import aiohttp
+import openai
+
+from judge.errors import BackendError, ResponseFormatUnsupported, RetryableError
+
+
+class ChatClient(Protocol):
+    name: str
+
+    async def complete(self, body: dict, timeout: float) -> dict: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _retry_after(headers) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    if headers is None:
+        return None
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _status_error(status: int, text: str, headers) -> Exception:
+    snippet = " ".join(text.split())[:300]
+    message = f"HTTP {status}: {snippet}"
+    if status == 429 or status >= 500:
+        return RetryableError(message, status=status, retry_after=_retry_after(headers))
+    lowered = text.lower()
+    if status in (400, 422) and ("response_format" in lowered or "json_schema" in lowered):
+        return ResponseFormatUnsupported(message, status=status)
+    return BackendError(message, status=status)
+
+
+def _completion(data: dict) -> dict:
+    try:
+        choice = data["choices"][0]
+        logprobs = choice.get("logprobs") or {}
+        usage = data.get("usage") or {}
+        return {
+            "content": choice["message"].get("content") or "",
+            "finish_reason": choice.get("finish_reason"),
+            "logprobs": logprobs.get("content"),
+            "usage": {
+                "prompt_tokens": usage.get("prompt_tokens", 0),
+                "completion_tokens": usage.get("completion_tokens", 0),
+            },
+        }
+    except (KeyError, IndexError, TypeError, AttributeError):
+        # A 200 with a body that is not a chat completion: a broken proxy, a server mid-restart.
+        raise RetryableError(f"malformed completion from server: {str(data)[:200]}") from None
+
+
+class HTTPClient:
+    name = "aiohttp"
+
+    def __init__(self, base_url: str, api_key: str | None, concurrency: int):
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: aiohttp.ClientSession | None = None
+        self._concurrency = concurrency
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._concurrency, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
+        return self._session
+
+    async def complete(self, body: dict, timeout: float) -> dict:
+        session = self._open()
+        try:
+            async with session.post(
+                self._url, data=json.dumps(body), timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                text = await response.text()
+                if response.status != 200:
+                    raise _status_error(response.status, text, response.headers)
+        except asyncio.TimeoutError:
+            raise RetryableError(f"no answer within {timeout:g} s") from None
+        except aiohttp.ClientError as exc:
+            raise RetryableError(f"connection failed: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            raise RetryableError(f"server answered 200 with a body that is not JSON: {text[:200]!r}") from None
+        return _completion(data)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class SDKClient:
+    name = "openai-sdk"
+
+    def __init__(self, base_url: str | None, api_key: str | None):
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", max_retries=0
+        )
+
+    async def complete(self, body: dict, timeout: float) -> dict:
+        try:
+            # The raw response skips building the SDK's response models; we read the few fields we need.
+            raw = await self._client.chat.completions.with_raw_response.create(**body, timeout=timeout)
+        except openai.APITimeoutError:
+            raise RetryableError(f"no answer within {timeout:g} s") from None
+        except openai.APIConnectionError as exc:
+            raise RetryableError(f"connection failed: {exc}") from None
+        except openai.APIStatusError as exc:
+            raise _status_error(exc.status_code, exc.response.text, exc.response.headers) from None
+        try:
+            data = json.loads(raw.text)
+        except json.JSONDecodeError:
+            raise RetryableError(f"server answered 200 with a body that is not JSON: {raw.text[:200]!r}") from None
+        return _completion(data)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def open_client(kind: str, base_url: str | None, api_key: str | None, concurrency: int) -> ChatClient:
+    """kind: 'sdk', 'aiohttp', or 'auto' (SDK for https and the default hosted URL, aiohttp for http)."""
+    if kind == "auto":
+        kind = "aiohttp" if base_url and urlparse(base_url).scheme == "http" else "sdk"
+    if kind == "aiohttp":
+        if not base_url:
+            raise BackendError("--client aiohttp needs --base-url (or OPENAI_BASE_URL)")
+        return HTTPClient(base_url, api_key, concurrency)
+    if kind == "sdk":
+        return SDKClient(base_url, api_key)
+    raise BackendError(f"unknown client {kind!r}: choose auto, sdk or aiohttp")

@@ -1,0 +1,52 @@
+"""Precise exceptions: each says what went wrong and where, so the CLI can print it without a traceback."""
+
+from __future__ import annotations
+
+
+class JudgeError(Exception):
+    """Base class for every error the `judge` command reports to the user."""
+
+
+class RubricError(JudgeError):
+    """A rubric file is missing, unknown or invalid."""
+
+
+class TemplateError(JudgeError):
+    """A prompt template is missing, invalid, or refers to an undefined variable."""
+
+
+class InputError(JudgeError):
+    """An items file is malformed: the message names the file, the line and the problem."""
+
+
+class OutputError(JudgeError):
+    """The output file cannot be resumed (it belongs to another run, or is not a judgments file)."""
+
+
+class BackendError(JudgeError):
+    """The model server failed in a way that retrying will not fix (bad request, auth, unknown model)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class RetryableError(JudgeError):
+    """A transient failure: 429, 5xx, a timeout or a dropped connection. `retry_after` is in seconds."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+class ResponseFormatUnsupported(BackendError):
+    """The server rejected the structured-output request; the caller falls back to a weaker mode."""
+
+
+class AnswerError(JudgeError):
+    """A model answer does not follow the criterion's answer format. `raw` keeps the text."""
+
+    def __init__(self, message: str, raw: str):
+        super().__init__(message)
+        self.raw = raw
