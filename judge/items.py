@@ -98,6 +98,7 @@ def load_items(path: str | Path, required: list[str] | None = None) -> list[Item
         raise InputError(f"{path}: no such file")
     items: list[Item] = []
     seen: dict[tuple[str, str], int] = {}
+    dialogues: dict[str, tuple[str, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
     for number, record in _records(path):
         try:
             item = Item.model_validate(record)
@@ -117,6 +118,9 @@ def load_items(path: str | Path, required: list[str] | None = None) -> list[Item
                 f"{path}:{number}: duplicate item (id={item.id!r}, system={item.system!r}), first on line {seen[key]}"
             )
         seen[key] = number
+        first = dialogues.setdefault(item.id, (item.dialogue_text, number))
+        if first[0] != item.dialogue_text:
+            raise InputError(f"{path}:{number}: item id {item.id!r} has a different dialogue than on line {first[1]}")
         items.append(item)
     if not items:
         raise InputError(f"{path}: no items")

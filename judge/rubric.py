@@ -228,11 +228,10 @@ def _yaml_line(text: str, loc: tuple) -> int | None:
     line = None
     for part in loc:
         if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == part), None)
-            key = next((k for k, v in node.value if k.value == part), None)
-            if match is None:
-                break
-            line, node = key.start_mark.line + 1, match
+            pair = next(((k, v) for k, v in node.value if k.value == part), None)
+            if pair is None:
+                continue  # a pydantic-only step, such as the union tag "likert"
+            line, node = pair[0].start_mark.line + 1, pair[1]
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             node = node.value[part]
             line = node.start_mark.line + 1
