@@ -1,0 +1,38 @@
+# -- the local OpenAI-compatible stub server (tests/stub_server.py) -------------------------------------------
+import subprocess as _subprocess
+import sys as _sys
+from pathlib import Path as _Path
+
+import pytest
+
+_STUB = _Path(__file__).resolve().parent / "stub_server.py"
+
+
+@pytest.fixture
+def stub_server():
+    """A StubServer in a thread on 127.0.0.1 (free port); `.configure(faults=[("429", 2)], ...)`, `.stats`."""
+    from stub_server import StubServer
+
+    server = StubServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def stub_process():
+    """Start `python tests/stub_server.py ARGS...` in its own process; returns (Popen, base_url)."""
+    procs = []
+
+    def start(*args: str):
+        proc = _subprocess.Popen([_sys.executable, str(_STUB), "--port", "0", *args],
+                                 stdout=_subprocess.PIPE, text=True)
+        procs.append(proc)
+        line = proc.stdout.readline()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"stub server did not start: {line!r}")
+        return proc, line.split()[-1]
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
