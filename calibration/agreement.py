@@ -31,8 +31,13 @@ def krippendorff_alpha(labels: pd.DataFrame, criterion: str | None = None, level
     table = annotator_matrix(labels.assign(criterion=criterion_name), criterion_name)
     if extra_rater is not None:
         scores = extra_rater.set_index(["item_id", "system"])["score"]
-        if level != "interval":
-            scores = pd.Series(round_to_scale(scores), index=scores.index)
+        human_values = table.to_numpy(dtype=float)
+        if scores.min() < np.nanmin(human_values) or scores.max() > np.nanmax(human_values):
+            return float("nan")  # not on the humans' scale (e.g. a metric in [0, 1]): alpha is meaningless
+        # Interval: 0.1 steps keep the package's values x values coincidence matrix small for continuous
+        # scores; ordinal / nominal: whole scale points, the humans' categories.
+        steps = 10.0 if level == "interval" else 1.0
+        scores = pd.Series(round_to_scale(scores * steps) / steps, index=scores.index)
         table = table.join(scores.rename("__extra_rater__"), how="left")
     data = table.to_numpy(dtype=float).T  # raters x units
     if np.isfinite(data).sum() < 2 or len(np.unique(data[np.isfinite(data)])) < 2:
