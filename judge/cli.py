@@ -228,11 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(p)
     p.set_defaults(run=run_score)
 
-    try:  # TEMP until calibration.cli lands
-        from calibration import cli as calibration_cli
-        calibration_cli.register(sub)
-    except ModuleNotFoundError:
-        pass
+    from calibration import cli as calibration_cli
+
+    calibration_cli.register(sub)
     return parser
 
 

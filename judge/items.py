@@ -83,7 +83,7 @@ def _records(path: Path):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as exc:
                 raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(record, dict):
