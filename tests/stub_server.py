@@ -301,6 +301,10 @@ class StubServer:
             ready.set()
             self._loop.run_forever()
             self._loop.run_until_complete(self.shutdown())
+            pending = asyncio.all_tasks(self._loop)  # handlers still sleeping in a "hang"
+            for task in pending:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
 
         self._thread = threading.Thread(target=run, name="stub-server", daemon=True)
