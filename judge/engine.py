@@ -137,7 +137,8 @@ class Engine:
         self.settings = settings
         self.cache = cache
         self.tally = Tally()
-        self._format_mode = RESPONSE_FORMATS.index(settings.response_format)
+        self._requested_mode = RESPONSE_FORMATS.index(settings.response_format)
+        self._format_mode = self._requested_mode
         self._semaphore = asyncio.Semaphore(settings.concurrency)
         self._inflight: dict[str, asyncio.Future] = {}
         self._gates: dict[tuple[str, str], asyncio.Task] = {}
@@ -199,7 +200,9 @@ class Engine:
 
     async def ask(self, messages: list[dict], fmt: AnswerFormat, sample: int) -> tuple[dict, dict, bool]:
         """(parsed answer, completion, from_cache). Identical concurrent requests share one future."""
-        key = request_key(self._body(messages, fmt, sample, self._format_mode))
+        # Keyed by the format asked for, not the one a fallback ended up sending: the key must not depend on
+        # when in the run the server refused json_schema, or a rerun misses the answers stored after that.
+        key = request_key(self._body(messages, fmt, sample, self._requested_mode))
         cached = self.cache.get(key)
         if cached is not None:
             return fmt.parse(cached["content"]), cached, True
