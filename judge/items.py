@@ -37,6 +37,15 @@ class Item(BaseModel):
     system_2: str | None = None
     reference: str | None = None
     lang: str | None = None
+    segments: list[str] | None = None  # the candidate's topic segments, when known (CSDS QA pairs)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pair_system(cls, data: Any) -> Any:
+        # A pair is keyed by both systems, in the input's order: "bart|pegasus".
+        if isinstance(data, dict) and "system" not in data and data.get("system_1") and data.get("system_2"):
+            data = {**data, "system": f"{data['system_1']}|{data['system_2']}"}
+        return data
 
     @field_validator("id", "system", mode="before")
     @classmethod
@@ -67,6 +76,11 @@ class Item(BaseModel):
     @property
     def extra(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """Every field, declared or extra: what a criterion's `only_when` looks at."""
+        return {**self.model_dump(exclude_none=True), **self.extra}
 
 
 def _records(path: Path):

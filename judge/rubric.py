@@ -135,6 +135,14 @@ class Criterion(_Strict):
     explanations: list[str] = []
     needs_reference: bool = False
     gate: Gate | None = None
+    # Judged once per topic segment of the candidate (given as the item's `segments`, or split by the judge in
+    # one cached request); the candidate's score is the mean over its segments.
+    per_segment: bool = False
+    # Applies only to items whose field has one of these values, e.g. {summary_type: [overall]}; N/A otherwise.
+    only_when: dict[str, list[str]] = {}
+
+    def applies_to(self, fields: dict) -> bool:
+        return all(str(fields.get(name)) in allowed for name, allowed in self.only_when.items())
 
     @model_validator(mode="after")
     def _examples_use_the_scale(self) -> "Criterion":
@@ -143,6 +151,21 @@ class Criterion(_Strict):
             if str(example.answer) not in allowed:
                 raise ValueError(f"examples[{i}].answer {example.answer!r} is not on the scale {sorted(allowed)}")
         return self
+
+
+class QualificationItem(BaseModel):
+    """An item of the rubric's own qualification test (any item fields) with the expected answers."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    expected: dict[str, int | str]
+
+
+class Qualification(_Strict):
+    """A small test a judge must pass before real work, as annotators did (per-criterion agreement)."""
+
+    threshold: float = Field(gt=0, le=1)
+    tolerance: int = Field(default=0, ge=0, description="a Likert answer this close to the expected one counts")
+    items: list[QualificationItem] = Field(min_length=1)
 
 
 class Rubric(_Strict):
@@ -154,7 +177,10 @@ class Rubric(_Strict):
     instructions: str
     inputs: list[str] = Field(min_length=1)
     template: str = "pointwise.j2"
+    block_template: str = "block.j2"
+    segment_instructions: str | None = None  # how to split a candidate into topic segments (per_segment criteria)
     criteria: list[Criterion] = Field(min_length=1)
+    qualification: Qualification | None = None
 
     @field_validator("criteria")
     @classmethod
@@ -163,6 +189,24 @@ class Rubric(_Strict):
         if len(ids) != len(set(ids)):
             raise ValueError(f"criterion ids must be unique, got {ids}")
         return criteria
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Rubric":
+        for c in self.criteria:
+            if (c.scale.type == "preference") != (self.task == "pairwise"):
+                raise ValueError(f"criterion {c.id!r}: pairwise rubrics use preference scales, and only they do")
+            if c.per_segment and not self.segment_instructions:
+                raise ValueError(f"criterion {c.id!r} is per_segment, so the rubric needs segment_instructions")
+        if self.qualification:
+            ids = {c.id for c in self.criteria}
+            for i, q in enumerate(self.qualification.items):
+                if unknown := set(q.expected) - ids:
+                    raise ValueError(f"qualification.items[{i}].expected names unknown criteria {sorted(unknown)}")
+                for cid, answer in q.expected.items():
+                    allowed = {str(v) for v in self.criterion(cid).scale.values}
+                    if str(answer) not in allowed:
+                        raise ValueError(f"qualification.items[{i}].expected.{cid} = {answer!r} is not on the scale")
+        return self
 
     @property
     def ref(self) -> str:
