@@ -1,0 +1,217 @@
+"""Engine throughput against a local OpenAI-compatible stub, next to a bare AsyncOpenAI + Semaphore loop.
+
+The stub (tests/stub_server.py) runs in its own process, so only the client's CPU is measured
+(time.process_time of this process). For each latency, with the same requests at the same concurrency:
+
+  engine/aiohttp   judge.engine.Engine with the aiohttp client and the SQLite cache (the `judge score` path)
+  engine/sdk       the same with the AsyncOpenAI client
+  bare SDK         AsyncOpenAI + asyncio.Semaphore + json.loads of the content, request bodies pre-built
+                   (no rendering, no cache, no retries, no results file): the floor to beat
+  cached rerun     engine/aiohttp again on the same cache with a fresh output file: time / first run's time
+
+    python benchmarks/engine_throughput.py [--judgments 2000] [--concurrency 64] [--latencies 0,50]
+                                           [--profile]   # cProfile of engine/aiohttp at the first latency
+
+Targets: at 0 ms at least the bare SDK loop's throughput; at 50 ms and C=64 >= 0.9 of C/L (1280/s);
+cached rerun <= 0.05x the first run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import openai  # noqa: E402
+
+from judge.answers import AnswerFormat  # noqa: E402
+from judge.backends.openai_compat import HTTPClient, SDKClient  # noqa: E402
+from judge.cache import AnswerCache  # noqa: E402
+from judge.engine import Engine, ResultsFile, Settings  # noqa: E402
+from judge.items import load_items  # noqa: E402
+from judge.prompting import criterion_messages  # noqa: E402
+from judge.rubric import load_rubric  # noqa: E402
+
+RUBRIC = "dialsummeval"  # 4 criteria, no gate: one request per judgment
+MODEL = "stub"
+
+
+def write_items(path: Path, n: int, prefix: str) -> Path:
+    """n items with distinct dialogues of a realistic length (~1.2 kB) and short candidates."""
+    with path.open("w", encoding="utf-8") as f:
+        for k in range(n):
+            turns = [{"speaker": "agent" if t % 2 else "customer",
+                      "text": f"turn {t} of call {prefix}{k}: my monthly pass was charged twice and I need a refund"}
+                     for t in range(14)]
+            f.write(json.dumps({"id": f"{prefix}{k}", "system": "sys", "dialogue": turns,
+                                "candidate": f"Customer {k} was charged twice for a monthly pass; the agent refunds it."})
+                    + "\n")
+    return path
+
+
+def start_stub(latency_ms: float) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "stub_server.py"), "--port", "0",
+                             "--latency-ms", str(latency_ms)], stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise SystemExit(f"stub server did not start: {line!r}")
+    return proc, line.split()[-1]
+
+
+def stub_total(base_url: str) -> int:
+    with urllib.request.urlopen(base_url.removesuffix("/v1") + "/stats", timeout=5) as response:
+        return json.load(response)["total"]
+
+
+class Measure:
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+
+
+def run_engine(kind: str, base_url: str, items_path: Path, workdir: Path, concurrency: int, cache_dir: Path,
+               output: Path, profile: cProfile.Profile | None = None) -> tuple[Measure, int]:
+    rubric = load_rubric(RUBRIC)
+    items = load_items(items_path, rubric.inputs)
+    settings = Settings(model=MODEL, concurrency=concurrency, timeout=60)
+    cache = AnswerCache(cache_dir)
+    results = ResultsFile(output, rubric.ref, MODEL)
+    client = HTTPClient(base_url, "sk-bench", concurrency) if kind == "aiohttp" else SDKClient(base_url, "sk-bench")
+
+    async def go():
+        engine = Engine(client, settings, cache)
+        try:
+            return await engine.run(rubric, rubric.criteria, items, results, progress=False)
+        finally:
+            await client.aclose()
+
+    if profile:
+        profile.enable()
+    with Measure() as m:
+        tally = asyncio.run(go())
+    if profile:
+        profile.disable()
+    results.close()
+    cache.close()
+    if tally.failed:
+        raise SystemExit(f"engine/{kind}: {tally.failed} judgments failed: {tally.errors}")
+    return m, tally.judged
+
+
+def bodies(items_path: Path) -> list[dict]:
+    """The engine's exact request bodies (json_schema response_format, seed, temperature, max_tokens)."""
+    rubric = load_rubric(RUBRIC)
+    items = load_items(items_path, rubric.inputs)
+    engine = Engine(None, Settings(model=MODEL), None)  # only for its request bodies
+    out = []
+    for c in rubric.criteria:
+        fmt = AnswerFormat.for_criterion(c)
+        for item in items:
+            out.append(engine._body(criterion_messages(rubric, c, item), fmt, 0, 0))
+    return out
+
+
+def run_bare_sdk(base_url: str, requests: list[dict], concurrency: int) -> tuple[Measure, int]:
+    async def go():
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0)
+        semaphore = asyncio.Semaphore(concurrency)
+        scores = []
+
+        async def one(body):
+            async with semaphore:
+                response = await client.chat.completions.create(**body, timeout=60)
+            scores.append(json.loads(response.choices[0].message.content))
+
+        try:
+            await asyncio.gather(*(one(b) for b in requests))
+        finally:
+            await client.close()
+        return len(scores)
+
+    with Measure() as m:
+        done = asyncio.run(go())
+    return m, done
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--judgments", type=int, default=2000, help="judgments per measurement (default 2000)")
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--latencies", default="0,50", help="stub latencies in ms, comma-separated (default 0,50)")
+    p.add_argument("--profile", action="store_true", help="cProfile engine/aiohttp at the first latency")
+    args = p.parse_args(argv)
+    n_items = max(1, args.judgments // len(load_rubric(RUBRIC).criteria))
+    C = args.concurrency
+    print(f"{n_items * 4} judgments per run, concurrency {C}, client CPU = time.process_time of this process; "
+          f"stub in its own process")
+    print(f"{'latency':>7}  {'configuration':<16} {'wall s':>7} {'judg/s':>8} {'CPU ms/judg':>11} "
+          f"{'vs bare':>8} {'of C/L':>7}")
+    verdicts = []
+    with tempfile.TemporaryDirectory(prefix="judge-bench-") as tmp:
+        tmp = Path(tmp)
+        for latency in (float(x) for x in args.latencies.split(",")):
+            proc, base_url = start_stub(latency)
+            try:
+                tag = f"l{int(latency)}-"
+                # One distinct item set per configuration: nothing is shared through the server or the cache.
+                sets = {name: write_items(tmp / f"items-{tag}{name}.jsonl", n_items, f"{tag}{name}-")
+                        for name in ("warmup", "aiohttp", "sdk", "bare")}
+                run_engine("aiohttp", base_url, sets["warmup"], tmp, C, tmp / f"{tag}warm-cache",
+                           tmp / f"{tag}warm.jsonl")  # imports, first connections, template compilation
+                requests = bodies(sets["bare"])
+                bare, n_bare = run_bare_sdk(base_url, requests, C)
+                profile = cProfile.Profile() if args.profile and latency == float(args.latencies.split(",")[0]) else None
+                aio, n_aio = run_engine("aiohttp", base_url, sets["aiohttp"], tmp, C, tmp / f"{tag}aio-cache",
+                                        tmp / f"{tag}aio.jsonl", profile)
+                sent = stub_total(base_url)
+                cached, n_cached = run_engine("aiohttp", base_url, sets["aiohttp"], tmp, C, tmp / f"{tag}aio-cache",
+                                              tmp / f"{tag}aio-rerun.jsonl")
+                resent = stub_total(base_url) - sent
+                sdk, n_sdk = run_engine("sdk", base_url, sets["sdk"], tmp, C, tmp / f"{tag}sdk-cache",
+                                        tmp / f"{tag}sdk.jsonl")
+            finally:
+                proc.kill()
+                proc.wait()
+            ideal = C / (latency / 1000) if latency else None
+            bare_rate = n_bare / bare.wall
+            for name, m, n in (("engine/aiohttp", aio, n_aio), ("engine/sdk", sdk, n_sdk), ("bare SDK", bare, n_bare)):
+                rate = n / m.wall
+                of_ideal = f"{rate / ideal:7.2f}" if ideal else f"{'-':>7}"
+                print(f"{latency:5.0f}ms  {name:<16} {m.wall:7.2f} {rate:8.0f} {1000 * m.cpu / n:11.3f} "
+                      f"{rate / bare_rate:8.2f} {of_ideal}")
+            ratio = cached.wall / aio.wall
+            print(f"{latency:5.0f}ms  {'cached rerun':<16} {cached.wall:7.2f} {n_cached / cached.wall:8.0f} "
+                  f"{1000 * cached.cpu / n_cached:11.3f}   {ratio:.3f}x the first run; {resent} requests sent")
+            if latency == 0:
+                verdicts.append(("0 ms: engine/aiohttp >= bare SDK", n_aio / aio.wall >= bare_rate))
+            if ideal:
+                verdicts.append((f"{latency:g} ms: engine/aiohttp >= 0.9 C/L", n_aio / aio.wall >= 0.9 * ideal))
+            verdicts.append((f"{latency:g} ms: cached rerun <= 0.05x", ratio <= 0.05 and resent == 0))
+            if profile:
+                out = io.StringIO()
+                pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(25)
+                print("\ncProfile of engine/aiohttp (tottime; the event loop's own time is in select/_run_once):")
+                print("\n".join(out.getvalue().splitlines()[:45]))
+    print("\n" + "\n".join(f"[{'ok' if ok else 'MISSED'}] {what}" for what, ok in verdicts))
+    return 0 if all(ok for _, ok in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
