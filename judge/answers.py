@@ -59,21 +59,26 @@ class AnswerFormat:
         obj = _first_json_object(text)
         if obj is None:
             raise AnswerError("the answer holds no JSON object", text)
+        return self.parse_object(obj, text)
+
+    def parse_object(self, obj: dict, text: str, where: str = "") -> dict:
+        if not isinstance(obj, dict):
+            raise AnswerError(f"{where}is not a JSON object", text)
         if self.verdict_key not in obj:
-            raise AnswerError(f"the answer has no '{self.verdict_key}' key", text)
+            raise AnswerError(f"{where}the answer has no '{self.verdict_key}' key", text)
         verdict = self._verdict(obj[self.verdict_key])
         if verdict is None:
             raise AnswerError(
-                f"'{self.verdict_key}' is {obj[self.verdict_key]!r}, not one of {list(self.allowed)}", text
+                f"{where}'{self.verdict_key}' is {obj[self.verdict_key]!r}, not one of {list(self.allowed)}", text
             )
         rationale = obj.get("rationale")
         if rationale is not None and not isinstance(rationale, str):
-            raise AnswerError("'rationale' is not a string", text)
+            raise AnswerError(f"{where}'rationale' is not a string", text)
         explanation = None
         if self.explanations:
             explanation = _match_label(obj.get("explanation"), self.explanations)
             if explanation is None:
-                raise AnswerError(f"'explanation' is {obj.get('explanation')!r}, not one of the listed ones", text)
+                raise AnswerError(f"{where}'explanation' is {obj.get('explanation')!r}, not one of the listed ones", text)
         return {"rationale": rationale, self.verdict_key: verdict, "explanation": explanation}
 
     def _verdict(self, value):
@@ -86,6 +91,50 @@ class AnswerFormat:
                 value = int(value)
             return value if isinstance(value, int) and value in self.allowed else None
         return _match_label(value, self.allowed)
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    """Block judging: one answer object per candidate letter ("A", "B", ...), all in one reply."""
+
+    inner: AnswerFormat
+    letters: tuple[str, ...]
+    numeric = False  # no log-probability scoring: a block holds many score tokens
+
+    def json_schema(self) -> dict:
+        one = self.inner.json_schema()
+        return {"type": "object", "properties": {k: one for k in self.letters}, "required": list(self.letters),
+                "additionalProperties": False}
+
+    def parse(self, text: str) -> dict[str, dict]:
+        obj = _first_json_object(text)
+        if obj is None:
+            raise AnswerError("the answer holds no JSON object", text)
+        if missing := [k for k in self.letters if k not in obj]:
+            raise AnswerError(f"the answer has no entry for candidates {missing}", text)
+        return {k: self.inner.parse_object(obj[k], text, where=f"candidate {k}: ") for k in self.letters}
+
+
+@dataclass(frozen=True)
+class SegmentsFormat:
+    """The candidate split into topic segments, each kept in the candidate's own words."""
+
+    numeric = False
+    max_segments: int = 20
+
+    def json_schema(self) -> dict:
+        return {"type": "object", "properties": {"segments": {
+            "type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": self.max_segments}},
+            "required": ["segments"], "additionalProperties": False}
+
+    def parse(self, text: str) -> list[str]:
+        obj = _first_json_object(text)
+        segments = obj.get("segments") if obj else None
+        if not isinstance(segments, list) or not segments or len(segments) > self.max_segments:
+            raise AnswerError(f"expected 'segments': a list of 1 to {self.max_segments} strings", text)
+        if not all(isinstance(x, str) and x.strip() for x in segments):
+            raise AnswerError("every segment must be a non-empty string", text)
+        return [x.strip() for x in segments]
 
 
 def _match_label(value, allowed) -> str | None:

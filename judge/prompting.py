@@ -89,28 +89,39 @@ def render_messages(template_name: str, variables: dict) -> list[dict[str, str]]
         raise TemplateError(f"template {template_name!r} tried something the sandbox forbids: {exc}") from None
 
 
-def answer_keys(criterion: Criterion) -> list[str]:
-    """The keys of the JSON answer, in the order the judge writes them: reasons first, then the verdict."""
-    keys = ["rationale", "score" if criterion.scale.type == "likert" else "label"]
-    if criterion.explanations:
-        keys.append("explanation")
-    return keys
-
-
-def criterion_messages(rubric: Rubric, criterion: Criterion, item: Item, template: str | None = None) -> list[dict]:
-    variables = {
+def _variables(rubric: Rubric, criterion: Criterion, item: Item) -> dict:
+    return {
         "rubric": rubric,
         "criterion": criterion,
         "scale": criterion.scale,
-        "answer_keys": answer_keys(criterion),
         "dialogue": item.dialogue_text,
         "candidate": item.candidate,
         "candidate_1": item.candidate_1,
         "candidate_2": item.candidate_2,
         "reference": item.reference if criterion.needs_reference else None,
+        "segment": None,
+        "segment_number": None,
         "extra": item.extra,
     }
+
+
+def criterion_messages(rubric: Rubric, criterion: Criterion, item: Item, template: str | None = None,
+                       segment: str | None = None, segment_number: int | None = None) -> list[dict]:
+    """One criterion, one candidate (or one of its segments, or one ordered pair)."""
+    variables = _variables(rubric, criterion, item)
+    variables.update(segment=segment, segment_number=segment_number)
     return render_messages(template or rubric.template, variables)
+
+
+def block_messages(rubric: Rubric, criterion: Criterion, items: list[Item], letters: list[str]) -> list[dict]:
+    """All candidates of one dialogue, already in the order shown, labelled by `letters`."""
+    variables = _variables(rubric, criterion, items[0])
+    variables["candidates"] = [{"letter": k, "text": i.candidate} for k, i in zip(letters, items)]
+    return render_messages(rubric.block_template, variables)
+
+
+def segment_messages(rubric: Rubric, item: Item) -> list[dict]:
+    return render_messages("segment.j2", {"rubric": rubric, "dialogue": item.dialogue_text, "candidate": item.candidate})
 
 
 def gate_messages(rubric: Rubric, criterion: Criterion, item: Item) -> list[dict]:
