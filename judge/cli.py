@@ -151,18 +151,15 @@ def run_render(args) -> int:
     return 0
 
 
-def run_score(args) -> int:
+def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = True):
+    """Run the engine over items into `output`; returns the tally, or None when interrupted."""
     from judge.engine import Engine, ResultsFile
-    from judge.items import load_items
-    from judge.rubric import load_rubric
 
-    rubric = load_rubric(args.rubric)
-    criteria = rubric.select(_csv_list(args.criteria))
-    items = load_items(args.input, rubric.inputs)
     cache = _cache(args)
     with open_backend(args) as (client, model, backend):
         settings = _settings(args, model, backend)
-        results = ResultsFile(args.output, rubric.ref, model)
+        settings.mode, settings.swap = mode, swap
+        results = ResultsFile(output, rubric.ref, model)
         engine = Engine(client, settings, cache)
 
         async def go():
@@ -174,9 +171,9 @@ def run_score(args) -> int:
         try:
             tally = asyncio.run(go())
         except KeyboardInterrupt:
-            print(f"\ninterrupted: finished judgments are saved in {args.output}; run the same command to resume",
+            print(f"\ninterrupted: finished judgments are saved in {output}; run the same command to resume",
                   file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return None
         finally:
             results.close()
             cache.close()
@@ -185,8 +182,61 @@ def run_score(args) -> int:
         reasons = ", ".join(f"{n}× {why}" for why, n in tally.errors.most_common(3))
         print(f"{tally.failed} judgments failed ({reasons}); their lines carry the error and the raw answer; "
               f"run the same command again to retry them", file=sys.stderr)
-        return EXIT_FAILED
-    return 0
+    return tally
+
+
+def _exit_code(tally) -> int:
+    return EXIT_INTERRUPTED if tally is None else EXIT_FAILED if tally.failed else 0
+
+
+def run_score(args) -> int:
+    from judge.items import load_items
+    from judge.rubric import load_rubric
+
+    rubric = load_rubric(args.rubric)
+    if rubric.task == "pairwise":
+        raise JudgeError(f"rubric {rubric.name!r} compares pairs: use `judge compare`")
+    criteria = rubric.select(_csv_list(args.criteria))
+    items = load_items(args.input, rubric.inputs)
+    return _exit_code(_run(args, rubric, criteria, items, args.output, args.mode))
+
+
+def run_compare(args) -> int:
+    from judge.items import load_items
+    from judge.rubric import load_rubric
+
+    rubric = load_rubric(args.rubric)
+    if rubric.task != "pairwise":
+        raise JudgeError(f"rubric {rubric.name!r} is not a pairwise rubric: use `judge score`")
+    items = load_items(args.input, rubric.inputs)
+    if single := next((i for i in items if not i.is_pair), None):
+        raise JudgeError(f"{args.input}: item {single.id!r} has no candidate_1/candidate_2 pair")
+    criteria = rubric.select(_csv_list(args.criteria))
+    return _exit_code(_run(args, rubric, criteria, items, args.output, "pairwise", swap=not args.no_swap))
+
+
+def run_qualify(args) -> int:
+    import tempfile
+
+    from judge.items import Item
+    from judge.qualification import qualification_report
+    from judge.rubric import load_rubric
+
+    rubric = load_rubric(args.rubric)
+    if rubric.qualification is None:
+        raise JudgeError(f"rubric {rubric.name!r} ships no qualification set")
+    items = [Item.model_validate(q.model_dump(exclude={"expected"})) for q in rubric.qualification.items]
+    criteria = [c for c in rubric.criteria if any(c.id in q.expected for q in rubric.qualification.items)]
+    mode = "pairwise" if rubric.task == "pairwise" else "pointwise"
+    with tempfile.TemporaryDirectory() as scratch:
+        output = args.output or f"{scratch}/qualification.jsonl"
+        tally = _run(args, rubric, criteria, items, output, mode)
+        if tally is None:
+            return EXIT_INTERRUPTED
+        records = [json.loads(line) for line in open(output, encoding="utf-8")]
+    table, passed = qualification_report(rubric, records)
+    print(table)
+    return 0 if passed and not tally.failed else EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,8 +275,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="judgments JSONL; appended to, and resumed from")
     p.add_argument("--criteria", help="comma-separated criterion ids (default: all of the rubric's)")
     p.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
+    p.add_argument("--mode", choices=["pointwise", "block"], default="pointwise",
+                   help="pointwise: one candidate per request (default); block: all candidates of a dialogue in one "
+                        "request, in an order shuffled per dialogue by --seed, as annotators saw them")
     add_model_arguments(p)
     p.set_defaults(run=run_score)
+
+    p = _command(sub, "compare", "Judge pairs of candidates (1 / 2 / 0 for a tie), in both orders by default.",
+                 """
+                 judge compare --rubric pairwise_summary --input pairs.jsonl --output verdicts.jsonl
+                 Items have candidate_1, candidate_2 (and system_1, system_2). Verdicts are reported in the input's
+                 order; when the two orders disagree the verdict is a tie and the line says order_disagreement.
+                 Identical candidates tie without a model call.""")
+    p.add_argument("--rubric", required=True, help="a pairwise rubric, e.g. pairwise_summary")
+    p.add_argument("--input", required=True, help="pairs, JSONL or CSV")
+    p.add_argument("--output", required=True, help="verdicts JSONL; appended to, and resumed from")
+    p.add_argument("--criteria", help="comma-separated criterion ids (default: all)")
+    p.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
+    p.add_argument("--no-swap", action="store_true", help="ask only the input's order (half the cost, no bias check)")
+    add_model_arguments(p)
+    p.set_defaults(run=run_compare)
+
+    p = _command(sub, "qualify", "Run a rubric's qualification set and say whether the judge passes, per criterion.",
+                 """
+                 judge qualify --rubric pairwise_summary --backend openai --base-url http://127.0.0.1:8000/v1 --model M
+                 Exit code 0 when every criterion reaches the rubric's threshold.""")
+    p.add_argument("--rubric", required=True, help="rubric name or YAML path (it must have a qualification block)")
+    p.add_argument("--output", help="keep the qualification judgments in this JSONL file")
+    add_model_arguments(p)
+    p.set_defaults(run=run_qualify)
 
     from calibration import cli as calibration_cli
 

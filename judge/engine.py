@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import random
 import statistics
+import string
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,17 +26,29 @@ from pathlib import Path
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 from tqdm import tqdm
 
-from judge.answers import AnswerFormat, expected_score, verdict_probabilities
+from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, verdict_probabilities
 from judge.backends import ChatClient
 from judge.cache import AnswerCache, NoCache, request_key
 from judge.errors import AnswerError, BackendError, OutputError, ResponseFormatUnsupported, RetryableError
 from judge.items import Item
-from judge.prompting import criterion_messages, gate_messages
+from judge.prompting import block_messages, criterion_messages, gate_messages, segment_messages
 from judge.rubric import Criterion, Rubric
 
 # Strongest first: a server that rejects one is asked with the next, and the same strict parser reads all.
 RESPONSE_FORMATS = ("json_schema", "json_object", "text")
 MAX_RETRY_AFTER = 120.0
+SWAP_BACK = {"1": "2", "2": "1", "0": "0"}
+MODES = ("pointwise", "block", "pairwise")
+
+
+def block_letters(n: int) -> list[str]:
+    """A, B, ... Z, then AA, AB, ...: how candidates are named inside one block."""
+    letters = list(string.ascii_uppercase)
+    return [letters[i] if i < 26 else letters[i // 26 - 1] + letters[i % 26] for i in range(n)]
+
+
+async def _as_list(coro) -> list[dict]:
+    return [await coro]
 
 
 @dataclass
@@ -54,6 +68,8 @@ class Settings:
     response_format: str = "json_schema"
     template: str | None = None
     backoff_max: float = 30.0
+    mode: str = "pointwise"  # pointwise | block | pairwise
+    swap: bool = True  # pairwise: ask both orders
 
 
 @dataclass
@@ -70,13 +86,19 @@ class Tally:
     completion_tokens: int = 0
     seconds: float = 0.0
     errors: Counter = field(default_factory=Counter)
+    both_orders: Counter = field(default_factory=Counter)  # pairs judged in both orders, per criterion
+    flipped: Counter = field(default_factory=Counter)  # ... whose verdict changed with the order
 
     def line(self) -> str:
-        return (
+        line = (
             f"judged {self.judged} ({self.from_cache} from cache), N/A {self.na}, failed {self.failed}, "
             f"skipped {self.already_done} already done; {self.requests} requests, {self.retries} retries; "
             f"tokens {self.prompt_tokens} prompt / {self.completion_tokens} completion; {self.seconds:.1f} s"
         )
+        if self.both_orders:
+            bias = ", ".join(f"{c} {self.flipped[c]}/{n} ({self.flipped[c] / n:.0%})" for c, n in self.both_orders.items())
+            line += f"\nposition bias (verdict flipped with the order): {bias}"
+        return line
 
 
 def judgment_key(record: dict) -> tuple[str, str, str]:
@@ -141,7 +163,7 @@ class Engine:
         self._format_mode = self._requested_mode
         self._semaphore = asyncio.Semaphore(settings.concurrency)
         self._inflight: dict[str, asyncio.Future] = {}
-        self._gates: dict[tuple[str, str], asyncio.Task] = {}
+        self._shared: dict[tuple, asyncio.Task] = {}  # gate answers and segment splits, once per dialogue/candidate
 
     # -- one request -------------------------------------------------------------------------------------
     def _body(self, messages: list[dict], fmt: AnswerFormat, sample: int, mode: int) -> dict:
@@ -250,13 +272,33 @@ class Engine:
         raise AnswerError(f"no usable answer after {self.settings.reasks + 1} asks: {problem}", content)
 
     # -- one judgment ------------------------------------------------------------------------------------
-    async def _gate_answer(self, rubric: Rubric, criterion: Criterion, item: Item) -> dict:
-        gate_key = (item.id, criterion.id)
-        if gate_key not in self._gates:
-            messages = gate_messages(rubric, criterion, item)
-            self._gates[gate_key] = asyncio.ensure_future(self.ask(messages, AnswerFormat.gate(), 0))
-        parsed, _, _ = await asyncio.shield(self._gates[gate_key])
-        return parsed
+    def _once(self, key: tuple, make) -> asyncio.Future:
+        """A task started the first time `key` is asked for and shared by every later caller."""
+        if key not in self._shared:
+            self._shared[key] = asyncio.ensure_future(make())
+        return asyncio.shield(self._shared[key])
+
+    async def _not_applicable(self, rubric: Rubric, criterion: Criterion, item: Item) -> str | None:
+        """Why the criterion is N/A for this item (a field condition, or the dialogue's gate said no), or None."""
+        if not criterion.applies_to(item.fields):
+            return f"applies only when {criterion.only_when}"
+        if criterion.gate is None:
+            return None
+        messages = gate_messages(rubric, criterion, item)
+        parsed, _, _ = await self._once(("gate", item.id, criterion.id),
+                                        lambda: self.ask(messages, AnswerFormat.gate(), 0))
+        return parsed["rationale"] or criterion.gate.na_reason if parsed["answer"] == "no" else None
+
+    async def _segments(self, rubric: Rubric, item: Item) -> list[str]:
+        if item.segments:
+            return item.segments
+        messages = segment_messages(rubric, item)
+        segments, _, _ = await self._once(("segments", item.id, item.system),
+                                          lambda: self.ask(messages, SegmentsFormat(), 0))
+        return segments
+
+    async def _samples(self, messages: list[dict], fmt) -> list[tuple[dict, dict, bool]]:
+        return await asyncio.gather(*(self.ask(messages, fmt, k) for k in range(self.settings.samples)))
 
     def _record(self, rubric: Rubric, criterion: Criterion, item: Item, **fields) -> dict:
         record = {
@@ -281,42 +323,38 @@ class Engine:
         record.update(fields)
         return record
 
-    async def judge(self, rubric: Rubric, criterion: Criterion, item: Item) -> dict:
-        try:
-            if criterion.gate is not None:
-                gate = await self._gate_answer(rubric, criterion, item)
-                if gate["answer"] == "no":
-                    return self._record(rubric, criterion, item, na=True, rationale=gate["rationale"])
-            messages = criterion_messages(rubric, criterion, item, self.settings.template)
-            fmt = AnswerFormat.for_criterion(criterion)
-            answers = await asyncio.gather(*(self.ask(messages, fmt, k) for k in range(self.settings.samples)))
-        except AnswerError as exc:
-            return self._record(rubric, criterion, item, error=str(exc), raw=exc.raw)
-        except (RetryableError, BackendError) as exc:
-            return self._record(rubric, criterion, item, error=f"{type(exc).__name__}: {exc}")
-        return self._aggregate(rubric, criterion, item, messages, fmt, answers)
+    @staticmethod
+    def _error_fields(exc: Exception) -> dict:
+        if isinstance(exc, AnswerError):
+            return {"error": str(exc), "raw": exc.raw}
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
-    def _aggregate(self, rubric, criterion, item, messages, fmt: AnswerFormat, answers) -> dict:
+    @staticmethod
+    def _provenance(messages: list[dict], answers: list[tuple]) -> dict:
+        """prompt_sha, the tokens this judgment cost now (cached answers cost nothing), and whether all were cached."""
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         for _, completion, from_cache in answers:
             if not from_cache:
                 for k in usage:
                     usage[k] += completion["usage"].get(k, 0) or 0
-        verdicts = [parsed[fmt.verdict_key] for parsed, _, _ in answers]
-        fields: dict = {
-            "samples": verdicts,
+        return {
             "prompt_sha": hashlib.sha256(json.dumps(messages, ensure_ascii=False).encode()).hexdigest()[:16],
             "usage": usage,
             "cached": all(from_cache for _, _, from_cache in answers),
         }
+
+    def _verdict(self, criterion: Criterion, fmt: AnswerFormat, parsed: list[dict],
+                 completions: list[dict] | None = None) -> dict:
+        """Score or label from one answer per sample: the mean (and spread) of points, or the majority label."""
+        verdicts = [p[fmt.verdict_key] for p in parsed]
+        fields: dict = {"samples": verdicts}
         if fmt.numeric:
             points = [float(v) for v in verdicts]
-            if self.settings.logprobs:
-                per_sample = [verdict_probabilities(c.get("logprobs") or [], fmt) for _, c, _ in answers]
+            if self.settings.logprobs and completions:
+                per_sample = [verdict_probabilities(c.get("logprobs") or [], fmt) for c in completions]
                 usable = [p for p in per_sample if p is not None]
                 if usable:
-                    probs = {k: sum(p[k] for p in usable) / len(usable) for k in usable[0]}
-                    fields["probs"] = probs
+                    fields["probs"] = {k: sum(p[k] for p in usable) / len(usable) for k in usable[0]}
                     points = [expected_score(p) for p in usable]
             fields["score"] = statistics.fmean(points)
             fields["spread"] = statistics.stdev(points) if len(points) > 1 else None
@@ -328,32 +366,153 @@ class Engine:
             chosen = verdicts.index(label)
             fields["label"] = label
             fields["score"] = criterion.scale.score_of(label)
-        parsed = answers[chosen][0]
-        fields["rationale"] = parsed.get("rationale")
-        fields["explanation"] = parsed.get("explanation")
+        fields["rationale"] = parsed[chosen].get("rationale")
+        fields["explanation"] = parsed[chosen].get("explanation")
+        return fields
+
+    async def judge(self, rubric: Rubric, criterion: Criterion, item: Item) -> dict:
+        """One criterion, one candidate: pointwise, or per topic segment."""
+        try:
+            if (why := await self._not_applicable(rubric, criterion, item)) is not None:
+                return self._record(rubric, criterion, item, na=True, rationale=why)
+            if criterion.per_segment:
+                return await self._judge_segments(rubric, criterion, item)
+            messages = criterion_messages(rubric, criterion, item, self.settings.template)
+            fmt = AnswerFormat.for_criterion(criterion)
+            answers = await self._samples(messages, fmt)
+        except (AnswerError, RetryableError, BackendError) as exc:
+            return self._record(rubric, criterion, item, **self._error_fields(exc))
+        fields = self._verdict(criterion, fmt, [a[0] for a in answers], [a[1] for a in answers])
+        return self._record(rubric, criterion, item, **fields, **self._provenance(messages, answers))
+
+    async def _judge_segments(self, rubric: Rubric, criterion: Criterion, item: Item) -> dict:
+        """Each topic segment judged on its own; the candidate's score is the mean over segments with a score."""
+        segments = await self._segments(rubric, item)
+        fmt = AnswerFormat.for_criterion(criterion)
+        asked = [criterion_messages(rubric, criterion, item, self.settings.template, segment=text, segment_number=n)
+                 for n, text in enumerate(segments, start=1)]
+        answered = await asyncio.gather(*(self._samples(m, fmt) for m in asked))
+        per_segment, all_answers = [], []
+        for text, answers in zip(segments, answered):
+            verdict = self._verdict(criterion, fmt, [a[0] for a in answers], [a[1] for a in answers])
+            per_segment.append({"text": text, "score": verdict["score"], "label": verdict.get("label"),
+                                "rationale": verdict["rationale"]})
+            all_answers += answers
+        scores = [s["score"] for s in per_segment if s["score"] is not None]
+        return self._record(
+            rubric, criterion, item,
+            score=statistics.fmean(scores) if scores else None,
+            samples=[s["score"] for s in per_segment],
+            segments=per_segment,
+            **self._provenance(asked[0], all_answers),
+        )
+
+    async def judge_block(self, rubric: Rubric, criterion: Criterion, group: list[Item], todo: set[str]) -> list[dict]:
+        """All candidates of one dialogue in one prompt, in an order shuffled per dialogue by the seed.
+
+        The full block is always shown (so a resumed run asks the very same, cached, question); records are
+        returned only for the systems in `todo`, in the input's order, each with the letter it was shown under.
+        """
+        records, shown = [], []
+        try:
+            for item in group:
+                why = await self._not_applicable(rubric, criterion, item)
+                if why is None:
+                    shown.append(item)
+                elif item.system in todo:
+                    records.append(self._record(rubric, criterion, item, na=True, rationale=why))
+            if not shown:
+                return records
+            random.Random(f"{self.settings.seed}:{group[0].id}").shuffle(shown)
+            letters = block_letters(len(shown))
+            messages = block_messages(rubric, criterion, shown, letters)
+            fmt = BlockFormat(AnswerFormat.for_criterion(criterion), tuple(letters))
+            answers = await self._samples(messages, fmt)
+        except (AnswerError, RetryableError, BackendError) as exc:
+            failed = [i for i in (shown or group) if i.system in todo]
+            return records + [self._record(rubric, criterion, i, **self._error_fields(exc)) for i in failed]
+        provenance = self._provenance(messages, answers)
+        for letter, item in zip(letters, shown):
+            if item.system not in todo:
+                continue
+            fields = self._verdict(criterion, fmt.inner, [a[0][letter] for a in answers])
+            records.append(self._record(rubric, criterion, item, **fields, **provenance, position=letter))
+            provenance = {**provenance, "usage": {"prompt_tokens": 0, "completion_tokens": 0}}  # counted once
+        order = {i.system: n for n, i in enumerate(group)}
+        return sorted(records, key=lambda r: order[r["system"]])
+
+    async def judge_pair(self, rubric: Rubric, criterion: Criterion, item: Item) -> dict:
+        """Which of two candidates is better, asked in both orders unless `swap` is off.
+
+        Identical candidates tie without a model call. The verdict is reported in the input's order; when the two
+        orders disagree it is a tie, and the record says so (position bias).
+        """
+        if " ".join(item.candidate_1.split()) == " ".join(item.candidate_2.split()):
+            return self._record(rubric, criterion, item, label="0", samples=["0"], identical=True,
+                                rationale="identical candidates tie")
+        fmt = AnswerFormat.for_criterion(criterion)
+        forward = criterion_messages(rubric, criterion, item, self.settings.template)
+        swapped_item = item.model_copy(update={"candidate_1": item.candidate_2, "candidate_2": item.candidate_1})
+        try:
+            orders = [self._samples(forward, fmt)]
+            if self.settings.swap:
+                orders.append(self._samples(criterion_messages(rubric, criterion, swapped_item, self.settings.template), fmt))
+            answered = await asyncio.gather(*orders)
+        except (AnswerError, RetryableError, BackendError) as exc:
+            return self._record(rubric, criterion, item, **self._error_fields(exc))
+        first = self._verdict(criterion, fmt, [a[0] for a in answered[0]])
+        fields = {**first, **self._provenance(forward, [a for answers in answered for a in answers])}
+        if self.settings.swap:
+            # Read the swapped answers back into the input's order: "1" there means the input's second candidate.
+            back = [{**a[0], "label": SWAP_BACK[a[0]["label"]]} for a in answered[1]]
+            second = self._verdict(criterion, fmt, back)
+            disagree = first["label"] != second["label"]
+            fields.update(label="0" if disagree else first["label"], samples=first["samples"] + second["samples"],
+                          orders={"forward": first["label"], "swapped": second["label"]}, order_disagreement=disagree)
         return self._record(rubric, criterion, item, **fields)
 
     # -- a whole run -------------------------------------------------------------------------------------
+    def _jobs(self, rubric: Rubric, criteria: list[Criterion], items: list[Item], done) -> list[tuple[int, object]]:
+        """(records it yields, coroutine factory) per unit of work; criterion first, then dialogue, then candidate,
+        so that neighbouring requests share the longest prefix."""
+        jobs = []
+        mode = self.settings.mode
+        for criterion in criteria:
+            if mode == "block" and not criterion.per_segment:
+                groups: dict[str, list[Item]] = {}
+                for item in items:
+                    groups.setdefault(item.id, []).append(item)
+                for group in groups.values():
+                    todo = {i.system for i in group if (i.id, i.system, criterion.id) not in done}
+                    if todo:
+                        jobs.append((len(todo), lambda c=criterion, g=group, t=todo: self.judge_block(rubric, c, g, t)))
+                continue
+            for item in items:
+                if (item.id, item.system, criterion.id) in done:
+                    continue
+                judge = self.judge_pair if mode == "pairwise" else self.judge
+                jobs.append((1, lambda c=criterion, i=item, j=judge: _as_list(j(rubric, c, i))))
+        return jobs
+
     async def run(self, rubric: Rubric, criteria: list[Criterion], items: list[Item], results: ResultsFile,
                   progress: bool = True) -> Tally:
         started = time.perf_counter()
-        # Criterion, then dialogue, then candidate: neighbouring requests share the longest prefix.
-        plan = [(c, item) for c in criteria for item in items]
-        self.tally.planned = len(plan)
-        todo = [(c, item) for c, item in plan if (item.id, item.system, c.id) not in results.done]
-        self.tally.already_done = len(plan) - len(todo)
-        bar = tqdm(total=len(todo), unit="judgment", disable=None if progress else True, dynamic_ncols=True)
-        queue = iter(todo)
+        self.tally.planned = len(criteria) * len(items)
+        jobs = self._jobs(rubric, criteria, items, results.done)
+        todo = sum(n for n, _ in jobs)
+        self.tally.already_done = self.tally.planned - todo
+        bar = tqdm(total=todo, unit="judgment", disable=None if progress else True, dynamic_ncols=True)
+        queue = iter(jobs)
 
         async def worker() -> None:
-            for criterion, item in queue:
-                record = await self.judge(rubric, criterion, item)
-                self._count(record)
-                results.write(record)
-                bar.update()
+            for _, job in queue:
+                for record in await job():
+                    self._count(record)
+                    results.write(record)
+                    bar.update()
 
         try:
-            workers = max(1, min(len(todo), self.settings.concurrency * 2))
+            workers = max(1, min(len(jobs), self.settings.concurrency * 2))
             await asyncio.gather(*(worker() for _ in range(workers)))
         finally:
             bar.close()
@@ -366,6 +525,9 @@ class Engine:
             self.tally.failed += 1
             self.tally.errors[record["error"].split(":")[0]] += 1
             return
+        if "order_disagreement" in record:
+            self.tally.both_orders[record["criterion"]] += 1
+            self.tally.flipped[record["criterion"]] += record["order_disagreement"]
         if record["na"]:
             self.tally.na += 1
         else:

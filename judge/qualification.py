@@ -1,0 +1,36 @@
+"""Judge qualification: a rubric's own small test with expected answers, scored per criterion.
+
+Annotators in the pairwise guideline had to pass a qualification test before the real work; a judge must too.
+A Likert answer counts as agreeing when it is within the rubric's `tolerance` of the expected point; a label
+must be the expected one. An N/A or failed judgment counts as disagreeing.
+"""
+
+from __future__ import annotations
+
+from judge.rubric import Rubric
+
+
+def qualification_report(rubric: Rubric, records: list[dict]) -> tuple[str, bool]:
+    spec = rubric.qualification
+    judged = {(r["id"], r["criterion"]): r for r in records}
+    rows, passed = [], True
+    for criterion in rubric.criteria:
+        expected = [(q.model_extra["id"], q.expected[criterion.id]) for q in spec.items if criterion.id in q.expected]
+        if not expected:
+            continue
+        agree = sum(_agrees(judged.get((item_id, criterion.id)), answer, spec.tolerance) for item_id, answer in expected)
+        share = agree / len(expected)
+        ok = share >= spec.threshold
+        passed &= ok
+        rows.append(f"{criterion.id:<20} {agree:>3}/{len(expected):<3} {share:6.0%}  {'pass' if ok else 'FAIL'}")
+    header = f"{'criterion':<20} {'agree':>7} {'share':>6}  threshold {spec.threshold:.0%}"
+    verdict = f"judge {'PASSES' if passed else 'FAILS'} the {rubric.name} qualification"
+    return "\n".join([header, *rows, verdict]), passed
+
+
+def _agrees(record: dict | None, expected, tolerance: int) -> bool:
+    if record is None or record.get("error") or record.get("na"):
+        return False
+    if record.get("label") is not None:
+        return str(record["label"]) == str(expected)
+    return record.get("score") is not None and abs(record["score"] - float(expected)) <= tolerance
