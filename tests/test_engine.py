@@ -141,3 +141,131 @@ def test_results_file_resume_rules(tmp_path):
     from judge.errors import OutputError
     with pytest.raises(OutputError, match="not 'dialsummeval@1' with 'other-model'"):
         ResultsFile(path, "dialsummeval@1", "other-model")
+
+
+def test_block_shows_every_candidate_in_a_seeded_shuffle_and_unshuffles_the_answers(tmp_path):
+    rubric = load_rubric("dialsummeval")
+    group = [Item(id="d0", system=f"sys{n}", dialogue="A: hi", candidate=f"candidate text number {n}") for n in range(6)]
+    shown_orders = []
+
+    def answer(body):
+        # Score each letter by the number in the candidate text it labels: un-shuffling must map it back.
+        text = body["messages"][-1]["content"]
+        letters = list(body["response_format"]["json_schema"]["schema"]["properties"])
+        numbers = [int(text.split(f"<<<CANDIDATE {k} ")[1].split("number ")[1][0]) for k in letters]
+        shown_orders.append(numbers)
+        return json.dumps({k: {"rationale": "r", "score": n % 5 + 1} for k, n in zip(letters, numbers)})
+
+    client = ScriptedClient(answer)
+    _, lines = run(client, rubric, [rubric.criterion("coherence")], group, tmp_path, mode="block", seed=7)
+    assert len(client.bodies) == 1  # one request for the whole dialogue
+    assert sorted(shown_orders[0]) == list(range(6)) and shown_orders[0] != list(range(6))  # shuffled
+    assert [l["system"] for l in lines] == [f"sys{n}" for n in range(6)]  # output in the input's order
+    assert all(l["score"] == n % 5 + 1 for n, l in enumerate(lines))
+    letters = {l["system"]: l["position"] for l in lines}
+    assert sorted(letters.values()) == list("ABCDEF")
+    assert sum(l["usage"]["prompt_tokens"] for l in lines) == 10  # the block's tokens are counted once
+
+    # The same seed gives the same order; another seed another order.
+    client2 = ScriptedClient(answer)
+    (tmp_path / "again").mkdir()
+    run(client2, rubric, [rubric.criterion("coherence")], group, tmp_path / "again", mode="block", seed=7)
+    assert shown_orders[1] == shown_orders[0]
+    (tmp_path / "other").mkdir()
+    run(ScriptedClient(answer), rubric, [rubric.criterion("coherence")], group, tmp_path / "other", mode="block", seed=8)
+    assert shown_orders[2] != shown_orders[0]
+
+
+def test_block_missing_candidate_is_reasked_then_fails_every_line(tmp_path):
+    rubric = load_rubric("dialsummeval")
+    group = [Item(id="d0", system=s, dialogue="A: hi", candidate=f"text {s}") for s in "xyz"]
+    client = ScriptedClient(lambda body: json.dumps({"A": {"rationale": "r", "score": 3}}))
+    tally, lines = run(client, rubric, [rubric.criterion("fluency")], group, tmp_path, mode="block", reasks=1)
+    assert len(client.bodies) == 2 and tally.failed == 3
+    assert all("no entry for candidates ['B', 'C']" in l["error"] for l in lines)
+
+
+PAIRWISE = {
+    "name": "pairs", "version": "1", "language": "en", "task": "pairwise", "title": "t", "instructions": "i",
+    "inputs": ["dialogue", "candidate_1", "candidate_2"], "template": "pairwise.j2",
+    "criteria": [{"id": "faithfulness", "name": "Faithfulness", "definition": "d", "scale": {"type": "preference"}}],
+}
+
+
+def pair(pid, one, two):
+    return Item(id=pid, dialogue="source", candidate_1=one, candidate_2=two, system_1="x", system_2="y")
+
+
+def test_pairwise_both_orders_identical_tie_and_position_bias(tmp_path):
+    rubric = Rubric.model_validate(PAIRWISE)
+
+    def answer(body):
+        text = body["messages"][-1]["content"]
+        first = text.split("Summary 1:")[1].split("Summary 2:")[0]
+        if "GOOD" in text and "BIASED" not in text:
+            return json.dumps({"rationale": "r", "label": "1" if "GOOD" in first else "2"})
+        return json.dumps({"rationale": "r", "label": "1"})  # always prefers the first position
+
+    client = ScriptedClient(answer)
+    items = [pair("p-consistent", "bad one", "GOOD one"), pair("p-biased", "BIASED a", "BIASED b"),
+             pair("p-same", "Same  text.", "Same text.")]
+    tally, lines = run(client, rubric, rubric.criteria, items, tmp_path, mode="pairwise")
+    by_id = {l["id"]: l for l in lines}
+    assert by_id["p-consistent"]["label"] == "2" and not by_id["p-consistent"]["order_disagreement"]
+    assert by_id["p-consistent"]["orders"] == {"forward": "2", "swapped": "2"}
+    assert by_id["p-biased"]["label"] == "0" and by_id["p-biased"]["order_disagreement"]
+    assert by_id["p-same"]["label"] == "0" and by_id["p-same"]["identical"]
+    assert by_id["p-same"]["system"] == "x|y"
+    assert len(client.bodies) == 4  # two orders for each of two pairs; the identical pair costs nothing
+    assert tally.both_orders["faithfulness"] == 2 and tally.flipped["faithfulness"] == 1
+    assert "faithfulness 1/2 (50%)" in tally.line()
+
+    (tmp_path / "noswap").mkdir()
+    client = ScriptedClient(answer)
+    _, lines = run(client, rubric, rubric.criteria, items[:2], tmp_path / "noswap", mode="pairwise", swap=False)
+    assert len(client.bodies) == 2 and all("order_disagreement" not in l for l in lines)
+
+
+SEGMENTED = {
+    "name": "seg", "version": "1", "language": "en", "task": "summary", "title": "t", "instructions": "i",
+    "inputs": ["dialogue", "candidate"], "segment_instructions": "one segment per topic",
+    "criteria": [
+        {"id": "fluency", "name": "Fluency", "definition": "d", "per_segment": True,
+         "scale": {"type": "likert", "points": [{"value": v, "label": "l", "meaning": "m"} for v in (0, 1, 2)]}},
+        {"id": "qa_matching", "name": "QA matching", "definition": "d", "per_segment": True,
+         "only_when": {"summary_type": ["overall"]},
+         "scale": {"type": "categorical", "labels": [{"value": "matched", "meaning": "m", "score": 1},
+                                                     {"value": "mismatched", "meaning": "m", "score": 0}]}},
+    ],
+}
+
+
+def test_segments_given_or_split_once_and_only_when(tmp_path):
+    rubric = Rubric.model_validate(SEGMENTED)
+
+    def answer(body):
+        props = body["response_format"]["json_schema"]["schema"]["properties"]
+        if "segments" in props:
+            return json.dumps({"segments": ["topic one.", "topic two.", "topic three."]})
+        segment = body["messages"][-1]["content"].split("<<<SEGMENT ")[1].split(">>>\n")[1].split("\n")[0]
+        if "label" in props:
+            return json.dumps({"rationale": "r", "label": "mismatched" if "two" in segment else "matched"})
+        return json.dumps({"rationale": "r", "score": 2 if "one" in segment else 1})
+
+    items = [Item(id="d0", system="given", dialogue="A: hi", candidate="topic one. topic two.", summary_type="overall",
+                  segments=["topic one.", "topic two."]),
+             Item(id="d0", system="split", dialogue="A: hi", candidate="topic one. topic two. topic three.",
+                  summary_type="overall"),
+             Item(id="d0", system="user-side", dialogue="A: hi", candidate="topic one.", summary_type="user",
+                  segments=["topic one."])]
+    client = ScriptedClient(answer)
+    _, lines = run(client, rubric, rubric.criteria, items, tmp_path)
+    got = {(l["system"], l["criterion"]): l for l in lines}
+    splits = [b for b in client.bodies if "segments" in b["response_format"]["json_schema"]["schema"]["properties"]]
+    assert len(splits) == 1  # only the candidate without segments, once for both criteria
+    assert got[("given", "fluency")]["samples"] == [2.0, 1.0] and got[("given", "fluency")]["score"] == 1.5
+    assert got[("split", "fluency")]["score"] == pytest.approx(4 / 3)
+    assert got[("split", "qa_matching")]["score"] == pytest.approx(2 / 3)  # the matching rate
+    assert [s["label"] for s in got[("split", "qa_matching")]["segments"]] == ["matched", "mismatched", "matched"]
+    assert got[("user-side", "qa_matching")]["na"] and got[("user-side", "qa_matching")]["score"] is None
+    assert got[("user-side", "fluency")]["score"] == 2.0
