@@ -7,10 +7,13 @@ The stub (tests/stub_server.py) runs in its own process, so only the client's CP
   engine/sdk       the same with the AsyncOpenAI client
   bare SDK         AsyncOpenAI + asyncio.Semaphore + json.loads of the content, request bodies pre-built
                    (no rendering, no cache, no retries, no results file): the floor to beat
+  bare aiohttp     the same loop on aiohttp: what this machine and stub allow with no engine work at all
   cached rerun     engine/aiohttp again on the same cache with a fresh output file: time / first run's time
 
     python benchmarks/engine_throughput.py [--judgments 2000] [--concurrency 64] [--latencies 0,50]
                                            [--profile]   # cProfile of engine/aiohttp at the first latency
+
+Then the client CPU of each step of a judgment, measured alone.
 
 Targets: at 0 ms at least the bare SDK loop's throughput; at 50 ms and C=64 >= 0.9 of C/L (1280/s);
 cached rerun <= 0.05x the first run.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import hashlib
 import io
 import json
 import pstats
@@ -34,11 +38,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import aiohttp  # noqa: E402
 import openai  # noqa: E402
 
 from judge.answers import AnswerFormat  # noqa: E402
 from judge.backends.openai_compat import HTTPClient, SDKClient  # noqa: E402
-from judge.cache import AnswerCache  # noqa: E402
+from judge.cache import AnswerCache, request_key  # noqa: E402
 from judge.engine import Engine, ResultsFile, Settings  # noqa: E402
 from judge.items import load_items  # noqa: E402
 from judge.prompting import criterion_messages  # noqa: E402
@@ -150,6 +155,63 @@ def run_bare_sdk(base_url: str, requests: list[dict], concurrency: int) -> tuple
     return m, done
 
 
+def run_bare_aiohttp(base_url: str, requests: list[dict], concurrency: int) -> tuple[Measure, int]:
+    """The same loop on aiohttp: the ceiling of this machine and stub, with no engine work at all."""
+    async def go():
+        semaphore = asyncio.Semaphore(concurrency)
+        url = base_url + "/chat/completions"
+        headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+            async def one(body):
+                async with semaphore:
+                    async with session.post(url, data=json.dumps(body), headers=headers) as response:
+                        text = await response.text()
+                return json.loads(json.loads(text)["choices"][0]["message"]["content"])
+
+            return len(await asyncio.gather(*(one(b) for b in requests)))
+
+    with Measure() as m:
+        done = asyncio.run(go())
+    return m, done
+
+
+def breakdown(tmp: Path, n_items: int) -> None:
+    """Client CPU of each step of one judgment, measured alone (µs per judgment)."""
+    rubric = load_rubric(RUBRIC)
+    items = load_items(write_items(tmp / "breakdown.jsonl", n_items, "b-"), rubric.inputs)
+    pairs = [(c, i) for c in rubric.criteria for i in items]
+    engine = Engine(None, Settings(model=MODEL), None)
+    criterion_messages(rubric, pairs[0][0], pairs[0][1])  # compile the template
+    cache = AnswerCache(tmp / "breakdown-cache")
+    results = ResultsFile(tmp / "breakdown-out.jsonl", rubric.ref, MODEL)
+    completion = {"content": '{"rationale": "ok", "score": 1}', "finish_reason": "stop", "logprobs": None,
+                  "usage": {"prompt_tokens": 700, "completion_tokens": 9}}
+    record = engine._record(rubric, pairs[0][0], pairs[0][1], score=1.0)
+    state: dict = {}
+    steps = [
+        ("render (criterion_messages, Jinja sandbox)",
+         lambda: state.__setitem__("messages", [criterion_messages(rubric, c, i) for c, i in pairs])),
+        ("request body (Engine._body)", lambda: state.__setitem__("bodies", [
+            engine._body(m, AnswerFormat.for_criterion(c), 0, 0) for m, (c, _) in zip(state["messages"], pairs)])),
+        ("request_key (sorted json.dumps + sha256)",
+         lambda: state.__setitem__("keys", [request_key(b) for b in state["bodies"]])),
+        ("json.dumps(body) in HTTPClient", lambda: [json.dumps(b) for b in state["bodies"]]),
+        ("prompt_sha (json.dumps + sha256)", lambda: [
+            hashlib.sha256(json.dumps(m, ensure_ascii=False).encode()).hexdigest() for m in state["messages"]]),
+        ("cache.put (SQLite, one commit each)", lambda: [cache.put(k, completion) for k in state["keys"]]),
+        ("cache.get (SQLite + json.loads)", lambda: [cache.get(k) for k in state["keys"]]),
+        ("AnswerFormat.parse", lambda: [AnswerFormat.for_criterion(c).parse(completion["content"]) for c, _ in pairs]),
+        ("ResultsFile.write (json.dumps + flush)", lambda: [results.write(record) for _ in pairs]),
+    ]
+    print("\nclient CPU per judgment, each step alone:")
+    for name, step in steps:
+        started = time.process_time()
+        step()
+        print(f"  {name:<44} {1e6 * (time.process_time() - started) / len(pairs):7.1f} µs")
+    cache.close()
+    results.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--judgments", type=int, default=2000, help="judgments per measurement (default 2000)")
@@ -177,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                            tmp / f"{tag}warm.jsonl")  # imports, first connections, template compilation
                 requests = bodies(sets["bare"])
                 bare, n_bare = run_bare_sdk(base_url, requests, C)
+                bare_aio, n_bare_aio = run_bare_aiohttp(base_url, requests, C)
                 profile = cProfile.Profile() if args.profile and latency == float(args.latencies.split(",")[0]) else None
                 aio, n_aio = run_engine("aiohttp", base_url, sets["aiohttp"], tmp, C, tmp / f"{tag}aio-cache",
                                         tmp / f"{tag}aio.jsonl", profile)
@@ -191,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait()
             ideal = C / (latency / 1000) if latency else None
             bare_rate = n_bare / bare.wall
-            for name, m, n in (("engine/aiohttp", aio, n_aio), ("engine/sdk", sdk, n_sdk), ("bare SDK", bare, n_bare)):
+            for name, m, n in (("engine/aiohttp", aio, n_aio), ("engine/sdk", sdk, n_sdk), ("bare SDK", bare, n_bare),
+                            ("bare aiohttp", bare_aio, n_bare_aio)):
                 rate = n / m.wall
                 of_ideal = f"{rate / ideal:7.2f}" if ideal else f"{'-':>7}"
                 print(f"{latency:5.0f}ms  {name:<16} {m.wall:7.2f} {rate:8.0f} {1000 * m.cpu / n:11.3f} "
@@ -209,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                 pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(25)
                 print("\ncProfile of engine/aiohttp (tottime; the event loop's own time is in select/_run_once):")
                 print("\n".join(out.getvalue().splitlines()[:45]))
+        breakdown(tmp, n_items)
     print("\n" + "\n".join(f"[{'ok' if ok else 'MISSED'}] {what}" for what, ok in verdicts))
     return 0 if all(ok for _, ok in verdicts) else 1
 

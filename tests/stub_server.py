@@ -5,7 +5,7 @@ own process:
 
     python tests/stub_server.py --port 0 --latency-ms 50 --fault 429:3 --fault 500:2 --reject-json-schema
 
-The process prints `listening on http://127.0.0.1:PORT/v1` once ready. Besides POST /v1/chat/completions it
+The process prints `listening on http://127.0.0.1:PORT/v1` once ready, and exits when its parent does. Besides POST /v1/chat/completions it
 serves GET /stats (request counts), POST /config (replace the settings, same keys as `StubConfig`) and
 POST /reset (clear the counts).
 
@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import re
 import sys
 import threading
@@ -348,11 +349,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     server = StubServer(config, args.host, args.port)
 
+    parent = os.getppid()
+
     async def run() -> None:
         await server.serve()
         print(f"listening on {server.base_url}", flush=True)
         try:
-            await asyncio.Event().wait()
+            while os.getppid() == parent:  # exit with the test or benchmark that started it, even on a crash
+                await asyncio.sleep(0.5)
         finally:
             await server.shutdown()
 
