@@ -293,6 +293,7 @@ class StubServer:
 
         def run() -> None:
             self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
             try:
                 self._loop.run_until_complete(self.serve())
             except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
@@ -305,7 +306,8 @@ class StubServer:
             pending = asyncio.all_tasks(self._loop)  # handlers still sleeping in a "hang"
             for task in pending:
                 task.cancel()
-            self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            if pending:
+                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.close()
 
         self._thread = threading.Thread(target=run, name="stub-server", daemon=True)
