@@ -190,8 +190,11 @@ def verdict_probabilities(tokens: list[dict], fmt: AnswerFormat) -> dict[str, fl
         return None
     allowed = {str(v) for v in fmt.allowed}
     mass: dict[str, float] = {}
-    for alt in token.get("top_logprobs") or [token]:
-        key = alt.get("token", "").strip().strip('":,')
+    alternatives = list(token.get("top_logprobs") or [])
+    if all(alt.get("token") != token.get("token") for alt in alternatives):
+        alternatives.append(token)  # the sampled token itself, when the server's top list left it out
+    for alt in alternatives:
+        key = alt.get("token", "").strip(' \t\r\n":,')  # a token may carry the colon and newlines too
         if key in allowed and alt.get("logprob") is not None:
             mass[key] = mass.get(key, 0.0) + math.exp(alt["logprob"])
     total = sum(mass.values())

@@ -88,6 +88,11 @@ def test_verdict_probabilities_renormalise_over_allowed_points_found_by_content(
     assert expected_score(probs) == pytest.approx((3 * 1 + 4 * 6 + 5 * 2) / 9)
 
 
+def test_verdict_token_may_carry_the_colon_and_newlines():
+    tokens = [_token('{"rationale": "x", "score"'), _token(":\n\n1", math.log(0.5), [(":\n\n1", math.log(0.5)), (":\n\n2", math.log(0.5))])]
+    assert verdict_probabilities(tokens, LIKERT) == pytest.approx({"1": 0.5, "2": 0.5, "3": 0, "4": 0, "5": 0})
+
+
 def test_verdict_probabilities_absent_when_no_score_token():
     assert verdict_probabilities([_token('{"rationale": "x"}')], LIKERT) is None
     assert verdict_probabilities([], LIKERT) is None
