@@ -128,7 +128,7 @@ def run_rubrics(args) -> int:
 
 def run_render(args) -> int:
     from judge.items import load_items
-    from judge.prompting import criterion_messages, gate_messages
+    from judge.prompting import criterion_messages, gate_messages, segment_messages
     from judge.rubric import load_rubric
 
     rubric = load_rubric(args.rubric)
@@ -140,7 +140,13 @@ def run_render(args) -> int:
     for c in rubric.select(_csv_list(args.criteria)):
         if c.gate:
             out.append({"criterion": c.id, "kind": "gate", "messages": gate_messages(rubric, c, item)})
-        out.append({"criterion": c.id, "kind": "judge", "messages": criterion_messages(rubric, c, item, args.template)})
+        segment = None
+        if c.per_segment:
+            if not item.segments:
+                out.append({"criterion": c.id, "kind": "split", "messages": segment_messages(rubric, item)})
+            segment = item.segments[0] if item.segments else "(each segment the split returns)"
+        messages = criterion_messages(rubric, c, item, args.template, segment=segment, segment_number=1 if segment else None)
+        out.append({"criterion": c.id, "kind": "judge", "messages": messages})
     if args.json:
         print(json.dumps(out, ensure_ascii=False, indent=2))
         return 0

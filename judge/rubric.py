@@ -117,6 +117,8 @@ class Example(_Strict):
     answer: int | str
     why: str
     dialogue: str | None = None
+    candidate_2: str | None = None  # pairwise examples: `candidate` is the first summary, this the second
+    reference: str | None = None
 
 
 class Gate(_Strict):
@@ -179,6 +181,7 @@ class Rubric(_Strict):
     template: str = "pointwise.j2"
     block_template: str = "block.j2"
     segment_instructions: str | None = None  # how to split a candidate into topic segments (per_segment criteria)
+    context_fields: list[str] = []  # extra item fields shown to the judge, e.g. summary_type
     criteria: list[Criterion] = Field(min_length=1)
     qualification: Qualification | None = None
 
@@ -198,8 +201,16 @@ class Rubric(_Strict):
             if c.per_segment and not self.segment_instructions:
                 raise ValueError(f"criterion {c.id!r} is per_segment, so the rubric needs segment_instructions")
         if self.qualification:
+            from judge.items import Item  # items do not depend on rubrics; imported here to keep it that way
+
             ids = {c.id for c in self.criteria}
             for i, q in enumerate(self.qualification.items):
+                try:
+                    item = Item.model_validate(q.model_dump(exclude={"expected"}))
+                except ValidationError as exc:
+                    raise ValueError(f"qualification.items[{i}] is not a valid item: {exc.errors()[0]['msg']}") from None
+                if missing := [f for f in self.inputs if item.fields.get(f) in (None, "")]:
+                    raise ValueError(f"qualification.items[{i}] lacks the rubric's inputs {missing}")
                 if unknown := set(q.expected) - ids:
                     raise ValueError(f"qualification.items[{i}].expected names unknown criteria {sorted(unknown)}")
                 for cid, answer in q.expected.items():

@@ -8,28 +8,40 @@ import pytest
 
 from judge.answers import RATIONALE_MAX, AnswerFormat, expected_score, verdict_probabilities
 from judge.errors import AnswerError
-from judge.rubric import load_rubric
+from judge.rubric import available_rubrics, load_rubric
 
 LIKERT = AnswerFormat("score", (1, 2, 3, 4, 5))
 
 
-@pytest.mark.parametrize("rubric", ["dialsummeval", "call_centre_fr"])
-def test_schema_accepts_every_point_and_rejects_others(rubric):
+@pytest.mark.parametrize("rubric", available_rubrics())
+def test_schema_accepts_every_legal_answer_and_rejects_others(rubric):
     for criterion in load_rubric(rubric).criteria:
         fmt = AnswerFormat.for_criterion(criterion)
         schema = fmt.json_schema()
         jsonschema.Draft202012Validator.check_schema(schema)
+        base = {"rationale": "r"}
+        if fmt.explanations:
+            base["explanation"] = fmt.explanations[0]
         for value in criterion.scale.values:
-            answer = {"rationale": "r", fmt.verdict_key: value}
+            answer = {**base, fmt.verdict_key: value}
             jsonschema.validate(answer, schema)
             assert fmt.parse(json.dumps(answer))[fmt.verdict_key] == value
-        for bad in (0, 6, "3", 3.5, None):
+        illegal = [min(criterion.scale.values) - 1, max(criterion.scale.values) + 1, "3", 3.5, None] if fmt.numeric \
+            else ["maybe", "", 1, None, "other"]
+        for bad in illegal:
             with pytest.raises(jsonschema.ValidationError):
-                jsonschema.validate({"rationale": "r", "score": bad}, schema)
+                jsonschema.validate({**base, fmt.verdict_key: bad}, schema)
+            # The parser forgives what a schema-less server may send for a legal answer: "3" for 3, 1 for "1".
+            if bad is not None and not (fmt.numeric and bad == "3") and not (not fmt.numeric and bad == 1):
+                with pytest.raises(AnswerError):
+                    fmt.parse(json.dumps({**base, fmt.verdict_key: bad}))
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate({"rationale": "x" * (RATIONALE_MAX + 1), "score": 3}, schema)
+            jsonschema.validate({**base, fmt.verdict_key: criterion.scale.values[0], "rationale": "x" * (RATIONALE_MAX + 1)}, schema)
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate({"rationale": "r", "score": 3, "extra": 1}, schema)
+            jsonschema.validate({**base, fmt.verdict_key: criterion.scale.values[0], "extra": 1}, schema)
+        if fmt.explanations:
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate({**base, fmt.verdict_key: criterion.scale.values[0], "explanation": "made up"}, schema)
 
 
 @pytest.mark.parametrize(
