@@ -254,6 +254,8 @@ def test_kill_9_then_resume_sends_no_finished_request_again(stub_process, tmp_pa
     run = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 20):
+        if run.poll() is not None:
+            pytest.fail(f"the run ended before the kill (exit {run.returncode}): {run.stderr.read().decode()}")
         time.sleep(0.02)
     run.send_signal(signal.SIGKILL)
     run.wait()
