@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from judge.errors import AnswerError
 from judge.rubric import Criterion
 
-RATIONALE_MAX = 600
+RATIONALE_MAX = 300  # characters: one or two short sentences; bounds a degenerate answer's length
 _CODE_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
@@ -120,11 +120,13 @@ class SegmentsFormat:
     """The candidate split into topic segments, each kept in the candidate's own words."""
 
     numeric = False
-    max_segments: int = 20
+    max_segments: int = 12
+    max_length: int = 400
 
     def json_schema(self) -> dict:
         return {"type": "object", "properties": {"segments": {
-            "type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": self.max_segments}},
+            "type": "array", "items": {"type": "string", "minLength": 1, "maxLength": self.max_length},
+            "minItems": 1, "maxItems": self.max_segments}},
             "required": ["segments"], "additionalProperties": False}
 
     def parse(self, text: str) -> list[str]:

@@ -45,7 +45,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--concurrency", type=int, default=16, help="requests in flight at once (default 16)")
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per request before it is retried (default 120)")
     g.add_argument("--temperature", type=float, default=None, help="default 0, or 1.0 with --samples > 1")
-    g.add_argument("--max-tokens", type=int, default=512, help="answer length limit (default 512)")
+    g.add_argument("--max-tokens", type=int, default=1024, help="answer length limit (default 1024)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed; sample k uses seed+k (default 0)")
     g.add_argument("--samples", type=int, default=1, help="answers per judgment; score = their mean (default 1)")
     g.add_argument("--logprobs", action="store_true",

@@ -56,7 +56,7 @@ class Settings:
     model: str
     backend: str = "openai"
     temperature: float = 0.0
-    max_tokens: int = 512
+    max_tokens: int = 1024  # covers a schema-bounded answer even in scripts that cost ~3 tokens a character
     samples: int = 1
     logprobs: bool = False
     top_logprobs: int = 20
