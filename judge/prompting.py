@@ -73,20 +73,43 @@ def load_template(name_or_path: str) -> jinja2.Template:
     return template
 
 
+# The variables a system block may use and still be shared by every item: rubric and criterion, nothing of the item.
+SHARED_VARIABLES = ("rubric", "criterion", "scale", "gate")
+
+
+def _render_block(template: jinja2.Template, role: str, variables: dict) -> str:
+    return "".join(template.blocks[role](template.new_context(variables))).strip()
+
+
+def _system_block(template_name: str, template: jinja2.Template, variables: dict) -> str:
+    """The system block, rendered once per (template, rubric, criterion) when it uses no item variable.
+
+    Rendering it with the shared variables only proves that: StrictUndefined raises on any other name, and such
+    a template is then rendered per item. This takes Jinja off the per-judgment hot path for the longest block.
+    """
+    rubric, criterion = variables.get("rubric"), variables.get("criterion")
+    if not isinstance(rubric, Rubric):
+        return _render_block(template, "system", variables)
+    cache = rubric.rendered_system  # lives and dies with the rubric object
+    key = (template_name, getattr(criterion, "id", None))
+    if key not in cache:
+        try:
+            cache[key] = _render_block(template, "system", {k: variables[k] for k in SHARED_VARIABLES if k in variables})
+        except jinja2.UndefinedError:
+            cache[key] = None  # the block reads item variables: render it per item
+    cached = cache[key]
+    return cached if cached is not None else _render_block(template, "system", variables)
+
+
 def render_messages(template_name: str, variables: dict) -> list[dict[str, str]]:
     template = load_template(template_name)
     try:
-        context = template.new_context(variables)
-        messages = []
-        for role in ROLES:
-            content = "".join(template.blocks[role](context)).strip()
-            if content:
-                messages.append({"role": role, "content": content})
-        return messages
+        contents = [_system_block(template_name, template, variables), _render_block(template, "user", variables)]
     except jinja2.UndefinedError as exc:
         raise TemplateError(f"template {template_name!r}: {exc.message}") from None
     except jinja2.exceptions.SecurityError as exc:
         raise TemplateError(f"template {template_name!r} tried something the sandbox forbids: {exc}") from None
+    return [{"role": role, "content": content} for role, content in zip(ROLES, contents) if content]
 
 
 def _variables(rubric: Rubric, criterion: Criterion, item: Item) -> dict:

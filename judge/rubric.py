@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from judge.errors import RubricError
 from judge.resources import bundled_dir
@@ -184,6 +184,12 @@ class Rubric(_Strict):
     context_fields: list[str] = []  # extra item fields shown to the judge, e.g. summary_type
     criteria: list[Criterion] = Field(min_length=1)
     qualification: Qualification | None = None
+    # Rendered system messages by (template, criterion): they depend on nothing else (see prompting.py).
+    _rendered_system: dict = PrivateAttr(default_factory=dict)
+
+    @property
+    def rendered_system(self) -> dict:
+        return self._rendered_system
 
     @field_validator("criteria")
     @classmethod

@@ -96,3 +96,17 @@ def test_template_text_in_data_is_not_executed():
     rubric = load_rubric("dialsummeval")
     messages = criterion_messages(rubric, rubric.criterion("fluency"), item("{{ 7 * 7 }} {% raw %}"))
     assert "{{ 7 * 7 }} {% raw %}" in messages[1]["content"] and "49" not in messages[1]["content"]
+
+
+def test_system_block_is_shared_only_when_it_uses_no_item_variable(tmp_path):
+    rubric = load_rubric("dialsummeval")
+    shared = tmp_path / "shared.j2"
+    shared.write_text("{% block system %}{{ criterion.name }}{% endblock %}{% block user %}{{ candidate }}{% endblock %}")
+    personal = tmp_path / "personal.j2"
+    personal.write_text("{% block system %}{{ criterion.name }} for {{ candidate }}{% endblock %}{% block user %}x{% endblock %}")
+    c = rubric.criterion("fluency")
+    for template, first, second in ((shared, "Fluency", "Fluency"), (personal, "Fluency for one", "Fluency for two")):
+        a = criterion_messages(rubric, c, item("one"), template=str(template))
+        b = criterion_messages(rubric, c, item("two"), template=str(template))
+        assert (a[0]["content"], b[0]["content"]) == (first, second)
+        assert (a[1]["content"], b[1]["content"]) != ("x", "y")
