@@ -204,6 +204,8 @@ def run_score(args) -> int:
         raise JudgeError(f"rubric {rubric.name!r} compares pairs: use `judge compare`")
     criteria = rubric.select(_csv_list(args.criteria))
     items = load_items(args.input, rubric.inputs)
+    if args.mode == "block" and args.logprobs:
+        raise JudgeError("--logprobs needs --mode pointwise: a block answer holds many score tokens")
     return _exit_code(_run(args, rubric, criteria, items, args.output, args.mode))
 
 
