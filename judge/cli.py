@@ -80,7 +80,7 @@ def open_backend(args):
     yield client, args.model, "openai"
 
 
-def _settings(args, model: str, backend: str):
+def _settings(args, model: str, backend: str, mode: str, swap: bool):
     from judge.engine import Settings
 
     if args.samples < 1 or args.concurrency < 1:
@@ -89,7 +89,7 @@ def _settings(args, model: str, backend: str):
     return Settings(
         model=model, backend=backend, temperature=temperature, max_tokens=args.max_tokens, samples=args.samples,
         logprobs=args.logprobs, seed=args.seed, concurrency=args.concurrency, timeout=args.timeout,
-        response_format=args.response_format, template=getattr(args, "template", None),
+        response_format=args.response_format, template=getattr(args, "template", None), mode=mode, swap=swap,
     )
 
 
@@ -163,8 +163,7 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
 
     cache = _cache(args)
     with open_backend(args) as (client, model, backend):
-        settings = _settings(args, model, backend)
-        settings.mode, settings.swap = mode, swap
+        settings = _settings(args, model, backend, mode, swap)
         results = ResultsFile(output, rubric.ref, model)
         engine = Engine(client, settings, cache)
 

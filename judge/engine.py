@@ -208,13 +208,12 @@ class Engine:
                     return await self.client.complete(body, self.settings.timeout)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
-    async def _send_with_fallback(self, messages: list[dict], fmt: AnswerFormat, sample: int) -> tuple[dict, dict]:
+    async def _send_with_fallback(self, messages: list[dict], fmt: AnswerFormat, sample: int) -> dict:
         """Send, stepping down json_schema -> json_object -> text when the server rejects a format."""
         while True:
             mode = self._format_mode
-            body = self._body(messages, fmt, sample, mode)
             try:
-                return body, await self._send(body)
+                return await self._send(self._body(messages, fmt, sample, mode))
             except ResponseFormatUnsupported:
                 if mode + 1 >= len(RESPONSE_FORMATS):
                     raise
@@ -248,7 +247,7 @@ class Engine:
         conversation = messages
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
         for _ in range(self.settings.reasks + 1):
-            _, completion = await self._send_with_fallback(conversation, fmt, sample)
+            completion = await self._send_with_fallback(conversation, fmt, sample)
             for k in usage:
                 usage[k] += completion["usage"].get(k, 0) or 0
             content = completion["content"]
@@ -280,21 +279,20 @@ class Engine:
 
     async def _not_applicable(self, rubric: Rubric, criterion: Criterion, item: Item) -> str | None:
         """Why the criterion is N/A for this item (a field condition, or the dialogue's gate said no), or None."""
-        if not criterion.applies_to(item.fields):
+        if criterion.only_when and not criterion.applies_to(item.fields):
             return f"applies only when {criterion.only_when}"
         if criterion.gate is None:
             return None
-        messages = gate_messages(rubric, criterion, item)
+        # Rendered inside the shared task: only the dialogue's first candidate pays for it.
         parsed, _, _ = await self._once(("gate", item.id, criterion.id),
-                                        lambda: self.ask(messages, AnswerFormat.gate(), 0))
+                                        lambda: self.ask(gate_messages(rubric, criterion, item), AnswerFormat.gate(), 0))
         return parsed["rationale"] or criterion.gate.na_reason if parsed["answer"] == "no" else None
 
     async def _segments(self, rubric: Rubric, item: Item) -> list[str]:
         if item.segments:
             return item.segments
-        messages = segment_messages(rubric, item)
         segments, _, _ = await self._once(("segments", item.id, item.system),
-                                          lambda: self.ask(messages, SegmentsFormat(), 0))
+                                          lambda: self.ask(segment_messages(rubric, item), SegmentsFormat(), 0))
         return segments
 
     async def _samples(self, messages: list[dict], fmt) -> list[tuple[dict, dict, bool]]:
