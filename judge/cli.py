@@ -13,6 +13,9 @@ import textwrap
 from judge.errors import BackendError, JudgeError
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+# Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
+# scipy, matplotlib) at module level: every `judge` command builds the whole parser.
+VERB_MODULES = ("calibration.cli",)
 
 
 def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
@@ -312,9 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(p)
     p.set_defaults(run=run_qualify)
 
-    from calibration import cli as calibration_cli
+    import importlib
 
-    calibration_cli.register(sub)
+    for module in VERB_MODULES:
+        importlib.import_module(module).register(sub)
     return parser
 
 

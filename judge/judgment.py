@@ -1,0 +1,166 @@
+"""The judgment: one verdict of the judge on one (item, system, criterion), as a type.
+
+Every module that writes or reads judgments goes through here: the engine builds `Judgment`s, the results file
+writes and resumes them, qualification and calibration read them back. A line is a `Judgment` serialised as JSON.
+
+A judgment is exactly one of: a number (`score`), a label (`label`, with `score` when the label has one), an
+abstention (`abstained`: "I don't know" is a label, never a number), not applicable (`na`), or a failure
+(`error`, with the `raw` answer when there was one). The `fingerprint` records everything that produced it, so a
+resumed run reuses a line only when it would ask the very same question again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from judge.errors import OutputError
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class SegmentVerdict(BaseModel):
+    """Per-segment criteria: the verdict on one topic segment of the candidate."""
+
+    model_config = ConfigDict(extra="ignore")
+    text: str
+    score: float | None = None
+    label: str | None = None
+    rationale: str | None = None
+
+
+class Judgment(BaseModel):
+    # Unknown keys are ignored when reading, so a file written by a newer version still loads.
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    system: str
+    criterion: str
+    score: float | None = None
+    label: str | None = None
+    na: bool = False
+    abstained: bool = False
+    samples: list[Any] = Field(default_factory=list)
+    spread: float | None = None
+    probs: dict[str, float] | None = None
+    rationale: str | None = None
+    explanation: str | None = None
+    rubric: str = ""
+    model: str = ""
+    backend: str = ""
+    prompt_sha: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    error: str | None = None
+    raw: str | None = None
+    # Everything that produced this judgment (see `fingerprint`); None in files written before it existed.
+    fingerprint: dict[str, Any] | None = None
+    # Mode-specific: block judging (the letter the candidate was shown under), per-segment criteria, pairs.
+    position: str | None = None
+    segments: list[SegmentVerdict] | None = None
+    system_1: str | None = None
+    system_2: str | None = None
+    orders: dict[str, str] | None = None
+    order_disagreement: bool | None = None
+    identical: bool | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.id, self.system, self.criterion)
+
+    @property
+    def is_pair(self) -> bool:
+        return self.system_1 is not None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def status(self) -> str:
+        """ok (a number), label (a label without a number), abstain, na or error: how calibration reads it."""
+        if self.error is not None:
+            return "error"
+        if self.na:
+            return "na"
+        if self.abstained:
+            return "abstain"
+        if self.score is not None:
+            return "ok"
+        return "label" if self.label is not None else "abstain"
+
+    def to_line(self) -> str:
+        # Mode-specific fields are left out when unused, so each line shows only what applies to it.
+        return json.dumps(self.model_dump(exclude_none=False, exclude=self._unused()), ensure_ascii=False)
+
+    def _unused(self) -> set[str]:
+        optional = ("raw", "position", "segments", "system_1", "system_2", "orders", "order_disagreement", "identical")
+        return {name for name in optional if getattr(self, name) is None}
+
+
+def fingerprint_of(**parts: Any) -> dict[str, Any]:
+    """The fingerprint, readable: short hashes for long content (item, rubric, template), values for settings."""
+    return {k: (digest(v) if isinstance(v, (dict, list)) or (isinstance(v, str) and len(v) > 64) else v)
+            for k, v in parts.items()}
+
+
+def digest(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """What differs between two fingerprints, in words: ["temperature 0.0 -> 0.7", "item content"]."""
+    if old is None:
+        return ["no fingerprint (written by an older version)"]
+    out = []
+    for key in new.keys() | old.keys():
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if isinstance(after, str) and len(after) == 16 and key in HASHED_PARTS:
+            out.append(HASHED_PARTS[key])
+        else:
+            out.append(f"{key} {before!r} -> {after!r}")
+    return sorted(out)
+
+
+HASHED_PARTS = {"item": "item content", "rubric": "rubric content", "template": "template", "context": "block"}
+
+
+def parse_line(line: str, where: str) -> Judgment:
+    """One JSON line as a judgment; OutputError naming `where` (file:line) otherwise."""
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise OutputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise OutputError(f"{where}: expected a judgment object, got {type(data).__name__}")
+    try:
+        return Judgment.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise OutputError(f"{where}: not a judgment: field '{field}': {err['msg']}") from None
+
+
+def read_judgments(path: str | Path) -> Iterator[tuple[int, Judgment]]:
+    """(line number, judgment) for every non-blank line; OutputError with file:line on the first bad one."""
+    path = Path(path)
+    if not path.is_file():
+        raise OutputError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}")
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield number, parse_line(line, f"{path}:{number}")
+    except UnicodeDecodeError as exc:
+        raise OutputError(f"{path}: not UTF-8 text (byte {exc.start}); judgments are UTF-8 JSON lines") from None
