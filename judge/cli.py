@@ -60,29 +60,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-@contextlib.contextmanager
-def open_backend(args):
-    """Yield (client, model id, backend name); a local server lives exactly as long as the block."""
-    from judge.backends import open_client
-    from judge.backends import local
-
-    if args.backend == "vllm":
-        from judge.backends.vllm import unavailable
-
-        raise unavailable()
-    if args.backend == "local":
-        path = local.resolve_model(args.model)
-        with local.local_server(path, slots=args.concurrency) as base_url:
-            client = open_client("aiohttp", base_url, None, args.concurrency)
-            yield client, local.model_id(path), "local"
-        return
-    if not args.model:
-        raise BackendError("--backend openai needs --model (the model name the server serves)")
-    api_key = os.environ.get(args.api_key_env)
-    client = open_client(args.client, args.base_url, api_key, args.concurrency)
-    yield client, args.model, "openai"
-
-
 def _settings(args, model: str, backend: str, mode: str, swap: bool):
     from judge.engine import Settings
 
@@ -164,8 +141,11 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
     """Run the engine over items into `output`; returns the tally, or None when interrupted."""
     from judge.engine import Engine, ResultsFile
 
+    from judge.backends import open_backend
+
     cache = _cache(args)
-    with open_backend(args) as (client, model, backend):
+    with open_backend(args) as opened:
+        client, model, backend = opened.client, opened.model, opened.backend
         settings = _settings(args, model, backend, mode, swap)
         results = ResultsFile(output, rubric.ref, model)
         engine = Engine(client, settings, cache)

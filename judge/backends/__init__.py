@@ -1,11 +1,65 @@
-"""Model backends. Every backend answers one chat request as a plain dict:
+"""Model backends. Every backend answers one chat request (an OpenAI chat-completions body) as a plain dict:
 
     {"content": str, "finish_reason": str, "logprobs": [token dicts] | None,
      "usage": {"prompt_tokens": int, "completion_tokens": int}}
 
 and raises `RetryableError` (429, 5xx, timeout, connection), `ResponseFormatUnsupported` or `BackendError`.
+A backend is a `ChatClient`: `await complete(body, timeout)` and `await aclose()`. The engine's asking layer
+(judge/asking.py) owns caching, retries and concurrency, so a backend only transports one request; a backend that
+runs whole batches (the in-process vLLM engine) gathers the requests in flight into batches behind this same call.
+
+Imports are lazy: choosing a backend must not import the HTTP stack, torch or vLLM before it is needed.
 """
 
-from judge.backends.openai_compat import ChatClient, open_client
+from __future__ import annotations
 
-__all__ = ["ChatClient", "open_client"]
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Protocol
+
+from judge.errors import BackendError
+
+
+class ChatClient(Protocol):
+    name: str
+
+    async def complete(self, body: dict, timeout: float) -> dict: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A ready backend: the client, the model id written into judgments and cache keys, the backend's name,
+    and where it answers (for error messages; never a credential)."""
+
+    client: ChatClient
+    model: str
+    backend: str
+    where: str
+
+
+@contextlib.contextmanager
+def open_backend(args):
+    """Yield an `Opened` backend chosen by the CLI flags; a server it starts lives exactly as long as the block."""
+    if args.backend == "vllm":
+        from judge.backends.vllm import unavailable
+
+        raise unavailable()
+    if args.backend == "local":
+        from judge.backends import local
+        from judge.backends.openai_compat import open_client
+
+        path = local.resolve_model(args.model)
+        with local.local_server(path, slots=args.concurrency) as base_url:
+            yield Opened(open_client("aiohttp", base_url, None, args.concurrency), local.model_id(path), "local",
+                         "the embedded llama.cpp server")
+        return
+    from judge.backends.openai_compat import open_client
+
+    if not args.model:
+        raise BackendError("--backend openai needs --model (the model name the server serves)")
+    api_key = os.environ.get(args.api_key_env)
+    client = open_client(args.client, args.base_url, api_key, args.concurrency)
+    yield Opened(client, args.model, "openai", args.base_url or "the OpenAI API")

@@ -15,21 +15,13 @@ import asyncio
 import email.utils
 import json
 import time
-from typing import Protocol
 from urllib.parse import urlparse
 
 import aiohttp
 import openai
 
+from judge.backends import ChatClient
 from judge.errors import BackendError, ResponseFormatUnsupported, RetryableError
-
-
-class ChatClient(Protocol):
-    name: str
-
-    async def complete(self, body: dict, timeout: float) -> dict: ...
-
-    async def aclose(self) -> None: ...
 
 
 def _retry_after(headers) -> float | None:
