@@ -15,6 +15,18 @@ from judge.errors import AnswerError
 from judge.rubric import Criterion
 
 RATIONALE_MAX = 300  # characters: one or two short sentences; bounds a degenerate answer's length
+# In a block, every candidate has its own rationale: shorter, so that 14 of them (DialSummEval) and the prompt fit
+# a 4,096-token context.
+BLOCK_RATIONALE_MAX = 80
+JSON_OVERHEAD = 48  # characters of keys, quotes and braces around one answer object
+# Tokens a character of free text may cost: byte-level tokenizers spend up to three on a CJK character.
+TOKENS_PER_CHAR = {"zh": 3.0, "ja": 3.0, "ko": 3.0}
+
+
+def token_budget(fmt, language: str = "en") -> int:
+    """max_tokens that always fits a schema-bounded answer: its longest text, priced for the language, plus room."""
+    text, fixed = fmt.max_chars()
+    return int((text * TOKENS_PER_CHAR.get(language, 1.0) + fixed) * 1.25) + 64
 _CODE_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
@@ -42,9 +54,14 @@ class AnswerFormat:
     def numeric(self) -> bool:
         return self.verdict_key == "score"
 
-    def json_schema(self) -> dict:
+    def max_chars(self, rationale_max: int = RATIONALE_MAX) -> tuple[int, int]:
+        """(characters of free text, other characters) of the longest answer the schema allows."""
+        labels = max(len(str(v)) for v in self.allowed) + max((len(e) for e in self.explanations), default=0)
+        return rationale_max, labels + JSON_OVERHEAD
+
+    def json_schema(self, rationale_max: int = RATIONALE_MAX) -> dict:
         verdict = {"type": "integer" if self.numeric else "string", "enum": list(self.allowed)}
-        properties = {"rationale": {"type": "string", "maxLength": RATIONALE_MAX}, self.verdict_key: verdict}
+        properties = {"rationale": {"type": "string", "maxLength": rationale_max}, self.verdict_key: verdict}
         if self.explanations:
             properties["explanation"] = {"type": "string", "enum": list(self.explanations)}
         return {
@@ -101,8 +118,12 @@ class BlockFormat:
     letters: tuple[str, ...]
     numeric = False  # no log-probability scoring: a block holds many score tokens
 
+    def max_chars(self) -> tuple[int, int]:
+        text, fixed = self.inner.max_chars(BLOCK_RATIONALE_MAX)
+        return text * len(self.letters), (fixed + 8) * len(self.letters)
+
     def json_schema(self) -> dict:
-        one = self.inner.json_schema()
+        one = self.inner.json_schema(BLOCK_RATIONALE_MAX)
         return {"type": "object", "properties": {k: one for k in self.letters}, "required": list(self.letters),
                 "additionalProperties": False}
 
@@ -122,6 +143,13 @@ class SegmentsFormat:
     numeric = False
     max_segments: int = 12
     max_length: int = 400
+    source_chars: int | None = None  # the candidate's length: its segments, in its own words, are no longer
+
+    def max_chars(self) -> tuple[int, int]:
+        text = self.max_segments * self.max_length
+        if self.source_chars is not None:
+            text = min(text, self.source_chars + 2 * self.max_segments)
+        return text, self.max_segments * 4 + 20
 
     def json_schema(self) -> dict:
         return {"type": "object", "properties": {"segments": {

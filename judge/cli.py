@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import sys
 import textwrap
 
-from judge.errors import BackendError, JudgeError
+from judge.errors import JudgeError
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
@@ -35,20 +34,29 @@ def _csv_list(value: str | None) -> list[str] | None:
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every verb that calls a model."""
     g = parser.add_argument_group("model")
-    g.add_argument("--backend", choices=["local", "openai", "vllm"], default="local",
-                   help="local: embedded llama.cpp server with a small bundled model (default); openai: any "
+    g.add_argument("--backend", choices=["local", "openai", "vllm"], default=None,
+                   help="local: embedded llama.cpp server with a small bundled model (the default without --base-url); "
+                        "openai: any (the default with --base-url) "
                         "OpenAI-compatible server (hosted API, vllm serve, llama.cpp server); vllm: in-process engine")
-    g.add_argument("--model", help="model name on the server (openai), or a .gguf file (local; default: bundled SmolLM2-135M)")
-    g.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"),
-                   help="server URL, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL, else the OpenAI API)")
+    g.add_argument("--model", help="model name on the server (openai), a .gguf file (local; default: bundled "
+                                   "SmolLM2-135M), or a Hugging Face model folder or name (vllm)")
+    g.add_argument("--base-url", action="append", default=None, metavar="URL",
+                   help="server URL, e.g. http://127.0.0.1:8000/v1; repeat it for replicas of one model, each with "
+                        "--concurrency requests in flight, the least loaded healthy one answering (default: "
+                        "$JUDGE_BASE_URLS, comma-separated, else $OPENAI_BASE_URL, else the OpenAI API)")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
                    help="environment variable holding the API key (keys are never taken from flags, nor written anywhere)")
     g.add_argument("--client", choices=["auto", "sdk", "aiohttp"], default="auto",
                    help="HTTP client: the OpenAI SDK, or aiohttp for self-hosted servers; auto = SDK for https, aiohttp for http")
-    g.add_argument("--concurrency", type=int, default=16, help="requests in flight at once (default 16)")
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds per request before it is retried (default 120)")
+    g.add_argument("--concurrency", type=int, default=None,
+                   help="requests in flight at once, per server with several --base-url (default 16; 256 for "
+                        "--backend vllm, whose batches are made of the requests in flight)")
+    g.add_argument("--timeout", type=float, default=None,
+                   help="seconds per request before it is retried once (default 120; 600 for the local and vllm backends, "
+                        "whose long answers on a CPU take minutes)")
     g.add_argument("--temperature", type=float, default=None, help="default 0, or 1.0 with --samples > 1")
-    g.add_argument("--max-tokens", type=int, default=1024, help="answer length limit (default 1024)")
+    g.add_argument("--max-tokens", type=int, default=None,
+                   help="answer length limit (default: what the answer schema can need, priced for the rubric's language)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed; sample k uses seed+k (default 0)")
     g.add_argument("--samples", type=int, default=1, help="answers per judgment; score = their mean (default 1)")
     g.add_argument("--logprobs", action="store_true",
@@ -58,18 +66,53 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--cache", metavar="DIR", help="answer cache directory (default: the user cache dir)")
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the answer cache")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e = parser.add_argument_group("vLLM engine (--backend vllm)")
+    e.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs to split the model over (default 1)")
+    e.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
+                   help="context length (prompt + answer); a longer prompt fails its judgment (default: the model's)")
+    e.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+                   help="weights and activations (default auto: the model's; float32 is the fastest on most CPUs)")
+    e.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="FRACTION",
+                   help="share of GPU memory vLLM may take (default: vLLM's, 0.9)")
+    # --base-url replaces the environment's URLs rather than adding to them, so they live in their own field.
+    parser.set_defaults(base_urls_from_env=_csv_list(os.environ.get("JUDGE_BASE_URLS"))
+                        or _csv_list(os.environ.get("OPENAI_BASE_URL")))
 
 
-def _settings(args, model: str, backend: str, mode: str, swap: bool):
-    from judge.engine import Settings
+def check_model_arguments(args) -> None:
+    """Refuse contradictory or meaningless model flags before anything starts; fill in the defaults that depend on
+    the backend."""
+    if args.backend is None:
+        args.backend = "openai" if args.base_url else "local"
+    elif args.backend == "local" and args.base_url:
+        raise JudgeError("--base-url names a server, but --backend local starts the embedded one: "
+                         "use --backend openai with --base-url, or drop --base-url")
+    if args.concurrency is None:
+        args.concurrency = 256 if args.backend == "vllm" else 16
+    if args.timeout is None:
+        args.timeout = 120.0 if args.backend == "openai" else 600.0
+    problems = [
+        (args.samples < 1, f"--samples must be at least 1, got {args.samples}"),
+        (args.concurrency < 1, f"--concurrency must be at least 1, got {args.concurrency}"),
+        (not args.timeout > 0, f"--timeout must be more than 0 seconds, got {args.timeout:g}"),
+        (args.max_tokens is not None and args.max_tokens < 1, f"--max-tokens must be at least 1, got {args.max_tokens}"),
+        (args.temperature is not None and not 0 <= args.temperature <= 2,
+         f"--temperature must be between 0 and 2, got {args.temperature:g}"),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise JudgeError(message)
 
-    if args.samples < 1 or args.concurrency < 1:
-        raise JudgeError("--samples and --concurrency must be at least 1")
+
+def _settings(args, model: str, backend: str, mode: str, swap: bool, where: str):
+    from judge.settings import Settings
+
     temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
     return Settings(
         model=model, backend=backend, temperature=temperature, max_tokens=args.max_tokens, samples=args.samples,
         logprobs=args.logprobs, seed=args.seed, concurrency=args.concurrency, timeout=args.timeout,
         response_format=args.response_format, template=getattr(args, "template", None), mode=mode, swap=swap,
+        where=where,
     )
 
 
@@ -137,35 +180,63 @@ def run_render(args) -> int:
     return 0
 
 
+def _stale_message(output: str, stale: dict) -> str:
+    from collections import Counter
+
+    reasons = Counter(reason for found in stale.values() for reason in found)
+    what = "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(4))
+    first = next(iter(stale))
+    return (f"{output}: {len(stale)} finished judgments were made differently from what this run would ask ({what}; "
+            f"first: id {first[0]!r}, system {first[1]!r}, criterion {first[2]!r}); reusing them would mix results: "
+            f"add --redo-changed to judge them again (their lines are replaced), or choose another --output")
+
+
 def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = True):
     """Run the engine over items into `output`; returns the tally, or None when interrupted."""
-    from judge.engine import Engine, ResultsFile
-
     from judge.backends import open_backend
+    from judge.engine import Engine
+    from judge.errors import OutputError, ServerUnusable
+    from judge.results import ResultsFile
+    from judge.secrets import Redactor
 
+    check_model_arguments(args)
+    if getattr(args, "input", None) and os.path.exists(output) and os.path.samefile(args.input, output):
+        raise OutputError(f"{output}: --output is the --input file; choose another --output")
+    results = ResultsFile(output)  # refuses a file that is not ours before any server starts
     cache = _cache(args)
-    with open_backend(args) as opened:
-        client, model, backend = opened.client, opened.model, opened.backend
-        settings = _settings(args, model, backend, mode, swap)
-        results = ResultsFile(output, rubric.ref, model)
-        engine = Engine(client, settings, cache)
+    try:
+        with open_backend(args) as opened:
+            settings = _settings(args, opened.model, opened.backend, mode, swap, opened.where)
+            engine = Engine(opened.client, settings, cache, rubric, Redactor(os.environ.get(args.api_key_env)))
+            units, fingerprints = engine.plan(criteria, items)
+            stale = results.stale(fingerprints)
+            if stale and not args.redo_changed:
+                raise OutputError(_stale_message(output, stale))
+            results.start(redo=set(stale))
+            if stale:
+                print(f"redoing {len(stale)} judgments made differently (--redo-changed)", file=sys.stderr)
 
-        async def go():
+            async def go():
+                try:
+                    return await engine.run(units, results, progress=not args.no_progress)
+                finally:
+                    await opened.client.aclose()
+
             try:
-                return await engine.run(rubric, criteria, items, results, progress=not args.no_progress)
-            finally:
-                await client.aclose()
-
-        try:
-            tally = asyncio.run(go())
-        except KeyboardInterrupt:
-            print(f"\ninterrupted: finished judgments are saved in {output}; run the same command to resume",
-                  file=sys.stderr)
-            return None
-        finally:
-            results.close()
-            cache.close()
+                tally = asyncio.run(go())
+            except KeyboardInterrupt:
+                print(f"\ninterrupted: finished judgments are saved in {output}; run the same command to resume",
+                      file=sys.stderr)
+                return None
+            except ServerUnusable as exc:
+                raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {output}: run the same "
+                                     "command to resume once the server is fixed") from None
+    finally:
+        results.close()
+        cache.close()
     print(tally.line(), file=sys.stderr)
+    for warning in tally.warnings():
+        print(warning, file=sys.stderr)
     if tally.failed:
         reasons = ", ".join(f"{n}× {why}" for why, n in tally.errors.most_common(3))
         print(f"{tally.failed} judgments failed ({reasons}); their lines carry the error and the raw answer; "
@@ -209,6 +280,7 @@ def run_qualify(args) -> int:
     import tempfile
 
     from judge.items import Item
+    from judge.judgment import read_judgments
     from judge.qualification import qualification_report
     from judge.rubric import load_rubric
 
@@ -223,7 +295,7 @@ def run_qualify(args) -> int:
         tally = _run(args, rubric, criteria, items, output, mode)
         if tally is None:
             return EXIT_INTERRUPTED
-        records = [json.loads(line) for line in open(output, encoding="utf-8")]
+        records = [judgment for _, judgment in read_judgments(output)]
     table, passed = qualification_report(rubric, records)
     print(table)
     return 0 if passed and not tally.failed else EXIT_FAILED
@@ -265,6 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="judgments JSONL; appended to, and resumed from")
     p.add_argument("--criteria", help="comma-separated criterion ids (default: all of the rubric's)")
     p.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
+    p.add_argument("--redo-changed", action="store_true",
+                   help="judge again the finished judgments in --output that this run would ask differently (edited "
+                        "items, another template, model or decoding); without it such a file is refused")
     p.add_argument("--mode", choices=["pointwise", "block"], default="pointwise",
                    help="pointwise: one candidate per request (default); block: all candidates of a dialogue in one "
                         "request, in an order shuffled per dialogue by --seed, as annotators saw them")
@@ -282,6 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="verdicts JSONL; appended to, and resumed from")
     p.add_argument("--criteria", help="comma-separated criterion ids (default: all)")
     p.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
+    p.add_argument("--redo-changed", action="store_true",
+                   help="judge again the finished judgments in --output that this run would ask differently (edited "
+                        "items, another template, model or decoding); without it such a file is refused")
     p.add_argument("--no-swap", action="store_true", help="ask only the input's order (half the cost, no bias check)")
     add_model_arguments(p)
     p.set_defaults(run=run_compare)
@@ -292,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                  Exit code 0 when every criterion reaches the rubric's threshold.""")
     p.add_argument("--rubric", required=True, help="rubric name or YAML path (it must have a qualification block)")
     p.add_argument("--output", help="keep the qualification judgments in this JSONL file")
+    p.add_argument("--redo-changed", action="store_true", help="as for `judge score`")
     add_model_arguments(p)
     p.set_defaults(run=run_qualify)
 
@@ -311,6 +390,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `judge rubrics | head`: the reader has gone; say nothing more (and let Python not complain at exit).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"judge {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -32,12 +32,23 @@ class BackendError(JudgeError):
 
 
 class RetryableError(JudgeError):
-    """A transient failure: 429, 5xx, a timeout or a dropped connection. `retry_after` is in seconds."""
+    """A transient failure: 429, 5xx, a timeout or a dropped connection. `retry_after` is in seconds.
 
-    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None):
+    `kind` is "server" (an HTTP status or a malformed body), "timeout" or "connection": a timeout is retried
+    at most once (the same long answer would time out again), and a run of connection failures stops the run.
+    """
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None,
+                 kind: str = "server"):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.kind = kind
+
+
+class ServerUnusable(JudgeError):
+    """The server cannot serve this run at all (refused connections, bad credentials, unknown model): the run
+    stops at once instead of failing every judgment, and says where and why. Finished judgments are kept."""
 
 
 class ResponseFormatUnsupported(BackendError):

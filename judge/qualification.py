@@ -7,12 +7,13 @@ must be the expected one. An N/A or failed judgment counts as disagreeing.
 
 from __future__ import annotations
 
+from judge.judgment import Judgment
 from judge.rubric import Rubric
 
 
-def qualification_report(rubric: Rubric, records: list[dict]) -> tuple[str, bool]:
+def qualification_report(rubric: Rubric, judgments: list[Judgment]) -> tuple[str, bool]:
     spec = rubric.qualification
-    judged = {(r["id"], r["criterion"]): r for r in records}
+    judged = {(j.id, j.criterion): j for j in judgments}
     rows, passed = [], True
     for criterion in rubric.criteria:
         expected = [(q.model_extra["id"], q.expected[criterion.id]) for q in spec.items if criterion.id in q.expected]
@@ -28,9 +29,9 @@ def qualification_report(rubric: Rubric, records: list[dict]) -> tuple[str, bool
     return "\n".join([header, *rows, verdict]), passed
 
 
-def _agrees(record: dict | None, expected, tolerance: int) -> bool:
-    if record is None or record.get("error") or record.get("na"):
+def _agrees(judgment: Judgment | None, expected, tolerance: int) -> bool:
+    if judgment is None or judgment.failed or judgment.na:
         return False
-    if record.get("label") is not None:
-        return str(record["label"]) == str(expected)
-    return record.get("score") is not None and abs(record["score"] - float(expected)) <= tolerance
+    if judgment.label is not None:
+        return judgment.label == str(expected)
+    return judgment.score is not None and abs(judgment.score - float(expected)) <= tolerance

@@ -11,7 +11,9 @@ import json
 import pytest
 
 from judge.cache import AnswerCache
-from judge.engine import Engine, ResultsFile, Settings
+from judge.engine import Engine
+from judge.results import ResultsFile
+from judge.settings import Settings
 from judge.items import Item
 from judge.rubric import Rubric, load_rubric
 
@@ -43,9 +45,11 @@ def items(*dialogues, systems=("a", "b", "c")):
 
 
 def run(client, rubric, criteria, item_list, tmp_path, **settings):
-    engine = Engine(client, Settings(model="m", **settings), AnswerCache(tmp_path / "cache"))
-    results = ResultsFile(tmp_path / "out.jsonl", rubric.ref, "m")
-    tally = asyncio.run(engine.run(rubric, criteria, item_list, results, progress=False))
+    engine = Engine(client, Settings(model="m", **settings), AnswerCache(tmp_path / "cache"), rubric)
+    results = ResultsFile(tmp_path / "out.jsonl")
+    units, _ = engine.plan(criteria, item_list)
+    results.start()
+    tally = asyncio.run(engine.run(units, results, progress=False))
     results.close()
     lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     return tally, lines
@@ -127,20 +131,6 @@ def test_unparseable_answers_are_reasked_then_recorded_with_raw_text(tmp_path):
     assert "cannot be used" in client.bodies[1]["messages"][-1]["content"]
     assert line["score"] is None and "no usable answer after 3 asks" in line["error"]
     assert line["raw"] == "I think it is quite good" and tally.failed == 1
-
-
-def test_results_file_resume_rules(tmp_path):
-    path = tmp_path / "out.jsonl"
-    ok = {"id": "d0", "system": "a", "criterion": "coherence", "rubric": "dialsummeval@1", "model": "m", "error": None}
-    failed = {**ok, "system": "b", "error": "boom"}
-    path.write_text(json.dumps(ok) + "\n" + json.dumps(failed) + "\n" + json.dumps(ok) + "\n" + '{"id": "d0", "sys')
-    results = ResultsFile(path, "dialsummeval@1", "m")
-    results.close()
-    assert set(results.done) == {("d0", "a", "coherence")}
-    assert path.read_text().splitlines() == [json.dumps(ok)]  # failed, duplicate and torn lines removed
-    from judge.errors import OutputError
-    with pytest.raises(OutputError, match="not 'dialsummeval@1' with 'other-model'"):
-        ResultsFile(path, "dialsummeval@1", "other-model")
 
 
 def test_block_shows_every_candidate_in_a_seeded_shuffle_and_unshuffles_the_answers(tmp_path):

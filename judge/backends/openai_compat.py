@@ -100,9 +100,9 @@ class HTTPClient:
                 if response.status != 200:
                     raise _status_error(response.status, text, response.headers)
         except asyncio.TimeoutError:
-            raise RetryableError(f"no answer within {timeout:g} s") from None
+            raise RetryableError(f"no answer within {timeout:g} s", kind="timeout") from None
         except aiohttp.ClientError as exc:
-            raise RetryableError(f"connection failed: {exc}") from None
+            raise RetryableError(f"connection failed: {exc}", kind="connection") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError:
@@ -127,9 +127,9 @@ class SDKClient:
             # The raw response skips building the SDK's response models; we read the few fields we need.
             raw = await self._client.chat.completions.with_raw_response.create(**body, timeout=timeout)
         except openai.APITimeoutError:
-            raise RetryableError(f"no answer within {timeout:g} s") from None
+            raise RetryableError(f"no answer within {timeout:g} s", kind="timeout") from None
         except openai.APIConnectionError as exc:
-            raise RetryableError(f"connection failed: {exc}") from None
+            raise RetryableError(f"connection failed: {exc}", kind="connection") from None
         except openai.APIStatusError as exc:
             raise _status_error(exc.status_code, exc.response.text, exc.response.headers) from None
         try:

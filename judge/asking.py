@@ -1,0 +1,221 @@
+"""Asking one question: messages and an answer format in, a parsed answer out.
+
+This layer owns everything between a judging mode and a backend, so that neither has to know about it:
+- the persistent answer cache, keyed by the request (judge/cache.py), and in-flight deduplication: identical
+  concurrent requests are sent once;
+- one semaphore bounding concurrency around the transport call only, so a request waiting out a back-off does not
+  hold a slot;
+- retries by tenacity with exponential back-off and jitter for transient failures (429 honouring Retry-After, 5xx,
+  dropped connections); a timeout is retried once at most, since the same long answer would time out again;
+- stepping down json_schema -> json_object -> text when the server refuses a structured-output mode;
+- re-asking, a bounded number of times and with the parser's complaint, when an answer does not parse or is cut off;
+- a circuit breaker: refused connections in a row, bad credentials or an unknown model stop the whole run with one
+  message naming the server, instead of failing every judgment six times;
+- scrubbing credentials from every text that leaves it (judge/secrets.py).
+
+Backends only transport (judge/backends); a backend that takes whole batches gathers the requests this layer
+keeps in flight, so nothing here changes for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from judge.answers import token_budget
+from judge.backends import ChatClient
+from judge.cache import request_key
+from judge.errors import AnswerError, BackendError, ResponseFormatUnsupported, RetryableError, ServerUnusable
+from judge.secrets import Redactor
+from judge.settings import RESPONSE_FORMATS, Settings
+
+MAX_RETRY_AFTER = 120.0
+CONNECTION_FAILURES_TO_STOP = 8  # refused or dropped connections in a row, with no answer in between
+SERVER_ERRORS_TO_STOP = 64  # 5xx answers in a row, with no answer in between
+FATAL_STATUSES = {401: "the API key was refused", 403: "access is forbidden", 404: "the model or URL is unknown"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    parsed: Any
+    completion: dict  # content, finish_reason, logprobs, usage (summed over re-asks)
+    cached: bool  # from the cache or from an identical request in flight: it cost nothing now
+
+
+@dataclass
+class AskStats:
+    requests: int = 0
+    retries: int = 0
+    # Tokens spent on asks that never gave a usable answer (no judgment carries them).
+    wasted_prompt_tokens: int = 0
+    wasted_completion_tokens: int = 0
+
+
+class CircuitBreaker:
+    """Stops the run when the server cannot serve it; any answer resets the count."""
+
+    def __init__(self, where: str, redact: Redactor):
+        self.where = where
+        self.redact = redact
+        self.tripped: ServerUnusable | None = None
+        self._connection_failures = 0
+        self._server_errors = 0
+
+    def check(self) -> None:
+        if self.tripped is not None:
+            raise self.tripped
+
+    def success(self) -> None:
+        self._connection_failures = self._server_errors = 0
+
+    def failure(self, exc: Exception) -> None:
+        if isinstance(exc, BackendError) and exc.status in FATAL_STATUSES:
+            self._trip(f"{FATAL_STATUSES[exc.status]} ({exc})")
+        if isinstance(exc, RetryableError) and exc.kind == "connection":
+            self._connection_failures += 1
+            if self._connection_failures >= CONNECTION_FAILURES_TO_STOP:
+                self._trip(f"{self._connection_failures} connection attempts in a row failed ({exc})")
+        elif isinstance(exc, RetryableError) and exc.status is not None and exc.status >= 500:
+            self._server_errors += 1
+            if self._server_errors >= SERVER_ERRORS_TO_STOP:
+                self._trip(f"{self._server_errors} answers in a row were server errors (last: {exc})")
+
+    def _trip(self, why: str) -> None:
+        if self.tripped is None:
+            self.tripped = ServerUnusable(self.redact(f"the server at {self.where} cannot be used: {why}"))
+        raise self.tripped
+
+
+class Asker:
+    def __init__(self, client: ChatClient, settings: Settings, cache, language: str = "en",
+                 redact: Redactor | None = None):
+        self.client = client
+        self.settings = settings
+        self.cache = cache
+        self.language = language
+        self.redact = redact or Redactor()
+        self.stats = AskStats()
+        self.breaker = CircuitBreaker(settings.where or "the configured URL", self.redact)
+        self._requested_mode = RESPONSE_FORMATS.index(settings.response_format)
+        self._format_mode = self._requested_mode
+        self._semaphore = asyncio.Semaphore(settings.concurrency)
+        self._inflight: dict[str, asyncio.Future] = {}
+
+    def body(self, messages: list[dict], fmt, sample: int, mode: int | None = None) -> dict:
+        """The chat-completions request for one sample; `mode` indexes RESPONSE_FORMATS (default: as asked)."""
+        s = self.settings
+        body = {
+            "model": s.model,
+            "messages": messages,
+            "temperature": s.temperature,
+            "max_tokens": s.max_tokens or token_budget(fmt, self.language),
+            "seed": s.seed + sample,
+        }
+        if s.logprobs and fmt.numeric:
+            body["logprobs"] = True
+            body["top_logprobs"] = s.top_logprobs
+        kind = RESPONSE_FORMATS[self._requested_mode if mode is None else mode]
+        if kind == "json_schema":
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "answer", "strict": True, "schema": fmt.json_schema()}}
+        elif kind == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        return body
+
+    async def ask(self, messages: list[dict], fmt, sample: int = 0) -> Answer:
+        """One parsed answer. Raises AnswerError (no usable answer), RetryableError / BackendError (the server
+        failed this request), or ServerUnusable (the run must stop)."""
+        # Keyed by the format asked for, not the one a fallback ended up sending: the key must not depend on
+        # when in the run the server refused json_schema, or a rerun would miss the answers stored after that.
+        key = request_key(self.body(messages, fmt, sample))
+        cached = self.cache.get(key)
+        if cached is not None:
+            return Answer(fmt.parse(cached["content"]), cached, True)
+        if key in self._inflight:
+            answer = await asyncio.shield(self._inflight[key])
+            return Answer(answer.parsed, answer.completion, True)
+        future = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            answer = await self._ask_uncached(messages, fmt, sample, key)
+            future.set_result(answer)
+            return answer
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it; no "never retrieved" warning
+            raise
+        finally:
+            del self._inflight[key]
+
+    async def _ask_uncached(self, messages: list[dict], fmt, sample: int, key: str) -> Answer:
+        conversation = messages
+        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        for _ in range(self.settings.reasks + 1):
+            completion = await self._send_with_fallback(conversation, fmt, sample)
+            for k in usage:
+                usage[k] += completion["usage"].get(k, 0) or 0
+            content = completion["content"]
+            if completion["finish_reason"] == "length":
+                problem = "the answer was cut off (finish_reason=length): answer shorter"
+            else:
+                try:
+                    parsed = fmt.parse(content)
+                except AnswerError as exc:
+                    problem = str(exc)
+                else:
+                    completion = {**completion, "usage": usage}
+                    self.cache.put(key, completion)
+                    return Answer(parsed, completion, False)
+            conversation = messages + [
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": f"That answer cannot be used: {problem}. Reply with the JSON object only."},
+            ]
+        self.stats.wasted_prompt_tokens += usage["prompt_tokens"]
+        self.stats.wasted_completion_tokens += usage["completion_tokens"]
+        raise AnswerError(f"no usable answer after {self.settings.reasks + 1} asks: {problem}", content)
+
+    async def _send_with_fallback(self, messages: list[dict], fmt, sample: int) -> dict:
+        """Send, stepping down json_schema -> json_object -> text when the server rejects a format."""
+        while True:
+            mode = self._format_mode
+            try:
+                return await self._send(self.body(messages, fmt, sample, mode))
+            except ResponseFormatUnsupported:
+                if mode + 1 >= len(RESPONSE_FORMATS):
+                    raise
+                self._format_mode = max(self._format_mode, mode + 1)
+
+    def _wait(self, state) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, RetryableError) and exc.retry_after is not None:
+            return min(exc.retry_after, MAX_RETRY_AFTER)
+        return wait_random_exponential(multiplier=0.25, max=self.settings.backoff_max)(state)
+
+    def _stop(self, state) -> bool:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, RetryableError) and exc.kind == "timeout" and state.attempt_number >= 2:
+            return True
+        return stop_after_attempt(self.settings.attempts)(state)
+
+    async def _send(self, body: dict) -> dict:
+        retrying = AsyncRetrying(stop=self._stop, wait=self._wait, retry=retry_if_exception_type(RetryableError),
+                                 reraise=True)
+        async for attempt in retrying:
+            with attempt:
+                self.breaker.check()
+                if attempt.retry_state.attempt_number > 1:
+                    self.stats.retries += 1
+                async with self._semaphore:
+                    self.breaker.check()  # it may have tripped while this request waited for a slot
+                    self.stats.requests += 1
+                    try:
+                        completion = await self.client.complete(body, self.settings.timeout)
+                    except (RetryableError, BackendError) as exc:
+                        self.breaker.failure(exc)
+                        raise
+                    self.breaker.success()
+                    return completion
+        raise AssertionError("unreachable: tenacity re-raises the last error")

@@ -1,0 +1,285 @@
+"""Judging one unit of work: one criterion on one candidate (pointwise or per topic segment), on all candidates of a
+dialogue at once (block), or on a pair in both orders (pairwise); with the applicability gates they share.
+
+The modes build prompts (judge/prompting.py), ask through the asking layer (judge/asking.py), and turn answers
+into typed `Judgment`s (judge/judgment.py). They never see the backend, the cache or the results file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import statistics
+import string
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, verdict_probabilities
+from judge.asking import Answer, Asker
+from judge.errors import AnswerError, BackendError, RetryableError
+from judge.items import Item
+from judge.judgment import Judgment, SegmentVerdict, digest, fingerprint_of
+from judge.prompting import block_messages, criterion_messages, gate_messages, segment_messages
+from judge.resources import bundled_dir
+from judge.rubric import Criterion, Rubric
+from judge.settings import Settings
+
+SWAP_BACK = {"1": "2", "2": "1", "0": "0"}
+# What a single judgment may fail with; anything else (ServerUnusable, a bug) stops the run.
+JUDGMENT_FAILURES = (AnswerError, RetryableError, BackendError)
+
+
+@dataclass(frozen=True)
+class Judged:
+    judgment: Judgment
+    cached: bool  # every answer it needed came from the cache (or an identical request in flight)
+
+
+def block_letters(n: int) -> list[str]:
+    """A, B, ... Z, then AA, AB, ...: how candidates are named inside one block."""
+    letters = list(string.ascii_uppercase)
+    return [letters[i] if i < 26 else letters[i // 26 - 1] + letters[i % 26] for i in range(n)]
+
+
+def block_order(seed: int, dialogue_id: str, items: list[Item]) -> list[Item]:
+    """The order a dialogue's candidates are shown in: shuffled per dialogue, reproducible from the seed."""
+    shown = list(items)
+    random.Random(f"{seed}:{dialogue_id}").shuffle(shown)
+    return shown
+
+
+def template_sources(user_template: str | None) -> list:
+    """Every template text a prompt may come from (bundled templates include each other), for the fingerprint."""
+    sources = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(bundled_dir("prompts").glob("*.j2"))]
+    if user_template:
+        try:
+            sources.append((user_template, Path(user_template).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            sources.append((user_template, None))  # a bundled name, or rendering reports the problem
+    return sources
+
+
+def _prompt_sha(messages: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(messages, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+class Judge:
+    def __init__(self, asker: Asker, settings: Settings, rubric: Rubric):
+        self.asker = asker
+        self.settings = settings
+        self.rubric = rubric
+        self._shared: dict[tuple, asyncio.Task] = {}  # gate answers and segment splits, once per dialogue/candidate
+        self._item_digests: dict[tuple, str] = {}
+        self._base = fingerprint_of(rubric_ref=rubric.ref, template=template_sources(settings.template),
+                                    **settings.decoding())
+        header = rubric.model_dump(exclude={"criteria", "qualification"})
+        self._rubric_parts = {c.id: digest([header, c.model_dump()]) for c in rubric.criteria}
+
+    # -- fingerprints: what a resumed run compares before reusing a line ------------------------------------
+    def fingerprint(self, criterion: Criterion, item: Item, group: list[Item] | None = None) -> dict:
+        parts = {**self._base, "rubric": self._rubric_parts[criterion.id], "item": self._item_digest(item)}
+        if group is not None:  # a block's prompt shows every candidate of the dialogue
+            parts["context"] = digest([self._item_digest(i) for i in group])
+        return parts
+
+    def _item_digest(self, item: Item) -> str:
+        key = (item.id, item.system)
+        if key not in self._item_digests:
+            self._item_digests[key] = digest(item.model_dump(mode="json", exclude_none=True))
+        return self._item_digests[key]
+
+    # -- shared, once-per-dialogue work ----------------------------------------------------------------------
+    def _once(self, key: tuple, make) -> asyncio.Future:
+        """A task started the first time `key` is asked for and shared by every later caller."""
+        if key not in self._shared:
+            self._shared[key] = asyncio.ensure_future(make())
+        return asyncio.shield(self._shared[key])
+
+    async def not_applicable(self, criterion: Criterion, item: Item) -> str | None:
+        """Why the criterion is N/A for this item (a field condition, or the dialogue's gate said no), or None."""
+        if criterion.only_when and not criterion.applies_to(item.fields):
+            return f"applies only when {criterion.only_when}"
+        if criterion.gate is None:
+            return None
+        # Rendered inside the shared task: only the dialogue's first candidate pays for it.
+        answer = await self._once(("gate", item.id, criterion.id), lambda: self.asker.ask(
+            gate_messages(self.rubric, criterion, item), AnswerFormat.gate()))
+        if answer.parsed["answer"] == "no":
+            return answer.parsed["rationale"] or criterion.gate.na_reason
+        return None
+
+    async def _segments(self, item: Item) -> list[str]:
+        if item.segments:
+            return item.segments
+        answer = await self._once(("segments", item.id, item.system), lambda: self.asker.ask(
+            segment_messages(self.rubric, item), SegmentsFormat(source_chars=len(item.candidate or ""))))
+        return answer.parsed
+
+    async def _samples(self, messages: list[dict], fmt) -> list[Answer]:
+        if self.settings.samples == 1:  # the common case: no task per judgment (-12% CPU on a cached rerun)
+            return [await self.asker.ask(messages, fmt, 0)]
+        return list(await asyncio.gather(*(self.asker.ask(messages, fmt, k) for k in range(self.settings.samples))))
+
+    # -- building judgments ------------------------------------------------------------------------------------
+    def _judgment(self, criterion: Criterion, item: Item, fingerprint: dict, **fields) -> Judgment:
+        pair = {"system_1": item.system_1, "system_2": item.system_2} if item.is_pair and item.system_1 else {}
+        return Judgment(id=item.id, system=item.system, criterion=criterion.id, rubric=self.rubric.ref,
+                        model=self.settings.model, backend=self.settings.backend, fingerprint=fingerprint,
+                        **pair, **fields)
+
+    def _failure(self, criterion: Criterion, item: Item, fingerprint: dict, exc: Exception) -> Judged:
+        redact = self.asker.redact
+        if isinstance(exc, AnswerError):
+            fields = {"error": redact(str(exc)), "raw": redact(exc.raw)}
+        else:
+            fields = {"error": redact(f"{type(exc).__name__}: {exc}")}
+        return Judged(self._judgment(criterion, item, fingerprint, **fields), False)
+
+    @staticmethod
+    def _provenance(messages: list[dict], answers: list[Answer]) -> dict:
+        """prompt_sha and the tokens this judgment cost now (cached answers cost nothing)."""
+        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        for answer in answers:
+            if not answer.cached:
+                for k in usage:
+                    usage[k] += answer.completion["usage"].get(k, 0) or 0
+        return {"prompt_sha": _prompt_sha(messages), "usage": usage}
+
+    def _verdict(self, criterion: Criterion, fmt: AnswerFormat, parsed: list[dict],
+                 completions: list[dict] | None = None) -> dict:
+        """Score or label from one answer per sample: the mean (and spread) of points, or the majority label."""
+        verdicts = [p[fmt.verdict_key] for p in parsed]
+        fields: dict = {"samples": verdicts}
+        if fmt.numeric:
+            points = [float(v) for v in verdicts]
+            if self.settings.logprobs and completions:
+                per_sample = [verdict_probabilities(c.get("logprobs") or [], fmt) for c in completions]
+                usable = [p for p in per_sample if p is not None]
+                if usable:
+                    fields["probs"] = {k: sum(p[k] for p in usable) / len(usable) for k in usable[0]}
+                    points = [expected_score(p) for p in usable]
+            fields["score"] = statistics.fmean(points)
+            fields["spread"] = statistics.stdev(points) if len(points) > 1 else None
+            chosen = 0
+        else:
+            # Majority label; ties go to the label seen first, so the result does not depend on dict order.
+            counts = Counter(verdicts)
+            label = max(counts, key=lambda v: (counts[v], -verdicts.index(v)))
+            chosen = verdicts.index(label)
+            fields["label"] = label
+            fields["score"] = criterion.scale.score_of(label)
+            fields["abstained"] = criterion.scale.type == "categorical" and any(
+                c.value == label and c.abstain for c in criterion.scale.labels)
+        fields["rationale"] = parsed[chosen].get("rationale")
+        fields["explanation"] = parsed[chosen].get("explanation")
+        return fields
+
+    # -- the modes -----------------------------------------------------------------------------------------------
+    async def pointwise(self, criterion: Criterion, item: Item) -> Judged:
+        """One criterion, one candidate: as a whole, or per topic segment."""
+        fingerprint = self.fingerprint(criterion, item)
+        try:
+            if (why := await self.not_applicable(criterion, item)) is not None:
+                return Judged(self._judgment(criterion, item, fingerprint, na=True, rationale=why), True)
+            if criterion.per_segment:
+                return await self._per_segment(criterion, item, fingerprint)
+            messages = criterion_messages(self.rubric, criterion, item, self.settings.template)
+            fmt = AnswerFormat.for_criterion(criterion)
+            answers = await self._samples(messages, fmt)
+        except JUDGMENT_FAILURES as exc:
+            return self._failure(criterion, item, fingerprint, exc)
+        fields = self._verdict(criterion, fmt, [a.parsed for a in answers], [a.completion for a in answers])
+        return Judged(self._judgment(criterion, item, fingerprint, **fields, **self._provenance(messages, answers)),
+                      all(a.cached for a in answers))
+
+    async def _per_segment(self, criterion: Criterion, item: Item, fingerprint: dict) -> Judged:
+        """Each topic segment judged on its own; the candidate's score is the mean over segments with a score."""
+        segments = await self._segments(item)
+        fmt = AnswerFormat.for_criterion(criterion)
+        asked = [criterion_messages(self.rubric, criterion, item, self.settings.template, segment=text,
+                                    segment_number=n) for n, text in enumerate(segments, start=1)]
+        answered = await asyncio.gather(*(self._samples(m, fmt) for m in asked))
+        per_segment, every = [], []
+        for text, answers in zip(segments, answered):
+            verdict = self._verdict(criterion, fmt, [a.parsed for a in answers], [a.completion for a in answers])
+            per_segment.append(SegmentVerdict(text=text, score=verdict["score"], label=verdict.get("label"),
+                                              rationale=verdict["rationale"]))
+            every += answers
+        scores = [s.score for s in per_segment if s.score is not None]
+        judgment = self._judgment(criterion, item, fingerprint, score=statistics.fmean(scores) if scores else None,
+                                  samples=[s.score for s in per_segment], segments=per_segment,
+                                  **self._provenance(asked[0], every))
+        return Judged(judgment, all(a.cached for a in every))
+
+    async def block(self, criterion: Criterion, group: list[Item], todo: set[str]) -> list[Judged]:
+        """All candidates of one dialogue in one prompt, in an order shuffled per dialogue by the seed.
+
+        The full block is always shown (so a resumed run asks the very same, cached, question); judgments are
+        returned only for the systems in `todo`, in the input's order, each with the letter it was shown under.
+        """
+        prints = {i.system: self.fingerprint(criterion, i, group) for i in group}
+        out, shown = [], []
+        try:
+            for item in group:
+                why = await self.not_applicable(criterion, item)
+                if why is None:
+                    shown.append(item)
+                elif item.system in todo:
+                    out.append(Judged(self._judgment(criterion, item, prints[item.system], na=True, rationale=why), True))
+            if not shown:
+                return out
+            shown = block_order(self.settings.seed, group[0].id, shown)
+            letters = block_letters(len(shown))
+            messages = block_messages(self.rubric, criterion, shown, letters)
+            fmt = BlockFormat(AnswerFormat.for_criterion(criterion), tuple(letters))
+            answers = await self._samples(messages, fmt)
+        except JUDGMENT_FAILURES as exc:
+            failed = [i for i in (shown or group) if i.system in todo]
+            return out + [self._failure(criterion, i, prints[i.system], exc) for i in failed]
+        provenance = self._provenance(messages, answers)
+        cached = all(a.cached for a in answers)
+        for letter, item in zip(letters, shown):
+            if item.system not in todo:
+                continue
+            fields = self._verdict(criterion, fmt.inner, [a.parsed[letter] for a in answers])
+            out.append(Judged(self._judgment(criterion, item, prints[item.system], **fields, **provenance,
+                                             position=letter), cached))
+            provenance = {**provenance, "usage": {"prompt_tokens": 0, "completion_tokens": 0}}  # counted once
+        order = {i.system: n for n, i in enumerate(group)}
+        return sorted(out, key=lambda j: order[j.judgment.system])
+
+    async def pair(self, criterion: Criterion, item: Item) -> Judged:
+        """Which of two candidates is better, asked in both orders unless `swap` is off.
+
+        Identical candidates tie without a model call. The verdict is reported in the input's order; when the two
+        orders disagree it is a tie, and the judgment says so (position bias).
+        """
+        fingerprint = self.fingerprint(criterion, item)
+        if " ".join(item.candidate_1.split()) == " ".join(item.candidate_2.split()):
+            return Judged(self._judgment(criterion, item, fingerprint, label="0", samples=["0"], identical=True,
+                                         rationale="identical candidates tie"), True)
+        fmt = AnswerFormat.for_criterion(criterion)
+        template = self.settings.template
+        forward = criterion_messages(self.rubric, criterion, item, template)
+        swapped = item.model_copy(update={"candidate_1": item.candidate_2, "candidate_2": item.candidate_1})
+        try:
+            orders = [self._samples(forward, fmt)]
+            if self.settings.swap:
+                orders.append(self._samples(criterion_messages(self.rubric, criterion, swapped, template), fmt))
+            answered = await asyncio.gather(*orders)
+        except JUDGMENT_FAILURES as exc:
+            return self._failure(criterion, item, fingerprint, exc)
+        every = [a for answers in answered for a in answers]
+        first = self._verdict(criterion, fmt, [a.parsed for a in answered[0]])
+        fields = {**first, **self._provenance(forward, every)}
+        if self.settings.swap:
+            # Read the swapped answers back into the input's order: "1" there means the input's second candidate.
+            back = [{**a.parsed, "label": SWAP_BACK[a.parsed["label"]]} for a in answered[1]]
+            second = self._verdict(criterion, fmt, back)
+            disagree = first["label"] != second["label"]
+            fields.update(label="0" if disagree else first["label"], samples=first["samples"] + second["samples"],
+                          orders={"forward": first["label"], "swapped": second["label"]}, order_disagreement=disagree)
+        return Judged(self._judgment(criterion, item, fingerprint, **fields), all(a.cached for a in every))

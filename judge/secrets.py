@@ -1,0 +1,26 @@
+"""Keeping credentials out of everything written: judgments, the cache, error messages, the terminal.
+
+Keys come only from the environment. A server may still echo one back (a 401 body that quotes the
+Authorization header), so every text that leaves the asking layer passes through `Redactor`.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Shapes of credentials even when we do not know the value: bearer tokens and common API-key prefixes.
+_PATTERNS = re.compile(r"(?i)(?P<lead>bearer\s+|api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+|\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}")
+MASK = "[redacted]"
+
+
+class Redactor:
+    def __init__(self, *secrets: str | None):
+        # Longest first, so a key that contains another is masked whole.
+        self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+
+    def __call__(self, text: str | None) -> str | None:
+        if not text:
+            return text
+        for secret in self._secrets:
+            text = text.replace(secret, MASK)
+        return _PATTERNS.sub(lambda m: (m.group("lead") or "") + MASK, text)
