@@ -42,7 +42,11 @@ class Opened:
 
 @contextlib.contextmanager
 def open_backend(args):
-    """Yield an `Opened` backend chosen by the CLI flags; a server it starts lives exactly as long as the block."""
+    """Yield an `Opened` backend chosen by the CLI flags; a server it starts lives exactly as long as the block.
+
+    With several servers, `--concurrency` bounds each one, and `args.concurrency` becomes the total the run may
+    keep in flight: the flag's value times the number of servers.
+    """
     if args.backend == "vllm":
         from judge.backends.vllm import unavailable
 
@@ -61,5 +65,16 @@ def open_backend(args):
     if not args.model:
         raise BackendError("--backend openai needs --model (the model name the server serves)")
     api_key = os.environ.get(args.api_key_env)
-    client = open_client(args.client, args.base_url, api_key, args.concurrency)
-    yield Opened(client, args.model, "openai", args.base_url or "the OpenAI API")
+    urls = args.base_url or getattr(args, "base_urls_from_env", None) or [None]
+    if len(urls) == 1:
+        client = open_client(args.client, urls[0], api_key, args.concurrency)
+        yield Opened(client, args.model, "openai", urls[0] or "the OpenAI API")
+        return
+    from judge.backends.pool import PoolClient
+
+    if len(set(urls)) != len(urls):
+        raise BackendError(f"--base-url: the same URL is given twice in {', '.join(urls)}")
+    per_server = args.concurrency
+    pool = PoolClient(urls, lambda url: open_client(args.client, url, api_key, per_server), per_server)
+    args.concurrency = per_server * len(urls)
+    yield Opened(pool, args.model, "openai", f"{len(urls)} servers ({', '.join(urls)})")
