@@ -1,35 +1,49 @@
 """Rendering (rubric, criterion, item) into chat messages with sandboxed Jinja2.
 
 Templates are trusted-looking but may come from users, so they run in a `SandboxedEnvironment` with
-`StrictUndefined` (a typo fails loudly instead of rendering an empty string). Dialogues, candidates and
-references are untrusted: they reach the template only as variables, never as template source, and they are
-wrapped by the `fence` filter in delimiters derived from their own hash, which the text therefore cannot contain
-and cannot close.
+`StrictUndefined` (a typo fails loudly instead of rendering an empty string). Dialogues, candidates,
+references and the rubric's context fields are untrusted: they reach the template only as variables, never as
+template source, and they are wrapped by the `fence` filter in delimiters derived from their own hash, which
+the text therefore cannot contain and cannot close.
 
 A template defines the blocks `system` and `user`; each becomes one chat message. Shared content comes first
 (rubric and criterion in `system`, then the dialogue), the candidate and the question last, so that requests
 about one dialogue share a long prefix that servers cache.
+
+Every template problem, at load or at render time, is one `TemplateError` naming the template file and line.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import operator
+import weakref
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
 from judge.errors import TemplateError
 from judge.items import Item
-from judge.resources import bundled_dir
+from judge.resources import bundled_dir, read_text
 from judge.rubric import Criterion, Rubric
 
 ROLES = ("system", "user")
 
 
-def fence(text: str, kind: str) -> str:
-    """Wrap untrusted text in delimiters it cannot contain, so it cannot pose as instructions."""
+def fence(text: Any, kind: str) -> str:
+    """Wrap untrusted text in delimiters it cannot contain, so it cannot pose as instructions.
+
+    Non-text values (a number or list in an item's context field) are fenced as their JSON; a missing value
+    (None) is an error, because rendering "null" into a prompt would hide a missing field.
+    """
+    if text is None:
+        raise ValueError(f"nothing to fence as {kind!r}: the value is missing (None)")
+    if not isinstance(text, str):
+        text = json.dumps(text, ensure_ascii=False)
     label = kind.upper()
     salt = ""
     while True:
@@ -40,9 +54,30 @@ def fence(text: str, kind: str) -> str:
         salt += "#"  # astronomically unlikely; keeps the guarantee unconditional
 
 
+# Bounds on what a template may build: Jinja's sandbox caps range() at 100,000 but not `10 ** 10 ** 10` or
+# `"x" * 10 ** 9`, which would hang or exhaust memory instead of failing.
+MAX_POWER_BITS = 10_000
+MAX_REPEAT = 1_000_000
+
+
+class _Sandbox(SandboxedEnvironment):
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:
+        if op == "**" and all(isinstance(v, int) for v in (left, right)) and abs(left) > 1 \
+                and right * abs(left).bit_length() > MAX_POWER_BITS:
+            raise jinja2.exceptions.SecurityError(f"{left} ** {right} is too large for a template")
+        if op == "*":
+            sizes = [len(v) for v in (left, right) if isinstance(v, (str, list, tuple))]
+            counts = [v for v in (left, right) if isinstance(v, int)]
+            if sizes and counts and sizes[0] * counts[0] > MAX_REPEAT:
+                raise jinja2.exceptions.SecurityError(f"repeating a text {counts[0]} times is too large for a template")
+        return {"*": operator.mul, "**": operator.pow}[op](left, right)
+
+
 @lru_cache(maxsize=1)
 def _environment() -> SandboxedEnvironment:
-    env = SandboxedEnvironment(
+    env = _Sandbox(
         loader=jinja2.FileSystemLoader(str(bundled_dir("prompts"))),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # chat text, not HTML
@@ -54,17 +89,26 @@ def _environment() -> SandboxedEnvironment:
     return env
 
 
+def _bundled_names() -> str:
+    return ", ".join(sorted(p.name for p in bundled_dir("prompts").glob("*.j2")))
+
+
 @lru_cache(maxsize=64)
 def load_template(name_or_path: str) -> jinja2.Template:
+    """A bundled template by name (pointwise.j2) or a user's template file; user files win a name clash."""
     env = _environment()
     path = Path(name_or_path)
+    bundled = (bundled_dir("prompts") / name_or_path).is_file()
     try:
-        if path.suffix == ".j2" and path.is_file():
-            template = env.from_string(path.read_text(encoding="utf-8"))
+        if path.exists() or not bundled:
+            if path.suffix != ".j2" and not path.exists():
+                raise TemplateError(f"template {name_or_path!r} not found: neither a bundled template "
+                                    f"({_bundled_names()}) nor a file")
+            source = read_text(path, TemplateError)  # no such file, a directory, not UTF-8: one clear line
+            code = env.compile(source, name=path.name, filename=str(path))
+            template = env.template_class.from_code(env, code, env.make_globals(None))
         else:
             template = env.get_template(name_or_path)
-    except jinja2.TemplateNotFound:
-        raise TemplateError(f"template {name_or_path!r} not found (neither a bundled template nor a file)") from None
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateError(f"{exc.filename or name_or_path}:{exc.lineno}: template syntax error: {exc.message}") from None
     missing = [role for role in ROLES if role not in template.blocks]
@@ -73,12 +117,48 @@ def load_template(name_or_path: str) -> jinja2.Template:
     return template
 
 
-# The variables a system block may use and still be shared by every item: rubric and criterion, nothing of the item.
-SHARED_VARIABLES = ("rubric", "criterion", "scale", "gate")
+def _where(exc: BaseException, fallback: str) -> str:
+    """'file:line' of the innermost template frame of a render error (Jinja rewrites frames to template lines)."""
+    if isinstance(exc, jinja2.TemplateSyntaxError) and exc.lineno:
+        return f"{exc.filename or fallback}:{exc.lineno}"
+    where, tb = fallback, exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.endswith(".j2"):
+            where = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def _problem(exc: BaseException) -> str:
+    if isinstance(exc, jinja2.TemplateNotFound):
+        return f"included template {exc.name!r} not found; the bundled ones are {_bundled_names()}"
+    if isinstance(exc, jinja2.exceptions.SecurityError):
+        return f"the sandbox forbids this: {exc}"
+    if isinstance(exc, jinja2.TemplateError):
+        return exc.message or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _render_block(template: jinja2.Template, role: str, variables: dict) -> str:
-    return "".join(template.blocks[role](template.new_context(variables))).strip()
+    try:
+        return "".join(template.blocks[role](template.new_context(variables))).strip()
+    except Exception:
+        template.environment.handle_exception()  # re-raises with the template's own file and line in the traceback
+
+
+# The variables a system block may use and still be shared by every item: rubric and criterion, nothing of the item.
+SHARED_VARIABLES = ("rubric", "criterion", "scale", "gate")
+# System blocks rendered once per (template, criterion), per rubric object; the entry goes with the rubric.
+_SYSTEM_CACHE: dict[int, dict] = {}
+
+
+def _system_cache(rubric: Rubric) -> dict:
+    key = id(rubric)
+    if key not in _SYSTEM_CACHE:
+        _SYSTEM_CACHE[key] = {}
+        weakref.finalize(rubric, _SYSTEM_CACHE.pop, key, None)
+    return _SYSTEM_CACHE[key]
 
 
 def _system_block(template_name: str, template: jinja2.Template, variables: dict) -> str:
@@ -90,7 +170,7 @@ def _system_block(template_name: str, template: jinja2.Template, variables: dict
     rubric, criterion = variables.get("rubric"), variables.get("criterion")
     if not isinstance(rubric, Rubric):
         return _render_block(template, "system", variables)
-    cache = rubric.rendered_system  # lives and dies with the rubric object
+    cache = _system_cache(rubric)
     key = (template_name, getattr(criterion, "id", None))
     if key not in cache:
         try:
@@ -105,11 +185,16 @@ def render_messages(template_name: str, variables: dict) -> list[dict[str, str]]
     template = load_template(template_name)
     try:
         contents = [_system_block(template_name, template, variables), _render_block(template, "user", variables)]
-    except jinja2.UndefinedError as exc:
-        raise TemplateError(f"template {template_name!r}: {exc.message}") from None
-    except jinja2.exceptions.SecurityError as exc:
-        raise TemplateError(f"template {template_name!r} tried something the sandbox forbids: {exc}") from None
+    except Exception as exc:  # the template's fault, whatever it raised: one line with its file and line
+        problem = " ".join(_problem(exc).split())
+        raise TemplateError(f"{_where(exc, template_name)}: {problem}") from None
     return [{"role": role, "content": content} for role, content in zip(ROLES, contents) if content]
+
+
+def _context(rubric: Rubric, item: Item) -> dict[str, Any]:
+    """The rubric's context fields this item has (e.g. summary_type), in the rubric's order."""
+    fields = item.fields
+    return {name: fields[name] for name in rubric.context_fields if name in fields}
 
 
 def _variables(rubric: Rubric, criterion: Criterion, item: Item) -> dict:
@@ -124,6 +209,7 @@ def _variables(rubric: Rubric, criterion: Criterion, item: Item) -> dict:
         "reference": item.reference if criterion.needs_reference else None,
         "segment": None,
         "segment_number": None,
+        "context": _context(rubric, item),
         "extra": item.extra,
     }
 
@@ -139,7 +225,8 @@ def criterion_messages(rubric: Rubric, criterion: Criterion, item: Item, templat
 def block_messages(rubric: Rubric, criterion: Criterion, items: list[Item], letters: list[str]) -> list[dict]:
     """All candidates of one dialogue, already in the order shown, labelled by `letters`."""
     variables = _variables(rubric, criterion, items[0])
-    variables["candidates"] = [{"letter": k, "text": i.candidate} for k, i in zip(letters, items)]
+    variables["candidates"] = [{"letter": k, "text": i.candidate, "context": _context(rubric, i)}
+                               for k, i in zip(letters, items)]
     return render_messages(rubric.block_template, variables)
 
 

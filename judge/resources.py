@@ -1,8 +1,10 @@
-"""Where the bundled rubrics and templates live: inside the installed package, or at the repository top."""
+"""Where the bundled rubrics and templates live, and how every user file (items, rubric, template) is read."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from judge.errors import JudgeError
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -11,3 +13,29 @@ def bundled_dir(name: str) -> Path:
     """`rubrics` or `prompts`: shipped inside the wheel as judge/<name>, kept at the repo top in a checkout."""
     inside = _PACKAGE / name
     return inside if inside.is_dir() else _PACKAGE.parent / name
+
+
+def read_text(path: str | Path, error: type[JudgeError] = JudgeError) -> str:
+    """A user's text file as str, or `error` with one line saying why not (file, line, problem).
+
+    A UTF-8 byte-order mark (Excel's "CSV UTF-8", Notepad) is dropped, so it cannot glue itself to the first
+    column's name. Files in another encoding are refused rather than guessed: a wrong guess would change the
+    very text the judge reads.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            f"{path}:{line}: not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); "
+            "save the file as UTF-8 (e.g. Excel: CSV UTF-8; iconv -f latin1 -t utf-8)"
+        ) from None

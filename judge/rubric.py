@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from judge.errors import RubricError
-from judge.resources import bundled_dir
+from judge.resources import bundled_dir, read_text
 
 TASKS = ("summary", "response", "pairwise")
 
@@ -184,12 +184,6 @@ class Rubric(_Strict):
     context_fields: list[str] = []  # extra item fields shown to the judge, e.g. summary_type
     criteria: list[Criterion] = Field(min_length=1)
     qualification: Qualification | None = None
-    # Rendered system messages by (template, criterion): they depend on nothing else (see prompting.py).
-    _rendered_system: dict = PrivateAttr(default_factory=dict)
-
-    @property
-    def rendered_system(self) -> dict:
-        return self._rendered_system
 
     @field_validator("criteria")
     @classmethod
@@ -252,8 +246,8 @@ def available_rubrics() -> list[str]:
 
 def resolve_rubric_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return path
+    if path.suffix in (".yaml", ".yml"):
+        return path  # a file the user names: reading it says what is wrong with it
     bundled = rubric_dir() / f"{name_or_path}.yaml"
     if bundled.is_file():
         return bundled
@@ -264,11 +258,11 @@ def resolve_rubric_path(name_or_path: str) -> Path:
 
 def load_rubric(name_or_path: str) -> Rubric:
     path = resolve_rubric_path(name_or_path)
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, RubricError)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise RubricError(f"{path}: not valid YAML: {exc}") from None
+        raise RubricError(f"{path}:{_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise RubricError(f"{path}: a rubric must be a YAML mapping, got {type(data).__name__}")
     try:
@@ -281,6 +275,16 @@ def load_rubric(name_or_path: str) -> Rubric:
         at = f"{path}:{line}" if line else str(path)
         more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
         raise RubricError(f"{at}: field {where}: {first['msg']}{more}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """'LINE: not valid YAML: problem (column C)' in one line; PyYAML's own message spans several."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    where = f"{mark.line + 1}: " if mark else " "
+    column = f" at column {mark.column + 1}" if mark else ""
+    return f"{where}not valid YAML: {problem}{column}{f' ({context})' if context else ''}"
 
 
 def _yaml_line(text: str, loc: tuple) -> int | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.engine import block_letters
+from judge.judging import block_letters
 from judge.items import load_items
 from judge.prompting import block_messages, criterion_messages, gate_messages, segment_messages
 from judge.rubric import available_rubrics, load_rubric
