@@ -2,18 +2,26 @@
 
 Every problem is reported as `file:line: what is wrong`, and loading stops at the first bad line before any
 request is sent, so a typo never costs a half-finished run.
+
+Types are strict where a wrong type is a sign of a broken file: `id` and `system` may be whole numbers (they are
+labels), but texts (`dialogue`, `candidate`, `reference`) must be strings. A number where a summary should be is
+far more often a shifted column or a score pasted into the wrong field than a summary reading "42", and judging
+it silently would cost the run; such a line is refused with a hint to quote the value if it is meant as text.
 """
 
 from __future__ import annotations
 
 import csv
+import difflib
+import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from judge.errors import InputError
+from judge.resources import read_text
 
 
 class Turn(BaseModel):
@@ -38,6 +46,9 @@ class Item(BaseModel):
     reference: str | None = None
     lang: str | None = None
     segments: list[str] | None = None  # the candidate's topic segments, when known (CSDS QA pairs)
+    # Where the item was read (1-based line of its file); None for items built in code. Not part of the item's
+    # content, so it never enters a dump, a cache key or a fingerprint.
+    _line: int | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -47,10 +58,11 @@ class Item(BaseModel):
             data = {**data, "system": f"{data['system_1']}|{data['system_2']}"}
         return data
 
-    @field_validator("id", "system", mode="before")
+    @field_validator("id", "system", "system_1", "system_2", mode="before")
     @classmethod
-    def _as_text(cls, value: Any) -> Any:
-        return str(value) if isinstance(value, int) else value
+    def _label_as_text(cls, value: Any) -> Any:
+        # Labels may be numbered (dialogue 17, system 3); bool is an int to Python but never a label.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _one_or_two_candidates(self) -> "Item":
@@ -61,7 +73,13 @@ class Item(BaseModel):
             value = getattr(self, name)
             if value is not None and not value.strip():
                 raise ValueError(f"'{name}' is empty")
+        if not self.dialogue_text.strip():
+            raise ValueError("'dialogue' is empty")
         return self
+
+    @property
+    def line(self) -> int | None:
+        return self._line
 
     @property
     def is_pair(self) -> bool:
@@ -82,34 +100,138 @@ class Item(BaseModel):
         """Every field, declared or extra: what a criterion's `only_when` looks at."""
         return {**self.model_dump(exclude_none=True), **self.extra}
 
+    @property
+    def text_chars(self) -> int:
+        """Characters of untrusted text this item puts into a prompt (dialogue, candidates, reference)."""
+        texts = (self.dialogue_text, self.candidate, self.candidate_1, self.candidate_2, self.reference)
+        return sum(len(t) for t in texts if t)
+
+
+# -- explaining a bad line in the user's terms ------------------------------------------------------------
+_LABEL = "a string or a whole number"
+_TEXT = "text (a JSON string)"
+EXPECTED = {
+    "id": _LABEL, "system": _LABEL, "system_1": _LABEL, "system_2": _LABEL,
+    "dialogue": 'a string or a list of {"speaker": ..., "text": ...} turns',
+    "candidate": _TEXT, "candidate_1": _TEXT, "candidate_2": _TEXT, "reference": _TEXT,
+    "lang": "a string such as \"en\"",
+    "segments": "a list of strings (the candidate's topic segments)",
+}
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return "an empty string" if not value.strip() else "a string"
+    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _typo_hint(record: dict) -> str:
+    """' (is 'candiate' a misspelt 'candidate'?)' when an unknown key is one letter or two from a field name."""
+    for key in record:
+        if key not in EXPECTED and (close := difflib.get_close_matches(key, EXPECTED, n=1, cutoff=0.8)):
+            return f" (is '{key}' a misspelt '{close[0]}'?)"
+    return ""
+
+
+def _turn_problem(turns: list, loc: tuple, kind: str) -> str:
+    """`loc` is ('dialogue', 'list[Turn]', index[, key])."""
+    number, turn = loc[2] + 1, turns[loc[2]]
+    if len(loc) == 3:
+        return f'dialogue turn {number} must be an object {{"speaker": ..., "text": ...}}, got {_describe(turn)}'
+    key = loc[3]
+    if kind == "missing":
+        return f"dialogue turn {number} has no '{key}'"
+    if kind == "extra_forbidden":
+        return f"dialogue turn {number} has an unknown key '{key}' (a turn has 'speaker' and 'text')"
+    return f"dialogue turn {number}: '{key}' must be a string, got {_describe(turn.get(key))}"
+
+
+def _problem(record: dict, exc: ValidationError) -> str:
+    """The first validation error, said in terms of the file rather than of pydantic's types."""
+    errors = exc.errors()
+    err = errors[0]
+    loc, kind = err["loc"], err["type"]
+    if not loc:  # a model-level check (candidates, empty dialogue)
+        return err["msg"].removeprefix("Value error, ") + _typo_hint(record)
+    name = str(loc[0])
+    value = record.get(name)
+    if kind == "missing" and len(loc) == 1:
+        return f"field '{name}' is missing{_typo_hint(record)}"
+    if name == "dialogue" and isinstance(value, list):
+        inner = next((e for e in errors if len(e["loc"]) > 2), None)
+        if inner is not None:
+            return _turn_problem(value, inner["loc"], inner["type"])
+    if kind == "string_too_short" or (isinstance(value, str) and not value.strip()):
+        return f"field '{name}' is empty"
+    if name == "segments" and isinstance(value, list) and len(loc) > 1:
+        return f"segment {loc[1] + 1} must be a string, got {_describe(value[loc[1]])}"
+    if name in EXPECTED:
+        hint = "; quote it if it is meant as text" if EXPECTED[name] == _TEXT and isinstance(value, (int, float)) else ""
+        return f"field '{name}' must be {EXPECTED[name]}, got {_describe(value)}{hint}"
+    return f"field '{'.'.join(str(p) for p in loc)}': {err['msg']}"
+
+
+# -- reading records --------------------------------------------------------------------------------------
+_SPREADSHEETS = (".xlsx", ".xls", ".ods", ".parquet", ".feather")
+
+
+def _csv_records(path: Path, text: str):
+    """(line where the row starts, dict) per row; empty cells are absent fields, not empty strings."""
+    first = text.split("\n", 1)[0]
+    delimiter = max(",;\t", key=first.count)  # French-locale Excel writes ';'; .tsv files use tabs
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # a long candidate is not a broken file
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        header = [name.strip() for name in next(reader, [])]
+        if duplicated := sorted({n for n in header if n and header.count(n) > 1}):
+            raise InputError(f"{path}:1: column {duplicated[0]!r} appears more than once in the header")
+        last = reader.line_num
+        for row in reader:
+            start, last = last + 1, reader.line_num
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) > len(header):
+                raise InputError(f"{path}:{start}: {len(row)} values for {len(header)} columns "
+                                 f"(a {delimiter!r} inside a text that is not quoted?)")
+            yield start, {k: v for k, v in zip(header, row) if k and v != ""}
+    except csv.Error as exc:
+        raise InputError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
+
+
+def _jsonl_records(path: Path, text: str):
+    # split("\n"), not splitlines(): U+2028 and friends may stand unescaped inside a JSON string.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(record, dict):
+            kind = "a list (a JSON array file must be rewritten one object per line)" if isinstance(record, list) \
+                else _describe(record)
+            raise InputError(f"{path}:{number}: expected one JSON object per line, got {kind}")
+        yield number, record
+
 
 def _records(path: Path):
     """Yield (line number, raw dict) from a JSONL or CSV file."""
-    if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            for row in reader:
-                # Empty CSV cells mean "absent", not "empty string".
-                yield reader.line_num, {k: v for k, v in row.items() if k is not None and v not in ("", None)}
-        return
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(record, dict):
-                raise InputError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            yield number, record
+    if path.suffix.lower() in _SPREADSHEETS:
+        raise InputError(f"{path}: a spreadsheet or binary table; export it as CSV (UTF-8) or JSONL")
+    text = read_text(path, InputError)
+    is_csv = path.suffix.lower() in (".csv", ".tsv")
+    yield from (_csv_records if is_csv else _jsonl_records)(path, text)
 
 
 def load_items(path: str | Path, required: list[str] | None = None) -> list[Item]:
     """Load and validate items; `required` names fields the rubric needs (e.g. 'reference')."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
     items: list[Item] = []
     seen: dict[tuple[str, str], int] = {}
     dialogues: dict[str, tuple[str, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
@@ -117,15 +239,14 @@ def load_items(path: str | Path, required: list[str] | None = None) -> list[Item
         try:
             item = Item.model_validate(record)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(p) for p in err["loc"])
-            what = f"field '{field}': {err['msg']}" if field else err["msg"].removeprefix("Value error, ")
-            raise InputError(f"{path}:{number}: {what}") from None
+            raise InputError(f"{path}:{number}: {_problem(record, exc)}") from None
+        item._line = number
         for name in required or []:
             if name in ("dialogue", "candidate"):
                 continue
             if getattr(item, name, None) in (None, "") and name not in item.extra:
-                raise InputError(f"{path}:{number}: the rubric needs field '{name}', which is missing or empty")
+                raise InputError(f"{path}:{number}: the rubric needs field '{name}', which is missing or empty"
+                                 f"{_typo_hint(record)}")
         key = (item.id, item.system)
         if key in seen:
             raise InputError(
@@ -139,3 +260,19 @@ def load_items(path: str | Path, required: list[str] | None = None) -> list[Item
     if not items:
         raise InputError(f"{path}: no items")
     return items
+
+
+class Oversized(NamedTuple):
+    line: int | None
+    id: str
+    system: str
+    chars: int
+
+
+def oversized(items: list[Item], max_chars: int) -> list[Oversized]:
+    """Items whose untrusted text (dialogue, candidates, reference) exceeds `max_chars` characters.
+
+    A 200 KB candidate is a 50k-token prompt: more than most context windows and a costly request on a paid
+    API. The caller decides whether to warn or refuse; this only finds them, in file order.
+    """
+    return [Oversized(i.line, i.id, i.system, i.text_chars) for i in items if i.text_chars > max_chars]
