@@ -92,16 +92,16 @@ def check_model_arguments(args) -> None:
     if args.timeout is None:
         args.timeout = 120.0 if args.backend == "openai" else 600.0
     problems = [
-        (args.samples < 1, f"--samples must be at least 1, got {args.samples}"),
-        (args.concurrency < 1, f"--concurrency must be at least 1, got {args.concurrency}"),
-        (not args.timeout > 0, f"--timeout must be more than 0 seconds, got {args.timeout:g}"),
-        (args.max_tokens is not None and args.max_tokens < 1, f"--max-tokens must be at least 1, got {args.max_tokens}"),
+        (args.samples < 1, "--samples must be at least 1, got {samples}"),
+        (args.concurrency < 1, "--concurrency must be at least 1, got {concurrency}"),
+        (not args.timeout > 0, "--timeout must be more than 0 seconds, got {timeout:g}"),
+        (args.max_tokens is not None and args.max_tokens < 1, "--max-tokens must be at least 1, got {max_tokens}"),
         (args.temperature is not None and not 0 <= args.temperature <= 2,
-         f"--temperature must be between 0 and 2, got {args.temperature:g}"),
+         "--temperature must be between 0 and 2, got {temperature:g}"),
     ]
     for bad, message in problems:
         if bad:
-            raise JudgeError(message)
+            raise JudgeError(message.format(**vars(args)))
 
 
 def _settings(args, model: str, backend: str, mode: str, swap: bool, where: str):

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
-KINDS = ("429", "500", "garbage", "malformed", "truncated", "cut", "hang")
+KINDS = ("429", "500", "garbage", "malformed", "truncated", "cut", "hang", "401-echo", "404")
 
 
 def request_id(messages: list[dict], seed: int | None = 0) -> str:
@@ -104,6 +104,8 @@ def _answer_from_schema(schema: dict, gate_answer: str) -> dict:
             answer[key] = gate_answer if gate_answer in spec.get("enum", [gate_answer]) else spec["enum"][0]
         elif "enum" in spec:
             answer[key] = spec["enum"][0]
+        elif spec.get("type") == "object":  # a block: one answer object per candidate letter
+            answer[key] = _answer_from_schema(spec, gate_answer)
         elif spec.get("type") == "integer":
             answer[key] = 1
         else:
@@ -234,6 +236,12 @@ class StubServer:
                                      headers={"Retry-After": config.retry_after})
         if fault == "500":
             return web.json_response({"error": {"message": "internal error"}}, status=500)
+        if fault == "401-echo":  # a careless proxy that quotes the credential it refused
+            message = f"invalid credentials: Authorization: {request.headers.get('Authorization')}"
+            return web.json_response({"error": {"message": message, "type": "invalid_api_key"}}, status=401)
+        if fault == "404":
+            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist."}},
+                                     status=404)
         if fault == "garbage":
             return web.Response(text="<html><body>502 Bad Gateway, upstream gone</body></html>",
                                 content_type="application/json")

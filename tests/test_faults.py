@@ -224,6 +224,48 @@ def test_api_key_is_sent_but_never_written(stub_server, tmp_path, client):
         assert SECRET.encode() not in path.read_bytes(), path
 
 
+# -- a server that cannot serve the run: stop at once, say where and why, keep what is done ------------------------
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nobody listens once the socket is closed
+
+
+@pytest.mark.parametrize("client", ["aiohttp", "sdk"])
+def test_a_closed_port_stops_the_run_with_the_url(tmp_path, capsys, client):
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    started = time.monotonic()
+    rc, records = score(url, tmp_path, client=client)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and records == []  # nothing half-done is written as a failure
+    assert len(err) == 1 and err[0].startswith(f"judge score: error: the server at {url} cannot be used: ")
+    assert "connection attempts in a row failed" in err[0]
+    assert time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize("client", ["aiohttp", "sdk"])
+def test_a_refused_key_stops_the_run_and_the_echoed_key_is_never_written(stub_server, tmp_path, capsys, client):
+    stub_server.configure(faults=[("401-echo", -1)])
+    rc, records = score(stub_server.base_url, tmp_path, client=client)
+    err = capsys.readouterr().err
+    assert rc == 2 and "the API key was refused" in err and "HTTP 401" in err and stub_server.base_url in err
+    assert SECRET not in err and records == []
+    assert stub_server.stats.total <= 8 + 2  # the requests already in flight, not 6 tries x every judgment
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_an_unknown_model_stops_the_run_and_keeps_finished_judgments(stub_server, tmp_path, capsys):
+    assert score(stub_server.base_url, tmp_path, "--criteria", "faithfulness")[0] == 0
+    stub_server.configure(faults=[("404", -1)])
+    rc, records = score(stub_server.base_url, tmp_path)  # more criteria: new requests meet the 404
+    assert rc == 2 and "the model or URL is unknown" in capsys.readouterr().err
+    assert {r["criterion"] for r in records} == {"faithfulness"} and len(records) == 4
+
+
 # -- kill -9 and resume -------------------------------------------------------------------------------------
 def synthetic_items(path: Path, n: int) -> Path:
     with path.open("w", encoding="utf-8") as f:

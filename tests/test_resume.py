@@ -1,0 +1,153 @@
+"""Resuming into an existing --output: a line is reused only when it answers the very same question, and a file
+that is not ours is never touched. The real CLI against the local stub server (tests/stub_server.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from judge.cli import main
+from judge.results import ResultsFile
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "items.jsonl"
+TEMPLATE = "{% block system %}Judge {{ criterion.name }}.{% endblock %}\n{% block user %}{{ candidate | fence('candidate') }}{% endblock %}\n"
+
+
+def score(stub, tmp_path: Path, *extra: str, items: Path = EXAMPLES, output: str = "out.jsonl") -> int:
+    return main(["score", "--rubric", "dialsummeval", "--input", str(items), "--output", str(tmp_path / output),
+                 "--criteria", "coherence", "--backend", "openai", "--base-url", stub.base_url, "--model", "stub",
+                 "--cache", str(tmp_path / "cache"), "--no-progress", *extra])
+
+
+def edited_items(tmp_path: Path) -> Path:
+    lines = [json.loads(x) for x in EXAMPLES.read_text(encoding="utf-8").splitlines()]
+    lines[1]["candidate"] += " (edited)"
+    path = tmp_path / "edited.jsonl"
+    path.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+# Each row: what the user changes between two runs into the same --output, and the words the refusal must use.
+CHANGES = [
+    ("an edited candidate", lambda tmp: ["--input", str(edited_items(tmp))], "item content (1)"),
+    ("another template", lambda tmp: ["--template", str(_template(tmp))], "template"),
+    ("more samples", lambda tmp: ["--samples", "3"], "samples 1 -> 3"),
+    ("another temperature", lambda tmp: ["--temperature", "0.7"], "temperature 0.0 -> 0.7"),
+    ("block mode", lambda tmp: ["--mode", "block"], "mode 'pointwise' -> 'block'"),
+    ("another model", lambda tmp: ["--model", "stub-2"], "model 'stub' -> 'stub-2'"),
+    ("logprobs", lambda tmp: ["--logprobs"], "logprobs False -> True"),
+]
+
+
+def _template(tmp: Path) -> Path:
+    path = tmp / "mine.j2"
+    path.write_text(TEMPLATE, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("what, flags, words", CHANGES, ids=[c[0] for c in CHANGES])
+def test_a_changed_run_is_refused_with_what_changed_then_redone_on_request(stub_server, tmp_path, capsys, what,
+                                                                           flags, words):
+    assert score(stub_server, tmp_path) == 0
+    out = tmp_path / "out.jsonl"
+    before = out.read_bytes()
+    extra = flags(tmp_path)
+    if "--input" in extra:  # the flag replaces the default input
+        i = extra.index("--input")
+        items, extra = Path(extra[i + 1]), extra[:i] + extra[i + 2:]
+    else:
+        items = EXAMPLES
+    capsys.readouterr()
+    assert score(stub_server, tmp_path, *extra, items=items) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "made differently" in err and words in err and "--redo-changed" in err
+    assert out.read_bytes() == before  # refused untouched
+
+    assert score(stub_server, tmp_path, *extra, "--redo-changed", items=items) == 0
+    lines = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 4 and len({(x["id"], x["system"]) for x in lines}) == 4
+    # Now the file answers for this run: the same command again reuses every line.
+    total = stub_server.stats.total
+    assert score(stub_server, tmp_path, *extra, items=items) == 0
+    assert stub_server.stats.total == total
+
+
+def test_same_run_again_reuses_every_line(stub_server, tmp_path):
+    assert score(stub_server, tmp_path) == 0
+    total = stub_server.stats.total
+    assert score(stub_server, tmp_path) == 0 and stub_server.stats.total == total
+
+
+# Each row: an existing --output that is not a judgments file written by judge; it must come out byte-identical.
+NOT_OURS = [
+    ("a one-line notes file", "remember to check call-17\n"),
+    ("a notes file without a final newline", "one line of notes"),
+    ("a JSON object that is not a judgment", '{"id": "call-17", "note": "check this"}\n'),
+    ("a JSON array", "[1, 2, 3]\n"),
+    ("judgments then a foreign line", None),
+    ("not UTF-8", b"\xff\xfe notes in UTF-16\n"),
+]
+
+
+@pytest.mark.parametrize("what, content", NOT_OURS, ids=[r[0] for r in NOT_OURS])
+def test_a_file_that_is_not_ours_is_refused_untouched(stub_server, tmp_path, capsys, what, content):
+    out = tmp_path / "out.jsonl"
+    if content is None:
+        assert score(stub_server, tmp_path) == 0
+        content = out.read_text(encoding="utf-8") + "my own notes\n" + out.read_text(encoding="utf-8").splitlines()[0] + "\n"
+    out.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert score(stub_server, tmp_path) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(out) in err and ("not a judgments file" in err or "not a judgment" in err)
+    assert out.read_bytes() == before
+
+
+def test_output_equal_to_input_is_refused_and_the_input_kept(stub_server, tmp_path, capsys):
+    items = tmp_path / "items.jsonl"
+    items.write_text(EXAMPLES.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    before = items.read_bytes()
+    rc = score(stub_server, tmp_path, items=items, output="items.jsonl")
+    assert rc == 2 and "--output is the --input file" in capsys.readouterr().err
+    assert items.read_bytes() == before
+
+
+def test_a_torn_last_line_after_judgments_is_dropped_and_redone(stub_server, tmp_path):
+    assert score(stub_server, tmp_path) == 0
+    out = tmp_path / "out.jsonl"
+    lines = out.read_text(encoding="utf-8").splitlines()
+    out.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2], encoding="utf-8")  # a kill -9
+    assert score(stub_server, tmp_path) == 0
+    strip = lambda x: json.dumps({k: v for k, v in json.loads(x).items() if k != "usage"}, sort_keys=True)  # noqa: E731
+    # The same judgments (the redone one from the cache, so it cost no tokens now).
+    assert sorted(map(strip, out.read_text(encoding="utf-8").splitlines())) == sorted(map(strip, lines))
+
+
+def test_results_file_keeps_one_line_per_key_and_drops_failures(tmp_path):
+    path = tmp_path / "out.jsonl"
+    ok = {"id": "d0", "system": "a", "criterion": "coherence", "score": 3.0, "rubric": "r@1", "model": "m"}
+    failed = {**ok, "system": "b", "score": None, "error": "boom"}
+    path.write_text("".join(json.dumps(x) + "\n" for x in (ok, failed, ok)), encoding="utf-8")
+    results = ResultsFile(path)
+    assert set(results.done) == {("d0", "a", "coherence")}
+    assert path.read_text().count("\n") == 3  # nothing changes before start()
+    results.start()
+    results.close()
+    assert [json.loads(x)["system"] for x in path.read_text().splitlines()] == ["a"]
+
+
+@pytest.mark.parametrize("where, message", [
+    ("a-directory", "is a directory"),
+    ("a-file/out.jsonl", "is a file, not a directory"),
+])
+def test_unwritable_outputs_are_refused(tmp_path, where, message):
+    (tmp_path / "a-directory").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    from judge.errors import OutputError
+
+    with pytest.raises(OutputError, match=message):
+        ResultsFile(tmp_path / where)
