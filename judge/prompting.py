@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.sandbox
 from jinja2.sandbox import SandboxedEnvironment
 
 from judge.errors import TemplateError
@@ -137,6 +138,10 @@ def _problem(exc: BaseException) -> str:
         return f"the sandbox forbids this: {exc}"
     if isinstance(exc, jinja2.TemplateError):
         return exc.message or type(exc).__name__
+    if isinstance(exc, OverflowError) and "MAX_RANGE" in str(exc):  # the sandbox's own range() limit
+        return f"the sandbox forbids this: range() may not exceed {jinja2.sandbox.MAX_RANGE} items"
+    if isinstance(exc, ValueError):  # a filter refusing its input (fence of a missing value)
+        return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
