@@ -1,30 +1,40 @@
-"""Judge-versus-human calibration: agreement, correlation, calibration maps and reports."""
+"""Judge-versus-human calibration: agreement, correlation, calibration maps and reports.
 
-from .agreement import agreement, krippendorff_alpha, label_agreement, pairwise_agreement, score_agreement
-from .alignment import align
-from .analysis import CalibrationResults, analyse
-from .ceiling import alpha_with_judge, human_ceiling
-from .compare import compare_judges
-from .correlation import PairedScores, bootstrap_ci, correlations, level_statistic
+Names are imported on first use: `judge --help` imports `calibration.cli`, which must not pull in pandas, scipy
+or scikit-learn through this package.
+"""
+
+from importlib import import_module
+
 from .errors import CalibrationError
-from .humans import aggregate_humans, clean_noise
-from .io import load_human_labels, load_judge_scores
-from .maps import IsotonicCalibrationMap, apply_maps, cross_validate_maps, fit_maps, load_maps, save_maps
-from .stats import kendall_tau_b, pearson, spearman
 
-__all__ = [
-    "CalibrationError", "CalibrationResults", "IsotonicCalibrationMap", "PairedScores", "aggregate_humans",
-    "agreement", "align", "alpha_with_judge", "analyse", "apply_maps", "bootstrap_ci", "clean_noise",
-    "compare_judges", "correlations", "cross_validate_maps", "fit_maps", "human_ceiling", "kendall_tau_b",
-    "krippendorff_alpha", "label_agreement", "level_statistic", "load_human_labels", "load_judge_scores",
-    "load_maps", "pairwise_agreement", "pearson", "save_maps", "score_agreement", "spearman", "write_report",
-]
+_WHERE = {
+    "agreement": "agreement", "krippendorff_alpha": "agreement", "label_agreement": "agreement",
+    "pairwise_agreement": "agreement", "score_agreement": "agreement",
+    "align": "alignment", "check_overlap": "alignment",
+    "CalibrationResults": "analysis", "analyse": "analysis",
+    "alpha_with_judge": "ceiling", "human_ceiling": "ceiling",
+    "compare_judges": "compare",
+    "PairedScores": "correlation", "bootstrap_ci": "correlation", "correlations": "correlation",
+    "level_statistic": "correlation",
+    "aggregate_humans": "humans", "clean_noise": "humans",
+    "HumanScale": "io", "load_human_labels": "io", "load_judge_scores": "io", "rubric_scales": "io",
+    "IsotonicCalibrationMap": "maps", "apply_maps": "maps", "cross_validate_maps": "maps", "fit_maps": "maps",
+    "load_maps": "maps", "save_maps": "maps",
+    "kendall_tau_b": "stats", "pearson": "stats", "spearman": "stats",
+    "write_report": "report",
+}
+
+__all__ = ["CalibrationError", *sorted(_WHERE)]
 
 
 def __getattr__(name):
-    # The report pulls in matplotlib; import it only when it is used.
-    if name == "write_report":
-        from .report import write_report
+    if name not in _WHERE:
+        raise AttributeError(f"module 'calibration' has no attribute {name!r}")
+    value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
 
-        return write_report
-    raise AttributeError(f"module 'calibration' has no attribute {name!r}")
+
+def __dir__():
+    return __all__

@@ -40,8 +40,9 @@ def krippendorff_alpha(labels: pd.DataFrame, criterion: str | None = None, level
         scores = pd.Series(round_to_scale(scores * steps) / steps, index=scores.index)
         table = table.join(scores.rename("__extra_rater__"), how="left")
     data = table.to_numpy(dtype=float).T  # raters x units
-    if np.isfinite(data).sum() < 2 or len(np.unique(data[np.isfinite(data)])) < 2:
-        return float("nan")
+    paired_units = (np.isfinite(data).sum(axis=0) >= 2).sum()
+    if paired_units == 0 or len(np.unique(data[np.isfinite(data)])) < 2:
+        return float("nan")  # one annotator per unit (a mean-only release) or one value: alpha is undefined
     return float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
 
 
@@ -90,11 +91,18 @@ def _majority(labels: pd.Series):
     return counts.index[0]
 
 
+def _abstained(human_labels: pd.DataFrame) -> pd.Series:
+    if "abstained" not in human_labels:
+        return pd.Series(False, index=human_labels.index)
+    return human_labels["abstained"].fillna(False).astype(bool)
+
+
 def human_majority_labels(human_labels: pd.DataFrame) -> pd.DataFrame:
-    """Majority label over annotators per (item, system, criterion); ties give None."""
-    labelled = human_labels.assign(
-        label=human_labels["label"].where(human_labels["label"].notna(),
-                                          human_labels["score"].map(lambda v: None if pd.isna(v) else f"{v:g}")))
+    """Majority label over annotators per (item, system, criterion); ties give None. Abstentions do not vote."""
+    labelled = human_labels[~_abstained(human_labels)]
+    labelled = labelled.assign(
+        label=labelled["label"].where(labelled["label"].notna(),
+                                      labelled["score"].map(lambda v: None if pd.isna(v) else f"{v:g}")))
     labelled = labelled[labelled["label"].notna()]
     return labelled.groupby(KEY)["label"].agg(_majority).reset_index()
 
@@ -103,19 +111,22 @@ def label_agreement(judge: pd.DataFrame, human_labels: pd.DataFrame, criterion: 
                     abstain_labels=()) -> dict:
     """Categorical criterion: accuracy, Cohen's kappa and confusion matrix of judge vs human majority labels.
 
-    Judge abstentions (status "abstain", or a label in `abstain_labels`) and cells without a human majority
-    are counted apart and left out of the statistics.
+    Abstentions are counted apart and left out of the statistics, on both sides: the judge's (status "abstain",
+    a label in `abstain_labels`, or no label), and the humans' (rows flagged `abstained`, the rubric's
+    abstaining label), which do not vote in the majority. Cells without a human majority are counted apart too.
     """
     judge = judge[(judge["criterion"] == criterion) & judge["status"].isin(["label", "abstain", "ok"])]
     judge = judge.assign(label=judge["label"].where(judge["label"].notna(),
                                                     judge["score"].map(lambda v: None if pd.isna(v) else f"{v:g}")))
     abstained = (judge["status"] == "abstain") | judge["label"].isin(list(abstain_labels)) | judge["label"].isna()
-    human = human_majority_labels(human_labels[human_labels["criterion"] == criterion])
+    human_rows = human_labels[human_labels["criterion"] == criterion]
+    human = human_majority_labels(human_rows)
     merged = judge[~abstained].merge(human, on=KEY, how="inner", suffixes=("_judge", "_human"))
     undecided = merged["label_human"].isna()
     merged = merged[~undecided]
     classes = sorted(set(merged["label_judge"]) | set(merged["label_human"]))
     result = {"criterion": criterion, "n": len(merged), "abstained": int(abstained.sum()),
+              "human_abstained": int(_abstained(human_rows).sum()),
               "human_undecided": int(undecided.sum()), "classes": classes}
     if len(merged) == 0:
         result.update(accuracy=np.nan, kappa=np.nan, confusion=pd.DataFrame())
@@ -134,12 +145,18 @@ def _verdict_from_scores(first: float, second: float) -> str:
 
 
 def pairwise_agreement(judge: pd.DataFrame, human_labels: pd.DataFrame, criterion: str) -> dict:
-    """Pairwise criterion (judge system "A|B", label 1 / 2 / 0 = tie): agreement with humans with and without ties.
+    """Pairwise criterion (judge systems system_1 / system_2, label 1 / 2 / 0 = tie): agreement with humans with
+    and without ties.
 
     The human verdict is the annotators' majority label for the same "A|B" row when there is one; otherwise it
-    is derived from the human mean scores of A and B on that item (higher wins, equal = tie).
+    is derived from the human mean scores of A and B on that item (higher wins, equal = tie). A frame without
+    system_1 / system_2 columns (older files) has its pairs read from "A|B".
     """
-    judge = judge[(judge["criterion"] == criterion) & judge["system"].str.contains("|", regex=False)]
+    if "system_1" not in judge:
+        split = judge["system"].str.partition("|")
+        has_pair = judge["system"].str.contains("|", regex=False)
+        judge = judge.assign(system_1=split[0].where(has_pair), system_2=split[2].where(has_pair))
+    judge = judge[(judge["criterion"] == criterion) & judge["system_1"].notna()]
     judge = judge[judge["label"].isin(PAIRWISE_VERDICTS)]
     human = human_labels[human_labels["criterion"] == criterion]
     direct = human_majority_labels(human[human["system"].str.contains("|", regex=False)])
@@ -149,7 +166,7 @@ def pairwise_agreement(judge: pd.DataFrame, human_labels: pd.DataFrame, criterio
     for row in judge.itertuples(index=False):
         verdict = direct.get((row.item_id, row.system))
         if verdict is None:
-            first, _, second = row.system.partition("|")
+            first, second = row.system_1, row.system_2
             if (row.item_id, first) in means.index and (row.item_id, second) in means.index:
                 verdict = _verdict_from_scores(means[(row.item_id, first)], means[(row.item_id, second)])
         verdicts.append(verdict)

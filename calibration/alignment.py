@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .errors import CalibrationError
 from .humans import KEY
 
 COVERAGE_COLUMNS = ["criterion", "pairs_used", "judge_na", "judge_failed", "judge_label", "human_missing",
@@ -52,3 +53,28 @@ def align(judge: pd.DataFrame, human: pd.DataFrame, criteria=None) -> tuple[pd.D
     coverage = coverage.rename(columns={"index": "criterion"})[COVERAGE_COLUMNS]
     pairs = merged.loc[used, KEY + ["score", "human", "n_annotators"]].rename(columns={"score": "judge"})
     return pairs.reset_index(drop=True), coverage
+
+
+def _example(values: set, what: str) -> str:
+    return f"{what} {sorted(values)[0]!r} ({len(values)} in all)"
+
+
+def check_overlap(judge: pd.DataFrame, labels: pd.DataFrame, judge_name: str = "the judge scores",
+                  human_name: str = "the human labels") -> None:
+    """Refuse two files that never meet on an item, or on an (item, system): an empty report helps nobody."""
+    judge_items, human_items = set(judge["item_id"]), set(labels["item_id"])
+    if not judge_items & human_items:
+        raise CalibrationError(
+            f"{judge_name} and {human_name} have no item id in common: {_example(judge_items, 'e.g.')} in "
+            f"{judge_name}, {_example(human_items, 'e.g.')} in {human_name}")
+    pairs = judge[judge["system_1"].notna()]
+    units = set(zip(judge["item_id"], judge["system"]))
+    units |= set(zip(pairs["item_id"], pairs["system_1"])) | set(zip(pairs["item_id"], pairs["system_2"]))
+    human_units = set(zip(labels["item_id"], labels["system"]))
+    if not units & human_units:
+        judge_systems = {s for _, s in units}
+        human_systems = set(labels["system"])
+        raise CalibrationError(
+            f"{judge_name} and {human_name} share item ids but no (item, system): "
+            f"{_example(judge_systems, 'system')} in {judge_name}, {_example(human_systems, 'system')} in "
+            f"{human_name}")

@@ -13,7 +13,7 @@ from .ceiling import alpha_with_judge, human_ceiling
 from .compare import compare_judges
 from .correlation import LEVELS, STATISTIC_NAMES, PairedScores, correlations
 from .errors import CalibrationError
-from .humans import aggregate_humans
+from .humans import aggregate_humans, clean_noise
 from .maps import IsotonicCalibrationMap, cross_validate_maps, fit_maps
 from .stats import percentile_interval, resample_counts
 
@@ -36,6 +36,10 @@ class CalibrationResults:
     labels: list[dict] = field(default_factory=list)
     pairwise: list[dict] = field(default_factory=list)
     comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Numeric criteria with one annotator per summary (mean-only releases): no human agreement nor ceiling.
+    single_annotator: list[str] = field(default_factory=list)
+    # What the report names: judge model(s), rubric(s), input files; filled in by the CLI.
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 def system_means_with_ci(pairs: pd.DataFrame, n_resamples: int = 1000, seed: int | None = 0,
@@ -64,17 +68,48 @@ def system_means_with_ci(pairs: pd.DataFrame, n_resamples: int = 1000, seed: int
     return pd.DataFrame(rows)
 
 
-def _is_pairwise(judge: pd.DataFrame) -> pd.Series:
-    return judge["system"].str.contains("|", regex=False)
+def _annotators_per_unit(labels: pd.DataFrame) -> dict[str, int]:
+    """Most annotators on one (item, system) per criterion: agreement and the ceiling need at least two."""
+    numeric = labels[labels["score"].notna()]
+    return numeric.groupby(["criterion", "item_id", "system"]).size().groupby("criterion").max().to_dict()
+
+
+def _kinds(judge: pd.DataFrame, labels: pd.DataFrame, criteria) -> tuple[list[str], list[str], list[str]]:
+    """Which criteria are numeric, categorical (labels) and pairwise; a criterion may be pairwise and one other.
+
+    Pairwise: the judge compared two systems. Categorical: the humans gave labels, or the judge gave labels
+    without numbers on single systems. A judge that gives only numbers where the humans gave labels cannot be compared at all.
+    """
+    pair_rows = judge["system_1"].notna()
+    pairwise = sorted(set(judge.loc[pair_rows, "criterion"]) & set(criteria))
+    single = judge[~pair_rows]
+    human_labels = set(labels.loc[labels["label"].notna(), "criterion"])
+    judge_labels = set(single.loc[single["label"].notna() | (single["status"] == "label"), "criterion"])
+    judge_numbers_only = set(single.loc[single["status"] == "ok", "criterion"]) - judge_labels
+    for criterion in criteria:
+        if criterion in human_labels and criterion in judge_numbers_only:
+            example = labels.loc[(labels["criterion"] == criterion) & labels["label"].notna()].iloc[0]
+            raise CalibrationError(
+                f"criterion {criterion!r}: the judge gives numbers but the human scores are labels "
+                f"(e.g. {example['label']!r} on line {example['line']} of the labels file): nothing to compare")
+    categorical = sorted((human_labels | judge_labels) & set(criteria))
+    numeric = [c for c in criteria if c not in categorical]
+    return numeric, categorical, pairwise
 
 
 def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bool = False,
             n_resamples: int = 1000, seed: int | None = 0, fit_map: bool = False,
-            other_judge: pd.DataFrame | None = None, levels=LEVELS, statistics=STATISTIC_NAMES) -> CalibrationResults:
+            other_judge: pd.DataFrame | None = None, levels=LEVELS, statistics=STATISTIC_NAMES,
+            abstain_labels: dict[str, set[str]] | None = None) -> CalibrationResults:
+    """Everything `judge calibrate` reports. `abstain_labels` (criterion -> labels) names the judge's answers that
+    abstain in files written before judgments carried an `abstained` flag (the rubric's "I don't know")."""
     human_criteria = sorted(labels["criterion"].unique())
     judge_criteria = set(judge["criterion"]) - {"*"}
+    wildcard = "*" in set(judge["criterion"])
     if criteria is None:
-        criteria = [c for c in human_criteria if c in judge_criteria or "*" in set(judge["criterion"])]
+        # A wide metric column ("*") stands for every numeric criterion, never for the humans' labels.
+        label_only = set(labels.loc[labels["label"].notna(), "criterion"])
+        criteria = [c for c in human_criteria if c in judge_criteria or (wildcard and c not in label_only)]
     else:
         unknown = [c for c in criteria if c not in human_criteria]
         if unknown:
@@ -83,33 +118,51 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
     if not criteria:
         raise CalibrationError("the judge scores and the human labels have no criterion in common "
                                f"(judge: {', '.join(sorted(judge_criteria)) or '-'}; human: {', '.join(human_criteria)})")
-    pairwise_rows = _is_pairwise(judge)
-    label_criteria = sorted(set(judge.loc[(judge["status"] == "label") & ~pairwise_rows, "criterion"]) & set(criteria))
-    pairwise_criteria = sorted(set(judge.loc[pairwise_rows, "criterion"]) & set(criteria))
-    scored = judge[~pairwise_rows]
+    numeric, label_criteria, pairwise_criteria = _kinds(judge, labels, criteria)
+    scored = judge[judge["system_1"].isna()]
     human = aggregate_humans(labels, clean=clean)
     pairs, coverage = align(scored, human, criteria)
-    numeric = [c for c in criteria if (pairs["criterion"] == c).any()]
+    numeric = [c for c in numeric if (pairs["criterion"] == c).any()]
     if not numeric and not label_criteria and not pairwise_criteria:
         raise CalibrationError("no (item, system, criterion) has both a judge score and a human score: "
                                "check that the item ids and system names match between the two files")
-    # The ceiling is read against the raw mean (see human_ceiling), whatever --clean says.
+    # Agreement among humans and the ceiling need two annotators on some unit; mean-only releases have one.
+    annotators = _annotators_per_unit(labels)
+    rated = [c for c in numeric if annotators.get(c, 0) >= 2]
+    # The ceiling is read against the raw mean (see human_ceiling), whatever --clean says; alpha follows
+    # --clean (DialSummEval's Table 2 is alpha after noise removal).
     raw_pairs = pairs if not clean else align(scored, aggregate_humans(labels), criteria)[0]
+    table = correlations(pairs, numeric, levels, statistics, n_resamples, seed) if numeric else pd.DataFrame()
+    raw_table = table if not clean else (
+        correlations(raw_pairs, rated, levels, statistics, n_resamples, seed) if rated else pd.DataFrame())
+    alpha_labels = clean_noise(labels) if clean else labels
+    abstain_labels = abstain_labels or {}
     results = CalibrationResults(
         criteria=list(criteria), cleaned=clean, n_resamples=n_resamples, seed=seed, pairs=pairs,
-        coverage=coverage,
-        correlations=correlations(pairs, numeric, levels, statistics, n_resamples, seed) if numeric else pd.DataFrame(),
-        agreement=agreement(pairs, numeric),
-        ceiling=human_ceiling(labels, raw_pairs, numeric, levels, statistics) if numeric else pd.DataFrame(),
-        alpha=alpha_with_judge(labels, raw_pairs, numeric) if numeric else pd.DataFrame(),
+        coverage=coverage, correlations=table, agreement=agreement(pairs, numeric),
+        ceiling=_with_judge_ci(human_ceiling(labels, raw_pairs, rated, levels, statistics), raw_table)
+        if rated else pd.DataFrame(),
+        alpha=alpha_with_judge(alpha_labels, pairs, rated) if rated else pd.DataFrame(),
         system_means=system_means_with_ci(pairs, n_resamples, seed) if numeric else pd.DataFrame(),
-        labels=[label_agreement(judge[~pairwise_rows], labels, c) for c in label_criteria],
+        labels=[label_agreement(scored, labels, c, abstain_labels.get(c, ())) for c in label_criteria],
         pairwise=[pairwise_agreement(judge, labels, c) for c in pairwise_criteria],
+        single_annotator=[c for c in numeric if c not in rated],
     )
     if fit_map and numeric:
         results.maps = fit_maps(pairs, numeric)
         results.map_evaluation = cross_validate_maps(pairs, numeric)
     if other_judge is not None and numeric:
-        results.comparison = compare_judges(scored, other_judge, human, numeric, levels, statistics,
-                                            n_resamples, seed)
+        results.comparison = compare_judges(scored, other_judge[other_judge["system_1"].isna()], human, numeric,
+                                            levels, statistics, n_resamples, seed)
     return results
+
+
+def _with_judge_ci(ceiling: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The judge's bootstrap CI (against the same raw mean) next to each correlation in the ceiling table."""
+    if ceiling.empty or table.empty:
+        return ceiling.assign(judge_ci_low=np.nan, judge_ci_high=np.nan)
+    ci = table[["criterion", "level", "statistic", "ci_low", "ci_high"]].rename(
+        columns={"ci_low": "judge_ci_low", "ci_high": "judge_ci_high"})
+    merged = ceiling.merge(ci, on=["criterion", "level", "statistic"], how="left")
+    first = ["criterion", "level", "statistic", "judge", "judge_ci_low", "judge_ci_high"]
+    return merged[first + [c for c in merged.columns if c not in first]]

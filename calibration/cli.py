@@ -8,12 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
+from judge.errors import JudgeError
 
-from .analysis import CalibrationResults, analyse
-from .errors import CalibrationError
-from .io import load_human_labels, load_judge_scores
-from .maps import apply_maps, load_maps, save_maps
+# pandas, scipy, scikit-learn and matplotlib are imported inside run(): every `judge` command builds this parser.
 
 EPILOG = """\
 examples:
@@ -53,6 +50,16 @@ def _positive_or_zero(value: str) -> int:
     return number
 
 
+def _scale(value: str) -> tuple[float, float]:
+    try:
+        low, high = (float(part) for part in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected MIN,MAX, e.g. 1,5") from None
+    if not low < high:
+        raise argparse.ArgumentTypeError(f"MIN must be below MAX, got {value}")
+    return low, high
+
+
 def register(sub) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "calibrate", help="agreement and correlation of judge scores with human labels",
@@ -61,6 +68,9 @@ def register(sub) -> argparse.ArgumentParser:
                         help="judgments JSONL, or a CSV of scores")
     parser.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
     parser.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
+    parser.add_argument("--scale", type=_scale, metavar="MIN,MAX",
+                        help="the human scale, e.g. 1,5: any human score outside it is an error (default: the "
+                             "scales of the rubric the judgments name; needed for a CSV of scores)")
     parser.add_argument("--criteria", type=_criteria, metavar="a,b", help="only these criteria (default: all shared)")
     parser.add_argument("--clean", action="store_true",
                         help="DialSummEval noise cleaning: in a triple where two annotators agree, drop the third")
@@ -81,18 +91,25 @@ def register(sub) -> argparse.ArgumentParser:
     return parser
 
 
-def _format(frame: pd.DataFrame, columns=None) -> str:
+def _format(frame, columns=None) -> str:
     if frame.empty:
         return "  (none)"
     frame = frame if columns is None else frame[[c for c in columns if c in frame.columns]]
     return frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
 
 
-def print_results(results: CalibrationResults, out=None) -> None:
+def _single(results) -> str:
+    return (f"\n  {', '.join(results.single_annotator)}: needs >= 2 annotators per summary (this file has one)"
+            if results.single_annotator else "")
+
+
+def print_results(results, out=None) -> None:
     out = sys.stdout if out is None else out  # resolved per call: stdout may be replaced (tests, pipes)
     human = "cleaned (DialSummEval noise removal) mean" if results.cleaned else "mean"
     print(f"Human score: {human} over annotators. Bootstrap: {results.n_resamples} resamples of items "
           f"(and systems at system level), seed {results.seed}.", file=out)
+    for name, value in results.sources.items():
+        print(f"{name}: {value}", file=out)
     print("\nCoverage", file=out)
     print(_format(results.coverage), file=out)
     for level in ("system", "summary", "item"):
@@ -105,19 +122,21 @@ def print_results(results: CalibrationResults, out=None) -> None:
     if not results.agreement.empty:
         print(_format(results.agreement.pivot(index="criterion", columns="statistic", values="value")
                       .reset_index()), file=out)
-    print("\nHuman ceiling (each annotator vs the mean of the others, raw labels) and the judge vs the mean of all",
-          file=out)
-    print(_format(results.ceiling, ["criterion", "level", "statistic", "judge", "ceiling", "ceiling_min",
-                                    "ceiling_max", "fraction_of_ceiling"]), file=out)
-    print("\nKrippendorff's alpha: humans, and humans with the judge as one more rater", file=out)
-    print(_format(results.alpha), file=out)
+    print("\nHuman ceiling (each annotator vs the mean of the others, on the raw labels even with --clean) and the "
+          "judge vs the raw mean of all, with its 95% CI", file=out)
+    print(_format(results.ceiling, ["criterion", "level", "statistic", "judge", "judge_ci_low", "judge_ci_high",
+                                    "ceiling", "ceiling_min", "ceiling_max", "fraction_of_ceiling"])
+          + _single(results), file=out)
+    after = " after noise removal (--clean)" if results.cleaned else " on the raw labels"
+    print(f"\nKrippendorff's alpha{after}: humans, and humans with the judge as one more rater", file=out)
+    print(_format(results.alpha) + _single(results), file=out)
     if not results.map_evaluation.empty:
         print("\nIsotonic calibration map, cross-validated by dialogue", file=out)
         print(_format(results.map_evaluation), file=out)
     for result in results.labels:
         print(f"\nLabels, {result['criterion']}: accuracy {result['accuracy']:.3f}, kappa {result['kappa']:.3f}, "
-              f"n {result['n']}, judge abstentions {result['abstained']}, no human majority "
-              f"{result['human_undecided']}", file=out)
+              f"n {result['n']}, judge abstentions {result['abstained']}, human abstentions "
+              f"{result['human_abstained']}, no human majority {result['human_undecided']}", file=out)
         if not result["confusion"].empty:
             print(result["confusion"].to_string(), file=out)
     for result in results.pairwise:
@@ -129,65 +148,159 @@ def print_results(results: CalibrationResults, out=None) -> None:
         print(_format(results.comparison), file=out)
 
 
-def write_tables(results: CalibrationResults, directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    results.correlations.to_csv(directory / "correlations.csv", index=False)
+def table_files(results) -> dict[str, str]:
+    """Every table of --output-dir as CSV (or JSON) text, keyed by file name."""
+    import pandas as pd
+
     alpha_rows = [
         {"criterion": row.criterion, "statistic": f"alpha_{row.level}_{who}", "value": getattr(row, column),
          "n": row.n_units}
         for row in results.alpha.itertuples()
         for who, column in (("humans", "alpha_humans"), ("humans_plus_judge", "alpha_humans_plus_judge"))
     ]
-    pd.concat([results.agreement, pd.DataFrame(alpha_rows, columns=["criterion", "statistic", "value", "n"])],
-              ignore_index=True).to_csv(directory / "agreement.csv", index=False)
-    results.coverage.to_csv(directory / "coverage.csv", index=False)
-    results.ceiling.to_csv(directory / "ceiling.csv", index=False)
-    results.system_means.to_csv(directory / "system_means.csv", index=False)
+    files = {
+        "correlations.csv": results.correlations.to_csv(index=False),
+        "agreement.csv": pd.concat([results.agreement, pd.DataFrame(alpha_rows, columns=["criterion", "statistic",
+                                                                                         "value", "n"])],
+                                   ignore_index=True).to_csv(index=False),
+        "coverage.csv": results.coverage.to_csv(index=False),
+        "ceiling.csv": results.ceiling.to_csv(index=False),
+        "system_means.csv": results.system_means.to_csv(index=False),
+    }
     if not results.map_evaluation.empty:
-        results.map_evaluation.to_csv(directory / "calibration_map_cv.csv", index=False)
+        files["calibration_map_cv.csv"] = results.map_evaluation.to_csv(index=False)
     if not results.comparison.empty:
-        results.comparison.to_csv(directory / "comparison.csv", index=False)
+        files["comparison.csv"] = results.comparison.to_csv(index=False)
     if results.labels:
-        pd.DataFrame([{k: v for k, v in r.items() if k not in ("confusion", "classes")} for r in results.labels]) \
-            .to_csv(directory / "label_agreement.csv", index=False)
+        files["label_agreement.csv"] = pd.DataFrame(
+            [{k: v for k, v in r.items() if k not in ("confusion", "classes")} for r in results.labels]
+        ).to_csv(index=False)
     if results.pairwise:
-        pd.DataFrame(results.pairwise).to_csv(directory / "pairwise_agreement.csv", index=False)
+        files["pairwise_agreement.csv"] = pd.DataFrame(results.pairwise).to_csv(index=False)
     summary = {"criteria": results.criteria, "human_cleaned": results.cleaned,
-               "bootstrap_resamples": results.n_resamples, "seed": results.seed}
-    (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+               "alpha_on": "cleaned labels" if results.cleaned else "raw labels", "ceiling_on": "raw labels",
+               "single_annotator_criteria": results.single_annotator,
+               "bootstrap_resamples": results.n_resamples, "seed": results.seed, "sources": results.sources}
+    files["summary.json"] = json.dumps(summary, indent=2) + "\n"
+    return files
+
+
+def write_tables(results, directory: Path) -> None:
+    from .io import write_text_atomic
+
+    for name, text in table_files(results).items():
+        write_text_atomic(directory / name, text)
+
+
+def _check_outputs(args) -> None:
+    """Refuse unusable output paths before any work, and never let an output overwrite an input."""
+    from .errors import CalibrationError
+
+    inputs = {p.resolve() for p in (args.judgments, args.human, args.compare, args.apply_map) if p}
+    for flag, path, kind in (("--report", args.report, "file"), ("--fit-map", args.fit_map, "file"),
+                             ("--output-dir", args.output_dir, "dir")):
+        if path is None:
+            continue
+        if path.resolve() in inputs:
+            raise CalibrationError(f"{flag} {path}: is one of the input files; choose another path")
+        if kind == "file" and path.is_dir():
+            raise CalibrationError(f"{flag} {path}: is a directory, expected a file name")
+        if kind == "dir" and path.exists() and not path.is_dir():
+            raise CalibrationError(f"{flag} {path}: is a file, expected a directory")
+        for parent in (path.parent if kind == "file" else path, *path.parents):
+            if parent.exists() and not parent.is_dir():
+                raise CalibrationError(f"{flag} {path}: {parent} is a file, not a directory")
+
+
+def _progress(message: str) -> None:
+    print(f"judge calibrate: {message}", file=sys.stderr, flush=True)
+
+
+def _sources(args, judge) -> dict[str, str]:
+    models = sorted(m for m in judge["model"].dropna().unique() if m)
+    rubrics = sorted(r for r in judge["rubric"].dropna().unique() if r)
+    out = {"Judge model": ", ".join(models) or "(not named in the file)",
+           "Rubric": ", ".join(rubrics) or "(not named in the file)",
+           "Judgments": str(args.judgments) + (f" (column {args.score_column})" if args.score_column else ""),
+           "Human labels": str(args.human)}
+    if args.compare:
+        out["Compared with"] = str(args.compare)
+    if args.apply_map:
+        out["Calibration map"] = str(args.apply_map)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
-        labels = load_human_labels(args.human)
+        _check_outputs(args)
+        from .alignment import check_overlap
+        from .analysis import analyse
+        from .errors import CalibrationError
+        from .io import load_human_labels, load_judge_scores, range_scale, rubric_scales, write_text_atomic
+        from .maps import apply_maps, load_maps, save_maps
+
+        _progress(f"reading {args.judgments} and {args.human}")
         judge = load_judge_scores(args.judgments, args.score_column)
+        if args.scale:
+            scales, notes = {"*": range_scale(*args.scale)}, []
+        else:
+            scales, notes = rubric_scales(judge["rubric"].dropna().unique())
+        for note in notes:
+            _progress(f"note: {note}")
+        labels = load_human_labels(args.human, scales)
+        check_overlap(judge, labels, str(args.judgments), str(args.human))
         other = load_judge_scores(args.compare, args.compare_score_column) if args.compare else None
+        if other is not None:
+            check_overlap(other, labels, str(args.compare), str(args.human))
         if args.apply_map:
             judge = apply_maps(judge, load_maps(args.apply_map))
+        _progress(f"analysing {judge['criterion'].nunique()} criteria, {args.bootstrap} bootstrap resamples")
         results = analyse(judge, labels, args.criteria, args.clean, args.bootstrap, args.seed,
-                          fit_map=args.fit_map is not None, other_judge=other)
+                          fit_map=args.fit_map is not None, other_judge=other,
+                          abstain_labels={c: set(s.abstain) for c, s in scales.items() if s.abstain})
+        results.sources = _sources(args, judge)
+        if args.fit_map and not results.maps:
+            raise CalibrationError("--fit-map: no criterion has numeric (judge, human) pairs to fit")
+        # Everything is computed and rendered before the first byte is written: an error leaves no half output.
+        files = table_files(results) if args.output_dir else {}
+        if args.output_dir and args.apply_map:
+            files["calibrated_scores.csv"] = judge[["item_id", "system", "criterion", "score", "score_raw",
+                                                    "status"]].to_csv(index=False)
+        page = None
+        if args.report:
+            from .report import report_html  # matplotlib is imported only when a report is asked for
+
+            _progress("drawing the report")
+            page = report_html(results)
         print_results(results)
         if args.fit_map:
-            if not results.maps:
-                raise CalibrationError("--fit-map: no criterion has numeric (judge, human) pairs to fit")
             save_maps(results.maps, args.fit_map)
-        if args.output_dir:
-            write_tables(results, args.output_dir)
-            if args.apply_map:
-                judge[["item_id", "system", "criterion", "score", "score_raw", "status"]].to_csv(
-                    args.output_dir / "calibrated_scores.csv", index=False)
-        if args.report:
-            from .report import write_report  # matplotlib is imported only when a report is asked for
-
-            write_report(results, args.report)
-    except CalibrationError as exc:
+        for name, text in files.items():
+            write_text_atomic(args.output_dir / name, text)
+        if page is not None:
+            write_text_atomic(args.report, page)
+    except JudgeError as exc:
         print(f"judge calibrate: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"judge calibrate: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    used = int(results.coverage["pairs_used"].sum())
-    print(f"\ncalibrated {len(results.criteria)} criteria, {used} judge-human pairs, "
-          f"{results.n_resamples} resamples, {time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return _summary(results, args, time.perf_counter() - started)
+
+
+def _summary(results, args, seconds: float) -> int:
+    """The one-line summary; exit 1 when a requested criterion produced nothing to report."""
+    used = int(results.coverage["pairs_used"].sum()) if not results.coverage.empty else 0
+    analysed = (set(results.correlations["criterion"]) if not results.correlations.empty else set()) | \
+        {r["criterion"] for r in results.labels if r["n"]} | {r["criterion"] for r in results.pairwise if r["n"]}
+    empty = [c for c in results.criteria if c not in analysed]
+    written = [str(p) for p in (args.output_dir, args.report, args.fit_map) if p]
+    line = (f"calibrated {len(analysed)} of {len(results.criteria)} criteria, {used} judge-human pairs, "
+            f"{results.n_resamples} resamples" + (f", wrote {', '.join(written)}" if written else "")
+            + f", {seconds:.1f}s")
+    if empty:
+        print(f"judge calibrate: {line}; incomplete: no judge-human pair for {', '.join(empty)}", file=sys.stderr)
+        return 1
+    print(f"judge calibrate: {line}", file=sys.stderr)
     return 0

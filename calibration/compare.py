@@ -18,7 +18,7 @@ def compare_judges(judge_a: pd.DataFrame, judge_b: pd.DataFrame, human: pd.DataF
 
     Both correlations are computed on the same resampled items (and systems) in every replicate, so the
     interval and the two-sided p-value (twice the smaller tail of the replicates around 0) reflect the
-    pairing. `judge_a` / `judge_b` come from load_judge_scores, `human` from aggregate_humans.
+    pairing. With n_resamples=0 the interval and p-value are NaN. `judge_a` / `judge_b` come from load_judge_scores, `human` from aggregate_humans.
     """
     pairs_a, _ = align(judge_a, human, criteria)
     pairs_b, _ = align(judge_b, human, criteria)
@@ -30,13 +30,14 @@ def compare_judges(judge_a: pd.DataFrame, judge_b: pd.DataFrame, human: pd.DataF
             continue
         paired_a = PairedScores.from_pairs(both, criterion, judge_column="judge_a")
         paired_b = PairedScores.from_pairs(both, criterion, judge_column="judge_b")
-        weights = bootstrap_weights(paired_a, n_resamples, seed)
+        weights = bootstrap_weights(paired_a, n_resamples, seed) if n_resamples else None
         for statistic in statistics:
             for level in levels:
                 value_a = float(level_statistic(paired_a, level, statistic))
                 value_b = float(level_statistic(paired_b, level, statistic))
-                difference = (bootstrap_replicates(paired_a, level, statistic, *weights)
-                              - bootstrap_replicates(paired_b, level, statistic, *weights))
+                difference = np.array([]) if weights is None else (
+                    bootstrap_replicates(paired_a, level, statistic, *weights)
+                    - bootstrap_replicates(paired_b, level, statistic, *weights))
                 defined = difference[~np.isnan(difference)]
                 low, high = percentile_interval(difference, confidence)
                 p_value = (min(1.0, 2 * min(np.mean(defined <= 0), np.mean(defined >= 0)))

@@ -1,134 +1,248 @@
-"""Reading human labels and judge scores (judgments JSONL or any CSV of scores) into tidy DataFrames."""
+"""Reading human labels and judge scores (judgments JSONL or any CSV of scores) into tidy DataFrames.
+
+Every problem is reported as one line naming the file, the line and what is wrong: a user should never have to
+read a traceback, nor find out from an empty report that two files did not fit together.
+"""
 
 from __future__ import annotations
 
-import json
+import csv
+import io
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from judge.errors import JudgeError
+from judge.resources import read_text as read_user_text
+
 from .errors import CalibrationError
 
 HUMAN_COLUMNS = ["item_id", "system", "annotator", "criterion", "score"]
-JUDGE_COLUMNS = ["item_id", "system", "criterion", "score", "label", "status"]
+JUDGE_COLUMNS = ["item_id", "system", "criterion", "score", "label", "status", "line", "system_1", "system_2",
+                 "rubric", "model"]
 # status of one judge row: a usable number, a categorical/pairwise label, or why it has neither.
 STATUSES = ("ok", "label", "na", "error", "abstain")
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    if not path.is_file():
-        raise CalibrationError(f"{path}: no such file")
+@dataclass(frozen=True)
+class HumanScale:
+    """What one criterion's human scores may be: numbers (on points or within a range) or labels."""
+
+    kind: str  # "numeric" or "labels"
+    source: str  # where the scale comes from, for messages: "rubric dialsummeval@1", "--scale 1,5"
+    points: tuple[float, ...] = ()  # a Likert rubric's points
+    low: float | None = None
+    high: float | None = None
+    labels: tuple[str, ...] = ()  # a categorical rubric's labels
+    abstain: frozenset[str] = field(default_factory=frozenset)  # labels that abstain ("I don't know")
+
+
+def range_scale(low: float, high: float) -> HumanScale:
+    """The scale of `--scale MIN,MAX`: any number between the two."""
+    return HumanScale("numeric", f"--scale {low:g},{high:g}", low=low, high=high)
+
+
+def rubric_scales(refs) -> tuple[dict[str, HumanScale], list[str]]:
+    """Human scales per criterion from the rubrics the judgments name ("dialsummeval@1"), and notes for the user.
+
+    A rubric that is not installed is noted and skipped: the labels are then checked against themselves only.
+    Preference (pairwise) criteria get no scale: humans may give a verdict or per-system scores.
+    """
+    from judge.rubric import load_rubric  # pydantic and yaml: only when judgments name a rubric
+
+    scales: dict[str, HumanScale] = {}
+    notes = []
+    for ref in sorted({r for r in refs if r}):
+        name, _, version = ref.partition("@")
+        try:
+            rubric = load_rubric(name)
+        except JudgeError:
+            notes.append(f"rubric {ref} named by the judgments is not installed: human scores are not checked "
+                         "against its scale")
+            continue
+        if version and rubric.version != version:
+            notes.append(f"the judgments name {ref}, the installed rubric is {rubric.ref}: its scales are used")
+        source = f"rubric {rubric.ref}"
+        for criterion in rubric.criteria:
+            scale = criterion.scale
+            if scale.type == "likert":
+                points = tuple(float(v) for v in scale.values)
+                scales.setdefault(criterion.id, HumanScale("numeric", source, points, min(points), max(points)))
+            elif scale.type == "categorical":
+                scales.setdefault(criterion.id, HumanScale(
+                    "labels", source, labels=tuple(scale.values),
+                    abstain=frozenset(c.value for c in scale.labels if c.abstain)))
+    return scales, notes
+
+
+def read_text(path: Path, what: str) -> str:
+    """The file's text (a BOM dropped); missing, a directory, not UTF-8 or empty is a one-line error."""
+    text = read_user_text(path, CalibrationError)
+    if not text.strip():
+        raise CalibrationError(f"{path}: the {what} file is empty")
+    return text
+
+
+def _read_csv(path: Path, what: str) -> pd.DataFrame:
+    """All cells as stripped strings ("" when blank), plus `line`: the physical line each record starts on.
+
+    Read with the csv module rather than pandas so that line numbers stay right when a quoted cell spans
+    several lines (a model's raw answer, for instance).
+    """
+    reader = csv.reader(io.StringIO(read_text(path, what), newline=""))
     try:
-        # Ids stay strings: "0012" and "12" are different dialogues.
-        return pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise CalibrationError(f"{path}: not a readable CSV file ({exc})") from None
-    except pd.errors.EmptyDataError:
-        raise CalibrationError(f"{path}: the file is empty") from None
+        header = [name.strip() for name in next(reader)]
+        rows, lines, last = [], [], reader.line_num
+        for record in reader:
+            start, last = last + 1, reader.line_num
+            if not any(cell.strip() for cell in record):
+                continue
+            if len(record) != len(header):
+                raise CalibrationError(f"{path}:{start}: expected {len(header)} fields as in the header, "
+                                       f"found {len(record)}")
+            rows.append([cell.strip() for cell in record])
+            lines.append(start)
+    except csv.Error as exc:
+        raise CalibrationError(f"{path}:{reader.line_num}: not a readable CSV file ({exc})") from None
+    if len(set(header)) != len(header):
+        raise CalibrationError(f"{path}:1: duplicate column names in the header")
+    if not rows:
+        raise CalibrationError(f"{path}: no rows below the header")
+    frame = pd.DataFrame(rows, columns=header)
+    frame["line"] = lines
+    return frame
 
 
 def _require_columns(frame: pd.DataFrame, path: Path, required: list[str]) -> None:
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        raise CalibrationError(
-            f"{path}: line 1: missing column(s) {', '.join(missing)}; found {', '.join(map(str, frame.columns))}"
-        )
-
-
-def _numeric_or_labels(values: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """Split a text column into numbers and, where a cell is not a number, a label."""
-    numbers = pd.to_numeric(values, errors="coerce")
-    labels = values.where(numbers.isna() & values.notna())
-    return numbers.astype(float), labels
+        found = ", ".join(str(c) for c in frame.columns if c != "line")
+        raise CalibrationError(f"{path}:1: missing column(s) {', '.join(missing)}; found {found}")
 
 
 def _check_blank(frame: pd.DataFrame, path: Path, columns: list[str]) -> None:
     for column in columns:
-        blank = frame[column].isna()
+        blank = frame[column] == ""
         if blank.any():
-            line = int(blank.to_numpy().nonzero()[0][0]) + 2  # +1 header, +1 one-based
-            raise CalibrationError(f"{path}: line {line}: column {column!r} is empty")
+            raise CalibrationError(f"{path}:{frame.loc[blank, 'line'].iloc[0]}: column {column!r} is empty")
 
 
-def load_human_labels(path: str | Path) -> pd.DataFrame:
-    """Long CSV `item_id,system,annotator,criterion,score` (extra columns kept).
+def _number(text: str) -> float:
+    """A finite number, or NaN for anything else ("four", "4/5", "nan", "inf")."""
+    try:
+        value = float(text)
+    except ValueError:
+        return math.nan
+    return value if math.isfinite(value) else math.nan
 
-    Non-numeric scores are kept as categorical labels (column `label`, `score` NaN).
+
+def _split_scores(frame: pd.DataFrame, path: Path, scales: dict[str, HumanScale]) -> pd.DataFrame:
+    """Decide, per criterion, whether the human scores are numbers or labels, and check them.
+
+    A criterion is numeric when its rubric says so, or (without a rubric) when most of its scores are numbers;
+    then any text in it is an error. Otherwise every score is a label. A Likert rubric's scale bounds every
+    score, and with two or more annotators a score must be one of its points (a mean-only release has means
+    between points). Blank scores are cells nobody rated and are left out.
     """
-    path = Path(path)
-    frame = _read_csv(path)
-    _require_columns(frame, path, HUMAN_COLUMNS)
-    _check_blank(frame, path, ["item_id", "system", "annotator", "criterion"])
-    frame = frame.copy()
-    frame["score"], frame["label"] = _numeric_or_labels(frame["score"])
-    duplicated = frame.duplicated(["item_id", "system", "annotator", "criterion"])
-    if duplicated.any():
-        line = int(duplicated.to_numpy().nonzero()[0][0]) + 2
-        row = frame.loc[duplicated].iloc[0]
-        raise CalibrationError(
-            f"{path}: line {line}: duplicate label for item {row.item_id!r}, system {row.system!r}, "
-            f"annotator {row.annotator!r}, criterion {row.criterion!r}"
-        )
-    if frame["score"].isna().all() and frame["label"].isna().all():
-        raise CalibrationError(f"{path}: column 'score' holds no value")
+    frame = frame[frame["score"] != ""].copy()
+    numbers = frame["score"].map(_number)
+    frame["label"] = None
+    frame["abstained"] = False
+    for criterion, rows in frame.groupby("criterion", sort=False).groups.items():
+        scale = scales.get(criterion, scales.get("*"))
+        values = numbers.loc[rows]
+        numeric = scale.kind == "numeric" if scale else values.notna().sum() * 2 >= len(values)
+        if not numeric:
+            text = frame.loc[rows, "score"]
+            if scale and scale.labels:
+                off = ~text.isin(scale.labels)
+                if off.any():
+                    raise CalibrationError(
+                        f"{path}:{frame.loc[off[off].index[0], 'line']}: label {text[off].iloc[0]!r} of criterion "
+                        f"{criterion!r} is not on the scale of {scale.source} ({', '.join(scale.labels)})")
+            frame.loc[rows, "label"] = text
+            frame.loc[rows, "abstained"] = text.isin(scale.abstain) if scale else False
+            numbers.loc[rows] = np.nan
+            continue
+        if values.isna().any():
+            first = values.index[values.isna()][0]
+            raise CalibrationError(
+                f"{path}:{frame.loc[first, 'line']}: score {frame.loc[first, 'score']!r} of criterion {criterion!r} "
+                f"is not a number" + (f" ({scale.source})" if scale else " (its other scores are numbers)"))
+        if scale is None:
+            continue
+        off = (values < scale.low) | (values > scale.high) if scale.low is not None else values.isna()
+        several = frame.loc[rows].groupby(["item_id", "system"])["annotator"].transform("size").max() > 1
+        if scale.points and several:
+            off |= ~values.isin(scale.points)
+        if off.any():
+            first = off.index[off][0]
+            allowed = (", ".join(f"{p:g}" for p in scale.points) if scale.points and several
+                       else f"{scale.low:g} to {scale.high:g}")
+            raise CalibrationError(
+                f"{path}:{frame.loc[first, 'line']}: score {frame.loc[first, 'score']} of criterion {criterion!r} "
+                f"is off the scale of {scale.source} ({allowed})")
+    frame["score"] = numbers.astype(float)
     return frame
 
 
-def _judgment_status(record: dict) -> str:
-    if record.get("error") not in (None, ""):
-        return "error"
-    if record.get("na"):
-        return "na"
-    if record.get("score") is not None:
-        return "ok"
-    if record.get("label") is not None:
-        return "label"
-    return "abstain"
+def load_human_labels(path: str | Path, scales: dict[str, HumanScale] | None = None) -> pd.DataFrame:
+    """Long CSV `item_id,system,annotator,criterion,score` (extra columns kept).
+
+    Returns the file with `score` a float (NaN for labels), `label` (text labels, None for numbers), `abstained`
+    (a label that is the rubric's abstaining one) and `line`. `scales` (criterion -> HumanScale, from the
+    judgments' rubric; key "*" for every criterion, as --scale gives) decides numbers vs labels and bounds the
+    scores; a criterion without one is numeric when most of its scores are numbers.
+    """
+    path = Path(path)
+    frame = _read_csv(path, "human labels")
+    _require_columns(frame, path, HUMAN_COLUMNS)
+    _check_blank(frame, path, ["item_id", "system", "annotator", "criterion"])
+    frame = _split_scores(frame, path, scales or {})
+    duplicated = frame.duplicated(["item_id", "system", "annotator", "criterion"])
+    if duplicated.any():
+        row = frame.loc[duplicated].iloc[0]
+        raise CalibrationError(
+            f"{path}:{row.line}: duplicate label for item {row.item_id!r}, system {row.system!r}, "
+            f"annotator {row.annotator!r}, criterion {row.criterion!r}"
+        )
+    if frame.empty:
+        raise CalibrationError(f"{path}: column 'score' holds no value")
+    return frame.reset_index(drop=True)
 
 
 def _load_jsonl(path: Path) -> pd.DataFrame:
+    from judge.judgment import read_judgments  # pydantic: only when a judgments file is read
+
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CalibrationError(f"{path}: line {number}, column {exc.colno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise CalibrationError(f"{path}: line {number}: expected a JSON object, got {type(record).__name__}")
-            for key in ("id", "system", "criterion"):
-                if record.get(key) in (None, ""):
-                    raise CalibrationError(f"{path}: line {number}: field {key!r} is missing or empty")
-            score = record.get("score")
-            if score is not None and (
-                isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score)
-            ):
-                raise CalibrationError(f"{path}: line {number}: field 'score' must be a number or null, got {score!r}")
-            status = _judgment_status(record)
-            label = record.get("label")
-            rows.append(
-                {
-                    "item_id": str(record["id"]),
-                    "system": str(record["system"]),
-                    "criterion": str(record["criterion"]),
-                    # A score is used only when the judgment is clean: N/A and failures are never a number.
-                    "score": float(score) if status == "ok" else np.nan,
-                    "label": None if label is None else str(label),
-                    "status": status,
-                    "line": number,
-                }
-            )
+    for number, judgment in read_judgments(path):
+        if judgment.score is not None and not math.isfinite(judgment.score):
+            raise CalibrationError(f"{path}:{number}: field 'score' must be a finite number or null, "
+                                   f"got {judgment.score}")
+        for name in ("id", "system", "criterion"):
+            if not getattr(judgment, name).strip():
+                raise CalibrationError(f"{path}:{number}: field {name!r} is empty")
+        status = judgment.status
+        first, second = judgment.system_1, judgment.system_2
+        if not judgment.is_pair and "|" in judgment.system:
+            first, _, second = judgment.system.partition("|")  # files written before system_1 / system_2
+        rows.append({
+            "item_id": judgment.id, "system": judgment.system, "criterion": judgment.criterion,
+            # A score is used only when the judgment is clean: N/A, abstentions and failures are never a number.
+            "score": judgment.score if status == "ok" else np.nan,
+            "label": judgment.label, "status": status, "line": number, "system_1": first, "system_2": second,
+            "rubric": judgment.rubric, "model": judgment.model,
+        })
     if not rows:
         raise CalibrationError(f"{path}: no judgments in the file")
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=JUDGE_COLUMNS)
 
 
 def _load_score_csv(path: Path, score_column: str | None) -> pd.DataFrame:
-    frame = _read_csv(path)
+    frame = _read_csv(path, "scores")
     if "item_id" not in frame.columns and "id" in frame.columns:
         frame = frame.rename(columns={"id": "item_id"})
     _require_columns(frame, path, ["item_id", "system"])
@@ -140,51 +254,74 @@ def _load_score_csv(path: Path, score_column: str | None) -> pd.DataFrame:
     else:
         if "criterion" not in frame.columns or "score" not in frame.columns:
             raise CalibrationError(
-                f"{path}: line 1: a score CSV needs columns criterion and score (long form), "
+                f"{path}:1: a score CSV needs columns criterion and score (long form), "
                 "or --score-column NAME for a wide file such as metric_scores.csv"
             )
         values, criterion = frame["score"], frame["criterion"]
     _check_blank(frame.assign(criterion=criterion), path, ["item_id", "system", "criterion"])
-    numbers, labels = _numeric_or_labels(values)
     column = score_column or "score"
-    status = np.where(numbers.notna(), "ok", np.where(labels.notna(), "label", "error"))
-    if (status == "label").all():
+    numbers = values.map(_number)
+    # A blank cell is a failed or missing score; any other text is a mistake in the file.
+    text = numbers.isna() & (values != "")
+    if text.any():
+        first = text.index[text][0]
+        raise CalibrationError(f"{path}:{frame.loc[first, 'line']}: column {column!r} holds "
+                               f"{values[first]!r}, not a number")
+    if numbers.isna().all():
         raise CalibrationError(f"{path}: column {column!r} holds no number")
-    out = pd.DataFrame(
-        {
-            "item_id": frame["item_id"].astype(str),
-            "system": frame["system"].astype(str),
-            "criterion": criterion.astype(str),
-            "score": numbers,
-            "label": labels,
-            "status": status,
-            "line": np.arange(len(frame)) + 2,
-        }
-    )
-    return out
+    pairs = frame["system"].str.partition("|")
+    is_pair = frame["system"].str.contains("|", regex=False)
+    return pd.DataFrame({
+        "item_id": frame["item_id"], "system": frame["system"], "criterion": criterion,
+        "score": numbers.astype(float), "label": None,
+        "status": np.where(numbers.notna(), "ok", "error"), "line": frame["line"],
+        "system_1": pairs[0].where(is_pair), "system_2": pairs[2].where(is_pair), "rubric": "",
+        "model": frame["judge"] if "judge" in frame.columns else (score_column or ""),
+    }, columns=JUDGE_COLUMNS)
 
 
 def load_judge_scores(path: str | Path, score_column: str | None = None) -> pd.DataFrame:
     """Judge scores from the engine's judgments JSONL or from a CSV of scores.
 
-    Returns columns item_id, system, criterion, score (NaN unless status == "ok"), label, status, line.
+    Returns columns item_id, system, criterion, score (NaN unless status == "ok"), label, status, line,
+    system_1 / system_2 (the two systems of a pairwise row, else None), rubric and model.
     Criterion "*" means "the same score for every criterion" (a wide CSV with --score-column).
     """
     path = Path(path)
-    if not path.is_file():
-        raise CalibrationError(f"{path}: no such file")
     if path.suffix.lower() == ".csv":
         frame = _load_score_csv(path, score_column)
     else:
         if score_column is not None:
             raise CalibrationError(f"{path}: --score-column applies only to a CSV file of scores")
-        frame = _load_jsonl(path)
+        try:
+            frame = _load_jsonl(path)
+        except CalibrationError:
+            raise
+        except JudgeError as exc:
+            raise CalibrationError(str(exc)) from None
     key = ["item_id", "system", "criterion"]
     duplicated = frame.duplicated(key)
     if duplicated.any():
         row = frame.loc[duplicated].iloc[0]
         raise CalibrationError(
-            f"{path}: line {row.line}: a second judgment for item {row.item_id!r}, system {row.system!r}, "
+            f"{path}:{row.line}: a second judgment for item {row.item_id!r}, system {row.system!r}, "
             f"criterion {row.criterion!r}"
         )
     return frame.reset_index(drop=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` in one step (a temporary file, then os.replace): a reader never sees half a file."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

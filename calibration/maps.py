@@ -11,6 +11,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.model_selection import GroupKFold
 
 from .errors import CalibrationError
+from .io import read_text, write_text_atomic
 
 FORMAT = "judge-calibration-map/isotonic@1"
 
@@ -87,17 +88,15 @@ class IsotonicCalibrationMap:
 def save_maps(maps: dict[str, IsotonicCalibrationMap], path: str | Path) -> None:
     """One JSON file holding one map per criterion."""
     payload = {"format": FORMAT, "maps": {criterion: m.to_dict() for criterion, m in maps.items()}}
-    Path(path).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(Path(path), json.dumps(payload, indent=2) + "\n")
 
 
 def load_maps(path: str | Path) -> dict[str, IsotonicCalibrationMap]:
     path = Path(path)
-    if not path.is_file():
-        raise CalibrationError(f"{path}: no such file")
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload = json.loads(read_text(path, "calibration map"))
     except json.JSONDecodeError as exc:
-        raise CalibrationError(f"{path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg})") from None
+        raise CalibrationError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CalibrationError(f"{path}: not a calibration map file (expected \"format\": \"{FORMAT}\")")
     try:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import datetime
 import html
 import io
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -16,30 +18,40 @@ import pandas as pd  # noqa: E402
 
 from .agreement import round_to_scale  # noqa: E402
 from .analysis import CalibrationResults  # noqa: E402
+from .io import write_text_atomic  # noqa: E402
 
 STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.85em}
 th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right}th{background:#f3f3f3}
 td:first-child,th:first-child{text-align:left} img{max-width:100%;display:block;margin:.5em 0 1.5em}
-.note{color:#555;font-size:.9em}
+.note{color:#555;font-size:.9em} dl.sources{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}
+dl.sources dt{font-weight:600} dl.sources dd{margin:0;overflow-wrap:anywhere}
+.scroll{overflow-x:auto}
 """
+JUDGE, HUMAN = "tab:orange", "tab:blue"
 
 
 def _png(figure) -> str:
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    figure.savefig(buffer, format="png", dpi=100)
     plt.close(figure)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _grid(count: int, width: float = 4.0, height: float = 3.4):
-    columns = min(count, 3)
+def _grid(count: int, width: float = 4.2, height: float = 3.6, columns: int = 3):
+    """Small multiples; constrained layout keeps titles, tick labels and legends from overlapping."""
+    columns = min(count, columns)
     rows = int(np.ceil(count / columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    figure, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False,
+                                layout="constrained")
     for axis in axes.ravel()[count:]:
         axis.set_visible(False)
     return figure, axes.ravel()
+
+
+def _title(text: str, width: int = 32) -> str:
+    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def scatter_figure(pairs: pd.DataFrame) -> str:
@@ -51,53 +63,71 @@ def scatter_figure(pairs: pd.DataFrame) -> str:
         # Jitter only so that identical Likert pairs do not hide each other.
         axis.scatter(part["judge"] + rng.uniform(-0.12, 0.12, len(part)),
                      part["human"] + rng.uniform(-0.12, 0.12, len(part)), s=8, alpha=0.4)
-        axis.set(title=criterion, xlabel="judge score", ylabel="human score (mean)")
+        axis.set(title=_title(criterion), xlabel="judge score", ylabel="human score (mean)")
     return _png(figure)
 
 
 def system_means_figure(means: pd.DataFrame) -> str:
     criteria = sorted(means["criterion"].unique())
-    figure, axes = _grid(len(criteria), width=5.0)
+    longest = max(len(str(s)) for s in means["system"])
+    # Room below each panel for the rotated system names.
+    figure, axes = _grid(len(criteria), width=5.4, height=3.4 + 0.07 * min(longest, 40), columns=2)
     for axis, criterion in zip(axes, criteria):
         part = means[means["criterion"] == criterion].sort_values("human_mean")
         positions = np.arange(len(part))
-        for offset, side, colour in ((-0.15, "judge", "tab:orange"), (0.15, "human", "tab:blue")):
+        for offset, side, colour in ((-0.15, "judge", JUDGE), (0.15, "human", HUMAN)):
             centre = part[f"{side}_mean"].to_numpy()
             error = np.vstack([centre - part[f"{side}_low"].to_numpy(), part[f"{side}_high"].to_numpy() - centre])
             axis.errorbar(positions + offset, centre, yerr=np.nan_to_num(np.abs(error)), fmt="o", color=colour,
-                          label=side, capsize=3)
-        axis.set_xticks(positions, part["system"], rotation=60, ha="right", fontsize=7)
-        axis.set(title=criterion, ylabel="mean score (95% CI)")
-        axis.legend(fontsize=7)
+                          label=side, capsize=3, markersize=4)
+        names = [textwrap.shorten(str(s), 28, placeholder="…") for s in part["system"]]
+        axis.set_xticks(positions, names, rotation=45, ha="right", rotation_mode="anchor",
+                        fontsize=8 if len(part) <= 10 else 7)
+        axis.set(title=_title(criterion), ylabel="mean score (95% CI)")
+        axis.grid(axis="y", alpha=0.3)
+        axis.legend(fontsize=7, loc="best")
     return _png(figure)
 
 
 def ceiling_figure(ceiling: pd.DataFrame, statistic: str = "pearson") -> str:
     part = ceiling[ceiling["statistic"] == statistic]
     levels = [level for level in ("system", "summary", "item") if (part["level"] == level).any()]
-    figure, axes = _grid(len(levels))
+    figure, axes = _grid(len(levels), width=4.4, height=3.8)
     for axis, level in zip(axes, levels):
         rows = part[part["level"] == level]
         positions = np.arange(len(rows))
         spread = np.vstack([rows["ceiling"] - rows["ceiling_min"], rows["ceiling_max"] - rows["ceiling"]])
-        axis.bar(positions - 0.2, rows["ceiling"], 0.4, yerr=np.nan_to_num(spread), capsize=3,
-                 label="human ceiling (min-max over annotators)", color="tab:blue")
-        axis.bar(positions + 0.2, rows["judge"], 0.4, label="judge vs human mean", color="tab:orange")
-        axis.set_xticks(positions, rows["criterion"], rotation=30, ha="right", fontsize=8)
-        axis.set(title=f"{level} level, {statistic}", ylim=(min(0, float(np.nanmin(rows[["judge", "ceiling"]]))), 1))
-        axis.legend(fontsize=7)
+        axis.bar(positions - 0.2, rows["ceiling"], 0.4, yerr=np.nan_to_num(np.abs(spread)), capsize=3,
+                 label="human ceiling (min–max over annotators)", color=HUMAN)
+        judge_ci = np.vstack([rows["judge"] - rows["judge_ci_low"], rows["judge_ci_high"] - rows["judge"]])
+        axis.bar(positions + 0.2, rows["judge"], 0.4, yerr=np.nan_to_num(np.abs(judge_ci)), capsize=3,
+                 label="judge vs human mean (95% CI)", color=JUDGE)
+        axis.set_xticks(positions, [_title(c, 14) for c in rows["criterion"]], rotation=30, ha="right",
+                        rotation_mode="anchor", fontsize=8)
+        low = float(np.nanmin(rows[["judge", "ceiling", "judge_ci_low"]].to_numpy(dtype=float)))
+        axis.set(title=f"{level} level, {statistic}", ylim=(min(0.0, low - 0.05), 1.0))
+        axis.axhline(0, color="#444", linewidth=0.6)
+    # One legend for the whole figure, below the panels, so that no bar is hidden behind it.
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     return _png(figure)
 
 
 def confusion_figure(matrices: list[tuple[str, pd.DataFrame]]) -> str:
-    figure, axes = _grid(len(matrices), width=3.6, height=3.4)
+    size = max(max(m.shape) for _, m in matrices)
+    side = max(3.2, 0.55 * size + 1.6)
+    figure, axes = _grid(len(matrices), width=side, height=side)
     for axis, (title, matrix) in zip(axes, matrices):
-        axis.imshow(matrix.to_numpy(), cmap="Blues")
-        for (row, column), value in np.ndenumerate(matrix.to_numpy()):
-            axis.text(column, row, str(value), ha="center", va="center", fontsize=7)
-        axis.set_xticks(range(matrix.shape[1]), matrix.columns, fontsize=7)
-        axis.set_yticks(range(matrix.shape[0]), matrix.index, fontsize=7)
-        axis.set(title=title, xlabel="judge", ylabel="human")
+        values = matrix.to_numpy()
+        axis.imshow(values, cmap="Blues", vmin=0, vmax=max(1, values.max()))
+        for (row, column), value in np.ndenumerate(values):
+            # Dark cells get white digits: the count must stay readable on every shade.
+            colour = "white" if value > 0.55 * values.max() else "#111"
+            axis.text(column, row, str(value), ha="center", va="center", fontsize=10 if size <= 6 else 8,
+                      color=colour, fontweight="bold")
+        axis.set_xticks(range(matrix.shape[1]), [_title(str(c), 12) for c in matrix.columns], fontsize=8)
+        axis.set_yticks(range(matrix.shape[0]), [_title(str(c), 12) for c in matrix.index], fontsize=8)
+        axis.set(title=_title(title, 28), xlabel="judge", ylabel="human")
     return _png(figure)
 
 
@@ -108,6 +138,8 @@ def likert_confusions(pairs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         part = pairs[pairs["criterion"] == criterion]
         judge, human = round_to_scale(part["judge"]).astype(int), round_to_scale(part["human"]).astype(int)
         points = sorted(set(judge) | set(human))
+        if len(points) > 12:
+            continue  # a continuous metric, not a scale: a confusion matrix would be unreadable
         out.append((f"{criterion} (rounded)", pd.crosstab(pd.Categorical(human, points), pd.Categorical(judge, points),
                                                           dropna=False)))
     return out
@@ -116,16 +148,30 @@ def likert_confusions(pairs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 def _table(frame: pd.DataFrame) -> str:
     if frame is None or frame.empty:
         return "<p class=note>(none)</p>"
-    return frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–", border=0)
+    return ("<div class=scroll>" + frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–", border=0)
+            + "</div>")
 
 
-def write_report(results: CalibrationResults, path: str | Path) -> Path:
-    """Write the report; every plot is embedded, so the file can be mailed or opened offline."""
-    path = Path(path)
-    sections = [f"<h1>Judge calibration report</h1><p class=note>Criteria: {html.escape(', '.join(results.criteria))}."
-                f" Human score: {'cleaned (DialSummEval noise removal) ' if results.cleaned else ''}mean over "
-                f"annotators. Bootstrap: {results.n_resamples} resamples (seed {results.seed}).</p>",
-                "<h2>Coverage</h2>", _table(results.coverage)]
+def _note(text: str) -> str:
+    return f"<p class=note>{html.escape(text)}</p>"
+
+
+def _header(results: CalibrationResults, when: datetime.datetime) -> str:
+    sources = {**results.sources, "Criteria": ", ".join(results.criteria),
+               "Human score": ("cleaned (DialSummEval noise removal) " if results.cleaned else "") +
+               "mean over annotators",
+               "Bootstrap": f"{results.n_resamples} resamples (seed {results.seed})",
+               "Date": when.strftime("%Y-%m-%d %H:%M UTC")}
+    rows = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in sources.items())
+    return f"<h1>Judge calibration report</h1><dl class=sources>{rows}</dl>"
+
+
+def report_html(results: CalibrationResults, when: datetime.datetime | None = None) -> str:
+    """The whole report as one HTML string; every plot is embedded, so it can be mailed or opened offline."""
+    when = when or datetime.datetime.now(datetime.timezone.utc)
+    single = (_note(f"{', '.join(results.single_annotator)}: needs >= 2 annotators per summary (the labels have "
+                    "one), so there is no human agreement nor ceiling for it.") if results.single_annotator else "")
+    sections = [_header(results, when), "<h2>Coverage</h2>", _table(results.coverage)]
     if not results.pairs.empty:
         sections += ["<h2>Judge vs human scores</h2>", f'<img alt="scatter" src="{scatter_figure(results.pairs)}">']
     if not results.system_means.empty:
@@ -133,31 +179,45 @@ def write_report(results: CalibrationResults, path: str | Path) -> Path:
                      f'<img alt="system means" src="{system_means_figure(results.system_means)}">']
     if not results.correlations.empty:
         sections += ["<h2>Correlations</h2>", _table(results.correlations)]
-    if not results.ceiling.empty:
+    if not results.ceiling.empty or single:
         sections += ["<h2>The judge against the human ceiling</h2>",
-                     "<p class=note>Ceiling: each annotator against the mean of the others (raw labels), averaged "
-                     "over annotators.</p>",
-                     f'<img alt="ceiling" src="{ceiling_figure(results.ceiling)}">',
-                     _table(results.ceiling[[c for c in results.ceiling.columns if not c.startswith("annotator:")]])]
-    if not results.alpha.empty:
-        sections += ["<h2>Krippendorff's alpha</h2>", _table(results.alpha)]
+                     _note("Ceiling: each annotator against the mean of the others, averaged over annotators; "
+                           "the judge against the mean of all. Both on the raw labels, even with --clean "
+                           "(cleaning drops the annotator who disagrees, which would inflate the ceiling)."), single]
+        if not results.ceiling.empty:
+            sections += [f'<img alt="ceiling" src="{ceiling_figure(results.ceiling)}">',
+                         _table(results.ceiling[[c for c in results.ceiling.columns if not c.startswith("annotator:")]])]
+    if not results.alpha.empty or single:
+        after = "after noise removal (--clean)" if results.cleaned else "on the raw labels"
+        sections += ["<h2>Krippendorff's alpha</h2>",
+                     _note(f"Among the annotators, and with the judge as one more rater; {after}."), single,
+                     _table(results.alpha)]
     if not results.agreement.empty:
         sections += ["<h2>Agreement</h2>", _table(results.agreement)]
     matrices = likert_confusions(results.pairs) if not results.pairs.empty else []
     matrices += [(f"{r['criterion']} (labels)", r["confusion"]) for r in results.labels if not r["confusion"].empty]
     if matrices:
-        sections += ["<h2>Confusion matrices</h2>", f'<img alt="confusion matrices" src="{confusion_figure(matrices)}">']
+        sections += ["<h2>Confusion matrices</h2>", _note("Rows: human (majority label, or the mean rounded to a "
+                                                          "scale point); columns: judge."),
+                     f'<img alt="confusion matrices" src="{confusion_figure(matrices)}">']
     if results.labels:
-        sections += ["<h2>Categorical criteria</h2>", _table(pd.DataFrame(
-            [{k: v for k, v in r.items() if k not in ("confusion", "classes")} for r in results.labels]))]
+        sections += ["<h2>Categorical criteria</h2>",
+                     _note("Abstentions (\"I don't know\") are counted apart on both sides and left out of accuracy "
+                           "and kappa."),
+                     _table(pd.DataFrame([{k: v for k, v in r.items() if k not in ("confusion", "classes")}
+                                          for r in results.labels]))]
     if results.pairwise:
         sections += ["<h2>Pairwise criteria</h2>", _table(pd.DataFrame(results.pairwise))]
     if not results.map_evaluation.empty:
         sections += ["<h2>Isotonic calibration map (cross-validated by dialogue)</h2>", _table(results.map_evaluation)]
     if not results.comparison.empty:
         sections += ["<h2>Comparison with a second judge</h2>", _table(results.comparison)]
-    document = ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>Judge calibration report</title>"
-                f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(document, encoding="utf-8")
+    return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>Judge calibration report</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>")
+
+
+def write_report(results: CalibrationResults, path: str | Path) -> Path:
+    """Write the report in one step (a complete file or none)."""
+    path = Path(path)
+    write_text_atomic(path, report_html(results))
     return path

@@ -83,16 +83,17 @@ def test_wide_score_csv_with_score_column(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content, expected", [
-    ('{"id": "x", "system": "s", "criterion": "clarity", "score": 3}\n{"id": "y", "system": ', "line 2"),
-    ('{"id": "x", "system": "s", "criterion": "clarity", "score": "high"}\n', "field 'score'"),
-    ('{"system": "s", "criterion": "clarity", "score": 3}\n', "field 'id'"),
+    ('{"id": "x", "system": "s", "criterion": "clarity", "score": 3}\n{"id": "y", "system": ', "bad.jsonl:2: "),
+    ('{"id": "x", "system": "s", "criterion": "clarity", "score": "high"}\n', "bad.jsonl:1: not a judgment: field 'score'"),
+    ('{"system": "s", "criterion": "clarity", "score": 3}\n', "bad.jsonl:1: not a judgment: field 'id'"),
 ])
 def test_bad_judgments_give_a_clear_error(tmp_path, capsys, content, expected):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(content)
     assert run_cli("--judgments", bad, "--human", HUMAN) == 2
     error = capsys.readouterr().err
-    assert error.startswith("judge calibrate: error: ") and expected in error and "Traceback" not in error
+    last = error.strip().splitlines()[-1]
+    assert last.startswith("judge calibrate: error: ") and expected in last and "Traceback" not in error
 
 
 def test_bad_human_file_and_unknown_criterion(tmp_path, capsys):
@@ -118,7 +119,7 @@ def test_map_is_monotone_and_round_trips(tmp_path):
     mapping.save(tmp_path / "m.json")
     np.testing.assert_allclose(IsotonicCalibrationMap.load(tmp_path / "m.json").predict(grid), predicted)
     (tmp_path / "broken.json").write_text("{not json")
-    with pytest.raises(CalibrationError, match="line 1"):
+    with pytest.raises(CalibrationError, match=r"broken.json:1: invalid JSON"):
         IsotonicCalibrationMap.load(tmp_path / "broken.json")
 
 
@@ -158,7 +159,7 @@ def test_pairwise_agreement_with_and_without_ties():
 def test_human_loader_rejects_duplicates(tmp_path):
     path = tmp_path / "dup.csv"
     path.write_text("item_id,system,annotator,criterion,score\na,s,r,c,1\na,s,r,c,2\n")
-    with pytest.raises(CalibrationError, match="line 3: duplicate"):
+    with pytest.raises(CalibrationError, match="dup.csv:3: duplicate"):
         load_human_labels(path)
 
 

@@ -1,0 +1,300 @@
+"""Each system's mean human score from many judge scores and few human labels: prediction-powered inference.
+
+The estimator (Angelopoulos et al., Science 2023; power-tuned as in PPI++, Angelopoulos, Duchi & Zrnic 2023)
+uses the judge as a control variate. With n labelled dialogues L (human score y, judge score f) and m judged but
+unlabelled dialogues U, both drawn at random from the same population of dialogues,
+
+    estimate = mean_L(y) + lambda * (mean_U(f) - mean_L(f))
+
+is unbiased for the population mean of y for any fixed lambda, whatever the judge's scale or bias: the judge
+only has to correlate with the humans to help. Its variance is
+
+    lambda^2 var_U(f) / m + var_L(y - lambda f) / n,
+
+and lambda is the value that minimises this estimated variance (cov_L(y, f) / (var_L(f) + n/m var_U(f))).
+lambda = 0 is the human-only estimate; lambda is not clipped to [0, 1] because a metric on another scale (ROUGE
+in 0..1 against a 1..5 Likert scale) needs a slope far from 1.
+
+The interval: a Student t interval with n - 1 degrees of freedom around the PPI++ standard error. The variance is
+dominated by the residual term, estimated from the n labelled dialogues only, so at small n the normal quantile
+of the original papers undercovers exactly as the z interval for a plain mean does; the t quantile is the usual
+small-sample remedy. Because lambda minimises the same estimated variance whose lambda = 0 value is the human-only
+variance, and both intervals use the same quantile, the PPI++ interval is never wider than the human-only one
+computed from the same labels. Tests check the coverage on DECODA and DialSummEval by hiding labels.
+
+The unit of sampling is the dialogue. For one system's mean there is one summary per dialogue; for the difference
+between two systems the unit is the paired per-dialogue difference (same estimator on y_a - y_b with f_a - f_b), so
+the correlation between the systems' summaries of one dialogue is accounted for.
+
+The population is the set of judged dialogues; the interval is for the mean over the population those dialogues
+were drawn from, so it is conservative for the mean over exactly the judged dialogues (the all-labels mean).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from .alignment import expand_all_criteria
+from .errors import CalibrationError
+from .humans import aggregate_humans
+
+ESTIMATE_COLUMNS = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
+                    "human_only_ci_high", "n_labelled", "n_judged", "n_dialogues", "width_ratio", "lambda",
+                    "n_missing_labels"]
+DIFFERENCE_COLUMNS = ["criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high", "human_only",
+                      "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_dialogues", "width_ratio", "lambda"]
+
+
+@dataclass
+class PPIResult:
+    """Arrays over the leading axes of the input (one value per system, pair, repetition...)."""
+
+    estimate: np.ndarray
+    se: np.ndarray
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    human_only: np.ndarray
+    human_only_se: np.ndarray
+    human_only_ci_low: np.ndarray
+    human_only_ci_high: np.ndarray
+    lam: np.ndarray
+    n_labelled: np.ndarray
+    n_unlabelled: np.ndarray
+    # The two variance terms (judged-only part, residual part), for checks against other implementations.
+    var_unlabelled: np.ndarray = field(repr=False, default=None)
+    var_residual: np.ndarray = field(repr=False, default=None)
+
+    @property
+    def width_ratio(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.se / self.human_only_se
+
+
+def ppi_mean(human, judge, confidence: float = 0.95, lam=None) -> PPIResult:
+    """PPI++ estimate of the mean human score along the last axis (dialogues), vectorised over leading axes.
+
+    `judge`: the judge score of each dialogue, NaN where the dialogue is not in the population (not judged).
+    `human`: the human score, NaN where the dialogue is not labelled. Labelled dialogues must be judged.
+    `lam`: a fixed lambda (broadcast), or None for the power-tuned one.
+    """
+    y = np.asarray(human, dtype=float)
+    f = np.asarray(judge, dtype=float)
+    y, f = np.broadcast_arrays(y, f)
+    unit = ~np.isnan(f)
+    labelled = unit & ~np.isnan(y)
+    unlabelled = unit & ~labelled
+    n = labelled.sum(axis=-1).astype(float)
+    m = unlabelled.sum(axis=-1).astype(float)
+    y0 = np.where(labelled, y, 0.0)
+    fl = np.where(labelled, f, 0.0)
+    fu = np.where(unlabelled, f, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_y = y0.sum(-1) / n
+        mean_fl = fl.sum(-1) / n
+        mean_fu = fu.sum(-1) / m
+        dy = np.where(labelled, y - mean_y[..., None], 0.0)
+        dfl = np.where(labelled, f - mean_fl[..., None], 0.0)
+        dfu = np.where(unlabelled, f - mean_fu[..., None], 0.0)
+        var_y = (dy * dy).sum(-1) / (n - 1)
+        var_fl = (dfl * dfl).sum(-1) / (n - 1)
+        cov = (dy * dfl).sum(-1) / (n - 1)
+        var_fu = (dfu * dfu).sum(-1) / (m - 1)
+        if lam is None:
+            lam = cov / (var_fl + n / m * var_fu)
+        lam = np.broadcast_to(np.asarray(lam, dtype=float), mean_y.shape).copy()
+        # No usable unlabelled part (m < 2) or a constant judge: the judge cannot help; fall back to humans only.
+        lam[~np.isfinite(lam) | (m < 2)] = 0.0
+        shift = np.where(lam == 0.0, 0.0, mean_fu - mean_fl)
+        estimate = mean_y + lam * shift
+        var_unlabelled = np.where(lam == 0.0, 0.0, lam * lam * var_fu / m)
+        var_residual = (var_y - 2 * lam * cov + lam * lam * var_fl) / n
+        se = np.sqrt(np.maximum(var_unlabelled + var_residual, 0.0))
+        human_only_se = np.sqrt(var_y / n)
+    quantile = scipy_stats.t.ppf(0.5 + confidence / 2.0, np.where(n >= 2, n - 1, np.nan))
+    return PPIResult(
+        estimate=estimate, se=se, ci_low=estimate - quantile * se, ci_high=estimate + quantile * se,
+        human_only=mean_y, human_only_se=human_only_se, human_only_ci_low=mean_y - quantile * human_only_se,
+        human_only_ci_high=mean_y + quantile * human_only_se, lam=lam, n_labelled=n.astype(int),
+        n_unlabelled=m.astype(int), var_unlabelled=var_unlabelled, var_residual=var_residual)
+
+
+# -- from tidy frames to dialogue x system matrices ------------------------------------------------------------
+
+
+@dataclass
+class StudyMatrices:
+    """One criterion as dialogues x systems: judge scores (NaN = not a unit) and human scores (NaN = unlabelled)."""
+
+    criterion: str
+    items: np.ndarray
+    systems: np.ndarray
+    judge: np.ndarray
+    human: np.ndarray
+    judged: np.ndarray  # bool: the judge gave a number (before imputation)
+
+
+def judge_matrices(judge: pd.DataFrame, criterion: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(items, systems, scores, judged) for one criterion of a load_judge_scores frame.
+
+    A failed or abstaining judgment keeps its dialogue in the population with the system's mean judge score (a
+    constant carries no information, so the estimator stays unbiased); a judgment that says N/A removes the
+    dialogue from that system's population (the criterion does not apply).
+    """
+    part = judge[(judge["criterion"] == criterion) & (judge["status"] != "na")]
+    table = part.pivot(index="item_id", columns="system", values="score").sort_index().sort_index(axis=1)
+    scores = table.to_numpy(float)
+    present = part.assign(one=1.0).pivot(index="item_id", columns="system", values="one") \
+        .reindex_like(table).notna().to_numpy()
+    judged = ~np.isnan(scores)
+    with np.errstate(invalid="ignore"):
+        fill = np.nanmean(np.where(judged, scores, np.nan), axis=0) if judged.any() else np.zeros(scores.shape[1])
+    scores = np.where(judged, scores, np.where(present, fill[None, :], np.nan))
+    return table.index.to_numpy(), table.columns.to_numpy(), scores, judged
+
+
+def study_matrices(judge: pd.DataFrame, human: pd.DataFrame, criterion: str, random_items=None) -> StudyMatrices:
+    """Judge and human matrices of one criterion; human scores only on `random_items` (None: all labelled)."""
+    items, systems, scores, judged = judge_matrices(judge, criterion)
+    part = human[human["criterion"] == criterion]
+    if random_items is not None:
+        part = part[part["item_id"].isin(random_items)]
+    labels = part.pivot(index="item_id", columns="system", values="human").reindex(index=items, columns=systems)
+    values = labels.to_numpy(float)
+    values = np.where(np.isnan(scores), np.nan, values)  # a label on a dialogue the judge calls N/A is not used
+    return StudyMatrices(criterion, items, systems, scores, values, judged)
+
+
+def numeric_criteria(judge: pd.DataFrame, human: pd.DataFrame, criteria=None) -> list[str]:
+    """The criteria to estimate: asked for, or shared by judge numbers and human numbers."""
+    human_criteria = sorted(human["criterion"].unique())
+    judge_criteria = sorted(set(judge.loc[judge["status"] == "ok", "criterion"]))
+    if criteria is not None:
+        unknown = [c for c in criteria if c not in human_criteria]
+        if unknown:
+            raise CalibrationError(f"--criteria: no human scores for {', '.join(unknown)}; "
+                                   f"the labels have {', '.join(human_criteria) or 'none'}")
+        missing = [c for c in criteria if c not in judge_criteria and "*" not in judge_criteria]
+        if missing:
+            raise CalibrationError(f"--criteria: no judge scores for {', '.join(missing)}; "
+                                   f"the judgments have {', '.join(judge_criteria) or 'none'}")
+        return list(criteria)
+    shared = [c for c in human_criteria if c in judge_criteria or "*" in judge_criteria]
+    if not shared:
+        raise CalibrationError("the judge scores and the human labels have no numeric criterion in common "
+                               f"(judge: {', '.join(judge_criteria) or '-'}; human: {', '.join(human_criteria)})")
+    return shared
+
+
+# -- the tables ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Estimates:
+    estimates: pd.DataFrame
+    differences: pd.DataFrame
+    targeted: pd.DataFrame
+    criteria: list[str]
+    confidence: float
+    random_source: str  # "plan" or "all labelled"
+    n_random: int
+    cleaned: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def _rows(result: PPIResult, index: int) -> dict:
+    return {"estimate": float(result.estimate[index]), "ci_low": float(result.ci_low[index]),
+            "ci_high": float(result.ci_high[index]), "human_only": float(result.human_only[index]),
+            "human_only_ci_low": float(result.human_only_ci_low[index]),
+            "human_only_ci_high": float(result.human_only_ci_high[index]),
+            "n_labelled": int(result.n_labelled[index]), "width_ratio": float(result.width_ratio[index]),
+            "lambda": float(result.lam[index])}
+
+
+def system_estimates(matrices: StudyMatrices, confidence: float) -> pd.DataFrame:
+    result = ppi_mean(matrices.human.T, matrices.judge.T, confidence)
+    rows = []
+    for j, system in enumerate(matrices.systems):
+        units = ~np.isnan(matrices.judge[:, j])
+        rows.append({"criterion": matrices.criterion, "system": system, **_rows(result, j),
+                     "n_judged": int(matrices.judged[:, j].sum()), "n_dialogues": int(units.sum())})
+    return pd.DataFrame(rows)
+
+
+def pair_indices(count: int) -> tuple[np.ndarray, np.ndarray]:
+    pairs = np.array(list(combinations(range(count), 2)), dtype=int).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def difference_estimates(matrices: StudyMatrices, confidence: float) -> pd.DataFrame:
+    a, b = pair_indices(len(matrices.systems))
+    if len(a) == 0:
+        return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
+    judge = (matrices.judge[:, a] - matrices.judge[:, b]).T
+    human = (matrices.human[:, a] - matrices.human[:, b]).T
+    result = ppi_mean(human, judge, confidence)
+    rows = [{"criterion": matrices.criterion, "system_a": matrices.systems[i], "system_b": matrices.systems[k],
+             **_rows(result, p), "n_dialogues": int((~np.isnan(judge[p])).sum())}
+            for p, (i, k) in enumerate(zip(a, b))]
+    return pd.DataFrame(rows)
+
+
+def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bool = False,
+             random_items=None, targeted_items=None, confidence: float = 0.95) -> Estimates:
+    """The whole `judge estimate` computation on loaded frames (load_judge_scores / load_human_labels).
+
+    `random_items`: the dialogues of the plan's random part (None: every labelled dialogue). `targeted_items`:
+    the plan's targeted dialogues, whose labels are summarised apart and never enter the estimates.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence}")
+    human = aggregate_humans(labels, clean=clean)
+    criteria = numeric_criteria(judge, human, criteria)
+    judge = expand_all_criteria(judge, criteria)
+    labelled_items = set(human["item_id"])
+    source = "plan" if random_items is not None else "all labelled"
+    random_items = set(labelled_items if random_items is None else random_items)
+    random_labelled = labelled_items & random_items
+    if not random_labelled:
+        raise CalibrationError("no human label is on a dialogue of the plan's random sample: the estimates need "
+                               "labels on the random part (the targeted part alone is not a random sample)")
+    estimates, differences, targeted, notes = [], [], [], []
+    for criterion in criteria:
+        matrices = study_matrices(judge, human, criterion, random_items)
+        table = system_estimates(matrices, confidence)
+        # Random-sample dialogues that have labels for other cells but not for this one: the estimate assumes
+        # these labels are missing at random (or that the criterion did not apply, as the judge would say).
+        in_sample = np.isin(matrices.items, list(random_labelled))
+        table["n_missing_labels"] = [int((in_sample & ~np.isnan(matrices.judge[:, j])
+                                          & np.isnan(matrices.human[:, j])).sum())
+                                     for j in range(len(matrices.systems))]
+        estimates.append(table)
+        differences.append(difference_estimates(matrices, confidence))
+        if targeted_items:
+            targeted.append(targeted_summary(judge, human, criterion, targeted_items))
+        short = table[table["n_labelled"] < 2]
+        if len(short):
+            notes.append(f"{criterion}: fewer than 2 labelled random-sample dialogues for "
+                         f"{', '.join(map(str, short['system']))}; no interval")
+    targeted_frame = pd.concat(targeted, ignore_index=True) if targeted else pd.DataFrame(
+        columns=["criterion", "system", "n_labelled", "human_mean", "judge_mean"])
+    return Estimates(pd.concat(estimates, ignore_index=True)[ESTIMATE_COLUMNS],
+                     pd.concat(differences, ignore_index=True)[DIFFERENCE_COLUMNS], targeted_frame,
+                     list(criteria), confidence, source, len(random_labelled), clean, notes)
+
+
+def targeted_summary(judge: pd.DataFrame, human: pd.DataFrame, criterion: str, targeted_items) -> pd.DataFrame:
+    """Labels on the targeted dialogues: plain means beside the judge's, for reading only (not representative)."""
+    matrices = study_matrices(judge, human, criterion, set(targeted_items))
+    rows = []
+    for j, system in enumerate(matrices.systems):
+        labelled = ~np.isnan(matrices.human[:, j])
+        if labelled.any():
+            rows.append({"criterion": criterion, "system": system, "n_labelled": int(labelled.sum()),
+                         "human_mean": float(matrices.human[labelled, j].mean()),
+                         "judge_mean": float(matrices.judge[labelled, j].mean())})
+    return pd.DataFrame(rows, columns=["criterion", "system", "n_labelled", "human_mean", "judge_mean"])

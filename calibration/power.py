@@ -1,0 +1,58 @@
+"""How many dialogues humans must label to separate two systems: paired t power, with and without the judge.
+
+The test is the one `judge estimate` runs on a difference between two systems: a two-sided t interval (n - 1
+degrees of freedom) on the per-dialogue paired difference. Its power at n labelled dialogues, for a standardised
+effect e = mean difference / sd of the differences, is that of a noncentral t with noncentrality e * sqrt(n / k).
+
+k is the share of the variance left. Human-only: k = 1. Prediction-powered (PPI++, the judge on all N dialogues,
+humans on a random n of them): with the optimal lambda the variance of the estimate is
+sd^2 / n * (1 - rho^2 * (N - n) / N), rho being the judge-human correlation of the paired differences, so
+k = 1 - rho^2 (N - n) / N: a perfect judge leaves only the part the N judged dialogues cannot remove.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+# The human-only search stops here: a study that needs more labels than this is not separable in practice.
+MAX_DIALOGUES = 100_000
+
+
+def paired_power(effect: float, n, alpha: float = 0.05, variance_share=1.0) -> np.ndarray:
+    """Power of the two-sided paired t test at n dialogues (vectorised over n and variance_share)."""
+    n = np.asarray(n, dtype=float)
+    df = np.maximum(n - 1.0, 1.0)
+    noncentrality = abs(effect) * np.sqrt(n / np.asarray(variance_share, dtype=float))
+    critical = scipy_stats.t.ppf(1.0 - alpha / 2.0, df)
+    with np.errstate(invalid="ignore"):
+        exact = scipy_stats.nct.sf(critical, df, noncentrality) + scipy_stats.nct.cdf(-critical, df, noncentrality)
+    # scipy's noncentral t returns NaN far in the tail (large noncentrality); there the normal form is exact enough.
+    normal = scipy_stats.norm.sf(critical - noncentrality) + scipy_stats.norm.cdf(-critical - noncentrality)
+    return np.where(np.isnan(exact), normal, exact)
+
+
+def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho: float | None = None,
+                     n_judged: int | None = None) -> int | None:
+    """Smallest n >= 2 reaching `power`; None when none does (within n_judged for PPI, MAX_DIALOGUES otherwise).
+
+    With `rho` and `n_judged`, the prediction-powered count (humans label n of the n_judged judged dialogues).
+    """
+    if not np.isfinite(effect) or effect == 0.0:
+        return None
+    limit = n_judged if rho is not None else MAX_DIALOGUES
+    if limit is None or limit < 2:
+        return None
+
+    def reaches(n: int) -> bool:
+        share = 1.0 if rho is None else 1.0 - rho * rho * (n_judged - n) / n_judged
+        return bool(paired_power(effect, n, alpha, share) >= power)
+
+    # Power grows with n (more dialogues, more degrees of freedom, less variance left): bisect.
+    if not reaches(limit):
+        return None
+    low, high = 1, limit  # reaches(high) holds; low is below every answer
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if reaches(middle) else (middle, high)
+    return high

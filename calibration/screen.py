@@ -1,0 +1,434 @@
+"""What the judge already says before a human study, and what the study needs: `judge screen`.
+
+Systems: each system's mean judge score per criterion with a percentile bootstrap CI that resamples dialogues,
+the same resampled dialogues for every system and criterion (paired), so differences between systems keep the
+correlation of summaries of one dialogue. The best system is compared with each other one by a paired bootstrap
+p-value, Holm-corrected over the comparisons; those not separated at 5% are "tied with the best". A system is
+dominated when another one is better on every criterion with the paired 95% CI of the difference above zero; it
+is listed, never dropped.
+
+Items: every judgment's uncertainty, from what the run recorded (spread of --samples, entropy of --logprobs
+probabilities, pairwise order disagreement, failures, abstentions and N/A), and each dialogue's power to
+discriminate the systems still in contention (how far apart the judge puts them on it).
+
+Plan: under a budget (dialogues, or judgments a human must give), a uniformly random sample of dialogues (what
+keeps `judge estimate` unbiased) and, for the rest, the dialogues with the highest priority (uncertainty plus
+discrimination). Power: dialogues humans must label to separate the top two systems (calibration.power).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .alignment import expand_all_criteria
+from .errors import CalibrationError
+from .estimate import judge_matrices, ppi_mean
+from .humans import aggregate_humans
+from .power import dialogues_needed
+from .stats import resample_counts
+
+SYSTEM_COLUMNS = ["criterion", "system", "mean", "ci_low", "ci_high", "n", "rank", "difference_from_best",
+                  "p_holm", "tied_with_best", "dominated_by"]
+ITEM_COLUMNS = ["item_id", "n_judgments", "n_failed", "n_na", "n_abstained", "n_order_disagreement", "mean_spread",
+                "mean_entropy", "uncertainty", "discrimination", "priority", "part"]
+# Weight of each recorded sign of doubt in a judgment's uncertainty (0..1); N/A is a verdict, so it counts half.
+FAILED, NOT_APPLICABLE = 1.0, 0.5
+
+
+@dataclass
+class ScreenResult:
+    criteria: list[str]
+    systems: pd.DataFrame
+    dominated: dict[str, str]
+    items: pd.DataFrame
+    power: pd.DataFrame
+    sentence: str
+    plan: pd.DataFrame | None = None
+    plan_info: dict = field(default_factory=dict)
+    n_resamples: int = 1000
+    seed: int = 0
+
+
+# -- systems ------------------------------------------------------------------------------------------------------
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p)
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))))
+    out = np.empty_like(p)
+    out[order] = adjusted
+    return out
+
+
+def bootstrap_p_value(replicates: np.ndarray) -> np.ndarray:
+    """Two-sided bootstrap p-value that a difference is zero: twice the share of replicates across zero."""
+    count = replicates.shape[0]
+    below = (replicates <= 0).sum(axis=0)
+    above = (replicates >= 0).sum(axis=0)
+    return np.minimum(1.0, 2.0 * (np.minimum(below, above) + 1.0) / (count + 1.0))
+
+
+def score_table(judge: pd.DataFrame, criteria) -> tuple[np.ndarray, list[tuple[str, str]], np.ndarray]:
+    """(items, columns (criterion, system), dialogues x columns judge scores, NaN where there is no number)."""
+    numeric = judge[(judge["status"] == "ok") & judge["criterion"].isin(criteria)]
+    table = numeric.pivot(index="item_id", columns=["criterion", "system"], values="score").sort_index()
+    table = table.reindex(columns=sorted(table.columns))
+    return table.index.to_numpy(), list(table.columns), table.to_numpy(float)
+
+
+def weighted_means(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Column means over the resampled dialogues: (B, N) counts x (N, K) values with NaN -> (B, K)."""
+    present = ~np.isnan(values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (counts @ np.where(present, values, 0.0)) / (counts @ present)
+
+
+def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: int = 0,
+                  confidence: float = 0.95) -> tuple[pd.DataFrame, dict[str, str], np.ndarray, list]:
+    """The systems table, the dominated systems ({system: by}), and the replicates (B, K) behind them."""
+    items, columns, values = score_table(judge, criteria)
+    counts = resample_counts(np.random.default_rng(seed), len(items), n_resamples)
+    replicates = weighted_means(values, counts)
+    point = weighted_means(values, np.ones((1, len(items))))[0]
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    with np.errstate(invalid="ignore"):
+        low, high = np.nanpercentile(replicates, [tail, 100.0 - tail], axis=0)
+    rows = []
+    for criterion in criteria:
+        index = [k for k, (c, _) in enumerate(columns) if c == criterion]
+        if not index:
+            continue
+        ranked = sorted(index, key=lambda k: -point[k])
+        best = ranked[0]
+        others = ranked[1:]
+        differences = replicates[:, [best]] - replicates[:, others]
+        adjusted = holm(bootstrap_p_value(differences)) if others else np.array([])
+        p_of = dict(zip(others, adjusted))
+        for rank, k in enumerate(ranked, start=1):
+            rows.append({"criterion": criterion, "system": columns[k][1], "mean": point[k], "ci_low": low[k],
+                         "ci_high": high[k], "n": int((~np.isnan(values[:, k])).sum()), "rank": rank,
+                         "difference_from_best": point[best] - point[k], "p_holm": p_of.get(k, np.nan),
+                         "tied_with_best": bool(k == best or p_of[k] > 1.0 - confidence), "dominated_by": ""})
+    systems = pd.DataFrame(rows, columns=SYSTEM_COLUMNS)
+    dominated = dominated_systems(replicates, columns, criteria, tail)
+    systems["dominated_by"] = systems["system"].map(dominated).fillna("")
+    return systems, dominated, replicates, columns
+
+
+def dominated_systems(replicates: np.ndarray, columns, criteria, tail: float) -> dict[str, str]:
+    """{system: a system better on every criterion, each paired bootstrap CI of the difference above zero}."""
+    systems = sorted({s for _, s in columns})
+    where = {column: k for k, column in enumerate(columns)}
+    out = {}
+    for loser in systems:
+        for winner in systems:
+            if winner == loser:
+                continue
+            keys = [((c, winner), (c, loser)) for c in criteria]
+            if not all(a in where and b in where for a, b in keys):
+                continue
+            lows = [np.nanpercentile(replicates[:, where[a]] - replicates[:, where[b]], tail) for a, b in keys]
+            if all(low > 0 for low in lows):
+                out[loser] = winner
+                break
+    return out
+
+
+# -- items --------------------------------------------------------------------------------------------------------
+
+
+def judgment_uncertainty(path: Path, judge: pd.DataFrame) -> pd.DataFrame:
+    """One row per judgment: item_id, spread (0..1), entropy (0..1), order disagreement, status, uncertainty.
+
+    A JSONL file is read through judge.judgment.read_judgments for what the run recorded; a CSV of scores has
+    only the scores, so its uncertainty is its failures.
+    """
+    ranges = judge[judge["status"] == "ok"].groupby("criterion")["score"].agg(["min", "max"])
+    half_range = ((ranges["max"] - ranges["min"]) / 2.0).where(lambda r: r > 0, 1.0).to_dict()
+    if path.suffix.lower() == ".csv":
+        frame = judge[["item_id", "criterion", "status"]].assign(spread=np.nan, entropy=np.nan,
+                                                                 order_disagreement=False)
+    else:
+        from judge.judgment import read_judgments
+
+        rows = []
+        for _, judgment in read_judgments(path):
+            entropy = np.nan
+            if judgment.probs and len(judgment.probs) > 1:
+                p = np.array([v for v in judgment.probs.values() if v > 0], dtype=float)
+                p = p / p.sum()
+                entropy = float(-(p * np.log(p)).sum() / np.log(len(judgment.probs)))
+            spread = np.nan if judgment.spread is None else \
+                min(1.0, judgment.spread / half_range.get(judgment.criterion, 1.0))
+            rows.append({"item_id": judgment.id, "criterion": judgment.criterion, "status": judgment.status,
+                         "spread": spread, "entropy": entropy,
+                         "order_disagreement": bool(judgment.order_disagreement)})
+        frame = pd.DataFrame(rows, columns=["item_id", "criterion", "status", "spread", "entropy",
+                                            "order_disagreement"])
+    doubt = np.select([frame["status"].isin(["error", "abstain"]), frame["status"] == "na"],
+                      [FAILED, NOT_APPLICABLE], 0.0)
+    frame["uncertainty"] = np.nanmax(np.column_stack([
+        doubt, frame["spread"].fillna(0.0), frame["entropy"].fillna(0.0),
+        frame["order_disagreement"].astype(float)]), axis=1)
+    return frame
+
+
+def items_table(path: Path, judge: pd.DataFrame, systems: pd.DataFrame, criteria) -> pd.DataFrame:
+    """One row per dialogue: counts of doubtful judgments, uncertainty, discrimination and priority."""
+    per_judgment = judgment_uncertainty(path, judge)
+    grouped = per_judgment.groupby("item_id")
+    table = pd.DataFrame({
+        "n_judgments": grouped.size(),
+        "n_failed": grouped["status"].apply(lambda s: int((s == "error").sum())),
+        "n_na": grouped["status"].apply(lambda s: int((s == "na").sum())),
+        "n_abstained": grouped["status"].apply(lambda s: int((s == "abstain").sum())),
+        "n_order_disagreement": grouped["order_disagreement"].sum().astype(int),
+        "mean_spread": grouped["spread"].mean(),
+        "mean_entropy": grouped["entropy"].mean(),
+        "uncertainty": grouped["uncertainty"].mean(),
+    })
+    table["discrimination"] = discrimination(judge, systems, criteria).reindex(table.index).fillna(0.0)
+    table["priority"] = table["uncertainty"] + table["discrimination"]
+    table["part"] = ""
+    return table.rename_axis("item_id").reset_index()[ITEM_COLUMNS]
+
+
+def discrimination(judge: pd.DataFrame, systems: pd.DataFrame, criteria) -> pd.Series:
+    """Per dialogue: how far apart the judge puts the systems in contention (the top two at least), 0..1.
+
+    The standard deviation across those systems of the dialogue's judge scores, over half the criterion's
+    observed range, averaged over criteria.
+    """
+    parts = []
+    for criterion in criteria:
+        ranked = systems[systems["criterion"] == criterion]
+        if ranked.empty:
+            continue
+        contenders = ranked.loc[ranked["tied_with_best"] | (ranked["rank"] <= 2), "system"].tolist()
+        items, names, scores, judged = judge_matrices(judge, criterion)
+        keep = np.isin(names, contenders)
+        values = np.where(judged, scores, np.nan)[:, keep]
+        half_range = (np.nanmax(values) - np.nanmin(values)) / 2.0 if np.isfinite(values).any() else 0.0
+        with np.errstate(invalid="ignore"):
+            spread = np.nanstd(values, axis=1) / (half_range if half_range > 0 else 1.0)
+        parts.append(pd.Series(np.nan_to_num(np.minimum(spread, 1.0)), index=items))
+    if not parts:
+        return pd.Series(dtype=float)
+    return pd.concat(parts, axis=1).mean(axis=1)
+
+
+# -- the plan -----------------------------------------------------------------------------------------------------
+
+
+def make_plan(items: pd.DataFrame, budget: int, unit: str, random_share: float, seed: int) -> pd.DataFrame:
+    """plan.csv rows (item_id, part, reason): a uniformly random part, then the highest-priority dialogues.
+
+    `unit` "dialogues" counts dialogues; "judgments" counts the judgments humans must give (each dialogue costs
+    as many as the judge made on it).
+    """
+    if not 0.0 <= random_share <= 1.0:
+        raise CalibrationError(f"--random-share must be between 0 and 1, got {random_share}")
+    cost = items.set_index("item_id")["n_judgments"] if unit == "judgments" else \
+        pd.Series(1, index=items["item_id"])
+    total = int(cost.sum())
+    if budget < 1:
+        raise CalibrationError(f"--budget must be at least 1, got {budget}")
+    if budget > total:
+        raise CalibrationError(f"--budget {budget} {unit} is more than the data has: {total} {unit} "
+                               f"in {len(items)} dialogues")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(np.sort(items["item_id"].to_numpy()))
+    random_budget = int(round(random_share * budget))
+    rows, spent = [], 0
+    for item in order:
+        if spent + cost[item] <= random_budget:
+            rows.append((item, "random", f"uniform random sample (seed {seed})"))
+            spent += int(cost[item])
+    chosen = {row[0] for row in rows}
+    ranked = items[~items["item_id"].isin(chosen)].sort_values(["priority", "item_id"], ascending=[False, True])
+    for row in ranked.itertuples():
+        if spent + cost[row.item_id] > budget:
+            continue
+        reason = (f"uncertain judgments ({row.uncertainty:.2f})" if row.uncertainty >= row.discrimination
+                  else f"separates the leading systems ({row.discrimination:.2f})")
+        rows.append((row.item_id, "targeted", reason))
+        spent += int(cost[row.item_id])
+    return pd.DataFrame(rows, columns=["item_id", "part", "reason"])
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- power --------------------------------------------------------------------------------------------------------
+
+
+def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: float = 0.8, alpha: float = 0.05,
+                pilot: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per criterion: dialogues humans must label to separate the judge's top two systems.
+
+    Without a pilot the standardised effect is the judge's (mean / sd of its paired per-dialogue differences),
+    assumed to carry over to humans. With pilot labels (aggregated human scores), the human-scale effect is the
+    PPI++ estimate of the mean paired difference over its pilot sd, and rho, the judge-human correlation of the
+    paired differences on the pilot, gives the prediction-powered count as well.
+    """
+    rows = []
+    for criterion in criteria:
+        ranked = systems[systems["criterion"] == criterion].sort_values("rank")
+        if len(ranked) < 2:
+            continue
+        first, second = ranked["system"].iloc[0], ranked["system"].iloc[1]
+        items, names, scores, judged = judge_matrices(judge, criterion)
+        a, b = list(names).index(first), list(names).index(second)
+        both = judged[:, a] & judged[:, b]
+        g = scores[both, a] - scores[both, b]
+        row = {"criterion": criterion, "system_a": first, "system_b": second, "n_judged": int(both.sum()),
+               "judge_difference": float(g.mean()) if len(g) else np.nan,
+               "judge_effect": effect_size(g), "power": power, "alpha": alpha}
+        effect = row["judge_effect"]
+        rho = np.nan
+        if pilot is not None:
+            part = pilot[pilot["criterion"] == criterion].pivot(index="item_id", columns="system", values="human")
+            part = part.reindex(index=items[both], columns=[first, second])
+            d = (part[first] - part[second]).to_numpy(float)
+            labelled = ~np.isnan(d)
+            row["n_pilot"] = int(labelled.sum())
+            if labelled.sum() >= 3:
+                result = ppi_mean(d, g)
+                sd = float(np.std(d[labelled], ddof=1))
+                effect = float(result.estimate) / sd if sd > 0 else np.nan
+                row["human_difference"] = float(result.estimate)
+                row["human_effect"] = effect
+                if np.std(g[labelled]) > 0 and sd > 0:
+                    rho = float(np.corrcoef(d[labelled], g[labelled])[0, 1])
+            row["rho"] = rho
+        row["dialogues_human_only"] = dialogues_needed(effect, power, alpha)
+        row["dialogues_with_judge"] = (dialogues_needed(effect, power, alpha, rho, row["n_judged"])
+                                       if np.isfinite(rho) else None)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def effect_size(differences: np.ndarray) -> float:
+    if len(differences) < 2:
+        return float("nan")
+    sd = float(np.std(differences, ddof=1))
+    return float(np.mean(differences)) / sd if sd > 0 else float("nan")
+
+
+def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
+    """The answer as one sentence for a study plan."""
+    if table.empty:
+        return "No criterion has two systems with judge scores, so there is nothing to separate."
+    pilot = "dialogues_with_judge" in table and table["dialogues_with_judge"].notna().any()
+    parts = []
+    for row in table.itertuples():
+        count = row.dialogues_human_only
+        text = (f"{row.criterion}: {count:.0f} dialogues" if count is not None and count == count
+                else f"{row.criterion}: more dialogues than any study can label (the judge sees no difference)")
+        if pilot and row.dialogues_with_judge is not None and row.dialogues_with_judge == row.dialogues_with_judge:
+            text += f" ({row.dialogues_with_judge:.0f} with the judge's scores on all {row.n_judged}, rho {row.rho:.2f})"
+        elif pilot:
+            text += f" (more than the {row.n_judged} judged with the judge's help)"
+        parts.append(f"{text} for {row.system_a} vs {row.system_b}")
+    basis = ("the effect estimated from the pilot labels and the judge (prediction-powered)" if pilot else
+             "the judge's paired per-dialogue differences, assuming humans see the same standardised effect")
+    return (f"To separate the judge's top two systems with {power:.0%} power in a two-sided paired t test at the "
+            f"{alpha:.0%} level, humans must label, per criterion, {'; '.join(parts)}; based on {basis}.")
+
+
+# -- the whole run ------------------------------------------------------------------------------------------------
+
+
+def screen(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.DataFrame | None = None,
+           clean: bool = False, budget: int | None = None, unit: str = "dialogues", random_share: float = 0.5,
+           power: float = 0.8, seed: int = 0, n_resamples: int = 1000, score_column: str | None = None) -> ScreenResult:
+    if not 0.0 < power < 1.0:
+        raise CalibrationError(f"--power must be between 0 and 1, got {power}")
+    if n_resamples < 1:
+        raise CalibrationError(f"--bootstrap must be at least 1, got {n_resamples}")
+    pilot = None
+    if pilot_labels is not None:
+        pilot = aggregate_humans(pilot_labels, clean=clean)
+        unknown = pilot[~pilot["item_id"].isin(set(judge["item_id"]))]
+        if len(unknown):
+            raise CalibrationError(f"--human: {unknown['item_id'].nunique()} labelled dialogue(s) are not in the "
+                                   f"judgments, e.g. {unknown['item_id'].iloc[0]!r}")
+    if "*" in set(judge["criterion"]):
+        # One metric column for every criterion: the pilot's criteria, or else the column's own name.
+        names = sorted(pilot["criterion"].unique()) if pilot is not None else [score_column or "score"]
+        judge = expand_all_criteria(judge, names)
+    scored = judge[~judge["system"].str.contains("|", regex=False)]
+    available = sorted(set(scored.loc[scored["status"] == "ok", "criterion"]))
+    if criteria is None:
+        criteria = available
+    else:
+        unknown = [c for c in criteria if c not in available]
+        if unknown:
+            raise CalibrationError(f"--criteria: no judge scores for {', '.join(unknown)}; "
+                                   f"the judgments have {', '.join(available) or 'none'}")
+    if not criteria:
+        raise CalibrationError(f"{path}: no numeric judge score to screen")
+    judge = judge[judge["criterion"].isin(criteria)]
+    systems, dominated, _, _ = systems_table(scored, criteria, n_resamples, seed)
+    items = items_table(path, judge, systems, criteria)
+    alpha = 0.05
+    table = power_table(scored, systems, criteria, power, alpha, pilot)
+    result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),
+                          n_resamples=n_resamples, seed=seed)
+    if budget is not None:
+        plan = make_plan(items, budget, unit, random_share, seed)
+        result.plan = plan
+        items["part"] = items["item_id"].map(dict(zip(plan["item_id"], plan["part"]))).fillna("")
+        result.plan_info = {
+            "version": 1, "unit": unit, "budget": budget, "random_share": random_share, "seed": seed,
+            "judgments": str(path), "judgments_sha256": file_sha256(path),
+            "n_random": int((plan["part"] == "random").sum()), "n_targeted": int((plan["part"] == "targeted").sum()),
+            "power": json.loads(table.to_json(orient="records")),
+        }
+    return result
+
+
+def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
+    """plan.csv and plan.json from a `judge screen --output-dir`, checked."""
+    csv_path, json_path = directory / "plan.csv", directory / "plan.json"
+    for path in (csv_path, json_path):
+        if not path.is_file():
+            raise CalibrationError(f"{path}: no such file (--plan takes the --output-dir of `judge screen --budget`)")
+    try:
+        info = json.loads(json_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise CalibrationError(f"{json_path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg})") \
+            from None
+    if not isinstance(info, dict) or info.get("version") != 1:
+        raise CalibrationError(f"{json_path}: not a plan file (expected \"version\": 1)")
+    try:
+        plan = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise CalibrationError(f"{csv_path}: not a readable CSV file ({exc})") from None
+    missing = [c for c in ("item_id", "part") if c not in plan.columns]
+    if missing:
+        raise CalibrationError(f"{csv_path}: line 1: missing column(s) {', '.join(missing)}")
+    bad = ~plan["part"].isin(["random", "targeted"])
+    if bad.any():
+        line = int(bad.to_numpy().nonzero()[0][0]) + 2
+        raise CalibrationError(f"{csv_path}: line {line}: part must be random or targeted, "
+                               f"got {plan['part'][bad].iloc[0]!r}")
+    duplicated = plan["item_id"].duplicated()
+    if duplicated.any():
+        line = int(duplicated.to_numpy().nonzero()[0][0]) + 2
+        raise CalibrationError(f"{csv_path}: line {line}: dialogue {plan['item_id'][duplicated].iloc[0]!r} "
+                               "is listed twice")
+    return plan, info
