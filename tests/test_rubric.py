@@ -81,3 +81,29 @@ def test_unknown_field_and_bad_example_answer_are_rejected(tmp_path):
     path.write_text(good + "    examples:\n      - {candidate: c, answer: 7, why: w}\n")
     with pytest.raises(RubricError, match="answer 7 is not on the scale"):
         load_rubric(str(path))
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (BAD_SCALE.replace("title: t", "title: café").encode("latin-1"), r"r.yaml:5: not UTF-8 text \(byte \d+ is 0xe9\)"),
+        (b"name: [broken\n", r"r.yaml:2: not valid YAML: expected ',' or '\]'"),
+        (b"name: x\n\tversion: 1\n", r"r.yaml:2: not valid YAML: found character '\\t'"),
+        (b"- just\n- a list\n", r"r.yaml: a rubric must be a YAML mapping, got list"),
+        (b"\xef\xbb\xbf" + BAD_SCALE.encode(), r"r.yaml:14: field criteria.0.scale.likert.points"),  # BOM: still line 14
+    ],
+)
+def test_bad_rubric_files_are_one_line(tmp_path, content, message):
+    path = tmp_path / "r.yaml"
+    path.write_bytes(content)
+    with pytest.raises(RubricError, match=message) as err:
+        load_rubric(str(path))
+    assert "\n" not in str(err.value)
+
+
+def test_a_rubric_path_that_is_missing_or_a_directory(tmp_path):
+    with pytest.raises(RubricError, match=r"mine.yaml: no such file"):
+        load_rubric(str(tmp_path / "mine.yaml"))
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(RubricError, match=r"dir.yaml: is a directory"):
+        load_rubric(str(tmp_path / "dir.yaml"))
