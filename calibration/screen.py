@@ -68,12 +68,17 @@ def holm(p_values) -> np.ndarray:
     return out
 
 
-def bootstrap_p_value(replicates: np.ndarray) -> np.ndarray:
-    """Two-sided bootstrap p-value that a difference is zero: twice the share of replicates across zero."""
-    count = replicates.shape[0]
-    below = (replicates <= 0).sum(axis=0)
-    above = (replicates >= 0).sum(axis=0)
-    return np.minimum(1.0, 2.0 * (np.minimum(below, above) + 1.0) / (count + 1.0))
+def bootstrap_p_value(replicates: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """Two-sided p-value that a difference is zero: observed / bootstrap standard error against the normal.
+
+    Smooth, unlike the share of replicates across zero, whose floor 1/B would, after Holm's correction over
+    many systems, stop any difference from being significant.
+    """
+    from scipy import stats as scipy_stats
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = observed / np.nanstd(replicates, axis=0, ddof=1)
+    return 2.0 * scipy_stats.norm.sf(np.abs(z))
 
 
 def score_table(judge: pd.DataFrame, criteria) -> tuple[np.ndarray, list[tuple[str, str]], np.ndarray]:
@@ -110,7 +115,8 @@ def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: 
         best = ranked[0]
         others = ranked[1:]
         differences = replicates[:, [best]] - replicates[:, others]
-        adjusted = holm(bootstrap_p_value(differences)) if others else np.array([])
+        observed = point[best] - point[others]
+        adjusted = holm(bootstrap_p_value(differences, observed)) if others else np.array([])
         p_of = dict(zip(others, adjusted))
         for rank, k in enumerate(ranked, start=1):
             rows.append({"criterion": criterion, "system": columns[k][1], "mean": point[k], "ci_low": low[k],
@@ -318,7 +324,11 @@ def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: flo
         row["dialogues_with_judge"] = (dialogues_needed(effect, power, alpha, rho, row["n_judged"])
                                        if np.isfinite(rho) else None)
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    for column in ("dialogues_human_only", "dialogues_with_judge"):
+        if column in table:
+            table[column] = table[column].astype("Int64")  # a count, or <NA> when no study size reaches the power
+    return table
 
 
 def effect_size(differences: np.ndarray) -> float:
@@ -336,10 +346,10 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
     parts = []
     for row in table.itertuples():
         count = row.dialogues_human_only
-        text = (f"{row.criterion}: {count:.0f} dialogues" if count is not None and count == count
+        text = (f"{row.criterion}: {count} dialogues" if not pd.isna(count)
                 else f"{row.criterion}: more dialogues than any study can label (the judge sees no difference)")
-        if pilot and row.dialogues_with_judge is not None and row.dialogues_with_judge == row.dialogues_with_judge:
-            text += f" ({row.dialogues_with_judge:.0f} with the judge's scores on all {row.n_judged}, rho {row.rho:.2f})"
+        if pilot and not pd.isna(row.dialogues_with_judge):
+            text += f" ({row.dialogues_with_judge} with the judge's scores on all {row.n_judged}, rho {row.rho:.2f})"
         elif pilot:
             text += f" (more than the {row.n_judged} judged with the judge's help)"
         parts.append(f"{text} for {row.system_a} vs {row.system_b}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+
 import json
 import os
 import sys
@@ -14,7 +14,7 @@ from judge.errors import JudgeError
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
-VERB_MODULES = ("calibration.cli",)
+VERB_MODULES = ("calibration.cli", "calibration.study_cli")
 
 
 def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
@@ -193,6 +193,8 @@ def _stale_message(output: str, stale: dict) -> str:
 
 def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = True):
     """Run the engine over items into `output`; returns the tally, or None when interrupted."""
+    import asyncio
+
     from judge.backends import open_backend
     from judge.engine import Engine
     from judge.errors import OutputError, ServerUnusable
