@@ -94,9 +94,17 @@ def _bundled_names() -> str:
     return ", ".join(sorted(p.name for p in bundled_dir("prompts").glob("*.j2")))
 
 
-@lru_cache(maxsize=64)
 def load_template(name_or_path: str) -> jinja2.Template:
     """A bundled template by name (pointwise.j2) or a user's template file; user files win a name clash."""
+    path = Path(name_or_path)
+    if path.is_file():  # compiled again when the file changes, or when the name means another file
+        stat = path.stat()
+        return _compiled(name_or_path, (str(path.resolve()), stat.st_mtime_ns, stat.st_size))
+    return _compiled(name_or_path, None)
+
+
+@lru_cache(maxsize=64)
+def _compiled(name_or_path: str, stamp: tuple | None) -> jinja2.Template:
     env = _environment()
     path = Path(name_or_path)
     bundled = (bundled_dir("prompts") / name_or_path).is_file()
@@ -166,7 +174,7 @@ def _system_cache(rubric: Rubric) -> dict:
     return _SYSTEM_CACHE[key]
 
 
-def _system_block(template_name: str, template: jinja2.Template, variables: dict) -> str:
+def _system_block(template: jinja2.Template, variables: dict) -> str:
     """The system block, rendered once per (template, rubric, criterion) when it uses no item variable.
 
     Rendering it with the shared variables only proves that: StrictUndefined raises on any other name, and such
@@ -176,7 +184,7 @@ def _system_block(template_name: str, template: jinja2.Template, variables: dict
     if not isinstance(rubric, Rubric):
         return _render_block(template, "system", variables)
     cache = _system_cache(rubric)
-    key = (template_name, getattr(criterion, "id", None))
+    key = (template, getattr(criterion, "id", None))  # the template object: a changed file is a new one
     if key not in cache:
         try:
             cache[key] = _render_block(template, "system", {k: variables[k] for k in SHARED_VARIABLES if k in variables})
@@ -189,7 +197,7 @@ def _system_block(template_name: str, template: jinja2.Template, variables: dict
 def render_messages(template_name: str, variables: dict) -> list[dict[str, str]]:
     template = load_template(template_name)
     try:
-        contents = [_system_block(template_name, template, variables), _render_block(template, "user", variables)]
+        contents = [_system_block(template, variables), _render_block(template, "user", variables)]
     except Exception as exc:  # the template's fault, whatever it raised: one line with its file and line
         problem = " ".join(_problem(exc).split())
         raise TemplateError(f"{_where(exc, template_name)}: {problem}") from None

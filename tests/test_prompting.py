@@ -165,3 +165,12 @@ def test_small_powers_and_repeats_still_work(tmp_path):
     path = tmp_path / "ok.j2"
     path.write_text("{% block system %}{{ 2 ** 10 }} {{ '-' * 3 }} {{ 3 * 4 }}{% endblock %}{% block user %}x{% endblock %}")
     assert render_messages(str(path), {})[0]["content"] == "1024 --- 12"
+
+
+def test_an_edited_template_file_is_read_again(tmp_path):
+    rubric = load_rubric("dialsummeval")
+    path = tmp_path / "mine.j2"
+    for word in ("first", "second, a longer one"):
+        path.write_text("{% block system %}" + word + "{% endblock %}{% block user %}{{ candidate }}{% endblock %}")
+        messages = criterion_messages(rubric, rubric.criterion("fluency"), item(), template=str(path))
+        assert messages[0]["content"] == word
