@@ -342,7 +342,7 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
     """The answer as one sentence for a study plan."""
     if table.empty:
         return "No criterion has two systems with judge scores, so there is nothing to separate."
-    pilot = "dialogues_with_judge" in table and table["dialogues_with_judge"].notna().any()
+    pilot = "n_pilot" in table
     parts = []
     for row in table.itertuples():
         count = row.dialogues_human_only
@@ -353,7 +353,8 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
         elif pilot:
             text += f" (more than the {row.n_judged} judged with the judge's help)"
         parts.append(f"{text} for {row.system_a} vs {row.system_b}")
-    basis = ("the effect estimated from the pilot labels and the judge (prediction-powered)" if pilot else
+    basis = (f"the human-scale effect estimated from {int(table['n_pilot'].max())} pilot dialogues and the judge "
+             "(prediction-powered)" if pilot else
              "the judge's paired per-dialogue differences, assuming humans see the same standardised effect")
     return (f"To separate the judge's top two systems with {power:.0%} power in a two-sided paired t test at the "
             f"{alpha:.0%} level, humans must label, per criterion, {'; '.join(parts)}; based on {basis}.")
@@ -420,7 +421,7 @@ def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
     try:
         info = json.loads(json_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise CalibrationError(f"{json_path}: line {exc.lineno}, column {exc.colno}: invalid JSON ({exc.msg})") \
+        raise CalibrationError(f"{json_path}:{exc.lineno}: invalid JSON at column {exc.colno} ({exc.msg})") \
             from None
     if not isinstance(info, dict) or info.get("version") != 1:
         raise CalibrationError(f"{json_path}: not a plan file (expected \"version\": 1)")
@@ -430,15 +431,15 @@ def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
         raise CalibrationError(f"{csv_path}: not a readable CSV file ({exc})") from None
     missing = [c for c in ("item_id", "part") if c not in plan.columns]
     if missing:
-        raise CalibrationError(f"{csv_path}: line 1: missing column(s) {', '.join(missing)}")
+        raise CalibrationError(f"{csv_path}:1: missing column(s) {', '.join(missing)}")
     bad = ~plan["part"].isin(["random", "targeted"])
     if bad.any():
         line = int(bad.to_numpy().nonzero()[0][0]) + 2
-        raise CalibrationError(f"{csv_path}: line {line}: part must be random or targeted, "
+        raise CalibrationError(f"{csv_path}:{line}: part must be random or targeted, "
                                f"got {plan['part'][bad].iloc[0]!r}")
     duplicated = plan["item_id"].duplicated()
     if duplicated.any():
         line = int(duplicated.to_numpy().nonzero()[0][0]) + 2
-        raise CalibrationError(f"{csv_path}: line {line}: dialogue {plan['item_id'][duplicated].iloc[0]!r} "
+        raise CalibrationError(f"{csv_path}:{line}: dialogue {plan['item_id'][duplicated].iloc[0]!r} "
                                "is listed twice")
     return plan, info

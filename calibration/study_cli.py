@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -118,24 +116,15 @@ def register(sub) -> None:
 # -- writing: every file complete or absent -----------------------------------------------------------------------
 
 
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def write_outputs(directory: Path | None, files: dict[str, str]) -> None:
     """All texts are built before this is called; each file then appears whole or not at all."""
+    from .io import write_text_atomic
+
     if directory is None:
         return
+    directory.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        write_atomically(directory / name, text)
+        write_text_atomic(directory / name, text)
 
 
 def _csv(frame) -> str:
@@ -232,14 +221,13 @@ def check_labels_against_judgments(labels, judge, path: Path) -> None:
     unknown = ~labels["item_id"].isin(items)
     if unknown.any():
         row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{path}: line {labels.index[unknown][0] + 2}: item {row.item_id!r} is not in the "
-                               f"judgments ({unknown.sum()} label(s) on unknown items)")
+        raise CalibrationError(f"{path}:{row.line}: item {row.item_id!r} is not in the judgments "
+                               f"({unknown.sum()} label(s) on unknown items)")
     cells = set(zip(judge["item_id"], judge["system"]))
     unknown = ~labels[["item_id", "system"]].apply(tuple, axis=1).isin(cells)
     if unknown.any():
         row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{path}: line {labels.index[unknown][0] + 2}: system {row.system!r} has no judgment "
-                               f"for item {row.item_id!r}")
+        raise CalibrationError(f"{path}:{row.line}: system {row.system!r} has no judgment for item {row.item_id!r}")
 
 
 def plan_parts(args, labels, judge) -> tuple[set | None, set | None, list[str]]:
@@ -253,13 +241,13 @@ def plan_parts(args, labels, judge) -> tuple[set | None, set | None, list[str]]:
     items = set(judge["item_id"])
     outside = ~plan["item_id"].isin(items)
     if outside.any():
-        raise CalibrationError(f"{args.plan / 'plan.csv'}: line {int(outside.to_numpy().nonzero()[0][0]) + 2}: "
+        raise CalibrationError(f"{args.plan / 'plan.csv'}:{int(outside.to_numpy().nonzero()[0][0]) + 2}: "
                                f"dialogue {plan['item_id'][outside].iloc[0]!r} is not in {args.judgments}: "
                                "the plan was made for other judgments")
     planned = set(plan["item_id"])
     unplanned = ~labels["item_id"].isin(planned)
     if unplanned.any():
-        raise CalibrationError(f"{args.human}: line {labels.index[unplanned][0] + 2}: dialogue "
+        raise CalibrationError(f"{args.human}:{labels['line'][unplanned].iloc[0]}: dialogue "
                                f"{labels['item_id'][unplanned].iloc[0]!r} is not in the plan; labels outside the plan "
                                "are neither the random sample nor targeted")
     warnings = []

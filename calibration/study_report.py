@@ -74,10 +74,11 @@ def estimate_section(result) -> str:
 
 def write_section(section: str, path: str | Path, title: str) -> Path:
     """A self-contained page holding the section (plots embedded as data URIs)."""
-    from .study_cli import write_atomically
+    from .io import write_text_atomic
 
     path = Path(path)
     document = (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
                 f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{section}</body></html>")
-    write_atomically(path, document)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, document)
     return path
