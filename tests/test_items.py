@@ -102,3 +102,69 @@ def test_oversized_names_line_id_system_and_size(tmp_path):
     expected = len(GOOD["dialogue"]) + 5000
     assert [tuple(o) for o in oversized(items, 1000)] == [(2, "c1", "s2", expected)]
     assert oversized(items, expected) == []
+
+
+# -- the examples/ folder ---------------------------------------------------------------------------------
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = {
+    "items.jsonl": ["call_centre_fr", "dialsummeval"],
+    "pairs.jsonl": ["pairwise_summary"],
+    "responses.jsonl": ["response_quality"],
+    "csds_items.jsonl": ["csds"],
+}
+
+
+@pytest.mark.parametrize("name, rubric", [(n, r) for n, rubrics in EXAMPLES.items() for r in rubrics])
+def test_every_example_file_loads_with_its_rubric(name, rubric):
+    from judge.prompting import criterion_messages
+    from judge.rubric import load_rubric
+
+    r = load_rubric(rubric)
+    items = load_items(ROOT / "examples" / name, r.inputs)
+    assert len(items) >= 4 and all(item.is_pair == (r.task == "pairwise") for item in items)
+    for item in items:  # every item renders for every criterion that applies to it
+        for c in r.criteria:
+            if c.applies_to(item.fields):
+                segment = (item.segments or ["s"])[0] if c.per_segment else None
+                assert criterion_messages(r, c, item, segment=segment, segment_number=1 if segment else None)
+
+
+def test_example_labels_cover_the_example_items_with_three_annotators():
+    import csv
+
+    from judge.rubric import load_rubric
+
+    criteria = {c.id for c in load_rubric("dialsummeval").criteria}
+    items = {(i.id, i.system) for i in load_items(ROOT / "examples" / "items.jsonl")}
+    with open(ROOT / "examples" / "labels.csv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == ["item_id", "system", "annotator", "criterion", "score"]
+    annotators: dict[tuple, set] = {}
+    for row in rows:
+        assert (row["item_id"], row["system"]) in items and row["criterion"] in criteria
+        assert 1 <= int(row["score"]) <= 5
+        annotators.setdefault((row["item_id"], row["system"], row["criterion"]), set()).add(row["annotator"])
+    assert len(annotators) == len(items) * len(criteria)
+    assert all(len(a) == 3 for a in annotators.values())
+
+
+def _help_texts() -> list[str]:
+    import argparse
+
+    from judge.cli import build_parser
+
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return [parser.format_help()] + [p.format_help() for p in verbs.values()]
+
+
+def test_files_named_in_the_readme_and_help_exist():
+    import re
+
+    texts = _help_texts() + [(ROOT / "README.md").read_text(encoding="utf-8"),
+                             (ROOT / "examples" / "README.md").read_text(encoding="utf-8")]
+    named = {m for text in texts for m in re.findall(r"examples/[\w.-]+\.\w+", text)}
+    assert "examples/items.jsonl" in named
+    assert [n for n in sorted(named) if not (ROOT / n).is_file()] == []
