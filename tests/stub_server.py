@@ -35,6 +35,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -81,10 +82,12 @@ class Stats:
         self.authorization: set[str] = set()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.first_request_at: float | None = None  # time.time() of the first chat request (start-up benchmarks)
 
     def as_dict(self) -> dict:
         return {
             "total": self.total, "received": dict(self.received), "answered": dict(self.answered),
+            "first_request_at": self.first_request_at,
             "faults": dict(self.faults), "rejected": self.rejected, "formats": dict(self.formats),
             "authorization": sorted(self.authorization), "max_in_flight": self.max_in_flight,
         }
@@ -217,6 +220,8 @@ class StubServer:
         key = request_id(messages, body.get("seed"))
         stats.total += 1
         stats.received[key] += 1
+        if stats.first_request_at is None:
+            stats.first_request_at = time.time()
         if auth := request.headers.get("Authorization"):
             stats.authorization.add(auth)
         rf = (body.get("response_format") or {}).get("type", "text")

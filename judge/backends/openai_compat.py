@@ -18,7 +18,6 @@ import time
 from urllib.parse import urlparse
 
 import aiohttp
-import openai
 
 from judge.backends import ChatClient
 from judge.errors import BackendError, ResponseFormatUnsupported, RetryableError
@@ -118,11 +117,15 @@ class SDKClient:
     name = "openai-sdk"
 
     def __init__(self, base_url: str | None, api_key: str | None):
+        import openai  # half a second of imports: only when the SDK is the client
+
+        self._openai = openai
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key or "not-needed", max_retries=0
         )
 
     async def complete(self, body: dict, timeout: float) -> dict:
+        openai = self._openai
         try:
             # The raw response skips building the SDK's response models; we read the few fields we need.
             raw = await self._client.chat.completions.with_raw_response.create(**body, timeout=timeout)
