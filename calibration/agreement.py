@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import krippendorff
 import numpy as np
 import pandas as pd
@@ -134,7 +136,9 @@ def label_agreement(judge: pd.DataFrame, human_labels: pd.DataFrame, criterion: 
     result["accuracy"] = float(np.mean(merged["label_judge"] == merged["label_human"]))
     result["kappa"] = (float(cohen_kappa_score(merged["label_human"], merged["label_judge"], labels=classes))
                        if len(classes) > 1 else float("nan"))
-    matrix = confusion_matrix(merged["label_human"], merged["label_judge"], labels=classes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # one class only: the 1 x 1 matrix is still right
+        matrix = confusion_matrix(merged["label_human"], merged["label_judge"], labels=classes)
     result["confusion"] = pd.DataFrame(matrix, index=pd.Index(classes, name="human"),
                                        columns=pd.Index(classes, name="judge"))
     return result

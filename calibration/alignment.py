@@ -7,8 +7,8 @@ import pandas as pd
 from .errors import CalibrationError
 from .humans import KEY
 
-COVERAGE_COLUMNS = ["criterion", "pairs_used", "judge_na", "judge_failed", "judge_label", "human_missing",
-                    "judge_missing"]
+COVERAGE_COLUMNS = ["criterion", "pairs_used", "judge_na", "judge_failed", "judge_abstained", "judge_label",
+                    "human_missing", "judge_missing"]
 
 
 def expand_all_criteria(judge: pd.DataFrame, criteria) -> pd.DataFrame:
@@ -25,8 +25,8 @@ def align(judge: pd.DataFrame, human: pd.DataFrame, criteria=None) -> tuple[pd.D
 
     `judge` comes from load_judge_scores, `human` from aggregate_humans. Returns
     (pairs: item_id, system, criterion, judge, human, n_annotators; coverage: one row per criterion with
-    pairs_used, judge_na, judge_failed (errors and abstentions), judge_label (categorical/pairwise rows,
-    analysed apart), human_missing (judge score without a human one), judge_missing (the reverse)).
+    pairs_used, judge_na, judge_failed, judge_abstained ("I don't know"), judge_label (categorical/pairwise
+    rows, analysed apart), human_missing (judge score without a human one), judge_missing (the reverse)).
     """
     if criteria is None:
         criteria = sorted(set(human["criterion"]) | (set(judge["criterion"]) - {"*"}))
@@ -43,7 +43,8 @@ def align(judge: pd.DataFrame, human: pd.DataFrame, criteria=None) -> tuple[pd.D
             "criterion": merged["criterion"],
             "pairs_used": used,
             "judge_na": status == "na",
-            "judge_failed": status.isin(["error", "abstain"]),
+            "judge_failed": status == "error",
+            "judge_abstained": status == "abstain",
             "judge_label": status == "label",
             "human_missing": has_judge & (status == "ok") & ~has_human,
             "judge_missing": has_human & ~has_judge,

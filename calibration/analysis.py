@@ -89,9 +89,10 @@ def _kinds(judge: pd.DataFrame, labels: pd.DataFrame, criteria) -> tuple[list[st
     for criterion in criteria:
         if criterion in human_labels and criterion in judge_numbers_only:
             example = labels.loc[(labels["criterion"] == criterion) & labels["label"].notna()].iloc[0]
+            where = f"{labels.attrs.get('path', 'human labels')}:{example['line']}"
             raise CalibrationError(
-                f"criterion {criterion!r}: the judge gives numbers but the human scores are labels "
-                f"(e.g. {example['label']!r} on line {example['line']} of the labels file): nothing to compare")
+                f"{where}: criterion {criterion!r} has text scores such as {example['label']!r} where the judge "
+                "gives numbers: write the human scores as numbers")
     categorical = sorted((human_labels | judge_labels) & set(criteria))
     numeric = [c for c in criteria if c not in categorical]
     return numeric, categorical, pairwise

@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
             check_overlap(other, labels, str(args.compare), str(args.human))
         if args.apply_map:
             judge = apply_maps(judge, load_maps(args.apply_map))
-        _progress(f"analysing {judge['criterion'].nunique()} criteria, {args.bootstrap} bootstrap resamples")
+        _progress(f"analysing, {args.bootstrap} bootstrap resamples per statistic")
         results = analyse(judge, labels, args.criteria, args.clean, args.bootstrap, args.seed,
                           fit_map=args.fit_map is not None, other_judge=other,
                           abstain_labels={c: set(s.abstain) for c, s in scales.items() if s.abstain})

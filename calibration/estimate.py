@@ -9,9 +9,11 @@ unlabelled dialogues U, both drawn at random from the same population of dialogu
 is unbiased for the population mean of y for any fixed lambda, whatever the judge's scale or bias: the judge
 only has to correlate with the humans to help. Its variance is
 
-    lambda^2 var_U(f) / m + var_L(y - lambda f) / n,
+    lambda^2 var(f) / m + var_L(y - lambda f) / n,
 
-and lambda is the value that minimises this estimated variance (cov_L(y, f) / (var_L(f) + n/m var_U(f))).
+where var(f) is estimated on all n + m judged dialogues (the judge is seen everywhere; with few unlabelled
+dialogues their own variance would be a poor estimate), and lambda is the value that minimises this estimated
+variance: cov_L(y, f) / (var_L(f) + n/m var(f)).
 lambda = 0 is the human-only estimate; lambda is not clipped to [0, 1] because a metric on another scale (ROUGE
 in 0..1 against a 1..5 Likert scale) needs a slope far from 1.
 
@@ -99,19 +101,21 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None) -> PPIResult:
         mean_fu = fu.sum(-1) / m
         dy = np.where(labelled, y - mean_y[..., None], 0.0)
         dfl = np.where(labelled, f - mean_fl[..., None], 0.0)
-        dfu = np.where(unlabelled, f - mean_fu[..., None], 0.0)
         var_y = (dy * dy).sum(-1) / (n - 1)
         var_fl = (dfl * dfl).sum(-1) / (n - 1)
         cov = (dy * dfl).sum(-1) / (n - 1)
-        var_fu = (dfu * dfu).sum(-1) / (m - 1)
+        # f is observed on every judged dialogue: its variance is best estimated on all of them together.
+        mean_f = (fl.sum(-1) + fu.sum(-1)) / (n + m)
+        df_all = np.where(unit, f - mean_f[..., None], 0.0)
+        var_f = (df_all * df_all).sum(-1) / (n + m - 1)
         if lam is None:
-            lam = cov / (var_fl + n / m * var_fu)
+            lam = cov / (var_fl + n / m * var_f)
         lam = np.broadcast_to(np.asarray(lam, dtype=float), mean_y.shape).copy()
         # No usable unlabelled part (m < 2) or a constant judge: the judge cannot help; fall back to humans only.
         lam[~np.isfinite(lam) | (m < 2)] = 0.0
         shift = np.where(lam == 0.0, 0.0, mean_fu - mean_fl)
         estimate = mean_y + lam * shift
-        var_unlabelled = np.where(lam == 0.0, 0.0, lam * lam * var_fu / m)
+        var_unlabelled = np.where(lam == 0.0, 0.0, lam * lam * var_f / m)
         var_residual = (var_y - 2 * lam * cov + lam * lam * var_fl) / n
         se = np.sqrt(np.maximum(var_unlabelled + var_residual, 0.0))
         human_only_se = np.sqrt(var_y / n)

@@ -211,7 +211,9 @@ def load_human_labels(path: str | Path, scales: dict[str, HumanScale] | None = N
         )
     if frame.empty:
         raise CalibrationError(f"{path}: column 'score' holds no value")
-    return frame.reset_index(drop=True)
+    frame = frame.reset_index(drop=True)
+    frame.attrs["path"] = str(path)  # for messages that point at a line of this file
+    return frame
 
 
 def _load_jsonl(path: Path) -> pd.DataFrame:
@@ -298,6 +300,8 @@ def load_judge_scores(path: str | Path, score_column: str | None = None) -> pd.D
         except CalibrationError:
             raise
         except JudgeError as exc:
+            if "not UTF-8" in str(exc):
+                read_user_text(path, CalibrationError)  # says on which line the bad byte is
             raise CalibrationError(str(exc)) from None
     key = ["item_id", "system", "criterion"]
     duplicated = frame.duplicated(key)
@@ -321,6 +325,10 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
             out.write(text)
+        # mkstemp makes the file private (0600); give it the mode any new file of the user's would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

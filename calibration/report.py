@@ -71,21 +71,34 @@ def system_means_figure(means: pd.DataFrame) -> str:
     criteria = sorted(means["criterion"].unique())
     longest = max(len(str(s)) for s in means["system"])
     # Room below each panel for the rotated system names.
-    figure, axes = _grid(len(criteria), width=5.4, height=3.4 + 0.07 * min(longest, 40), columns=2)
+    figure, axes = _grid(len(criteria), width=5.4, height=3.4 + 0.07 * min(longest, 28), columns=2)
     for axis, criterion in zip(axes, criteria):
         part = means[means["criterion"] == criterion].sort_values("human_mean")
         positions = np.arange(len(part))
+        # A judge off the humans' scale (a metric in [0, 1]) gets its own axis on the right, or it would be a
+        # flat line at the bottom of the panel.
+        human_range = (part["human_low"].min(), part["human_high"].max())
+        judge_range = (part["judge_low"].min(), part["judge_high"].max())
+        own_axis = not (np.isnan(human_range).any() or np.isnan(judge_range).any()) and (
+            judge_range[1] < human_range[0] or judge_range[0] > human_range[1])
         for offset, side, colour in ((-0.15, "judge", JUDGE), (0.15, "human", HUMAN)):
+            target = axis.twinx() if side == "judge" and own_axis else axis
             centre = part[f"{side}_mean"].to_numpy()
             error = np.vstack([centre - part[f"{side}_low"].to_numpy(), part[f"{side}_high"].to_numpy() - centre])
-            axis.errorbar(positions + offset, centre, yerr=np.nan_to_num(np.abs(error)), fmt="o", color=colour,
-                          label=side, capsize=3, markersize=4)
+            target.errorbar(positions + offset, centre, yerr=np.nan_to_num(np.abs(error)), fmt="o", color=colour,
+                            label=side, capsize=3, markersize=4)
+            if target is not axis:
+                target.set_ylabel("judge mean (95% CI)", color=colour)
+                target.tick_params(axis="y", colors=colour)
         names = [textwrap.shorten(str(s), 28, placeholder="…") for s in part["system"]]
         axis.set_xticks(positions, names, rotation=45, ha="right", rotation_mode="anchor",
                         fontsize=8 if len(part) <= 10 else 7)
-        axis.set(title=_title(criterion), ylabel="mean score (95% CI)")
+        axis.set(title=_title(criterion), ylabel="human mean (95% CI)" if own_axis else "mean score (95% CI)")
         axis.grid(axis="y", alpha=0.3)
-        axis.legend(fontsize=7, loc="best")
+    # One legend for the figure, below the panels: inside a panel it would cover the points of some system.
+    handles = [plt.Line2D([], [], color=c, marker="o", linestyle="", label=f"{side} mean, 95% CI over dialogues")
+               for side, c in (("judge", JUDGE), ("human", HUMAN))]
+    figure.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     return _png(figure)
 
 
