@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+import os
 import weakref
 from functools import lru_cache
 from pathlib import Path
@@ -96,11 +97,19 @@ def _bundled_names() -> str:
 
 def load_template(name_or_path: str) -> jinja2.Template:
     """A bundled template by name (pointwise.j2) or a user's template file; user files win a name clash."""
-    path = Path(name_or_path)
-    if path.is_file():  # compiled again when the file changes, or when the name means another file
-        stat = path.stat()
-        return _compiled(name_or_path, (str(path.resolve()), stat.st_mtime_ns, stat.st_size))
-    return _compiled(name_or_path, None)
+    if not _is_user_file(name_or_path):
+        return _compiled(name_or_path, None)
+    # A user's file is compiled again when it changes, or when the same relative name means another file.
+    try:
+        stat = os.stat(name_or_path)
+    except OSError:
+        return _compiled(name_or_path, None)  # gone: reading it says so
+    return _compiled(name_or_path, (os.path.abspath(name_or_path), stat.st_mtime_ns, stat.st_size))
+
+
+@lru_cache(maxsize=256)
+def _is_user_file(name_or_path: str) -> bool:
+    return Path(name_or_path).is_file() or not (bundled_dir("prompts") / name_or_path).is_file()
 
 
 @lru_cache(maxsize=64)
@@ -206,8 +215,11 @@ def render_messages(template_name: str, variables: dict) -> list[dict[str, str]]
 
 def _context(rubric: Rubric, item: Item) -> dict[str, Any]:
     """The rubric's context fields this item has (e.g. summary_type), in the rubric's order."""
-    fields = item.fields
-    return {name: fields[name] for name in rubric.context_fields if name in fields}
+    if not rubric.context_fields:  # most rubrics: keep the per-judgment path free of dict building
+        return {}
+    extra = item.model_extra or {}
+    values = {name: extra[name] if name in extra else getattr(item, name, None) for name in rubric.context_fields}
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def _variables(rubric: Rubric, criterion: Criterion, item: Item) -> dict:
