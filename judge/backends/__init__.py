@@ -48,15 +48,23 @@ def open_backend(args):
     keep in flight: the flag's value times the number of servers.
     """
     if args.backend == "vllm":
-        from judge.backends.vllm import unavailable
+        from judge.backends.vllm import open_engine
 
-        raise unavailable()
+        with open_engine(args) as opened:
+            yield opened
+        return
     if args.backend == "local":
         from judge.backends import local
         from judge.backends.openai_compat import open_client
 
+        import sys
+        import time
+
         path = local.resolve_model(args.model)
+        started = time.monotonic()
+        print(f"starting the embedded llama.cpp server with {path.name} ...", file=sys.stderr, flush=True)
         with local.local_server(path, slots=args.concurrency) as base_url:
+            print(f"server ready in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
             yield Opened(open_client("aiohttp", base_url, None, args.concurrency), local.model_id(path), "local",
                          "the embedded llama.cpp server")
         return
