@@ -274,7 +274,7 @@ def load_rubric(name_or_path: str) -> Rubric:
         line = _yaml_line(text, loc)
         at = f"{path}:{line}" if line else str(path)
         more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
-        raise RubricError(f"{at}: field {where}: {first['msg']}{more}") from None
+        raise RubricError(f"{at}: field {where}: {first['msg'].removeprefix('Value error, ')}{more}") from None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

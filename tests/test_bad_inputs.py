@@ -29,6 +29,8 @@ def template(user_body: str) -> str:
 # A bundled rubric saved in Latin-1 by an editor.
 RUBRIC_LATIN1 = Path(__file__).resolve().parents[1].joinpath("rubrics", "dialsummeval.yaml").read_text(
     encoding="utf-8").replace("title:", "title: Résumé ", 1).encode("latin-1", errors="replace")
+RUBRIC_BAD_SCALE = Path(__file__).resolve().parents[1].joinpath("rubrics", "dialsummeval.yaml").read_text(
+    encoding="utf-8").replace("value: 1,", "value: 9,", 1)
 SCORE = ["score", "--rubric", "dialsummeval", "--output", "out.jsonl", "--no-cache", "--no-progress"]
 RENDER = ["render", "--rubric", "dialsummeval", "--input", "items.jsonl"]
 
@@ -63,7 +65,19 @@ ROWS = [
     ("a field the rubric needs is missing", {"items.jsonl": jsonl({**ITEM, "lang": "zh"})},
      ["score", "--rubric", "csds", "--input", "items.jsonl", "--output", "out.jsonl", "--no-cache"],
      r"items.jsonl:1: the rubric needs field 'reference', which is missing or empty"),
+    ("one id, two different dialogues", {"items.jsonl": jsonl(ITEM, {**ITEM, "system": "s2", "dialogue": "Ann: hello"})},
+     SCORE + ["--input", "items.jsonl"], r"items.jsonl:2: item id 'd1' has a different dialogue than on line 1"),
+    ("CSV header with a column twice", {"items.csv": "id,system,dialogue,candidate,candidate\nd1,s1,A: hi,x,y\n"},
+     SCORE + ["--input", "items.csv"], r"items.csv:1: column 'candidate' appears more than once in the header"),
     # -- rubrics ------------------------------------------------------------------------------------------
+    ("unknown rubric name", {"items.jsonl": GOOD},
+     ["score", "--rubric", "dialsumeval", "--input", "items.jsonl", "--output", "out.jsonl", "--no-cache"],
+     r"unknown rubric 'dialsumeval': not a bundled rubric \(call_centre_fr, csds, dialsummeval, "),
+    ("unknown criterion", {"items.jsonl": GOOD}, SCORE + ["--input", "items.jsonl", "--criteria", "coherence,clarity"],
+     r"rubric 'dialsummeval' has no criterion 'clarity'; it has: coherence, consistency, fluency, relevance"),
+    ("rubric with a scale out of order", {"items.jsonl": GOOD, "mine.yaml": RUBRIC_BAD_SCALE},
+     ["score", "--rubric", "mine.yaml", "--input", "items.jsonl", "--output", "out.jsonl", "--no-cache"],
+     r"mine.yaml:\d+: field criteria.0.scale.likert.points: point values must be unique and ascending"),
     ("rubric in Latin-1", {"items.jsonl": GOOD, "mine.yaml": RUBRIC_LATIN1},
      ["score", "--rubric", "mine.yaml", "--input", "items.jsonl", "--output", "out.jsonl", "--no-cache"],
      r"mine.yaml:\d+: not UTF-8 text \(byte \d+ is 0xe9\)"),
