@@ -1,0 +1,241 @@
+"""`judge estimate`: the PPI++ estimator against independent computations, the CLI on invented fixtures, bad input."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from calibration.estimate import ppi_mean
+from judge.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "study"
+JUDGMENTS = FIXTURES / "judgments.jsonl"
+LABELS = FIXTURES / "labels.csv"
+PLAN = FIXTURES / "plan"
+
+
+def correlated(rng, size, rho=0.7, scale=1.0, shift=0.0):
+    """Human scores y and judge scores f with correlation rho; the judge on another scale (scale, shift)."""
+    f = rng.normal(size=size)
+    y = 3.0 + rho * f + np.sqrt(1 - rho * rho) * rng.normal(size=size)
+    return y, scale * f + shift
+
+
+def reference_ppi(y, f, labelled, confidence=0.95):
+    """PPI++ written out from the formulas, one vector at a time, with plain numpy and scipy."""
+    yl, fl, fu = y[labelled], f[labelled], f[~labelled]
+    n, m = len(yl), len(fu)
+    var_f = np.var(f, ddof=1)
+    lam = np.cov(yl, fl, ddof=1)[0, 1] / (np.var(fl, ddof=1) + n / m * var_f)
+    estimate = yl.mean() + lam * (fu.mean() - fl.mean())
+    se = np.sqrt(lam ** 2 * var_f / m + np.var(yl - lam * fl, ddof=1) / n)
+    q = stats.t.ppf(0.5 + confidence / 2, n - 1)
+    return estimate, lam, se, (estimate - q * se, estimate + q * se)
+
+
+def test_ppi_matches_the_formulas_row_by_row():
+    rng = np.random.default_rng(1)
+    y, f = correlated(rng, (5, 120), scale=0.2, shift=-3.0)
+    labelled = rng.random((5, 120)) < 0.25
+    result = ppi_mean(np.where(labelled, y, np.nan), f, confidence=0.9)
+    for row in range(5):
+        estimate, lam, se, (low, high) = reference_ppi(y[row], f[row], labelled[row], 0.9)
+        assert result.estimate[row] == pytest.approx(estimate)
+        assert result.lam[row] == pytest.approx(lam)
+        assert result.se[row] == pytest.approx(se)
+        assert (result.ci_low[row], result.ci_high[row]) == pytest.approx((low, high))
+
+
+def test_human_only_interval_is_scipys_t_interval():
+    rng = np.random.default_rng(2)
+    y, f = correlated(rng, 60)
+    labelled = np.arange(60) < 18
+    result = ppi_mean(np.where(labelled, y, np.nan), f)
+    low, high = stats.t.interval(0.95, 17, loc=y[:18].mean(), scale=stats.sem(y[:18]))
+    assert (result.human_only_ci_low, result.human_only_ci_high) == pytest.approx((low, high))
+    assert result.human_only == pytest.approx(y[:18].mean())
+    fixed = ppi_mean(np.where(labelled, y, np.nan), f, lam=0.0)
+    assert (fixed.ci_low, fixed.ci_high) == pytest.approx((low, high))  # lambda = 0 is the human-only interval
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.9, -0.6])
+def test_never_wider_than_human_only_and_narrower_with_a_good_judge(rho):
+    rng = np.random.default_rng(3)
+    y, f = correlated(rng, (300, 80), rho=rho)
+    labelled = rng.random((300, 80)) < 0.3
+    result = ppi_mean(np.where(labelled, y, np.nan), f)
+    assert np.all(result.se <= result.human_only_se + 1e-12)
+    if abs(rho) >= 0.6:
+        # Theory: the width ratio tends to sqrt(1 - rho^2 m / (m + n)).
+        expected = np.sqrt(1 - rho ** 2 * 0.7)
+        assert np.median(result.width_ratio) == pytest.approx(expected, abs=0.05)
+
+
+def test_unbiased_and_covering_on_simulated_populations():
+    """Superpopulation check: fresh dialogues each repetition, the interval covers the true mean 3.0."""
+    rng = np.random.default_rng(4)
+    y, f = correlated(rng, (4000, 60), rho=0.8, scale=5.0)
+    labelled = np.zeros((4000, 60), dtype=bool)
+    labelled[:, :20] = True
+    result = ppi_mean(np.where(labelled, y, np.nan), f)
+    covered = (result.ci_low <= 3.0) & (3.0 <= result.ci_high)
+    assert covered.mean() == pytest.approx(0.95, abs=0.015)
+    assert result.estimate.mean() == pytest.approx(3.0, abs=0.01)
+    assert np.mean(result.ci_high - result.ci_low) < np.mean(result.human_only_ci_high - result.human_only_ci_low)
+
+
+def test_all_labelled_or_constant_judge_falls_back_to_humans():
+    y = np.array([1.0, 2.0, 4.0, 5.0, 3.0])
+    everything = ppi_mean(y, y + 1)
+    assert everything.lam == 0.0 and everything.estimate == pytest.approx(3.0)
+    constant = ppi_mean(np.array([1.0, 2.0, 4.0, np.nan, np.nan, np.nan]), np.full(6, 2.0))
+    assert constant.lam == 0.0 and constant.estimate == pytest.approx(7 / 3)
+
+
+def test_paired_difference_is_the_estimator_on_differences_and_scipys_paired_t_without_judge():
+    rng = np.random.default_rng(5)
+    ya, fa = correlated(rng, 50)
+    yb, fb = ya - 0.3 + 0.5 * rng.normal(size=50), fa - 0.2 + 0.4 * rng.normal(size=50)
+    labelled = np.arange(50) < 25
+    result = ppi_mean(np.where(labelled, ya - yb, np.nan), fa - fb)
+    interval = stats.ttest_rel(ya[:25], yb[:25]).confidence_interval(0.95)
+    assert (result.human_only_ci_low, result.human_only_ci_high) == pytest.approx((interval.low, interval.high))
+
+
+def test_against_ppi_python():
+    ppi_py = pytest.importorskip("ppi_py", reason="ppi_python (the method authors' library) is not installed")
+    rng = np.random.default_rng(6)
+    y, f = correlated(rng, 3000, rho=0.6, scale=1.0)
+    labelled = np.arange(3000) < 300
+    result = ppi_mean(np.where(labelled, y, np.nan), f)
+    yl, fl, fu = y[labelled], f[labelled], f[~labelled]
+    # Same lambda: the same point estimate.
+    assert float(ppi_py.ppi_mean_pointestimate(yl, fl, fu, lam=float(result.lam))[0]) == \
+        pytest.approx(float(result.estimate))
+    # Their tuned lambda (pooled variance of f, clipped to [0, 1]) is ours up to estimation detail.
+    low, high = ppi_py.ppi_mean_ci(yl, fl, fu, alpha=0.05)
+    theirs = ppi_py.ppi_mean_pointestimate(yl, fl, fu)
+    assert float(theirs[0]) == pytest.approx(float(result.estimate), abs=0.01)
+    # Their interval is normal (z) with ddof=0 standard deviations; at n=300 it is ours within 2%.
+    z = stats.norm.ppf(0.975)
+    assert float(high[0] - low[0]) / 2 / z == pytest.approx(float(result.se), rel=0.02)
+
+
+# -- the CLI ------------------------------------------------------------------------------------------------------
+
+
+def run_cli(*args):
+    return main(["estimate", *map(str, args)])
+
+
+def test_help_teaches_with_an_example_that_runs(capsys, tmp_path, monkeypatch):
+    with pytest.raises(SystemExit) as stop:
+        main(["estimate", "--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    assert "judge estimate --judgments tests/fixtures/study/judgments.jsonl" in text
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert main(["estimate", "--judgments", "tests/fixtures/study/judgments.jsonl", "--human",
+                 "tests/fixtures/study/labels.csv", "--plan", "tests/fixtures/study/plan"]) == 0
+
+
+def test_with_plan_uses_only_the_random_part(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_cli("--judgments", JUDGMENTS, "--human", LABELS, "--plan", PLAN, "--output-dir", out,
+                   "--report", tmp_path / "r.html") == 0
+    printed = capsys.readouterr().out
+    assert "the 6 labelled dialogues of the plan's random part" in printed
+    estimates = pd.read_csv(out / "estimates.csv")
+    assert {"criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
+            "human_only_ci_high", "n_labelled", "n_judged", "width_ratio", "lambda"} <= set(estimates.columns)
+    assert set(estimates["n_labelled"]) == {6}
+    differences = pd.read_csv(out / "differences.csv")
+    assert {"criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high", "human_only_ci_low",
+            "human_only_ci_high"} <= set(differences.columns)
+    assert len(differences) == 2 * 3
+    # The human-only numbers come from the random part's labels alone, recomputed here with pandas.
+    plan = pd.read_csv(PLAN / "plan.csv", dtype=str)
+    labels = pd.read_csv(LABELS, dtype={"item_id": str})
+    random_part = labels[labels.item_id.isin(plan.loc[plan.part == "random", "item_id"])]
+    means = random_part.groupby(["criterion", "system", "item_id"]).score.mean().groupby(["criterion", "system"]).mean()
+    for row in estimates.itertuples():
+        assert row.human_only == pytest.approx(means[(row.criterion, row.system)])
+    targeted = pd.read_csv(out / "targeted.csv")
+    assert set(targeted["n_labelled"]) == {4}
+    assert json.loads((out / "summary.json").read_text())["random_sample"] == "plan"
+    assert "data:image/png;base64," in (tmp_path / "r.html").read_text()
+
+
+def test_without_plan_every_labelled_dialogue_is_the_random_sample(tmp_path, capsys):
+    assert run_cli("--judgments", JUDGMENTS, "--human", LABELS, "--output-dir", tmp_path) == 0
+    assert "no --plan given, so all 10 labelled dialogues are taken as a uniformly random sample" in \
+        capsys.readouterr().out
+    assert set(pd.read_csv(tmp_path / "estimates.csv")["n_labelled"]) == {10}
+
+
+def _labels_on(tmp_path, keep):
+    labels = pd.read_csv(LABELS, dtype=str)
+    path = tmp_path / "subset.csv"
+    labels[labels.item_id.isin(keep)].to_csv(path, index=False)
+    return path
+
+
+def _bad_plan(tmp_path):
+    plan = tmp_path / "other_plan"
+    shutil.copytree(PLAN, plan)
+    (plan / "plan.csv").write_text("item_id,part,reason\nd12,random,x\nzz99,random,x\n")
+    return plan
+
+
+def _foreign_labels(tmp_path):
+    path = tmp_path / "foreign.csv"
+    path.write_text(LABELS.read_text() + "x-unknown,alpha,ann_a,clarity,3\n")
+    return path
+
+
+def _targeted_only(tmp_path):
+    return _labels_on(tmp_path, ["d09", "d14", "d05", "d01"])
+
+
+def _outside_plan(tmp_path):
+    labels = pd.read_csv(LABELS, dtype=str)
+    extra = labels[labels.item_id == "d12"].assign(item_id="d07")
+    path = tmp_path / "outside.csv"
+    pd.concat([labels, extra]).to_csv(path, index=False)
+    return path
+
+
+BAD_INPUT = [
+    # (what the user gives, extra flags, the message's telling part)
+    ("labels on an item the judgments lack", lambda t: ["--human", _foreign_labels(t)],
+     "foreign.csv:122: item 'x-unknown' is not in the judgments"),
+    ("a plan made for other judgments", lambda t: ["--human", LABELS, "--plan", _bad_plan(t)],
+     "plan.csv:3: dialogue 'zz99' is not in"),
+    ("labels only on targeted dialogues", lambda t: ["--human", _targeted_only(t), "--plan", PLAN],
+     "no human label is on a dialogue of the plan's random sample"),
+    ("labels outside the plan", lambda t: ["--human", _outside_plan(t), "--plan", PLAN],
+     "dialogue 'd07' is not in the plan"),
+    ("an unknown criterion", lambda t: ["--human", LABELS, "--criteria", "clarity,elegance"],
+     "--criteria: no human scores for elegance"),
+    ("a plan directory without a plan", lambda t: ["--human", LABELS, "--plan", t],
+     "plan.csv: no such file"),
+    ("a missing labels file", lambda t: ["--human", t / "absent.csv"], "absent.csv"),
+]
+
+
+@pytest.mark.parametrize("case, flags, message", BAD_INPUT, ids=[row[0] for row in BAD_INPUT])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case, flags, message):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "estimates.csv").write_text("kept from before\n")
+    code = run_cli("--judgments", JUDGMENTS, *flags(tmp_path), "--output-dir", out, "--report", out / "r.html")
+    error = capsys.readouterr().err
+    assert code == 2
+    assert error.startswith("judge estimate: error: ") and message in error
+    assert error.count("\n") == 1 and "Traceback" not in error
+    assert sorted(p.name for p in out.iterdir()) == ["estimates.csv"]
+    assert (out / "estimates.csv").read_text() == "kept from before\n"
