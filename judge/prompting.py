@@ -98,13 +98,14 @@ def _bundled_names() -> str:
 def load_template(name_or_path: str) -> jinja2.Template:
     """A bundled template by name (pointwise.j2) or a user's template file; user files win a name clash."""
     if not _is_user_file(name_or_path):
-        return _compiled(name_or_path, None)
+        return _bundled_template(name_or_path)
     # A user's file is compiled again when it changes, or when the same relative name means another file.
     try:
         stat = os.stat(name_or_path)
+        stamp = (os.path.abspath(name_or_path), stat.st_mtime_ns, stat.st_size)
     except OSError:
-        return _compiled(name_or_path, None)  # gone: reading it says so
-    return _compiled(name_or_path, (os.path.abspath(name_or_path), stat.st_mtime_ns, stat.st_size))
+        stamp = None  # gone: reading it says so
+    return _user_template(name_or_path, stamp)
 
 
 @lru_cache(maxsize=256)
@@ -112,26 +113,29 @@ def _is_user_file(name_or_path: str) -> bool:
     return Path(name_or_path).is_file() or not (bundled_dir("prompts") / name_or_path).is_file()
 
 
+@lru_cache(maxsize=16)
+def _bundled_template(name: str) -> jinja2.Template:
+    return _checked(name, lambda env: env.get_template(name))
+
+
 @lru_cache(maxsize=64)
-def _compiled(name_or_path: str, stamp: tuple | None) -> jinja2.Template:
-    env = _environment()
+def _user_template(name_or_path: str, stamp: tuple | None) -> jinja2.Template:
     path = Path(name_or_path)
-    bundled = (bundled_dir("prompts") / name_or_path).is_file()
+    if path.suffix != ".j2" and not path.exists():
+        raise TemplateError(f"template {name_or_path!r} not found: neither a bundled template ({_bundled_names()}) "
+                            "nor a file")
+    source = read_text(path, TemplateError)  # no such file, a directory, not UTF-8: one clear line
+    return _checked(name_or_path, lambda env: env.template_class.from_code(
+        env, env.compile(source, name=path.name, filename=str(path)), env.make_globals(None)))
+
+
+def _checked(name: str, build) -> jinja2.Template:
     try:
-        if path.exists() or not bundled:
-            if path.suffix != ".j2" and not path.exists():
-                raise TemplateError(f"template {name_or_path!r} not found: neither a bundled template "
-                                    f"({_bundled_names()}) nor a file")
-            source = read_text(path, TemplateError)  # no such file, a directory, not UTF-8: one clear line
-            code = env.compile(source, name=path.name, filename=str(path))
-            template = env.template_class.from_code(env, code, env.make_globals(None))
-        else:
-            template = env.get_template(name_or_path)
+        template = build(_environment())
     except jinja2.TemplateSyntaxError as exc:
-        raise TemplateError(f"{exc.filename or name_or_path}:{exc.lineno}: template syntax error: {exc.message}") from None
-    missing = [role for role in ROLES if role not in template.blocks]
-    if missing:
-        raise TemplateError(f"template {name_or_path!r} must define the blocks {ROLES}; missing {missing}")
+        raise TemplateError(f"{exc.filename or name}:{exc.lineno}: template syntax error: {exc.message}") from None
+    if missing := [role for role in ROLES if role not in template.blocks]:
+        raise TemplateError(f"template {name!r} must define the blocks {ROLES}; missing {missing}")
     return template
 
 
