@@ -1,6 +1,8 @@
 """`judge calibrate` end to end on a small invented fixture, plus maps, labels, pairwise and error handling."""
 
 import json
+import re
+import sys
 import shutil
 import subprocess
 from pathlib import Path
@@ -185,3 +187,132 @@ def test_report_renders_every_image_in_a_headless_browser(tmp_path, capsys):
     shutil.rmtree(profile, ignore_errors=True)
     assert "<h1>Judge calibration report</h1>" in result.stdout, result.stderr[-2000:]
     assert f'data-images-rendered="{total}/{total}"' in result.stdout
+
+
+def _write_jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _write_csv(path, header, rows, bom=False):
+    text = header + "\n" + "".join(",".join(map(str, row)) + "\n" for row in rows)
+    path.write_text(("\ufeff" if bom else "") + text, encoding="utf-8")
+    return path
+
+
+def test_report_names_model_rubric_files_and_date(tmp_path, capsys):
+    report = tmp_path / "report.html"
+    assert run_cli("--judgments", JUDGMENTS, "--human", HUMAN, "--bootstrap", 50, "--report", report) == 0
+    page = report.read_text(encoding="utf-8")
+    for text in ("toy-model", "toy@1", str(JUDGMENTS), str(HUMAN), "Date</dt>"):
+        assert text in page
+    assert re.search(r"<dd>\d{4}-\d\d-\d\d \d\d:\d\d UTC</dd>", page)
+    # The ceiling table carries the judge's bootstrap CI, which the chart draws as error bars.
+    assert "judge_ci_low" in page and "judge_ci_high" in page
+
+
+def test_abstentions_are_counted_apart_on_both_sides(tmp_path, capsys):
+    def row(item, system, label, **extra):
+        return {"id": item, "system": system, "criterion": "appropriateness", "label": label,
+                "score": {"appropriate": 1.0, "not appropriate": 0.0}.get(label), "rubric": "response_quality@1",
+                "model": "toy-model", **extra}
+
+    judgments = _write_jsonl(tmp_path / "j.jsonl", [
+        row("d1", "alpha", "appropriate"), row("d1", "beta", "not appropriate"),
+        row("d2", "alpha", "I don't know", abstained=True),
+        row("d2", "beta", "I don't know"),  # an older file: no abstained flag, the rubric's abstaining label
+        row("d3", "alpha", "appropriate"), row("d3", "beta", "appropriate")])
+    humans = {("d1", "alpha"): ("appropriate", "appropriate"), ("d1", "beta"): ("not appropriate", "I don't know"),
+              ("d2", "alpha"): ("appropriate", "appropriate"), ("d2", "beta"): ("appropriate", "not appropriate"),
+              ("d3", "alpha"): ("I don't know", "I don't know"), ("d3", "beta"): ("not appropriate",) * 2}
+    labels = _write_csv(tmp_path / "h.csv", "item_id,system,annotator,criterion,score",
+                        [(i, s, f"ann{k}", "appropriateness", v) for (i, s), values in humans.items()
+                         for k, v in enumerate(values)])
+    assert run_cli("--judgments", judgments, "--human", labels, "--bootstrap", 0, "--output-dir", tmp_path / "o") == 0
+    result = pd.read_csv(tmp_path / "o" / "label_agreement.csv").iloc[0]
+    # Judge abstains on d2 (both rows); a human "I don't know" does not vote, so d1/beta has a majority and
+    # d3/alpha has no human label at all. Left: d1/alpha agree, d1/beta agree, d3/beta disagrees.
+    assert (result["abstained"], result["human_abstained"], result["n"]) == (2, 3, 3)
+    assert result["accuracy"] == pytest.approx(2 / 3)
+    assert "human abstentions 3" in capsys.readouterr().out
+
+
+def test_one_annotator_per_summary_is_read_and_says_what_it_cannot_do(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    items, systems = [f"d{i}" for i in range(6)], ["alpha", "beta", "gamma"]
+    means = {(i, s): round(float(rng.uniform(1, 5)), 6) for i in items for s in systems}
+    labels = _write_csv(tmp_path / "h.csv", "item_id,system,annotator,criterion,score",
+                        [(i, s, "expert_mean", "coherence", v) for (i, s), v in means.items()])
+    judgments = _write_jsonl(tmp_path / "j.jsonl", [
+        {"id": i, "system": s, "criterion": "coherence", "score": float(round(v)), "rubric": "dialsummeval@1",
+         "model": "m"} for (i, s), v in means.items()])
+    code = run_cli("--judgments", judgments, "--human", labels, "--bootstrap", 20, "--output-dir", tmp_path / "o",
+                   "--report", tmp_path / "r.html")
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out.count("coherence: needs >= 2 annotators") == 2  # the ceiling and alpha sections
+    assert "needs &gt;= 2 annotators" in (tmp_path / "r.html").read_text()
+    table = pd.read_csv(tmp_path / "o" / "correlations.csv").set_index(["level", "statistic"])
+    judge = np.array([round(means[k]) for k in means], dtype=float)
+    human = np.array(list(means.values()))
+    assert table.loc[("item", "pearson"), "value"] == pytest.approx(np.corrcoef(judge, human)[0, 1])
+
+
+def test_compare_without_bootstrap(tmp_path, capsys):
+    judge = load_judge_scores(JUDGMENTS)
+    numbers = judge[judge.criterion == "accuracy"].dropna(subset=["score"])
+    other = _write_csv(tmp_path / "other.csv", "id,system,criterion,score",
+                       [(r.item_id, r.system, "accuracy", 6 - r.score) for r in numbers.itertuples()])
+    assert run_cli("--judgments", JUDGMENTS, "--human", HUMAN, "--compare", other, "--bootstrap", 0,
+                   "--criteria", "accuracy", "--output-dir", tmp_path / "o") == 0
+    comparison = pd.read_csv(tmp_path / "o" / "comparison.csv")
+    assert comparison.ci_low.isna().all() and comparison.p_value.isna().all()
+    np.testing.assert_allclose(comparison.difference, comparison.judge_a - comparison.judge_b)
+    # The reversed judge correlates exactly as negatively at the item level (Pearson is sign-symmetric).
+    item = comparison[(comparison.level == "item") & (comparison.statistic == "pearson")].iloc[0]
+    assert item.judge_b == pytest.approx(-item.judge_a)
+
+
+def test_pairs_are_read_from_system_1_and_system_2(tmp_path, capsys):
+    records = [{"id": "d1", "system": "A vs B", "system_1": "A", "system_2": "B", "criterion": "pref", "label": "1"},
+               {"id": "d2", "system": "A vs B", "system_1": "A", "system_2": "B", "criterion": "pref", "label": "1"},
+               {"id": "d1", "system": "A|C", "criterion": "pref", "label": "2"}]  # an older file: split on "|"
+    judgments = _write_jsonl(tmp_path / "j.jsonl", records)
+    scores = {("d1", "A"): 5, ("d1", "B"): 3, ("d1", "C"): 4, ("d2", "A"): 2, ("d2", "B"): 4}
+    labels = _write_csv(tmp_path / "h.csv", "item_id,system,annotator,criterion,score",
+                        [(i, s, "ann1", "pref", v) for (i, s), v in scores.items()])
+    assert run_cli("--judgments", judgments, "--human", labels, "--bootstrap", 0, "--output-dir", tmp_path / "o") == 0
+    result = pd.read_csv(tmp_path / "o" / "pairwise_agreement.csv").iloc[0]
+    # Humans: d1 A>B (1, agrees), d2 B>A (2, disagrees), d1 A>C (1, the judge said 2: disagrees).
+    assert result["n"] == 3 and result["agreement_with_ties"] == pytest.approx(1 / 3)
+
+
+def test_exit_1_when_a_criterion_has_nothing_to_report(tmp_path, capsys):
+    records = [{"id": f"d{i}", "system": s, "criterion": c, "score": None if c == "fluency" else float(i % 5 + 1),
+                "error": "timeout" if c == "fluency" else None}
+               for i in range(4) for s in ("a", "b") for c in ("coherence", "fluency")]
+    judgments = _write_jsonl(tmp_path / "j.jsonl", records)
+    labels = _write_csv(tmp_path / "h.csv", "item_id,system,annotator,criterion,score",
+                        [(f"d{i}", s, an, c, (i + len(an)) % 5 + 1) for i in range(4) for s in ("a", "b")
+                         for an in ("x", "yy") for c in ("coherence", "fluency")])
+    assert run_cli("--judgments", judgments, "--human", labels, "--bootstrap", 0) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("judge calibrate: calibrated 1 of 2 criteria") and "incomplete: no judge-human pair " \
+        "for fluency" in last
+
+
+def test_a_byte_order_mark_changes_nothing(tmp_path, capsys):
+    plain = HUMAN.read_text(encoding="utf-8")
+    (tmp_path / "bom.csv").write_text("\ufeff" + plain, encoding="utf-8")
+    for name, labels in (("plain", HUMAN), ("bom", tmp_path / "bom.csv")):
+        assert run_cli("--judgments", JUDGMENTS, "--human", labels, "--bootstrap", 0, "--output-dir",
+                       tmp_path / name) == 0
+    assert (tmp_path / "plain" / "correlations.csv").read_text() == (tmp_path / "bom" / "correlations.csv").read_text()
+
+
+def test_the_verb_module_imports_nothing_heavy():
+    code = ("import sys\nfrom judge.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('pandas', 'scipy', 'sklearn', 'matplotlib', 'numpy', 'krippendorff')"
+            " if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr

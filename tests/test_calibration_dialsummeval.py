@@ -1,8 +1,10 @@
 """Reproducing DialSummEval (Gao & Wan, NAACL 2022) Tables 2, 3 and 4 from ../shared/data/dialsummeval."""
 
+import json
 import os
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from calibration.agreement import krippendorff_alpha
@@ -136,3 +138,21 @@ def test_discarded_amt_round_has_alpha_near_zero(criterion):
     amt = load_human_labels(DATA / "annotations_amt.csv")
     assert amt.groupby(["item_id", "system", "criterion"]).size().eq(5).all()
     assert abs(krippendorff_alpha(amt, criterion, "interval")) < 0.03
+
+
+def test_table_2_alpha_through_the_cli_with_clean(tmp_path, capsys):
+    from judge.cli import main
+
+    out = tmp_path / "out"
+    code = main(["calibrate", "--judgments", str(DATA / "metric_scores.csv"), "--score-column", "rouge-1",
+                 "--human", str(DATA / "annotations.csv"), "--clean", "--bootstrap", "0", "--output-dir", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    table = pd.read_csv(out / "agreement.csv").set_index(["criterion", "statistic"])["value"]
+    for criterion in CRITERIA:
+        assert table[(criterion, "alpha_interval_humans")] == pytest.approx(TABLE_2[criterion][1], abs=5e-5)
+    # The ceiling stays on the raw labels, and both the output and summary.json say which labels each used.
+    assert "Krippendorff's alpha after noise removal (--clean)" in printed
+    assert "on the raw labels even with --clean" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["alpha_on"], summary["ceiling_on"]) == ("cleaned labels", "raw labels")
