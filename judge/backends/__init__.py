@@ -63,7 +63,8 @@ def open_backend(args):
         path = local.resolve_model(args.model)
         started = time.monotonic()
         print(f"starting the embedded llama.cpp server with {path.name} ...", file=sys.stderr, flush=True)
-        with local.local_server(path, slots=args.concurrency) as base_url:
+        ctx = local.BLOCK_CTX_PER_SLOT if getattr(args, "mode", None) == "block" else local.CTX_PER_SLOT
+        with local.local_server(path, slots=args.concurrency, ctx_per_slot=ctx) as base_url:
             print(f"server ready in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
             yield Opened(open_client("aiohttp", base_url, None, args.concurrency), local.model_id(path), "local",
                          "the embedded llama.cpp server")

