@@ -21,11 +21,12 @@ def round_to_scale(values) -> np.ndarray:
 
 
 def krippendorff_alpha(labels: pd.DataFrame, criterion: str | None = None, level: str = "interval",
-                       extra_rater: pd.DataFrame | None = None) -> float:
+                       extra_rater: pd.DataFrame | None = None, scale: tuple[float, float] | None = None) -> float:
     """Krippendorff's alpha among annotators (units = (item, system)), via the `krippendorff` package.
 
     `extra_rater` (item_id, system, score) is added as one more rater, e.g. the judge; for the ordinal and
-    nominal levels its scores are rounded to the scale so that they share the humans' categories.
+    nominal levels its scores are rounded to the scale so that they share the humans' categories. It must lie on
+    `scale` (low, high), by default the range the humans used.
     """
     if criterion is not None:
         labels = labels[labels["criterion"] == criterion]
@@ -34,7 +35,8 @@ def krippendorff_alpha(labels: pd.DataFrame, criterion: str | None = None, level
     if extra_rater is not None:
         scores = extra_rater.set_index(["item_id", "system"])["score"]
         human_values = table.to_numpy(dtype=float)
-        if scores.min() < np.nanmin(human_values) or scores.max() > np.nanmax(human_values):
+        low, high = scale if scale is not None else (np.nanmin(human_values), np.nanmax(human_values))
+        if scores.min() < low or scores.max() > high:
             return float("nan")  # not on the humans' scale (e.g. a metric in [0, 1]): alpha is meaningless
         # Interval: 0.1 steps keep the package's values x values coincidence matrix small for continuous
         # scores; ordinal / nominal: whole scale points, the humans' categories.

@@ -101,9 +101,16 @@ def _kinds(judge: pd.DataFrame, labels: pd.DataFrame, criteria) -> tuple[list[st
 def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bool = False,
             n_resamples: int = 1000, seed: int | None = 0, fit_map: bool = False,
             other_judge: pd.DataFrame | None = None, levels=LEVELS, statistics=STATISTIC_NAMES,
-            abstain_labels: dict[str, set[str]] | None = None) -> CalibrationResults:
-    """Everything `judge calibrate` reports. `abstain_labels` (criterion -> labels) names the judge's answers that
-    abstain in files written before judgments carried an `abstained` flag (the rubric's "I don't know")."""
+            scales: dict | None = None) -> CalibrationResults:
+    """Everything `judge calibrate` reports.
+
+    `scales` (criterion -> io.HumanScale, "*" for all, from the judgments' rubric or --scale) bounds the judge as
+    one more rater in alpha, and names the labels that abstain in judgment files written before judgments
+    carried an `abstained` flag (the rubric's "I don't know").
+    """
+    scales = scales or {}
+    bounds = {c: (s.low, s.high) for c, s in scales.items() if s.low is not None}
+    abstain_labels = {c: set(s.abstain) for c, s in scales.items() if s.abstain}
     human_criteria = sorted(labels["criterion"].unique())
     judge_criteria = set(judge["criterion"]) - {"*"}
     wildcard = "*" in set(judge["criterion"])
@@ -137,13 +144,14 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
     raw_table = table if not clean else (
         correlations(raw_pairs, rated, levels, statistics, n_resamples, seed) if rated else pd.DataFrame())
     alpha_labels = clean_noise(labels) if clean else labels
-    abstain_labels = abstain_labels or {}
     results = CalibrationResults(
         criteria=list(criteria), cleaned=clean, n_resamples=n_resamples, seed=seed, pairs=pairs,
         coverage=coverage, correlations=table, agreement=agreement(pairs, numeric),
         ceiling=_with_judge_ci(human_ceiling(labels, raw_pairs, rated, levels, statistics), raw_table)
         if rated else pd.DataFrame(),
-        alpha=alpha_with_judge(alpha_labels, pairs, rated) if rated else pd.DataFrame(),
+        alpha=alpha_with_judge(alpha_labels, pairs, rated, scales={c: bounds.get(c, bounds.get("*")) for c in rated
+                                                                   if c in bounds or "*" in bounds})
+        if rated else pd.DataFrame(),
         system_means=system_means_with_ci(pairs, n_resamples, seed) if numeric else pd.DataFrame(),
         labels=[label_agreement(scored, labels, c, abstain_labels.get(c, ())) for c in label_criteria],
         pairwise=[pairwise_agreement(judge, labels, c) for c in pairwise_criteria],

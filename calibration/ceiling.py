@@ -69,8 +69,13 @@ def human_ceiling(labels: pd.DataFrame, pairs: pd.DataFrame, criteria=None, leve
     return pd.DataFrame(rows)
 
 
-def alpha_with_judge(labels: pd.DataFrame, pairs: pd.DataFrame, criteria=None, levels=ALPHA_LEVELS) -> pd.DataFrame:
-    """Krippendorff's alpha of the humans, and of the humans with the judge added as one more rater."""
+def alpha_with_judge(labels: pd.DataFrame, pairs: pd.DataFrame, criteria=None, levels=ALPHA_LEVELS,
+                     scales: dict[str, tuple[float, float]] | None = None) -> pd.DataFrame:
+    """Krippendorff's alpha of the humans, and of the humans with the judge added as one more rater.
+
+    `scales` (criterion -> (low, high), e.g. the rubric's) says which judge scores are on the humans' scale;
+    by default the range the humans used."""
+    scales = scales or {}
     criteria = sorted(pairs["criterion"].unique()) if criteria is None else criteria
     rows = []
     for criterion in criteria:
@@ -81,7 +86,8 @@ def alpha_with_judge(labels: pd.DataFrame, pairs: pd.DataFrame, criteria=None, l
             rows.append({
                 "criterion": criterion, "level": level,
                 "alpha_humans": krippendorff_alpha(units, criterion, level),
-                "alpha_humans_plus_judge": krippendorff_alpha(units, criterion, level, extra_rater=judge),
+                "alpha_humans_plus_judge": krippendorff_alpha(units, criterion, level, extra_rater=judge,
+                                                              scale=scales.get(criterion)),
                 "n_units": int(units.groupby(["item_id", "system"]).ngroups),
                 "n_annotators": int(units["annotator"].nunique()),
             })

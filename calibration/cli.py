@@ -14,25 +14,34 @@ from judge.errors import JudgeError
 
 EPILOG = """\
 examples:
-  # an LLM judge's judgments against three annotators, DialSummEval noise cleaning, HTML report
-  judge calibrate --judgments out/judgments.jsonl --human labels.csv --clean \\
+  # judge the example summaries with the embedded model, then read the judge against three annotators
+  judge score --rubric dialsummeval --input examples/items.jsonl --output judgments.jsonl
+  judge calibrate --judgments judgments.jsonl --human examples/labels.csv --report report.html
+
+  # DialSummEval noise cleaning, tables for a paper, 2,000 resamples
+  judge calibrate --judgments judgments.jsonl --human labels.csv --clean --bootstrap 2000 --seed 1 \\
       --report out/report.html --output-dir out/calibration
 
-  # any metric column of a wide CSV (one column applied to every criterion), 2,000 resamples
-  judge calibrate --judgments metric_scores.csv --score-column rouge-1 \\
-      --human annotations.csv --clean --bootstrap 2000 --seed 1
+  # any metric column of a wide CSV (one column applied to every criterion); --scale bounds the human scores
+  judge calibrate --judgments metric_scores.csv --score-column rouge-1 --human annotations.csv --scale 1,5
 
   # fit an isotonic map from judge scores to the human scale, then apply it to new judgments
   judge calibrate --judgments dev.jsonl --human dev_labels.csv --fit-map map.json
   judge calibrate --judgments test.jsonl --human test_labels.csv --apply-map map.json --output-dir out
 
 input formats:
-  --human      long CSV: item_id,system,annotator,criterion,score (extra columns allowed)
-  --judgments  the judgments JSONL written by `judge score`, or a CSV with item_id (or id), system and
-               either criterion+score (long) or a score column named by --score-column (wide)
+  --human      long CSV: item_id,system,annotator,criterion,score (extra columns allowed). Per criterion the
+               scores are numbers or labels; labels are compared as categories, "I don't know" (the rubric's
+               abstaining label) counted apart. With one annotator per summary (a release of means) there is no
+               human agreement nor ceiling, the rest works.
+  --judgments  the judgments JSONL written by `judge score` / `judge compare` (its rubric bounds the human
+               scores), or a CSV with item_id (or id), system and either criterion+score (long) or a score
+               column named by --score-column (wide)
 
 levels (DialSummEval): system = correlation of per-system means; summary = mean over items of the
 correlation across systems (constant items skipped and counted); item = all pairs pooled.
+--clean: the human mean and Krippendorff's alpha use the cleaned labels; the human ceiling stays on the raw ones.
+Exit status: 0 when every criterion was analysed, 1 when one had no judge-human pair, 2 on bad input.
 """
 
 
@@ -258,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
         _progress(f"analysing, {args.bootstrap} bootstrap resamples per statistic")
         results = analyse(judge, labels, args.criteria, args.clean, args.bootstrap, args.seed,
                           fit_map=args.fit_map is not None, other_judge=other,
-                          abstain_labels={c: set(s.abstain) for c, s in scales.items() if s.abstain})
+                          scales=scales)
         results.sources = _sources(args, judge)
         if args.fit_map and not results.maps:
             raise CalibrationError("--fit-map: no criterion has numeric (judge, human) pairs to fit")
