@@ -65,9 +65,10 @@ def read_sheet(path: Path, is_answer: Callable[[str], bool], display: set[str]) 
             elif column not in display and column not in FIXED:
                 raise InputError(f"{path}:1: unknown column {column!r}: not an answer cell of this sheet's rubric")
         out = []
+        end = reader.line_num  # a cell may hold several lines: a row starts after the previous one ends
         try:
             for row in reader:
-                where = f"{path}:{reader.line_num}"
+                where, end = f"{path}:{end + 1}", reader.line_num
                 if None in row:
                     raise InputError(f"{where}: more cells than columns in the header")
                 task_id = (row.get("task_id") or "").strip()

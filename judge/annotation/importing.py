@@ -98,7 +98,7 @@ def _check_cells(rubric: Rubric, task: Task, sub: Submission) -> tuple[dict[str,
         criterion, letter, segment, _ = parsed
         if letter is not None and letter not in letters:
             raise InputError(f"{sub.where}: answer {name!r} is for letter {letter}, which the key does not know "
-                             f"for task {task.task_id} (it shows {letters[0]}–{letters[-1]})")
+                             f"for task {task.task_id} (it shows {_span(letters)})")
         slot = next((s for s in task.slots if s.letter == letter), None)
         if slot is not None and criterion in slot.skip:
             ignored += raw.strip().upper() not in ("N/A", "NA")
@@ -106,6 +106,11 @@ def _check_cells(rubric: Rubric, task: Task, sub: Submission) -> tuple[dict[str,
         raise InputError(f"{sub.where}: task {task.task_id} has no answer cell {name!r}"
                          + (f" (candidate {letter} has {len(slot.segments)} segment(s))" if segment and slot else ""))
     return kept, ignored
+
+
+def _span(letters: list[str]) -> str:
+    ordered = sorted(letters)
+    return ordered[0] if len(ordered) == 1 else f"{ordered[0]}–{ordered[-1]}"
 
 
 def _segment_score(rubric: Rubric, c: Criterion, answers: list[str]) -> str:
@@ -122,13 +127,18 @@ def _segment_score(rubric: Rubric, c: Criterion, answers: list[str]) -> str:
     return NA if all(a == NA for a in answers) else answers[0]  # every segment abstained
 
 
+def display_context(rubric: Rubric) -> list[str]:
+    return (["reference"] if "reference" in rubric.inputs else []) + list(rubric.context_fields)
+
+
 def read_submissions(sources: list[Path], rubric: Rubric, tasks: dict[str, Task]) -> tuple[list[Submission], int]:
     from judge.annotation import csvsheet, labelstudio
 
     subs, cancelled = [], 0
-    display = {"reference", *rubric.context_fields}
+    display = set(display_context(rubric))
     for t in tasks.values():
         display.update(f"candidate_{s.letter}" for s in t.slots)
+        display.update(f"{name}_{s.letter}" for s in t.slots for name in display_context(rubric))
         display.update(f"candidate_{s.letter}_{n}" for s in t.slots for n in range(1, len(s.segments) + 1))
     for path in sources:
         if not path.is_file():

@@ -59,8 +59,9 @@ def label_config(rubric: Rubric, tasks: list[Task]) -> str:
                       nameKey="speaker", textKey="text")
     else:
         ET.SubElement(root, "Text", name="dialogue", value="$dialogue")
-    for name in (["reference"] if "reference" in rubric.inputs else []) + list(rubric.context_fields):
-        ET.SubElement(root, "Header", value=name.replace("_", " ").capitalize(), size="5")
+    shared = _union(t.context for t in tasks)
+    for name in shared:
+        ET.SubElement(root, "Header", value=_title(name), size="5")
         ET.SubElement(root, "Text", name=f"context_{name}", value=f"${name}")
 
     pairwise = rubric.task == "pairwise"
@@ -73,6 +74,10 @@ def label_config(rubric: Rubric, tasks: list[Task]) -> str:
         row = ET.SubElement(root, "View", style="display: flex; gap: 1em; align-items: baseline")
         ET.SubElement(row, "Header", value=f"#{letter}" if pairwise else letter, size="4")
         ET.SubElement(row, "Text", name=f"candidate_{letter}", value=f"$candidate_{letter}")
+        for name in _union(dict(s.context) for t in tasks for s in t.slots if s.letter == letter):
+            own = ET.SubElement(root, "View", style="display: flex; gap: 1em; margin-left: 2em")
+            ET.SubElement(own, "Header", value=f"{_title(name)} ({letter})", size="6")
+            ET.SubElement(own, "Text", name=f"context_{name}_{letter}", value=f"${name}_{letter}")
         if segmented:
             for n in range(1, n_segments[letter] + 1):
                 seg = ET.SubElement(root, "View", style="display: flex; gap: 1em; margin-left: 2em")
@@ -109,6 +114,10 @@ def label_config(rubric: Rubric, tasks: list[Task]) -> str:
                               maxSubmissions="1", placeholder=f"{OTHER}: your own explanation", editable="true")
     ET.indent(root, space="  ")
     return ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _title(field_name: str) -> str:
+    return field_name.replace("_", " ").capitalize()
 
 
 def _choices(rubric: Rubric, c) -> list[tuple[str, str]]:

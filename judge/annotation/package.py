@@ -36,6 +36,7 @@ class Slot:
     text: str = ""
     segments: tuple[str, ...] = ()  # topic segments, when the rubric judges per segment
     skip: tuple[str, ...] = ()  # criteria that do not apply to this candidate (only_when)
+    context: tuple[tuple[str, str], ...] = ()  # its own reference or summary type, when candidates differ
     position: int = 0  # where the candidate was in the input: the key lists candidates unshuffled
 
 
@@ -134,6 +135,7 @@ def shown_fields(task: Task, rubric: Rubric) -> dict[str, str]:
     for slot in task.slots:
         name = f"candidate_{slot.letter}"
         data[name] = slot.text
+        data.update({f"{key}_{slot.letter}": value for key, value in slot.context})
         if any(c.per_segment for c in rubric.criteria):
             for n, segment in enumerate(slot.segments, start=1):
                 data[f"{name}_{n}"] = segment
@@ -174,12 +176,12 @@ def _context(rubric: Rubric, item: Item) -> dict[str, str]:
     return {name: str(fields[name]) for name in names if fields.get(name) not in (None, "")}
 
 
-def _slot(rubric: Rubric, letter: str, item: Item, position: int) -> Slot:
+def _slot(rubric: Rubric, letter: str, item: Item, position: int, context: dict[str, str]) -> Slot:
     segments = ()
     if any(c.per_segment for c in rubric.criteria):
         segments = tuple(item.segments) if item.segments else (item.candidate,)
     skip = tuple(c.id for c in rubric.criteria if not c.applies_to(item.fields))
-    return Slot(letter, item.system, item.candidate, segments, skip, position)
+    return Slot(letter, item.system, item.candidate, segments, skip, tuple(context.items()), position)
 
 
 def _block_task(rubric: Rubric, kind: str, group: list[Item], rng: random.Random | None) -> Task:
@@ -188,8 +190,14 @@ def _block_task(rubric: Rubric, kind: str, group: list[Item], rng: random.Random
         rng.shuffle(shown)
     if len(shown) > len(LETTERS):
         raise InputError(f"dialogue {group[0].id!r} has {len(shown)} candidates; a sheet shows at most {len(LETTERS)}")
-    slots = [_slot(rubric, LETTERS[i], item, group.index(item)) for i, item in enumerate(shown)]
-    return Task("", kind, group[0].id, slots, dialogue=_dialogue(group[0]), context=_context(rubric, group[0]))
+    # The reference and context fields are shown once per dialogue when all its candidates share them (the
+    # DialSummEval case), and under each letter when they differ (a CSDS user summary has its own reference).
+    contexts = {item.system: _context(rubric, item) for item in group}
+    first = contexts[group[0].system]
+    shared = {k: v for k, v in first.items() if all(c.get(k) == v for c in contexts.values())}
+    own = {system: {k: v for k, v in c.items() if k not in shared} for system, c in contexts.items()}
+    slots = [_slot(rubric, LETTERS[i], item, group.index(item), own[item.system]) for i, item in enumerate(shown)]
+    return Task("", kind, group[0].id, slots, dialogue=_dialogue(group[0]), context=shared)
 
 
 def _pair_task(rubric: Rubric, kind: str, item: Item, swapped: bool) -> Task:
