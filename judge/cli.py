@@ -191,6 +191,33 @@ def _stale_message(output: str, stale: dict) -> str:
             f"add --redo-changed to judge them again (their lines are replaced), or choose another --output")
 
 
+LONG_ITEM_CHARS = 40_000  # about 10k tokens: more than many context windows, and costly on a paid API
+
+
+def _preflight(args, rubric, criteria, items, mode: str) -> None:
+    """What can be found wrong before a server starts or a file is created: a template that does not render, and
+    items so long that their prompts may not fit."""
+    from judge.items import oversized
+    from judge.judging import block_letters
+    from judge.prompting import block_messages, criterion_messages
+
+    first = items[0]
+    for criterion in criteria:
+        if mode == "block" and not criterion.per_segment:
+            group = [i for i in items if i.id == first.id]
+            block_messages(rubric, criterion, group, block_letters(len(group)))
+        else:
+            criterion_messages(rubric, criterion, first, getattr(args, "template", None),
+                               segment="…" if criterion.per_segment else None,
+                               segment_number=1 if criterion.per_segment else None)
+    if long := oversized(items, LONG_ITEM_CHARS):
+        where = ", ".join(f"line {o.line} ({o.chars:,} characters)" for o in long[:3])
+        print(f"warning: {len(long)} item(s) of {getattr(args, 'input', 'the items')} hold more than {LONG_ITEM_CHARS:,} characters of text "
+              f"({where}{', ...' if len(long) > 3 else ''}): about a token per 4 characters, their prompts may exceed "
+              "the model's context (those judgments then fail with the server's reason) and cost more",
+              file=sys.stderr)
+
+
 def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = True):
     """Run the engine over items into `output`; returns the tally, or None when interrupted."""
     import asyncio
@@ -204,6 +231,7 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
     check_model_arguments(args)
     if getattr(args, "input", None) and os.path.exists(output) and os.path.samefile(args.input, output):
         raise OutputError(f"{output}: --output is the --input file; choose another --output")
+    _preflight(args, rubric, criteria, items, mode)
     results = ResultsFile(output)  # refuses a file that is not ours before any server starts
     cache = _cache(args)
     try:
@@ -273,7 +301,7 @@ def run_compare(args) -> int:
         raise JudgeError(f"rubric {rubric.name!r} is not a pairwise rubric: use `judge score`")
     items = load_items(args.input, rubric.inputs)
     if single := next((i for i in items if not i.is_pair), None):
-        raise JudgeError(f"{args.input}: item {single.id!r} has no candidate_1/candidate_2 pair")
+        raise JudgeError(f"{args.input}:{single.line}: item {single.id!r} has no candidate_1/candidate_2 pair")
     criteria = rubric.select(_csv_list(args.criteria))
     return _exit_code(_run(args, rubric, criteria, items, args.output, "pairwise", swap=not args.no_swap))
 
@@ -331,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
                  # zero setup: the embedded llama.cpp server with the bundled small model
                  judge score --rubric dialsummeval --input examples/items.jsonl --output judgments.jsonl
                  # any OpenAI-compatible server (vllm serve, llama.cpp server, hosted APIs; key from $OPENAI_API_KEY)
-                 judge score --rubric call_centre_fr --input calls.jsonl --output out.jsonl \\
+                 judge score --rubric call_centre_fr --input examples/items.jsonl --output out.jsonl \\
                      --backend openai --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct --concurrency 64
                  Re-running the same command resumes: finished judgments are skipped, failed ones retried.""")
     p.add_argument("--rubric", required=True, help="rubric name (see `judge rubrics`) or YAML path")
@@ -350,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(sub, "compare", "Judge pairs of candidates (1 / 2 / 0 for a tie), in both orders by default.",
                  """
-                 judge compare --rubric pairwise_summary --input pairs.jsonl --output verdicts.jsonl
+                 judge compare --rubric pairwise_summary --input examples/pairs.jsonl --output verdicts.jsonl
                  Items have candidate_1, candidate_2 (and system_1, system_2). Verdicts are reported in the input's
                  order; when the two orders disagree the verdict is a tie and the line says order_disagreement.
                  Identical candidates tie without a model call.""")
