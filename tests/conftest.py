@@ -36,3 +36,15 @@ def stub_process():
     for proc in procs:
         proc.kill()
         proc.wait()
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """The embedded backend's default model, found or fetched once (judge.backends.local); skip when neither works."""
+    from judge.backends import local
+    from judge.errors import BackendError
+
+    try:
+        return local.bundled_model_path()
+    except BackendError as exc:
+        pytest.skip(f"the default model is not available: {exc}")

