@@ -258,6 +258,9 @@ def run(args: argparse.Namespace) -> int:
         for note in notes:
             _progress(f"note: {note}")
         labels = load_human_labels(args.human, scales)
+        if unbounded := _observed_ranges(labels, scales):
+            _progress(f"note: no scale known for {unbounded}: the scores are not range-checked "
+                      "(--scale MIN,MAX checks them)")
         check_overlap(judge, labels, str(args.judgments), str(args.human))
         other = load_judge_scores(args.compare, args.compare_score_column) if args.compare else None
         if other is not None:
@@ -296,6 +299,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"judge calibrate: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     return _summary(results, args, time.perf_counter() - started)
+
+
+def _observed_ranges(labels, scales: dict) -> str:
+    """"coherence (1 to 99), ..." for the numeric criteria no rubric nor --scale bounds: a typo such as 99 on a
+    1-5 scale shows in the range."""
+    numeric = labels[labels["score"].notna() & ~labels["criterion"].isin(list(scales))]
+    if "*" in scales or numeric.empty:
+        return ""
+    ranges = numeric.groupby("criterion")["score"].agg(["min", "max"])
+    return ", ".join(f"{c} ({r['min']:g} to {r['max']:g})" for c, r in ranges.iterrows())
 
 
 def _summary(results, args, seconds: float) -> int:

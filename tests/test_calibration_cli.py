@@ -316,3 +316,19 @@ def test_the_verb_module_imports_nothing_heavy():
             " if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
+
+
+def test_without_any_scale_the_observed_range_is_shown(tmp_path, capsys):
+    judge = load_judge_scores(JUDGMENTS)
+    scores = judge[judge.criterion == "accuracy"].dropna(subset=["score"])
+    metric = _write_csv(tmp_path / "metric.csv", "id,system,criterion,score",
+                        [(r.item_id, r.system, "accuracy", r.score) for r in scores.itertuples()])
+    labels = HUMAN.read_text().splitlines()
+    at = next(n for n, line in enumerate(labels) if ",accuracy," in line)
+    labels[at] = labels[at].rsplit(",", 1)[0] + ",99"
+    (tmp_path / "h.csv").write_text("\n".join(labels) + "\n")
+    assert run_cli("--judgments", metric, "--human", tmp_path / "h.csv", "--bootstrap", 0) == 0
+    assert "note: no scale known for accuracy (1 to 99)" in capsys.readouterr().err
+    assert run_cli("--judgments", metric, "--human", tmp_path / "h.csv", "--scale", "1,5") == 2
+    assert f"h.csv:{at + 1}: score 99 of criterion 'accuracy' is off the scale of --scale 1,5" in \
+        capsys.readouterr().err
