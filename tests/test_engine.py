@@ -110,6 +110,7 @@ def test_abstention_is_a_label_never_a_number_and_majority_label_wins(tmp_path):
                    samples=3, temperature=1.0)
     by_system = {l["system"]: l for l in lines}
     assert by_system["a"]["label"] == "I don't know" and by_system["a"]["score"] is None and not by_system["a"]["na"]
+    assert by_system["a"]["abstained"] is True and by_system["b"]["abstained"] is False
     assert by_system["b"]["label"] == "not correct" and by_system["b"]["score"] == 0.0
     assert by_system["b"]["explanation"] == "typo"
 
