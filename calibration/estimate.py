@@ -34,6 +34,7 @@ were drawn from, so it is conservative for the mean over exactly the judged dial
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -77,6 +78,33 @@ class PPIResult:
             return self.se / self.human_only_se
 
 
+@dataclass
+class Moments:
+    """The weighted sums the estimator needs, per cell (leading axes): labelled n, sums of y, y^2, f, f^2, y f;
+    unlabelled m, sums of f, f^2. y and f are shifted by a per-row constant beforehand (better conditioned sums);
+    `offset` is the shift of y, added back to the estimates."""
+
+    n: np.ndarray
+    sy: np.ndarray
+    syy: np.ndarray
+    sf: np.ndarray
+    sff: np.ndarray
+    syf: np.ndarray
+    m: np.ndarray
+    sfu: np.ndarray
+    sffu: np.ndarray
+    offset: np.ndarray
+
+
+def _centred(y, f):
+    """y and f minus a per-row constant (their mean where present), and the constant subtracted from y."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row (nothing labelled) is fine here
+        y_offset = np.nan_to_num(np.nanmean(y, axis=-1, keepdims=True))
+        f_offset = np.nan_to_num(np.nanmean(f, axis=-1, keepdims=True))
+    return y - y_offset, f - f_offset, y_offset[..., 0]
+
+
 def ppi_mean(human, judge, confidence: float = 0.95, lam=None) -> PPIResult:
     """PPI++ estimate of the mean human score along the last axis (dialogues), vectorised over leading axes.
 
@@ -84,42 +112,70 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None) -> PPIResult:
     `human`: the human score, NaN where the dialogue is not labelled. Labelled dialogues must be judged.
     `lam`: a fixed lambda (broadcast), or None for the power-tuned one.
     """
-    y = np.asarray(human, dtype=float)
-    f = np.asarray(judge, dtype=float)
-    y, f = np.broadcast_arrays(y, f)
+    y, f = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float))
+    y, f, offset = _centred(y, f)
     unit = ~np.isnan(f)
     labelled = unit & ~np.isnan(y)
     unlabelled = unit & ~labelled
-    n = labelled.sum(axis=-1).astype(float)
-    m = unlabelled.sum(axis=-1).astype(float)
-    y0 = np.where(labelled, y, 0.0)
-    fl = np.where(labelled, f, 0.0)
-    fu = np.where(unlabelled, f, 0.0)
+    y0, f0 = np.where(labelled, y, 0.0), np.where(unit, f, 0.0)
+    fl, fu = np.where(labelled, f0, 0.0), np.where(unlabelled, f0, 0.0)
+    moments = Moments(labelled.sum(-1).astype(float), y0.sum(-1), (y0 * y0).sum(-1), fl.sum(-1), (fl * fl).sum(-1),
+                      (y0 * fl).sum(-1), unlabelled.sum(-1).astype(float), fu.sum(-1), (fu * fu).sum(-1), offset)
+    return ppi_from_moments(moments, confidence, lam)
+
+
+def ppi_mean_repeated(human, judge, labelled_weights, unlabelled_weights=None,
+                      confidence: float = 0.95) -> PPIResult:
+    """ppi_mean for many labelled subsets (or bootstrap resamples) of the same dialogues at once.
+
+    `human`, `judge`: (rows, N) as for ppi_mean (rows: systems or pairs). `labelled_weights`: (R, N), how often
+    each dialogue counts as labelled in repetition r (0/1 for a subset, counts for a bootstrap resample);
+    `unlabelled_weights` likewise for the judged-only part (default: the dialogues not labelled). Every sum is a
+    matrix product, (R, N) @ (N, rows), so R repetitions cost about as much as one. Returns (R, rows) arrays.
+    """
+    y, f, offset = _centred(np.asarray(human, dtype=float), np.asarray(judge, dtype=float))
+    weights = np.asarray(labelled_weights, dtype=float)
+    others = (weights == 0).astype(float) if unlabelled_weights is None else np.asarray(unlabelled_weights, float)
+    unit = ~np.isnan(f)
+    valid = unit & ~np.isnan(y)
+    missing = (unit & ~valid).astype(float)  # judged, picked for labelling, but without a label in this row
+    y0, f0 = np.where(valid, y, 0.0), np.where(unit, f, 0.0)
+    fl = np.where(valid, f0, 0.0)
+    labelled = np.stack([valid.astype(float), y0, y0 * y0, fl, fl * fl, y0 * fl], axis=1)  # (rows, 6, N)
+    sums = weights @ labelled.reshape(-1, labelled.shape[-1]).T  # (R, rows * 6)
+    sums = sums.reshape(weights.shape[0], -1, 6)
+    rest = np.stack([unit.astype(float), f0, f0 * f0], axis=1)
+    spare = np.stack([missing, missing * f0, missing * f0 * f0], axis=1)
+    unlabelled = (others @ rest.reshape(-1, rest.shape[-1]).T + weights @ spare.reshape(-1, spare.shape[-1]).T)
+    unlabelled = unlabelled.reshape(weights.shape[0], -1, 3)
+    moments = Moments(*np.moveaxis(sums, -1, 0), *np.moveaxis(unlabelled, -1, 0),
+                      np.broadcast_to(offset, sums.shape[:-1]))
+    return ppi_from_moments(moments, confidence)
+
+
+def ppi_from_moments(mo: Moments, confidence: float = 0.95, lam=None) -> PPIResult:
+    """The estimator itself (see the module docstring), from the sums."""
+    n, m = mo.n, mo.m
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_y = y0.sum(-1) / n
-        mean_fl = fl.sum(-1) / n
-        mean_fu = fu.sum(-1) / m
-        dy = np.where(labelled, y - mean_y[..., None], 0.0)
-        dfl = np.where(labelled, f - mean_fl[..., None], 0.0)
-        var_y = (dy * dy).sum(-1) / (n - 1)
-        var_fl = (dfl * dfl).sum(-1) / (n - 1)
-        cov = (dy * dfl).sum(-1) / (n - 1)
+        mean_y, mean_fl, mean_fu = mo.sy / n, mo.sf / n, mo.sfu / m
+        var_y = (mo.syy - mo.sy * mean_y) / (n - 1)
+        var_fl = (mo.sff - mo.sf * mean_fl) / (n - 1)
+        cov = (mo.syf - mo.sy * mean_fl) / (n - 1)
         # f is observed on every judged dialogue: its variance is best estimated on all of them together.
-        mean_f = (fl.sum(-1) + fu.sum(-1)) / (n + m)
-        df_all = np.where(unit, f - mean_f[..., None], 0.0)
-        var_f = (df_all * df_all).sum(-1) / (n + m - 1)
+        total = mo.sf + mo.sfu
+        var_f = (mo.sff + mo.sffu - total * total / (n + m)) / (n + m - 1)
         if lam is None:
             lam = cov / (var_fl + n / m * var_f)
-        lam = np.broadcast_to(np.asarray(lam, dtype=float), mean_y.shape).copy()
+        lam = np.array(np.broadcast_to(np.asarray(lam, dtype=float), np.shape(mean_y)))
         # No usable unlabelled part (m < 2) or a constant judge: the judge cannot help; fall back to humans only.
         lam[~np.isfinite(lam) | (m < 2)] = 0.0
-        shift = np.where(lam == 0.0, 0.0, mean_fu - mean_fl)
-        estimate = mean_y + lam * shift
+        estimate = mean_y + np.where(lam == 0.0, 0.0, lam * (mean_fu - mean_fl))
         var_unlabelled = np.where(lam == 0.0, 0.0, lam * lam * var_f / m)
-        var_residual = (var_y - 2 * lam * cov + lam * lam * var_fl) / n
-        se = np.sqrt(np.maximum(var_unlabelled + var_residual, 0.0))
-        human_only_se = np.sqrt(var_y / n)
+        var_residual = np.maximum(var_y - 2 * lam * cov + lam * lam * var_fl, 0.0) / n
+        se = np.sqrt(var_unlabelled + var_residual)
+        human_only_se = np.sqrt(np.maximum(var_y, 0.0) / n)
     quantile = scipy_stats.t.ppf(0.5 + confidence / 2.0, np.where(n >= 2, n - 1, np.nan))
+    estimate, mean_y = estimate + mo.offset, mean_y + mo.offset
     return PPIResult(
         estimate=estimate, se=se, ci_low=estimate - quantile * se, ci_high=estimate + quantile * se,
         human_only=mean_y, human_only_se=human_only_se, human_only_ci_low=mean_y - quantile * human_only_se,

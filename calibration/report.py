@@ -34,7 +34,7 @@ JUDGE, HUMAN = "tab:orange", "tab:blue"
 
 def _png(figure) -> str:
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
+    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight", pad_inches=0.15)  # nothing cut off
     plt.close(figure)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
@@ -116,9 +116,9 @@ def ceiling_figure(ceiling: pd.DataFrame, statistic: str = "pearson") -> str:
         axis.bar(positions + 0.2, rows["judge"], 0.4, yerr=np.nan_to_num(np.abs(judge_ci)), capsize=3,
                  label="judge vs human mean (95% CI)", color=JUDGE)
         axis.set_xticks(positions, [_title(c, 14) for c in rows["criterion"]], rotation=30, ha="right",
-                        rotation_mode="anchor", fontsize=8)
+                        rotation_mode="anchor", fontsize=9)
         low = float(np.nanmin(rows[["judge", "ceiling", "judge_ci_low"]].to_numpy(dtype=float)))
-        axis.set(title=f"{level} level, {statistic}", ylim=(min(0.0, low - 0.05), 1.0))
+        axis.set(title=f"{level} level, {statistic}", ylim=(min(0.0, low - 0.05), 1.05))
         axis.axhline(0, color="#444", linewidth=0.6)
     # One legend for the whole figure, below the panels, so that no bar is hidden behind it.
     handles, labels = axes[0].get_legend_handles_labels()
