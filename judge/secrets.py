@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import re
 
-# Shapes of credentials even when we do not know the value: bearer tokens and common API-key prefixes.
-_PATTERNS = re.compile(r"(?i)(?P<lead>bearer\s+|api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+|\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}")
+# Shapes of credentials even when we do not know the value: bearer tokens, api_key fields, common key prefixes and
+# the user:password part of a URL.
+_PATTERNS = re.compile(
+    r"(?i)(?P<lead>bearer\s+|api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"',;]+"  # Authorization headers, api_key fields
+    r"|(?P<scheme>://)[^/\s@:]+:[^/\s@]+@"  # the user:password part of a URL
+    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}"  # common key prefixes
+)
 MASK = "[redacted]"
 
 
@@ -23,4 +28,5 @@ class Redactor:
             return text
         for secret in self._secrets:
             text = text.replace(secret, MASK)
-        return _PATTERNS.sub(lambda m: (m.group("lead") or "") + MASK, text)
+        return _PATTERNS.sub(lambda m: m.group("scheme") + MASK + "@" if m.group("scheme") else (m.group("lead") or "") + MASK,
+                             text)

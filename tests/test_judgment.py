@@ -73,5 +73,10 @@ def test_credentials_never_survive_redaction(text):
     assert "0123456789abcdef" not in out and MASK in out
 
 
+def test_a_password_in_a_url_is_masked_and_the_url_kept():
+    assert Redactor()("http://bob:hunter2@127.0.0.1:8000/v1 refused") == f"http://{MASK}@127.0.0.1:8000/v1 refused"
+    assert Redactor()("http://127.0.0.1:8000/v1 refused") == "http://127.0.0.1:8000/v1 refused"
+
+
 def test_redaction_keeps_ordinary_text():
     assert Redactor("secret-key-1")("the score is 4 (skipping nothing)") == "the score is 4 (skipping nothing)"
