@@ -82,7 +82,7 @@ class Annotator:
             return self._pair_answers(data, dialogue)
         out = {}
         for name, text in data.items():
-            if not name.startswith("candidate_") or name.count("_") != 1 or not text:
+            if not name.startswith("candidate_") or name.count("_") != 1 or text in ("", "—"):
                 continue
             letter = name.split("_")[1]
             item = next(i for i in self.items if i.dialogue_text == dialogue and i.candidate == text)

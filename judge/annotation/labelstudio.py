@@ -18,6 +18,7 @@ from judge.annotation.package import Submission, Task, all_fields, allows_na, sh
 from judge.errors import InputError
 from judge.rubric import Rubric
 
+EMPTY = "—"
 HEADINGS = {"summary": "Summaries", "response": "Responses", "pairwise": "Summaries"}
 
 
@@ -31,7 +32,8 @@ def tasks_file(rubric: Rubric, tasks: list[Task]) -> list[dict]:
     names = _union(shown_fields(t, rubric) for t in tasks)
     out = []
     for t in tasks:
-        data = dict.fromkeys(names, "")
+        # The config is shared by all tasks: a letter or segment this dialogue lacks shows a dash, not a blank.
+        data = {name: EMPTY if name.startswith("candidate_") else "" for name in names}
         data.update(shown_fields(t, rubric))
         if as_turns:
             data["dialogue"] = t.dialogue
@@ -106,7 +108,7 @@ def label_config(rubric: Rubric, tasks: list[Task]) -> str:
             if why:  # the explanation list, shown once a verdict is picked
                 emitted.add(why.name)
                 box = ET.SubElement(block, "View", style="margin-left: 2em")
-                pick = ET.SubElement(box, "Choices", name=why.name, toName=target, choice="single",
+                pick = ET.SubElement(box, "Choices", name=why.name, toName=target, choice="single-radio",
                                      showInline="true", visibleWhen="choice-selected", whenTagName=f.name)
                 for text in [*c.explanations, OTHER]:
                     ET.SubElement(pick, "Choice", value=text)
