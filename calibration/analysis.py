@@ -77,8 +77,8 @@ def _annotators_per_unit(labels: pd.DataFrame) -> dict[str, int]:
 def _kinds(judge: pd.DataFrame, labels: pd.DataFrame, criteria) -> tuple[list[str], list[str], list[str]]:
     """Which criteria are numeric, categorical (labels) and pairwise; a criterion may be pairwise and one other.
 
-    Pairwise: the judge compared two systems. Categorical: the humans gave labels, or the judge gave labels
-    without numbers on single systems. A judge that gives only numbers where the humans gave labels cannot be compared at all.
+    Pairwise: the judge compared two systems. Categorical: the humans gave labels, or the judge gave labels on
+    single systems. A judge that gives only numbers where the humans gave labels cannot be compared at all.
     """
     pair_rows = judge["system_1"].notna()
     pairwise = sorted(set(judge.loc[pair_rows, "criterion"]) & set(criteria))
@@ -109,8 +109,8 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
     carried an `abstained` flag (the rubric's "I don't know").
     """
     scales = scales or {}
-    bounds = {c: (s.low, s.high) for c, s in scales.items() if s.low is not None}
-    abstain_labels = {c: set(s.abstain) for c, s in scales.items() if s.abstain}
+    scale_of = {c: scales.get(c, scales.get("*")) for c in set(labels["criterion"])}
+    bounds = {c: (s.low, s.high) for c, s in scale_of.items() if s is not None and s.low is not None}
     human_criteria = sorted(labels["criterion"].unique())
     judge_criteria = set(judge["criterion"]) - {"*"}
     wildcard = "*" in set(judge["criterion"])
@@ -149,11 +149,10 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
         coverage=coverage, correlations=table, agreement=agreement(pairs, numeric),
         ceiling=_with_judge_ci(human_ceiling(labels, raw_pairs, rated, levels, statistics), raw_table)
         if rated else pd.DataFrame(),
-        alpha=alpha_with_judge(alpha_labels, pairs, rated, scales={c: bounds.get(c, bounds.get("*")) for c in rated
-                                                                   if c in bounds or "*" in bounds})
-        if rated else pd.DataFrame(),
+        alpha=alpha_with_judge(alpha_labels, pairs, rated, scales=bounds) if rated else pd.DataFrame(),
         system_means=system_means_with_ci(pairs, n_resamples, seed) if numeric else pd.DataFrame(),
-        labels=[label_agreement(scored, labels, c, abstain_labels.get(c, ())) for c in label_criteria],
+        labels=[label_agreement(scored, labels, c, scale_of[c].abstain if scale_of.get(c) else ())
+                for c in label_criteria],
         pairwise=[pairwise_agreement(judge, labels, c) for c in pairwise_criteria],
         single_annotator=[c for c in numeric if c not in rated],
     )

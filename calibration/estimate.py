@@ -153,6 +153,14 @@ def ppi_mean_repeated(human, judge, labelled_weights, unlabelled_weights=None,
     return ppi_from_moments(moments, confidence)
 
 
+def t_quantile(confidence: float, df) -> np.ndarray:
+    """Two-sided t quantile per cell (NaN below 1 degree of freedom); computed once per distinct df (few)."""
+    df = np.asarray(df, dtype=float)
+    values, inverse = np.unique(df, return_inverse=True)
+    quantiles = scipy_stats.t.ppf(0.5 + confidence / 2.0, np.where(values >= 1, values, np.nan))
+    return quantiles[inverse].reshape(df.shape)
+
+
 def ppi_from_moments(mo: Moments, confidence: float = 0.95, lam=None) -> PPIResult:
     """The estimator itself (see the module docstring), from the sums."""
     n, m = mo.n, mo.m
@@ -174,7 +182,7 @@ def ppi_from_moments(mo: Moments, confidence: float = 0.95, lam=None) -> PPIResu
         var_residual = np.maximum(var_y - 2 * lam * cov + lam * lam * var_fl, 0.0) / n
         se = np.sqrt(var_unlabelled + var_residual)
         human_only_se = np.sqrt(np.maximum(var_y, 0.0) / n)
-    quantile = scipy_stats.t.ppf(0.5 + confidence / 2.0, np.where(n >= 2, n - 1, np.nan))
+    quantile = t_quantile(confidence, n - 1)
     estimate, mean_y = estimate + mo.offset, mean_y + mo.offset
     return PPIResult(
         estimate=estimate, se=se, ci_low=estimate - quantile * se, ci_high=estimate + quantile * se,

@@ -119,8 +119,12 @@ def _read_csv(path: Path, what: str) -> pd.DataFrame:
 def _require_columns(frame: pd.DataFrame, path: Path, required: list[str]) -> None:
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        found = ", ".join(str(c) for c in frame.columns if c != "line")
-        raise CalibrationError(f"{path}:1: missing column(s) {', '.join(missing)}; found {found}")
+        columns = [str(c) for c in frame.columns if c != "line"]
+        found = ", ".join(columns)
+        glued = columns[0] if len(columns) == 1 else ""
+        separator = next((name for sep, name in ((";", "';'"), ("\t", "tabs")) if sep in glued), None)
+        hint = f" (the file is separated by {separator}: save it as comma-separated CSV)" if separator else ""
+        raise CalibrationError(f"{path}:1: missing column(s) {', '.join(missing)}; found {found}{hint}")
 
 
 def _check_blank(frame: pd.DataFrame, path: Path, columns: list[str]) -> None:

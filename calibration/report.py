@@ -199,7 +199,8 @@ def report_html(results: CalibrationResults, when: datetime.datetime | None = No
                            "(cleaning drops the annotator who disagrees, which would inflate the ceiling)."), single]
         if not results.ceiling.empty:
             sections += [f'<img alt="ceiling" src="{ceiling_figure(results.ceiling)}">',
-                         _table(results.ceiling[[c for c in results.ceiling.columns if not c.startswith("annotator:")]])]
+                         _table(results.ceiling[[c for c in results.ceiling.columns
+                                                 if not c.startswith("annotator:")]])]
     if not results.alpha.empty or single:
         after = "after noise removal (--clean)" if results.cleaned else "on the raw labels"
         sections += ["<h2>Krippendorff's alpha</h2>",

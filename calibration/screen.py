@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,18 +134,19 @@ def dominated_systems(replicates: np.ndarray, columns, criteria, tail: float) ->
     """{system: a system better on every criterion, each paired bootstrap CI of the difference above zero}."""
     systems = sorted({s for _, s in columns})
     where = {column: k for k, column in enumerate(columns)}
+    # (B, criteria, systems) replicates, NaN where a system has no score on a criterion.
+    index = np.array([[where.get((c, s), -1) for s in systems] for c in criteria])
+    cube = np.where(index >= 0, replicates[:, np.maximum(index, 0)], np.nan)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # pairs with no data stay NaN
+        # low[c, w, l]: lower bound of the paired difference winner w - loser l on criterion c.
+        low = np.nanpercentile(cube[:, :, :, None] - cube[:, :, None, :], tail, axis=0)
+    better = np.all(low > 0, axis=0)  # NaN compares False: a missing criterion never dominates
     out = {}
-    for loser in systems:
-        for winner in systems:
-            if winner == loser:
-                continue
-            keys = [((c, winner), (c, loser)) for c in criteria]
-            if not all(a in where and b in where for a, b in keys):
-                continue
-            lows = [np.nanpercentile(replicates[:, where[a]] - replicates[:, where[b]], tail) for a, b in keys]
-            if all(low > 0 for low in lows):
-                out[loser] = winner
-                break
+    for l, loser in enumerate(systems):
+        winners = np.nonzero(better[:, l])[0]
+        if len(winners):
+            out[loser] = systems[winners[0]]
     return out
 
 

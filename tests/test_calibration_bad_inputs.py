@@ -137,6 +137,11 @@ CASES = [
     ("a labels file without the annotator column", lambda tmp: write_labels(
         tmp / "labels.csv", [[r[0], r[1], r[3], r[4]] for r in human_rows()], header="item_id,system,criterion,score"),
      [], r"labels.csv:1: missing column\(s\) annotator; found item_id, system, criterion, score"),
+    ("labels separated by semicolons (a European spreadsheet)", lambda tmp: write_labels(
+        tmp / "labels.csv", [[";".join(row)] for row in human_rows()],
+        header="item_id;system;annotator;criterion;score"),
+     [], r"labels.csv:1: missing column\(s\) item_id, .*; found item_id;system;annotator;criterion;score \(the file "
+         r"is separated by ';': save it as comma-separated CSV\)"),
     ("a row with a field too many", lambda tmp: write_labels(
         tmp / "labels.csv", [*human_rows()[:3], ["d2", "alpha", "ann1", "coherence", "3", "extra"]]), [],
      r"labels.csv:5: expected 5 fields as in the header, found 6"),
