@@ -15,13 +15,13 @@ hide repeated identical pairs (--repeats) that annotators must call ties.
 """
 
 IMPORT_EXAMPLE = f"""
-judge import --from study/sheet.csv --key study/key.json --output labels.csv
+judge import --from examples/annotation/filled_sheet.csv --key examples/annotation/key.json --output labels.csv
 judge import --from project-1-export.json --key ls/key.json --output labels.csv
 Writes item_id,system,annotator,criterion,score,explanation,segment_scores. Tokens: a Likert point as an
 integer; a categorical label as its text, abstentions included ("I don't know"); a pairwise verdict 1/2/0 in
 the input's order; {NA} where an annotator said a gated criterion does not apply; per-segment criteria: the
 mean over segments, the segments' answers in segment_scores ("2;1"). Qualification answers are scored, not
-written.
+written. Label Studio's JSON export names annotators by user id (user-3), or by e-mail when it gives one.
 """
 
 

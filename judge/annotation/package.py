@@ -318,7 +318,7 @@ def load_key(path: str | Path) -> tuple[Rubric, dict[str, Task], dict]:
         rubric = Rubric.model_validate(data["rubric"])
         tasks = {}
         for row in data["tasks"]:
-            slots = ([Slot(s["letter"], s["system"], "", ("",) * s["segments"], tuple(s["skip"]), n)
+            slots = ([Slot(s["letter"], s["system"], "", ("",) * s["segments"], tuple(s["skip"]), position=n)
                       for n, s in enumerate(row["slots"])]
                      if "slots" in row else [Slot("1", ""), Slot("2", "")])
             tasks[row["task_id"]] = Task(row["task_id"], row["kind"], row["item_id"], slots,
