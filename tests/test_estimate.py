@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.estimate import ppi_mean
+from calibration.estimate import ppi_mean, ppi_mean_repeated
 from judge.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "study"
@@ -86,6 +86,28 @@ def test_unbiased_and_covering_on_simulated_populations():
     assert covered.mean() == pytest.approx(0.95, abs=0.015)
     assert result.estimate.mean() == pytest.approx(3.0, abs=0.01)
     assert np.mean(result.ci_high - result.ci_low) < np.mean(result.human_only_ci_high - result.human_only_ci_low)
+
+
+def test_repeated_subsets_and_resamples_equal_one_at_a_time():
+    rng = np.random.default_rng(7)
+    y, f = correlated(rng, (4, 40), rho=0.6, scale=3.0, shift=10.0)
+    y[1, 5] = np.nan  # a dialogue without a label in one row: it stays judged-only there
+    f[2, 7] = np.nan  # a dialogue not judged for one row: not in that row's population
+    masks = rng.random((6, 40)) < 0.4
+    together = ppi_mean_repeated(y, f, masks.astype(float))
+    for r in range(6):
+        alone = ppi_mean(np.where(masks[r], y, np.nan), f)
+        for name in ("estimate", "se", "ci_low", "ci_high", "lam", "human_only_ci_high"):
+            np.testing.assert_allclose(getattr(together, name)[r], getattr(alone, name), rtol=1e-9, atol=1e-12)
+    # Bootstrap counts: the same as the expanded (materialised) resample.
+    labelled = np.arange(40) < 15
+    counts = rng.integers(0, 3, size=(3, 40)).astype(float)
+    result = ppi_mean_repeated(y[:1], f[:1], counts * labelled, counts * ~labelled)
+    for r in range(3):
+        index = np.repeat(np.arange(40), counts[r].astype(int))
+        alone = ppi_mean(np.where(labelled[index], y[0, index], np.nan), f[0, index])
+        assert result.estimate[r, 0] == pytest.approx(float(alone.estimate))
+        assert result.se[r, 0] == pytest.approx(float(alone.se))
 
 
 def test_all_labelled_or_constant_judge_falls_back_to_humans():

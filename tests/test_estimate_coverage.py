@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from calibration.alignment import expand_all_criteria
-from calibration.estimate import pair_indices, ppi_mean, study_matrices
+from calibration.estimate import pair_indices, ppi_mean, ppi_mean_repeated, study_matrices
 from calibration.humans import aggregate_humans
 from calibration.io import load_human_labels, load_judge_scores
 
@@ -30,19 +30,19 @@ def matrices(judgments, labels, criteria, clean, score_column=None):
     return {criterion: study_matrices(judge, human, criterion) for criterion in criteria}
 
 
-def hide_labels(rng, human, n_labelled, repetitions=REPETITIONS):
-    """(R, rows, N) copies of `human` (rows x N dialogues) keeping n_labelled random dialogues per repetition."""
-    count = human.shape[-1]
+def label_masks(rng, count, n_labelled, repetitions=REPETITIONS):
+    """(R, N) 0/1: which n_labelled of the N dialogues keep their labels in each repetition."""
     keep = np.argsort(rng.random((repetitions, count)), axis=1)[:, :n_labelled]
-    mask = np.zeros((repetitions, count), dtype=bool)
-    np.put_along_axis(mask, keep, True, axis=1)
-    return np.where(mask[:, None, :], human[None], np.nan)
+    mask = np.zeros((repetitions, count))
+    np.put_along_axis(mask, keep, 1.0, axis=1)
+    return mask
 
 
 def coverage(human, judge, n_labelled, seed):
     """Per row: share of repetitions whose interval covers the all-labels mean; mean width ratio; human-only cover."""
     target = np.nanmean(human, axis=-1)
-    result = ppi_mean(hide_labels(np.random.default_rng(seed), human, n_labelled), judge[None])
+    masks = label_masks(np.random.default_rng(seed), human.shape[-1], n_labelled)
+    result = ppi_mean_repeated(human, judge, masks)
     covered = (result.ci_low <= target) & (target <= result.ci_high)
     human_covered = (result.human_only_ci_low <= target) & (target <= result.human_only_ci_high)
     ratio = (result.ci_high - result.ci_low).mean(axis=0) / \
