@@ -285,16 +285,19 @@ def run(args: argparse.Namespace) -> int:
 
             _progress("drawing the report")
             page = report_html(results)
-        print_results(results)
         if args.fit_map:
             save_maps(results.maps, args.fit_map)
         for name, text in files.items():
             write_text_atomic(args.output_dir / name, text)
         if page is not None:
             write_text_atomic(args.report, page)
+        # Printed after the files are written: a reader that stops early (`| head`) costs no output file.
+        print_results(results)
     except JudgeError as exc:
         print(f"judge calibrate: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # the reader of stdout has gone: `judge` ends quietly
     except OSError as exc:
         print(f"judge calibrate: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2

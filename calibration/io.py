@@ -59,9 +59,9 @@ def rubric_scales(refs) -> tuple[dict[str, HumanScale], list[str]]:
         name, _, version = ref.partition("@")
         try:
             rubric = load_rubric(name)
-        except JudgeError:
-            notes.append(f"rubric {ref} named by the judgments is not installed: human scores are not checked "
-                         "against its scale")
+        except JudgeError as exc:
+            notes.append(f"rubric {ref} named by the judgments cannot be loaded ({exc}): human scores are not "
+                         "checked against its scale")
             continue
         if version and rubric.version != version:
             notes.append(f"the judgments name {ref}, the installed rubric is {rubric.ref}: its scales are used")
