@@ -80,8 +80,9 @@ def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(sub) -> None:
     screen = sub.add_parser(
-        "screen", help="systems with CIs, uncertain items, a human-study plan under a budget, and power",
-        description=__doc__.splitlines()[0] + " This verb: what the judge already says, and what humans must do.",
+        "screen", help="Systems with CIs, uncertain items, a human-study plan under a budget, and power.",
+        description="What the judge already says (systems with CIs, which it cannot separate, uncertain dialogues) "
+                    "and what a human study needs: a plan under a budget, and how many dialogues to label.",
         epilog=SCREEN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_judge_arguments(screen)
     screen.add_argument("--human", type=Path, metavar="PILOT.csv",
@@ -99,7 +100,7 @@ def register(sub) -> None:
     screen.set_defaults(run=run_screen)
 
     estimate = sub.add_parser(
-        "estimate", help="each system's mean human score, and differences, from judge scores plus few labels (PPI++)",
+        "estimate", help="Each system's mean human score, and differences, from judge scores plus few labels (PPI++).",
         description="Each system's mean human score per criterion by prediction-powered inference, beside the "
                     "human-only estimate from the same labels, and the paired differences between systems.",
         epilog=ESTIMATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -175,6 +175,13 @@ def test_with_plan_uses_only_the_random_part(tmp_path, capsys):
     assert {"criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
             "human_only_ci_high", "n_labelled", "n_judged", "width_ratio", "lambda"} <= set(estimates.columns)
     assert set(estimates["n_labelled"]) == {6}
+    cells = estimates.set_index(["criterion", "system"])
+    # The fixture's failed judgment (d01, gamma, accuracy) stays in the population without a number; its N/A
+    # (d04, beta, clarity) takes the dialogue out of that system's population.
+    assert (cells.loc[("accuracy", "gamma"), "n_judged"], cells.loc[("accuracy", "gamma"), "n_dialogues"]) == (15, 16)
+    assert (cells.loc[("clarity", "beta"), "n_judged"], cells.loc[("clarity", "beta"), "n_dialogues"]) == (15, 15)
+    assert (estimates.ci_high - estimates.ci_low <= estimates.human_only_ci_high - estimates.human_only_ci_low
+            + 1e-12).all()
     differences = pd.read_csv(out / "differences.csv")
     assert {"criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high", "human_only_ci_low",
             "human_only_ci_high"} <= set(differences.columns)
