@@ -15,17 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from judge.annotation import NA
-from judge.annotation.package import Submission, Task, all_fields, shown_fields
+from judge.annotation.package import Submission, Task, all_fields, dialogue_text, shown_fields
 from judge.errors import InputError
 from judge.rubric import Rubric
 
 FIXED = ["task_id", "section", "annotator", "dialogue"]
-
-
-def _dialogue_text(dialogue) -> str:
-    if isinstance(dialogue, str):
-        return dialogue
-    return "\n".join(f"{turn['speaker']}: {turn['text']}" for turn in dialogue)
 
 
 def sheet_text(rubric: Rubric, tasks: list[Task], annotator: str = "") -> str:
@@ -38,7 +32,7 @@ def sheet_text(rubric: Rubric, tasks: list[Task], annotator: str = "") -> str:
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
     writer.writeheader()
     for t in tasks:
-        row = {**shown_fields(t, rubric), "annotator": annotator, "dialogue": _dialogue_text(t.dialogue)}
+        row = {**shown_fields(t, rubric), "annotator": annotator, "dialogue": dialogue_text(t.dialogue)}
         for slot in t.slots:  # N/A where a criterion does not apply (e.g. QA matching of a user summary)
             row.update({f.name: NA for f in answers if f.letter == slot.letter and f.criterion in slot.skip
                         and f.role == "score" and (f.segment or 1) <= max(1, len(slot.segments))})

@@ -13,7 +13,6 @@ import csv
 import io
 import os
 import tempfile
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -305,6 +304,8 @@ def report_lines(result: ImportResult) -> list[str]:
     for name, t in result.annotators.items():
         lines.append(f"{name}: {t.tasks} tasks, {t.labels} labels ({t.na} N/A, {t.abstained} abstentions), "
                      f"{t.blank} cells left blank")
+    if result.threshold is not None and result.qualification:
+        lines += [f"qualification {name}: not taken" for name in result.annotators if name not in result.qualification]
     for name, per in result.qualification.items():
         detail = ", ".join(f"{c} {a}/{n}" for c, (a, n) in per.items())
         verdict = "passed" if result.passed(name) else "FAILED"

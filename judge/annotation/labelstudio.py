@@ -14,7 +14,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from judge.annotation import NA, OTHER
-from judge.annotation.package import Submission, Task, all_fields, allows_na, shown_fields
+from judge.annotation.package import Submission, Task, all_fields, allows_na, dialogue_text, shown_fields
 from judge.errors import InputError
 from judge.rubric import Rubric
 
@@ -22,24 +22,21 @@ EMPTY = "—"
 HEADINGS = {"summary": "Summaries", "response": "Responses", "pairwise": "Summaries"}
 
 
-def _turns(dialogue) -> list[dict] | None:
-    return dialogue if isinstance(dialogue, list) else None
+def _as_turns(tasks: list[Task]) -> bool:
+    """Paragraphs show turns with their speakers; a package with any plain-text dialogue uses Text for all."""
+    return all(isinstance(t.dialogue, list) for t in tasks)
 
 
 def tasks_file(rubric: Rubric, tasks: list[Task]) -> list[dict]:
     """Label Studio's import format: [{"data": {...}}]; every task carries every field the config names."""
-    as_turns = all(_turns(t.dialogue) is not None for t in tasks)
+    as_turns = _as_turns(tasks)
     names = _union(shown_fields(t, rubric) for t in tasks)
     out = []
     for t in tasks:
         # The config is shared by all tasks: a letter or segment this dialogue lacks shows a dash, not a blank.
         data = {name: EMPTY if name.startswith("candidate_") else "" for name in names}
         data.update(shown_fields(t, rubric))
-        if as_turns:
-            data["dialogue"] = t.dialogue
-        else:
-            data["dialogue"] = t.dialogue if isinstance(t.dialogue, str) else "\n".join(
-                f"{turn['speaker']}: {turn['text']}" for turn in t.dialogue)
+        data["dialogue"] = t.dialogue if as_turns else dialogue_text(t.dialogue)
         out.append({"data": data})
     return out
 
@@ -55,8 +52,8 @@ def label_config(rubric: Rubric, tasks: list[Task]) -> str:
     root = ET.Element("View")
     ET.SubElement(root, "Header", value=rubric.title)
     ET.SubElement(root, "Text", name="section", value="$section")
-    ET.SubElement(root, "Header", value="Dialogue")
-    if all(_turns(t.dialogue) is not None for t in tasks):
+    ET.SubElement(root, "Header", value="Source" if rubric.task == "pairwise" else "Dialogue")
+    if _as_turns(tasks):
         ET.SubElement(root, "Paragraphs", name="dialogue", value="$dialogue", layout="dialogue",
                       nameKey="speaker", textKey="text")
     else:

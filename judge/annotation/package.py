@@ -9,6 +9,7 @@ same in the Label Studio config, the tasks file and the CSV header; the key turn
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import math
@@ -145,8 +146,6 @@ def shown_fields(task: Task, rubric: Rubric) -> dict[str, str]:
 # -- building -------------------------------------------------------------------------------------------------
 def read_plan(directory: str | Path) -> dict[str, str]:
     """`DIR/plan.csv` (item_id,part,reason; one row per dialogue) as {item_id: part}, in file order."""
-    import csv
-
     path = Path(directory) / "plan.csv"
     if not path.is_file():
         raise InputError(f"{path}: no such file (--plan names the directory `judge screen` wrote)")
@@ -206,6 +205,13 @@ def _pair_task(rubric: Rubric, kind: str, item: Item, swapped: bool) -> Task:
     return Task("", kind, item.id, slots, system=item.system, swapped=swapped,
                 must_tie=item.candidate_1.strip() == item.candidate_2.strip(),
                 dialogue=_dialogue(item), context=_context(rubric, item))
+
+
+def dialogue_text(dialogue: str | list) -> str:
+    """A dialogue as one text, one "speaker: text" line per turn (for CSV cells and mixed packages)."""
+    if isinstance(dialogue, str):
+        return dialogue
+    return "\n".join(f"{turn['speaker']}: {turn['text']}" for turn in dialogue)
 
 
 def _dialogue(item: Item) -> str | list:
