@@ -83,6 +83,11 @@ def read_text(path: Path, what: str) -> str:
     text = read_user_text(path, CalibrationError)
     if not text.strip():
         raise CalibrationError(f"{path}: the {what} file is empty")
+    if "\0" in text:
+        # UTF-16 without a byte-order mark decodes as "UTF-8" with a NUL after every ASCII letter.
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise CalibrationError(f"{path}:{line}: a NUL byte: not a text file, or UTF-16; save the {what} file as "
+                               "UTF-8")
     return text
 
 

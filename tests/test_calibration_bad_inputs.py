@@ -152,6 +152,26 @@ CASES = [
      r"judgments.jsonl:1: missing column\(s\) item_id, system, annotator, criterion, score"),
     ("a broken calibration map", lambda tmp: (tmp / "map.json").write_text('{"format": '),
      ["--apply-map", "{tmp}/map.json"], r"map.json:1: invalid JSON"),
+    ("a labels file with only its header", lambda tmp: write_labels(tmp / "labels.csv", []), [],
+     r"labels.csv: no rows below the header"),
+    ("a row without an item id", lambda tmp: write_labels(
+        tmp / "labels.csv", [*human_rows()[:2], ["", "alpha", "ann1", "coherence", "3"]]), [],
+     r"labels.csv:4: column 'item_id' is empty"),
+    ("a NUL byte in the labels", lambda tmp: (tmp / "labels.csv").write_text(
+        "item_id,system,annotator,criterion,score\nd1,alpha,ann1,coherence,3\nd1,al\0pha,ann2,coherence,3\n"), [],
+     r"labels.csv:3: a NUL byte: not a text file, or UTF-16; save the human labels file as UTF-8"),
+    ("labels saved as UTF-16 without a byte-order mark", lambda tmp: write_labels(
+        tmp / "labels.csv", human_rows(), encoding="utf-16-le"), [], r"labels.csv:1: a NUL byte"),
+    ("an empty judgments file", lambda tmp: (tmp / "judgments.jsonl").write_text("\n"), [],
+     r"judgments.jsonl: no judgments in the file"),
+    ("a judgments line that is a list", lambda tmp: (tmp / "judgments.jsonl").write_text(
+        json.dumps(judgment("d1", "alpha")) + "\n[1, 2]\n"), [],
+     r"judgments.jsonl:2: expected a judgment object, got list"),
+    ("a --compare file for other dialogues", lambda tmp: (tmp / "other.csv").write_text(
+        "id,system,criterion,score\nz1,alpha,coherence,3\n"), ["--compare", "{tmp}/other.csv"],
+     r"other.csv and .*labels.csv have no item id in common: e.g. 'z1' \(1 in all\)"),
+    ("a JSON file that is not a calibration map", lambda tmp: (tmp / "map.json").write_text('{"maps": {}}\n'),
+     ["--apply-map", "{tmp}/map.json"], r"map.json: not a calibration map file"),
     # -- outputs that cannot be written --------------------------------------------------------------------------
     ("--report naming a directory", lambda tmp: (tmp / "report_dir").mkdir(),
      ["--report", "{tmp}/report_dir"], r"--report .*report_dir: is a directory, expected a file name"),
