@@ -13,11 +13,12 @@ import csv
 import io
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from judge.annotation import LABEL_COLUMNS, NA, OTHER
-from judge.annotation.package import Submission, Task, allows_na, answer_fields, load_key, parse_field
+from judge.annotation.package import (Submission, Task, allows_na, answer_fields, context_names, load_key,
+                                      parse_field)
 from judge.errors import InputError, OutputError
 from judge.rubric import Criterion, Rubric
 
@@ -43,13 +44,12 @@ class ImportResult:
     checks: int  # tie checks answered
     ignored: int = 0  # answers to criteria that do not apply to the candidate
     cancelled: int = 0  # skipped annotations in a Label Studio export
-    sources: list[str] = field(default_factory=list)
 
     def passed(self, annotator: str) -> bool:
         return all(agree / asked >= self.threshold for agree, asked in self.qualification[annotator].values())
 
 
-def _canonical(rubric: Rubric, c: Criterion, raw: str, where: str, name: str) -> str:
+def _canonical(c: Criterion, raw: str, where: str, name: str) -> str:
     """The answer as the labels CSV writes it, or a one-line error saying what the scale allows."""
     text = raw.strip()
     if allows_na(c) and text.upper() in ("N/A", "NA"):
@@ -112,7 +112,7 @@ def _span(letters: list[str]) -> str:
     return ordered[0] if len(ordered) == 1 else f"{ordered[0]}–{ordered[-1]}"
 
 
-def _segment_score(rubric: Rubric, c: Criterion, answers: list[str]) -> str:
+def _segment_score(c: Criterion, answers: list[str]) -> str:
     """A per-segment criterion's score: the mean over segments (label scores for categorical scales)."""
     numbers = []
     for answer in answers:
@@ -126,18 +126,14 @@ def _segment_score(rubric: Rubric, c: Criterion, answers: list[str]) -> str:
     return NA if all(a == NA for a in answers) else answers[0]  # every segment abstained
 
 
-def display_context(rubric: Rubric) -> list[str]:
-    return (["reference"] if "reference" in rubric.inputs else []) + list(rubric.context_fields)
-
-
 def read_submissions(sources: list[Path], rubric: Rubric, tasks: dict[str, Task]) -> tuple[list[Submission], int]:
     from judge.annotation import csvsheet, labelstudio
 
     subs, cancelled = [], 0
-    display = set(display_context(rubric))
+    display = set(context_names(rubric))
     for t in tasks.values():
         display.update(f"candidate_{s.letter}" for s in t.slots)
-        display.update(f"{name}_{s.letter}" for s in t.slots for name in display_context(rubric))
+        display.update(f"{name}_{s.letter}" for s in t.slots for name in context_names(rubric))
         display.update(f"candidate_{s.letter}_{n}" for s in t.slots for n in range(1, len(s.segments) + 1))
     for path in sources:
         if not path.is_file():
@@ -163,8 +159,9 @@ def import_labels(sources: list[str | Path], key_path: str | Path) -> ImportResu
     order = {task_id: n for n, task_id in enumerate(tasks)}
     criteria = {c.id: c for c in rubric.criteria}
     result = ImportResult([], {}, {}, rubric.qualification.threshold if rubric.qualification else None, [], 0,
-                          cancelled=cancelled, sources=[str(s) for s in sources])
+                          cancelled=cancelled)
     seen: dict[tuple[str, str], str] = {}
+    keyed: list[tuple[tuple, dict]] = []
     for sub in subs:
         task = tasks.get(sub.task_id)
         if task is None:
@@ -181,12 +178,13 @@ def import_labels(sources: list[str | Path], key_path: str | Path) -> ImportResu
         for name, raw in values.items():
             f = cells[name]
             c = criteria[f.criterion]
-            answers[name] = (_canonical(rubric, c, raw, sub.where, name) if f.role == "score"
+            answers[name] = (_canonical(c, raw, sub.where, name) if f.role == "score"
                              else _explanation(c, raw, sub.where, name) if f.role == "why" else raw.strip())
         tally = result.annotators.setdefault(sub.annotator, AnnotatorTally())
         tally.tasks += 1
         tally.blank += sum(1 for f in cells.values() if f.role == "score" and f.name not in answers)
-        labels = _labels(rubric, task, sub.annotator, answers)
+        positioned = _labels(rubric, task, sub.annotator, answers)
+        labels = [row for _, row in positioned]
         if task.kind == "qualification":
             _score_qualification(rubric, task, sub.annotator, labels, result)
         if task.must_tie:
@@ -199,30 +197,28 @@ def import_labels(sources: list[str | Path], key_path: str | Path) -> ImportResu
                     + ", ".join(f"{k} = {v}" for k, v in untied.items()) + " instead of a tie (0)")
         if task.kind != "item":
             continue
-        for row in labels:
+        annotator = list(result.annotators).index(sub.annotator)
+        for position, row in positioned:
             tally.labels += 1
             tally.na += row["score"] == NA
             tally.abstained += any(lab.abstain and lab.value == row["score"]
                                    for lab in getattr(criteria[row["criterion"]].scale, "labels", []))
-            row["_order"] = (order[task.task_id], row.pop("_position"), list(criteria).index(row["criterion"]))
-            result.rows.append(row)
-    annotator_order = {a: n for n, a in enumerate(result.annotators)}
-    result.rows.sort(key=lambda r: (*r["_order"][:2], annotator_order[r["annotator"]], r["_order"][2]))
-    for row in result.rows:
-        del row["_order"]
+            # Unshuffled: in the input's order of dialogues and candidates, then annotator, then criterion.
+            keyed.append(((order[task.task_id], position, annotator, list(criteria).index(row["criterion"])), row))
+    result.rows = [row for _, row in sorted(keyed, key=lambda pair: pair[0])]
     return result
 
 
-def _labels(rubric: Rubric, task: Task, annotator: str, answers: dict[str, str]) -> list[dict]:
-    """Label rows (unshuffled) for one submission; cells left blank give no row."""
+def _labels(rubric: Rubric, task: Task, annotator: str, answers: dict[str, str]) -> list[tuple[int, dict]]:
+    """(input position of the candidate, label row) for one submission; cells left blank give no row."""
     rows = []
     fields = answer_fields(rubric, task)
     for c in rubric.criteria:
         if rubric.task == "pairwise":
             verdict = answers.get(c.id)
             if verdict is not None:
-                rows.append(_row(task.item_id, task.system, annotator, c.id,
-                                 SWAP[verdict] if task.swapped else verdict, _why(answers, c.id), 0))
+                rows.append((0, _row(task.item_id, task.system, annotator, c.id,
+                                     SWAP[verdict] if task.swapped else verdict, _why(answers, c.id))))
             continue
         for slot in task.slots:
             if c.id in slot.skip:
@@ -232,11 +228,11 @@ def _labels(rubric: Rubric, task: Task, annotator: str, answers: dict[str, str])
                 if not names or any(n not in answers for n in names):
                     continue  # a half-rated candidate gives no mean; its blanks are counted
                 parts = [answers[n] for n in names]
-                rows.append(_row(task.item_id, slot.system, annotator, c.id, _segment_score(rubric, c, parts),
-                                 _why(answers, f"{c.id}_{slot.letter}"), slot.position, ";".join(parts)))
+                rows.append((slot.position, _row(task.item_id, slot.system, annotator, c.id, _segment_score(c, parts),
+                                                 _why(answers, f"{c.id}_{slot.letter}"), ";".join(parts))))
             elif (answer := answers.get(f"{c.id}_{slot.letter}")) is not None:
-                rows.append(_row(task.item_id, slot.system, annotator, c.id, answer,
-                                 _why(answers, f"{c.id}_{slot.letter}"), slot.position))
+                rows.append((slot.position, _row(task.item_id, slot.system, annotator, c.id, answer,
+                                                 _why(answers, f"{c.id}_{slot.letter}"))))
     return rows
 
 
@@ -245,9 +241,9 @@ def _why(answers: dict[str, str], stem: str) -> str:
     return f"{OTHER}: {other}" if why == OTHER and other else why
 
 
-def _row(item_id, system, annotator, criterion, score, explanation, position, segments="") -> dict:
+def _row(item_id, system, annotator, criterion, score, explanation, segments="") -> dict:
     return {"item_id": item_id, "system": system, "annotator": annotator, "criterion": criterion, "score": score,
-            "explanation": explanation, "segment_scores": segments, "_position": position}
+            "explanation": explanation, "segment_scores": segments}
 
 
 def _score_qualification(rubric: Rubric, task: Task, annotator: str, labels: list[dict], result: ImportResult):

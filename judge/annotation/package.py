@@ -169,10 +169,15 @@ def read_plan(directory: str | Path) -> dict[str, str]:
     return plan
 
 
+def context_names(rubric: Rubric) -> list[str]:
+    """Item fields annotators see beside the candidates: the reference when the rubric uses one, and the
+    rubric's context fields (e.g. the CSDS summary type)."""
+    return (["reference"] if "reference" in rubric.inputs else []) + list(rubric.context_fields)
+
+
 def _context(rubric: Rubric, item: Item) -> dict[str, str]:
     fields = item.fields
-    names = (["reference"] if "reference" in rubric.inputs else []) + list(rubric.context_fields)
-    return {name: str(fields[name]) for name in names if fields.get(name) not in (None, "")}
+    return {name: str(fields[name]) for name in context_names(rubric) if fields.get(name) not in (None, "")}
 
 
 def _slot(rubric: Rubric, letter: str, item: Item, position: int, context: dict[str, str]) -> Slot:
