@@ -155,13 +155,9 @@ def pairwise_agreement(judge: pd.DataFrame, human_labels: pd.DataFrame, criterio
     and without ties.
 
     The human verdict is the annotators' majority label for the same "A|B" row when there is one; otherwise it
-    is derived from the human mean scores of A and B on that item (higher wins, equal = tie). A frame without
-    system_1 / system_2 columns (older files) has its pairs read from "A|B".
+    is derived from the human mean scores of A and B on that item (higher wins, equal = tie). `judge` comes
+    from load_judge_scores, which fills system_1 / system_2 (from "A|B" in files older than those fields).
     """
-    if "system_1" not in judge:
-        split = judge["system"].str.partition("|")
-        has_pair = judge["system"].str.contains("|", regex=False)
-        judge = judge.assign(system_1=split[0].where(has_pair), system_2=split[2].where(has_pair))
     judge = judge[(judge["criterion"] == criterion) & judge["system_1"].notna()]
     judge = judge[judge["label"].isin(PAIRWISE_VERDICTS)]
     human = human_labels[human_labels["criterion"] == criterion]

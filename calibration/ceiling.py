@@ -74,7 +74,8 @@ def alpha_with_judge(labels: pd.DataFrame, pairs: pd.DataFrame, criteria=None, l
     """Krippendorff's alpha of the humans, and of the humans with the judge added as one more rater.
 
     `scales` (criterion -> (low, high), e.g. the rubric's) says which judge scores are on the humans' scale;
-    by default the range the humans used."""
+    by default the range the humans used.
+    """
     scales = scales or {}
     criteria = sorted(pairs["criterion"].unique()) if criteria is None else criteria
     rows = []

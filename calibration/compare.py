@@ -18,7 +18,8 @@ def compare_judges(judge_a: pd.DataFrame, judge_b: pd.DataFrame, human: pd.DataF
 
     Both correlations are computed on the same resampled items (and systems) in every replicate, so the
     interval and the two-sided p-value (twice the smaller tail of the replicates around 0) reflect the
-    pairing. With n_resamples=0 the interval and p-value are NaN. `judge_a` / `judge_b` come from load_judge_scores, `human` from aggregate_humans.
+    pairing; with n_resamples=0 they are NaN. `judge_a` / `judge_b` come from load_judge_scores, `human` from
+    aggregate_humans.
     """
     pairs_a, _ = align(judge_a, human, criteria)
     pairs_b, _ = align(judge_b, human, criteria)

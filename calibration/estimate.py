@@ -219,8 +219,9 @@ def judge_matrices(judge: pd.DataFrame, criterion: str) -> tuple[np.ndarray, np.
     present = part.assign(one=1.0).pivot(index="item_id", columns="system", values="one") \
         .reindex_like(table).notna().to_numpy()
     judged = ~np.isnan(scores)
-    with np.errstate(invalid="ignore"):
-        fill = np.nanmean(np.where(judged, scores, np.nan), axis=0) if judged.any() else np.zeros(scores.shape[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a system with no number at all keeps NaN
+        fill = np.nanmean(scores, axis=0)
     scores = np.where(judged, scores, np.where(present, fill[None, :], np.nan))
     return table.index.to_numpy(), table.columns.to_numpy(), scores, judged
 

@@ -82,6 +82,28 @@ def bootstrap_p_value(replicates: np.ndarray, observed: np.ndarray) -> np.ndarra
     return 2.0 * scipy_stats.norm.sf(np.abs(z))
 
 
+def win_shares(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Pairwise verdicts as scores: per dialogue, the share of its comparisons a system won (a tie counts half).
+
+    A verdict "1" is a win for system_1, "2" for system_2, "0" a tie; other labels and failures are left out.
+    """
+    verdicts = pairs[pairs["status"].eq("label") & pairs["label"].isin(["0", "1", "2"])]
+    if verdicts.empty:
+        return pd.DataFrame(columns=["item_id", "system", "criterion", "score", "label", "status"])
+    first, _, second = verdicts["system"].str.partition("|").T.to_numpy()
+    first = verdicts["system_1"].fillna(pd.Series(first, index=verdicts.index))
+    second = verdicts["system_2"].fillna(pd.Series(second, index=verdicts.index))
+    share = verdicts["label"].map({"1": 1.0, "2": 0.0, "0": 0.5})
+    both = pd.concat([
+        pd.DataFrame({"item_id": verdicts["item_id"], "system": first, "criterion": verdicts["criterion"],
+                      "score": share}),
+        pd.DataFrame({"item_id": verdicts["item_id"], "system": second, "criterion": verdicts["criterion"],
+                      "score": 1.0 - share}),
+    ])
+    out = both.groupby(["item_id", "system", "criterion"], as_index=False)["score"].mean()
+    return out.assign(label=None, status="ok")
+
+
 def score_table(judge: pd.DataFrame, criteria) -> tuple[np.ndarray, list[tuple[str, str]], np.ndarray]:
     """(items, columns (criterion, system), dialogues x columns judge scores, NaN where there is no number)."""
     numeric = judge[(judge["status"] == "ok") & judge["criterion"].isin(criteria)]
@@ -189,8 +211,13 @@ def judgment_uncertainty(path: Path, judge: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def items_table(path: Path, judge: pd.DataFrame, systems: pd.DataFrame, criteria) -> pd.DataFrame:
-    """One row per dialogue: counts of doubtful judgments, uncertainty, discrimination and priority."""
+def items_table(path: Path, judge: pd.DataFrame, systems: pd.DataFrame, criteria,
+                scored: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per dialogue: counts of doubtful judgments, uncertainty, discrimination and priority.
+
+    `judge`: every judgment (for the uncertainty); `scored`: the per-system scores the systems table used
+    (pairwise verdicts as win shares), for the discrimination; default `judge`.
+    """
     per_judgment = judgment_uncertainty(path, judge)
     grouped = per_judgment.groupby("item_id")
     table = pd.DataFrame({
@@ -203,7 +230,8 @@ def items_table(path: Path, judge: pd.DataFrame, systems: pd.DataFrame, criteria
         "mean_entropy": grouped["entropy"].mean(),
         "uncertainty": grouped["uncertainty"].mean(),
     })
-    table["discrimination"] = discrimination(judge, systems, criteria).reindex(table.index).fillna(0.0)
+    scored = judge if scored is None else scored
+    table["discrimination"] = discrimination(scored, systems, criteria).reindex(table.index).fillna(0.0)
     table["priority"] = table["uncertainty"] + table["discrimination"]
     table["part"] = ""
     return table.rename_axis("item_id").reset_index()[ITEM_COLUMNS]
@@ -383,7 +411,11 @@ def screen(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.Data
         # One metric column for every criterion: the pilot's criteria, or else the column's own name.
         names = sorted(pilot["criterion"].unique()) if pilot is not None else [score_column or "score"]
         judge = expand_all_criteria(judge, names)
-    scored = judge[~judge["system"].str.contains("|", regex=False)]
+    pairwise = judge["system"].str.contains("|", regex=False)
+    scored = judge[~pairwise]
+    pointwise = set(scored.loc[scored["status"] == "ok", "criterion"])
+    wins = win_shares(judge[pairwise & ~judge["criterion"].isin(pointwise)])
+    scored = pd.concat([scored, wins], ignore_index=True) if len(wins) else scored
     available = sorted(set(scored.loc[scored["status"] == "ok", "criterion"]))
     if criteria is None:
         criteria = available
@@ -396,7 +428,7 @@ def screen(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.Data
         raise CalibrationError(f"{path}: no numeric judge score to screen")
     judge = judge[judge["criterion"].isin(criteria)]
     systems, dominated, _, _ = systems_table(scored, criteria, n_resamples, seed)
-    items = items_table(path, judge, systems, criteria)
+    items = items_table(path, judge, systems, criteria, scored[scored["criterion"].isin(criteria)])
     alpha = 0.05
     table = power_table(scored, systems, criteria, power, alpha, pilot)
     result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),

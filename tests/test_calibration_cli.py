@@ -126,7 +126,10 @@ def test_map_is_monotone_and_round_trips(tmp_path):
 
 
 def _judge_rows(rows):
-    return pd.DataFrame(rows, columns=["item_id", "system", "criterion", "score", "label", "status"])
+    frame = pd.DataFrame(rows, columns=["item_id", "system", "criterion", "score", "label", "status"])
+    pairs = frame["system"].str.partition("|")
+    has_pair = frame["system"].str.contains("|", regex=False)
+    return frame.assign(system_1=pairs[0].where(has_pair), system_2=pairs[2].where(has_pair))
 
 
 def _human_rows(rows):
