@@ -205,7 +205,10 @@ def print_screen(result, out=None) -> None:
     print("\nPower", file=out)
     print(_format(result.power), file=out)
     print(f"\n{result.sentence}", file=out)
-    if result.plan is not None:
+    if result.plan is None:
+        print("\nNo --budget given: no plan written (add --budget N --output-dir DIR for plan.csv / plan.json).",
+              file=out)
+    else:
         info = result.plan_info
         print(f"\nPlan: budget {info['budget']} {info['unit']}: {info['n_random']} dialogues drawn uniformly at random "
               f"(share {info['random_share']}, seed {info['seed']}) and {info['n_targeted']} targeted dialogues.",
@@ -315,7 +318,8 @@ def print_estimate(result, out=None) -> None:
     print(_format(result.estimates[["criterion", "system", "estimate", "ci_low", "ci_high", "human_only",
                                     "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_judged",
                                     "width_ratio", "lambda"]]), file=out)
-    print("\nPaired differences system_a - system_b (per dialogue)", file=out)
+    print(f"\nPaired differences system_a - system_b (per dialogue); each interval holds at {level} on its own, "
+          "not for all pairs at once", file=out)
     differences = result.differences.assign(
         separated=((result.differences["ci_low"] > 0) | (result.differences["ci_high"] < 0)).map({True: "yes",
                                                                                                 False: ""}))

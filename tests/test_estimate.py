@@ -206,6 +206,14 @@ def test_without_plan_every_labelled_dialogue_is_the_random_sample(tmp_path, cap
     assert set(pd.read_csv(tmp_path / "estimates.csv")["n_labelled"]) == {10}
 
 
+def test_plan_from_a_changed_judgments_file_warns(tmp_path, capsys):
+    changed = tmp_path / "judgments.jsonl"
+    changed.write_text(JUDGMENTS.read_text() + "\n")  # same judgments, other bytes
+    assert run_cli("--judgments", changed, "--human", LABELS, "--plan", PLAN) == 0
+    assert "judge estimate: warning: the plan was made from tests/fixtures/study/judgments.jsonl" in \
+        capsys.readouterr().err
+
+
 def _labels_on(tmp_path, keep):
     labels = pd.read_csv(LABELS, dtype=str)
     path = tmp_path / "subset.csv"

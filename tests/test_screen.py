@@ -79,6 +79,22 @@ def test_ties_with_the_best_and_domination():
     assert (systems.loc[systems.system == "worse", "dominated_by"] != "").all()
 
 
+def test_pairwise_verdicts_become_win_shares(tmp_path, capsys):
+    lines = [json.dumps({"id": f"d{i}", "system": f"{a}|{b}", "system_1": a, "system_2": b, "criterion": "pref",
+                         "score": None, "label": verdict, "order_disagreement": verdict == "0"})
+             for i, verdicts in enumerate([("1", "1", "0"), ("1", "2", "1"), ("0", "1", "1"), ("1", "1", "2")])
+             for (a, b), verdict in zip([("x", "y"), ("x", "z"), ("y", "z")], verdicts)]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert run_cli("--judgments", path, "--bootstrap", 100, "--output-dir", tmp_path / "out") == 0
+    systems = pd.read_csv(tmp_path / "out" / "systems.csv").set_index("system")
+    # x: d0 (1+1)/2, d1 (1+0)/2, d2 (0.5+1)/2, d3 (1+1)/2 -> mean 0.8125, computed by hand.
+    assert systems.loc["x", "mean"] == pytest.approx(np.mean([1.0, 0.5, 0.75, 1.0]))
+    assert systems.loc["x", "rank"] == 1
+    items = pd.read_csv(tmp_path / "out" / "items.csv").set_index("item_id")
+    assert items.loc["d0", "n_order_disagreement"] == 1 and items.loc["d1", "n_order_disagreement"] == 0
+
+
 # -- items --------------------------------------------------------------------------------------------------------
 
 
