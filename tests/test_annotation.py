@@ -193,6 +193,12 @@ def test_import_replaces_its_own_output_atomically(tmp_path):
         assert main(["import", "--from", str(filled), "--key", str(pkg / "key.json"), "--output", str(labels)]) == 0
     assert len(read_labels(labels)) == 2 * 14 * 4
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".labels")] == []
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    # shared like any file or directory the user makes, not private like a temporary file
+    assert labels.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+    (tmp_path / "plain").mkdir()
+    assert pkg.stat().st_mode & 0o777 == (tmp_path / "plain").stat().st_mode & 0o777
 
 
 def test_a_real_label_studio_export_reads_back(tmp_path):

@@ -12,6 +12,16 @@ Tokens written to the labels CSV's `score` column:
 The chosen explanation, when the criterion has a list, goes in the `explanation` column (`other: ...` for free text).
 """
 
+import os
+
 NA = "N/A"
 OTHER = "other"
 LABEL_COLUMNS = ["item_id", "system", "annotator", "criterion", "score", "explanation", "segment_scores"]
+
+
+def default_mode(base: int) -> int:
+    """The permissions a plain open() or mkdir() would give (base 0o666 or 0o777 less the umask): files made
+    through tempfile start private, and a package is meant to be shared."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return base & ~mask

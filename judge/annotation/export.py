@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from judge.annotation import NA, OTHER
+from judge.annotation import NA, OTHER, default_mode
 from judge.annotation.package import Task, allows_na, build_tasks, key_dict, key_json
 from judge.errors import OutputError
 from judge.items import Item
@@ -107,6 +107,7 @@ def export_package(rubric: Rubric, items: list[Item], fmt: str, output: str | Pa
         raise OutputError(f"{output}: the directory {parent} does not exist")
     scratch = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=parent))
     try:
+        scratch.chmod(default_mode(0o777))
         for name, text in files.items():
             (scratch / name).write_text(text, encoding="utf-8")
         if output.exists():

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from judge.annotation import LABEL_COLUMNS, NA, OTHER
+from judge.annotation import LABEL_COLUMNS, NA, OTHER, default_mode
 from judge.annotation.package import (Submission, Task, allows_na, answer_fields, context_names, load_key,
                                       parse_field)
 from judge.errors import InputError, OutputError
@@ -289,6 +289,7 @@ def write_labels(rows: list[dict], output: str | Path) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(buffer.getvalue())
+        os.chmod(tmp, default_mode(0o666))
         os.replace(tmp, output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
