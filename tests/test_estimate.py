@@ -206,6 +206,17 @@ def test_without_plan_every_labelled_dialogue_is_the_random_sample(tmp_path, cap
     assert set(pd.read_csv(tmp_path / "estimates.csv")["n_labelled"]) == {10}
 
 
+def test_judge_scores_through_a_fitted_map(tmp_path, capsys):
+    assert main(["calibrate", "--judgments", str(JUDGMENTS), "--human", str(LABELS), "--bootstrap", "0",
+                 "--fit-map", str(tmp_path / "map.json")]) == 0
+    assert run_cli("--judgments", JUDGMENTS, "--human", LABELS, "--output-dir", tmp_path / "raw") == 0
+    assert run_cli("--judgments", JUDGMENTS, "--human", LABELS, "--apply-map", tmp_path / "map.json",
+                   "--output-dir", tmp_path / "mapped") == 0
+    raw, mapped = (pd.read_csv(tmp_path / name / "estimates.csv") for name in ("raw", "mapped"))
+    np.testing.assert_allclose(raw.human_only, mapped.human_only)  # the same labels
+    assert not np.allclose(raw["lambda"], mapped["lambda"])  # another judge score
+
+
 def test_plan_from_a_changed_judgments_file_warns(tmp_path, capsys):
     changed = tmp_path / "judgments.jsonl"
     changed.write_text(JUDGMENTS.read_text() + "\n")  # same judgments, other bytes
