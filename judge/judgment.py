@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from judge.errors import OutputError
 
@@ -71,6 +71,17 @@ class Judgment(BaseModel):
     orders: dict[str, str] | None = None
     order_disagreement: bool | None = None
     identical: bool | None = None
+
+    @field_validator("id", "system", "criterion", mode="before")
+    @classmethod
+    def _whole_numbers_as_text(cls, value: Any) -> Any:
+        # Ids are labels: a file written by another tool may give `"id": 12`.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("usage", mode="before")
+    @classmethod
+    def _no_usage(cls, value: Any) -> Any:
+        return Usage() if value is None else value  # older files and other tools write null
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -157,10 +168,14 @@ def read_judgments(path: str | Path) -> Iterator[tuple[int, Judgment]]:
     path = Path(path)
     if not path.is_file():
         raise OutputError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}")
-    try:
-        with path.open(encoding="utf-8-sig") as handle:
-            for number, line in enumerate(handle, start=1):
-                if line.strip():
-                    yield number, parse_line(line, f"{path}:{number}")
-    except UnicodeDecodeError as exc:
-        raise OutputError(f"{path}: not UTF-8 text (byte {exc.start}); judgments are UTF-8 JSON lines") from None
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark from an editor
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise OutputError(f"{path}:{number}: not UTF-8 text (byte {exc.start + 1} of the line is "
+                                  f"0x{raw[exc.start]:02x}); judgments are UTF-8 JSON lines") from None
+            if line.strip():
+                yield number, parse_line(line, f"{path}:{number}")

@@ -46,9 +46,13 @@ def test_a_bad_line_names_file_and_line(line, message):
 
 
 def test_reading_a_file_reports_encoding_and_directories(tmp_path):
-    (tmp_path / "latin1.jsonl").write_bytes('{"id": "é"}'.encode("latin-1"))
-    with pytest.raises(OutputError, match="not UTF-8 text"):
+    good = '{"id": 12, "system": "s", "criterion": "c", "usage": null}\n'
+    (tmp_path / "latin1.jsonl").write_bytes(good.encode() + '{"id": "é"}'.encode("latin-1"))
+    with pytest.raises(OutputError, match=r"latin1.jsonl:2: not UTF-8 text \(byte 9 of the line is 0xe9\)"):
         list(read_judgments(tmp_path / "latin1.jsonl"))
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + good.encode())
+    [(line, judgment)] = list(read_judgments(tmp_path / "bom.jsonl"))  # numeric id and null usage, as other tools write
+    assert line == 1 and judgment.id == "12" and judgment.usage.prompt_tokens == 0
     with pytest.raises(OutputError, match="is a directory"):
         list(read_judgments(tmp_path))
 
