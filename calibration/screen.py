@@ -285,9 +285,12 @@ def make_plan(items: pd.DataFrame, budget: int, unit: str, random_share: float, 
     random_budget = int(round(random_share * budget))
     rows, spent = [], 0
     for item in order:
-        if spent + cost[item] <= random_budget:
-            rows.append((item, "random", f"uniform random sample (seed {seed})"))
-            spent += int(cost[item])
+        # A prefix of a random order, stopped at the first dialogue that does not fit (never skipping one, which
+        # would favour cheap dialogues): a simple random sample when every dialogue costs the same.
+        if spent + cost[item] > random_budget:
+            break
+        rows.append((item, "random", f"uniform random sample (seed {seed})"))
+        spent += int(cost[item])
     chosen = {row[0] for row in rows}
     ranked = items[~items["item_id"].isin(chosen)].sort_values(["priority", "item_id"], ascending=[False, True])
     for row in ranked.itertuples():
