@@ -329,6 +329,7 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
     if not 0.0 < confidence < 1.0:
         raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence}")
     human = aggregate_humans(labels, clean=clean)
+    judge = judge[~judge["system"].str.contains("|", regex=False)]  # pairwise verdicts are not scores of a system
     criteria = numeric_criteria(judge, human, criteria)
     judge = expand_all_criteria(judge, criteria)
     labelled_items = set(human["item_id"])
@@ -352,6 +353,9 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
         differences.append(difference_estimates(matrices, confidence))
         if targeted_items:
             targeted.append(targeted_summary(judge, human, criterion, targeted_items))
+        if (table["n_labelled"] >= table["n_dialogues"]).all():
+            notes.append(f"{criterion}: every judged dialogue is labelled, so the judge adds nothing: the estimates "
+                         "are the human means")
         short = table[table["n_labelled"] < 2]
         if len(short):
             notes.append(f"{criterion}: fewer than 2 labelled random-sample dialogues for "
