@@ -275,3 +275,33 @@ def test_verb_module_imports_nothing_heavy():
             "print(sorted(m for m in ('pandas', 'scipy', 'sklearn', 'matplotlib', 'pydantic', 'yaml') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_crowdsourcing_results_file_reads_back(tmp_path):
+    """The sheet uploaded as a batch; results come back with Input./Answer. columns and a WorkerId."""
+    pkg = export(tmp_path, "call_centre_fr", "csv", "--no-qualification")
+    filled = tmp_path / "filled.csv"
+    people = {"W1ABC": Annotator("call_centre_fr", RUBRICS["call_centre_fr"], seed=4),
+              "W2XYZ": Annotator("call_centre_fr", RUBRICS["call_centre_fr"], seed=5)}
+    fill_csv(pkg / "sheet.csv", filled, people)
+    with filled.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    from judge.annotation.package import parse_field
+    from judge.rubric import load_rubric
+
+    answer_cols = [c for c in rows[0] if parse_field(load_rubric("call_centre_fr"), c)]
+    results = tmp_path / "batch_results.csv"
+    header = ["HITId", "AssignmentId", "WorkerId", "WorkTimeInSeconds"]
+    header += [f"Input.{c}" for c in rows[0] if c not in answer_cols and c != "annotator"]
+    header += [f"Answer.{c}" for c in answer_cols]
+    with results.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        for n, row in enumerate(rows):
+            out = {"HITId": f"H{n // 2}", "AssignmentId": f"A{n}", "WorkerId": row["annotator"], "WorkTimeInSeconds": 60}
+            out.update({f"Input.{c}": v for c, v in row.items() if c not in answer_cols and c != "annotator"})
+            out.update({f"Answer.{c}": row[c] for c in answer_cols})
+            writer.writerow(out)
+    labels = tmp_path / "labels.csv"
+    assert main(["import", "--from", str(results), "--key", str(pkg / "key.json"), "--output", str(labels)]) == 0
+    assert as_set(read_labels(labels)) == people["W1ABC"].expected_rows("W1ABC") | people["W2XYZ"].expected_rows("W2XYZ")

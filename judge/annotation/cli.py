@@ -89,7 +89,8 @@ def register(sub) -> None:
     p = _command(sub, "import", "Read filled sheets back into the long human-labels CSV, unshuffled by the key.",
                  IMPORT_EXAMPLE)
     p.add_argument("--from", dest="sources", required=True, nargs="+", metavar="FILE",
-                   help="Label Studio JSON export(s) and/or filled CSV sheet(s)")
+                   help="Label Studio JSON export(s), filled CSV sheet(s), or a crowdsourcing site's results CSV "
+                        "(Input./Answer. columns and WorkerId, as Mechanical Turk writes them)")
     p.add_argument("--key", required=True, help="the key.json written by `judge export`")
     p.add_argument("--output", required=True, help="labels CSV to write (an existing one is replaced only if "
                                                    "`judge import` wrote it)")

@@ -41,42 +41,52 @@ def sheet_text(rubric: Rubric, tasks: list[Task], annotator: str = "") -> str:
 
 
 def read_sheet(path: Path, is_answer: Callable[[str], bool], display: set[str]) -> list[Submission]:
-    """Submissions from a filled sheet. `is_answer(column)` says whether a column is an answer cell."""
+    """Submissions from a filled sheet. `is_answer(column)` says whether a column is an answer cell.
+
+    Two layouts: the sheet as exported, filled in a spreadsheet (the `annotator` column names who answered);
+    or a crowdsourcing site's results file, where the sheet's columns come back as `Input.<column>`, the
+    answers as `Answer.<cell>` and the worker as `WorkerId` (Mechanical Turk's batch results; the site's own
+    bookkeeping columns are left alone).
+    """
     try:
-        handle = path.open(newline="", encoding="utf-8-sig")
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            crowd = "Input.task_id" in header
+            task_col, who_col = ("Input.task_id", "WorkerId") if crowd else ("task_id", "annotator")
+            for required in (task_col, who_col):
+                if required not in header:
+                    raise InputError(f"{path}:1: no {required!r} column; found {', '.join(header) or 'no header'}")
+            answers = {}  # column -> answer cell name
+            for column in header:
+                name = column.removeprefix("Answer.").removeprefix("Input.") if crowd else column
+                if crowd and name == column:
+                    continue  # the site's bookkeeping (HITId, WorkTimeInSeconds, ...)
+                if is_answer(name):
+                    answers[column] = name
+                elif name not in display and name not in FIXED:
+                    raise InputError(f"{path}:1: unknown column {column!r}: not an answer cell of this sheet's rubric")
+            return list(_submissions(path, reader, task_col, who_col, answers))
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 CSV file") from None
-    with handle:
-        for required in ("task_id", "annotator"):
-            if required not in header:
-                raise InputError(f"{path}:1: no {required!r} column; found {', '.join(header) or 'no header'}")
-        answers = []
-        for column in header:
-            if is_answer(column):
-                answers.append(column)
-            elif column not in display and column not in FIXED:
-                raise InputError(f"{path}:1: unknown column {column!r}: not an answer cell of this sheet's rubric")
-        out = []
-        end = reader.line_num  # a cell may hold several lines: a row starts after the previous one ends
-        try:
-            for row in reader:
-                where, end = f"{path}:{end + 1}", reader.line_num
-                if None in row:
-                    raise InputError(f"{where}: more cells than columns in the header")
-                task_id = (row.get("task_id") or "").strip()
-                if not task_id and not any((v or "").strip() for v in row.values()):
-                    continue  # an empty line left by a spreadsheet
-                if not task_id:
-                    raise InputError(f"{where}: empty task_id")
-                annotator = (row.get("annotator") or "").strip()
-                if not annotator:
-                    raise InputError(f"{where}: task {task_id}: no annotator name in the 'annotator' column")
-                values = {c: row[c].strip() for c in answers if (row.get(c) or "").strip()}
-                out.append(Submission(where, task_id, annotator, values))
-        except UnicodeDecodeError:
-            raise InputError(f"{path}: not a UTF-8 CSV file") from None
-        except csv.Error as exc:
-            raise InputError(f"{path}:{reader.line_num}: not a readable CSV row ({exc})") from None
-    return out
+
+
+def _submissions(path: Path, reader: csv.DictReader, task_col: str, who_col: str, answers: dict[str, str]):
+    end = reader.line_num  # a cell may hold several lines: a row starts after the previous one ends
+    try:
+        for row in reader:
+            where, end = f"{path}:{end + 1}", reader.line_num
+            if None in row:
+                raise InputError(f"{where}: more cells than columns in the header")
+            task_id = (row.get(task_col) or "").strip()
+            if not task_id and not any((v or "").strip() for v in row.values()):
+                continue  # an empty line left by a spreadsheet
+            if not task_id:
+                raise InputError(f"{where}: empty {task_col}")
+            annotator = (row.get(who_col) or "").strip()
+            if not annotator:
+                raise InputError(f"{where}: task {task_id}: no annotator name in the {who_col!r} column")
+            values = {name: row[c].strip() for c, name in answers.items() if (row.get(c) or "").strip()}
+            yield Submission(where, task_id, annotator, values)
+    except csv.Error as exc:
+        raise InputError(f"{path}:{reader.line_num}: not a readable CSV row ({exc})") from None
