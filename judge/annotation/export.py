@@ -50,8 +50,6 @@ def instructions(rubric: Rubric, fmt: str) -> str:
         out += [f"## {c.name}", "", " ".join(c.definition.split()), ""]
         if c.scale.type == "likert":
             out += [f"- **{p.value}** ({p.label}): {p.meaning}" for p in c.scale.points]
-        elif c.scale.type == "categorical":
-            out += [f"- **{lab.value}**: {lab.meaning}" for lab in c.scale.labels]
         else:
             out += [f"- **{lab.value}**: {lab.meaning}" for lab in c.scale.labels]
         if allows_na(c):

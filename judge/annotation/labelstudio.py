@@ -16,7 +16,7 @@ from xml.etree import ElementTree as ET
 from judge.annotation import NA, OTHER
 from judge.annotation.package import Submission, Task, all_fields, allows_na, dialogue_text, shown_fields
 from judge.errors import InputError
-from judge.rubric import Rubric
+from judge.rubric import Criterion, Rubric
 
 EMPTY = "—"
 HEADINGS = {"summary": "Summaries", "response": "Responses", "pairwise": "Summaries"}
@@ -89,7 +89,7 @@ def label_config(rubric: Rubric, tasks: list[Task]) -> str:
         block = ET.SubElement(root, "View", style="margin-top: 1.5em; padding-top: 0.5em; border-top: 1px solid #ccc")
         ET.SubElement(block, "Header", value=c.name)
         ET.SubElement(block, "Header", value=" ".join(c.definition.split()), size="6")
-        for value, meaning in _choices(rubric, c):
+        for value, meaning in _choices(c):
             ET.SubElement(block, "Header", value=f"{value} — {meaning}", size="6")
         for f in (f for f in fields.values() if f.criterion == c.id and f.role == "score"):
             target = f"candidate_{f.letter}_{f.segment}" if f.segment else f"candidate_{f.letter or '1'}"
@@ -98,7 +98,7 @@ def label_config(rubric: Rubric, tasks: list[Task]) -> str:
                 ET.SubElement(row, "Header", value=f"{f.letter}.{f.segment}" if f.segment else f.letter, size="5")
             choices = ET.SubElement(row, "Choices", name=f.name, toName=target, choice="single-radio",
                                     showInline="true")
-            for value, meaning in _choices(rubric, c):
+            for value, meaning in _choices(c):
                 ET.SubElement(choices, "Choice", value=value, hint=meaning)
             why = next((g for g in fields.values() if g.role == "why" and g.criterion == c.id
                         and g.letter == f.letter and g.name not in emitted), None)
@@ -119,7 +119,7 @@ def _title(field_name: str) -> str:
     return field_name.replace("_", " ").capitalize()
 
 
-def _choices(rubric: Rubric, c) -> list[tuple[str, str]]:
+def _choices(c: Criterion) -> list[tuple[str, str]]:
     """(value, what it means) for each answer the criterion allows, N/A last where allowed."""
     if c.scale.type == "likert":
         out = [(str(p.value), f"{p.label}: {p.meaning}") for p in c.scale.points]
