@@ -329,7 +329,8 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
     if not 0.0 < confidence < 1.0:
         raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence}")
     human = aggregate_humans(labels, clean=clean)
-    judge = judge[~judge["system"].str.contains("|", regex=False)]  # pairwise verdicts are not scores of a system
+    if "system_1" in judge.columns:
+        judge = judge[judge["system_1"].isna()]  # pairwise verdicts are not scores of a system
     criteria = numeric_criteria(judge, human, criteria)
     judge = expand_all_criteria(judge, criteria)
     labelled_items = set(human["item_id"])

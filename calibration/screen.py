@@ -90,9 +90,7 @@ def win_shares(pairs: pd.DataFrame) -> pd.DataFrame:
     verdicts = pairs[pairs["status"].eq("label") & pairs["label"].isin(["0", "1", "2"])]
     if verdicts.empty:
         return pd.DataFrame(columns=["item_id", "system", "criterion", "score", "label", "status"])
-    first, _, second = verdicts["system"].str.partition("|").T.to_numpy()
-    first = verdicts["system_1"].fillna(pd.Series(first, index=verdicts.index))
-    second = verdicts["system_2"].fillna(pd.Series(second, index=verdicts.index))
+    first, second = verdicts["system_1"], verdicts["system_2"]  # calibration.io fills them for every pair
     share = verdicts["label"].map({"1": 1.0, "2": 0.0, "0": 0.5})
     both = pd.concat([
         pd.DataFrame({"item_id": verdicts["item_id"], "system": first, "criterion": verdicts["criterion"],
@@ -414,7 +412,7 @@ def screen(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.Data
         # One metric column for every criterion: the pilot's criteria, or else the column's own name.
         names = sorted(pilot["criterion"].unique()) if pilot is not None else [score_column or "score"]
         judge = expand_all_criteria(judge, names)
-    pairwise = judge["system"].str.contains("|", regex=False)
+    pairwise = judge["system_1"].notna()
     scored = judge[~pairwise]
     pointwise = set(scored.loc[scored["status"] == "ok", "criterion"])
     wins = win_shares(judge[pairwise & ~judge["criterion"].isin(pointwise)])

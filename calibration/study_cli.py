@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-FIXTURES = "tests/fixtures/study"
+FIXTURES = "examples/study"
 
 SCREEN_EPILOG = f"""\
 examples:

@@ -234,15 +234,13 @@ def _run_example(line: str, cwd: Path, monkeypatch) -> int:
 
 
 def test_help_examples_run(tmp_path, monkeypatch):
-    """The export example runs on examples/items.jsonl; the import example on a filled sheet and its key
-    (kept in tests/fixtures/annotation/example_study/, for examples/annotation/)."""
+    """The export example runs on examples/items.jsonl; the import example on examples/annotation/ (a filled sheet
+    and its key)."""
     from judge.annotation.cli import EXPORT_EXAMPLE, IMPORT_EXAMPLE
 
     repo = Path(__file__).resolve().parents[1]
     work = tmp_path / "work"
     shutil.copytree(repo / "examples", work / "examples")
-    if not (work / "examples" / "annotation").is_dir():
-        shutil.copytree(FIXTURES / "example_study", work / "examples" / "annotation")
     export_line = EXPORT_EXAMPLE.strip().splitlines()[0]
     import_line = IMPORT_EXAMPLE.strip().splitlines()[0]
     assert _run_example(export_line, work, monkeypatch) == 0

@@ -12,7 +12,7 @@ from scipy import stats
 from calibration.estimate import ppi_mean, ppi_mean_repeated
 from judge.cli import main
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "study"
+FIXTURES = Path(__file__).resolve().parents[1] / "examples" / "study"
 JUDGMENTS = FIXTURES / "judgments.jsonl"
 LABELS = FIXTURES / "labels.csv"
 PLAN = FIXTURES / "plan"
@@ -159,10 +159,10 @@ def test_help_teaches_with_an_example_that_runs(capsys, tmp_path, monkeypatch):
         main(["estimate", "--help"])
     assert stop.value.code == 0
     text = capsys.readouterr().out
-    assert "judge estimate --judgments tests/fixtures/study/judgments.jsonl" in text
+    assert "judge estimate --judgments examples/study/judgments.jsonl" in text
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    assert main(["estimate", "--judgments", "tests/fixtures/study/judgments.jsonl", "--human",
-                 "tests/fixtures/study/labels.csv", "--plan", "tests/fixtures/study/plan"]) == 0
+    assert main(["estimate", "--judgments", "examples/study/judgments.jsonl", "--human",
+                 "examples/study/labels.csv", "--plan", "examples/study/plan"]) == 0
 
 
 def test_with_plan_uses_only_the_random_part(tmp_path, capsys):
@@ -221,7 +221,7 @@ def test_plan_from_a_changed_judgments_file_warns(tmp_path, capsys):
     changed = tmp_path / "judgments.jsonl"
     changed.write_text(JUDGMENTS.read_text() + "\n")  # same judgments, other bytes
     assert run_cli("--judgments", changed, "--human", LABELS, "--plan", PLAN) == 0
-    assert "judge estimate: warning: the plan was made from tests/fixtures/study/judgments.jsonl" in \
+    assert "judge estimate: warning: the plan was made from examples/study/judgments.jsonl" in \
         capsys.readouterr().err
 
 

@@ -16,7 +16,7 @@ from calibration.screen import (bootstrap_p_value, holm, judgment_uncertainty, m
 from calibration.stats import resample_counts
 from judge.cli import main
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "study"
+FIXTURES = Path(__file__).resolve().parents[1] / "examples" / "study"
 JUDGMENTS = FIXTURES / "judgments.jsonl"
 PILOT = FIXTURES / "pilot_labels.csv"
 
@@ -199,9 +199,9 @@ def test_help_example_runs(capsys, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as stop:
         main(["screen", "--help"])
     assert stop.value.code == 0
-    assert "judge screen --judgments tests/fixtures/study/judgments.jsonl --budget 6" in capsys.readouterr().out
+    assert "judge screen --judgments examples/study/judgments.jsonl --budget 6" in capsys.readouterr().out
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    assert main(["screen", "--judgments", "tests/fixtures/study/judgments.jsonl", "--budget", "6", "--output-dir",
+    assert main(["screen", "--judgments", "examples/study/judgments.jsonl", "--budget", "6", "--output-dir",
                  str(tmp_path / "plan")]) == 0
 
 
