@@ -210,8 +210,9 @@ def print_screen(result, out=None) -> None:
               file=out)
     else:
         info = result.plan_info
-        print(f"\nPlan: budget {info['budget']} {info['unit']}: {info['n_random']} dialogues drawn uniformly at random "
-              f"(share {info['random_share']}, seed {info['seed']}) and {info['n_targeted']} targeted dialogues.",
+        dialogues = lambda n: f"{n} dialogue{'' if n == 1 else 's'}"  # noqa: E731
+        print(f"\nPlan: budget {info['budget']} {info['unit']}: {dialogues(info['n_random'])} drawn uniformly at random "
+              f"(share {info['random_share']}, seed {info['seed']}) and {dialogues(info['n_targeted'])} targeted.",
               file=out)
 
 
