@@ -53,7 +53,7 @@ class Tally:
     errors: Counter = field(default_factory=Counter)
     both_orders: Counter = field(default_factory=Counter)  # pairs judged in both orders, per criterion
     flipped: Counter = field(default_factory=Counter)  # ... whose verdict changed with the order
-    verdicts: dict = field(default_factory=lambda: defaultdict(set))  # distinct scores/labels per criterion
+    verdicts: dict = field(default_factory=lambda: defaultdict(Counter))  # criterion -> verdict -> judgments
     per_server: dict = field(default_factory=dict)
 
     def count(self, judged: Judged) -> None:
@@ -70,7 +70,7 @@ class Tally:
         else:
             self.judged += 1
             self.from_cache += judged.cached
-            self.verdicts[j.criterion].add(j.score if j.score is not None else j.label)
+            self.verdicts[j.criterion][j.score if j.score is not None else j.label] += 1
         self.prompt_tokens += j.usage.prompt_tokens
         self.completion_tokens += j.usage.completion_tokens
 
@@ -91,7 +91,7 @@ class Tally:
         """What a researcher should not miss: a criterion whose every verdict was the same."""
         out = []
         for criterion, seen in self.verdicts.items():
-            if len(seen) == 1 and self.judged >= 5:
+            if len(seen) == 1 and seen.total() >= 5:
                 out.append(f"warning: every {criterion} verdict is {next(iter(seen))!r}: the judge does not discriminate "
                            "here (a model too small, or a prompt it cannot follow); check with `judge qualify`")
         return out

@@ -260,3 +260,13 @@ def test_segments_given_or_split_once_and_only_when(tmp_path):
     assert [s["label"] for s in got[("split", "qa_matching")]["segments"]] == ["matched", "mismatched", "matched"]
     assert got[("user-side", "qa_matching")]["na"] and got[("user-side", "qa_matching")]["score"] is None
     assert got[("user-side", "fluency")]["score"] == 2.0
+
+
+def test_a_criterion_whose_every_verdict_is_the_same_is_warned_about(tmp_path):
+    rubric = load_rubric("dialsummeval")
+    constant = ScriptedClient(lambda body: json.dumps({"rationale": "r", "score": 3}))
+    tally, _ = run(constant, rubric, [rubric.criterion("coherence")], items("A: hi", "B: yo"), tmp_path)
+    assert len(tally.warnings()) == 1 and "every coherence verdict is 3.0" in tally.warnings()[0]
+    varied = ScriptedClient(lambda body: json.dumps({"rationale": "r", "score": 2 + ("summary a" in str(body))}))
+    tally, _ = run(varied, rubric, [rubric.criterion("coherence")], items("C: hi", "D: yo"), tmp_path / "v")
+    assert tally.warnings() == []
