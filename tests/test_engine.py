@@ -267,6 +267,6 @@ def test_a_criterion_whose_every_verdict_is_the_same_is_warned_about(tmp_path):
     constant = ScriptedClient(lambda body: json.dumps({"rationale": "r", "score": 3}))
     tally, _ = run(constant, rubric, [rubric.criterion("coherence")], items("A: hi", "B: yo"), tmp_path)
     assert len(tally.warnings()) == 1 and "every coherence verdict is 3.0" in tally.warnings()[0]
-    varied = ScriptedClient(lambda body: json.dumps({"rationale": "r", "score": 2 + ("summary a" in str(body))}))
+    varied = ScriptedClient(lambda body: json.dumps({"rationale": "r", "score": 2 + ("summary a of" in body["messages"][-1]["content"])}))
     tally, _ = run(varied, rubric, [rubric.criterion("coherence")], items("C: hi", "D: yo"), tmp_path / "v")
     assert tally.warnings() == []
