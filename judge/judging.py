@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, verdict_probabilities
+from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, token_budget, verdict_probabilities
 from judge.asking import Answer, Asker
 from judge.errors import AnswerError, BackendError, RetryableError
 from judge.items import Item
@@ -76,9 +76,15 @@ class Judge:
         self._base = fingerprint_of(rubric_ref=rubric.ref, template=template_sources(settings.template),
                                     **settings.decoding())
         header = rubric.model_dump(exclude={"criteria", "qualification"})
-        self._rubric_parts = {c.id: digest([header, c.model_dump()]) for c in rubric.criteria}
+        # A criterion's part: its rubric text and the answer it asks for (schema and token budget), so that a new
+        # version of the tool that asks differently does not reuse an old line.
+        self._rubric_parts = {c.id: digest([header, c.model_dump(), self._answer_spec(c)]) for c in rubric.criteria}
 
     # -- fingerprints: what a resumed run compares before reusing a line ------------------------------------
+    def _answer_spec(self, criterion: Criterion) -> list:
+        fmt = AnswerFormat.for_criterion(criterion)
+        return [fmt.json_schema(), token_budget(fmt, self.rubric.language)]
+
     def fingerprint(self, criterion: Criterion, item: Item, group: list[Item] | None = None) -> dict:
         parts = {**self._base, "rubric": self._rubric_parts[criterion.id], "item": self._item_digest(item)}
         if group is not None:  # a block's prompt shows every candidate of the dialogue
