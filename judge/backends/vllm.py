@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import queue
+import re
 import threading
 from pathlib import Path
 
@@ -46,6 +48,7 @@ FORBIDDEN = -9999.0  # what vLLM's server reports instead of -inf for a token th
 
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
+    text = re.sub(r"^\d+ validation errors? for \w+ (Value error, )?", "", text)  # pydantic's wrapping of vLLM's own
     return text[:300]
 
 
@@ -222,7 +225,9 @@ def check_model(model: str | None) -> None:
 def open_engine(args):
     """Load the model into vLLM; yield an `Opened` whose client feeds the engine; stop the engine at exit."""
     check_model(args.model)
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # keep vLLM's start-up log off the progress bar
+    if "VLLM_LOGGING_LEVEL" not in os.environ:  # vLLM's start-up log and warnings would bury the progress bar
+        os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+        logging.getLogger("vllm").setLevel(logging.ERROR)  # some are logged while `import vllm` runs
     try:
         import vllm
         from vllm.platforms import current_platform
@@ -239,10 +244,13 @@ def open_engine(args):
         for name, value in CPU_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
         options["enforce_eager"] = True  # compiling the model graph on a CPU costs minutes, for no gain here
+    logging.disable(logging.ERROR)  # a failed load is logged at length, then raised: we report it in one line
     try:
         llm = vllm.LLM(**options)
     except Exception as exc:  # noqa: BLE001 - any load failure is the user's model or options: one line
         raise BackendError(f"vLLM could not load {args.model!r}: {_one_line(exc)}") from None
+    finally:
+        logging.disable(logging.NOTSET)
     client = VLLMClient(llm)
     try:
         yield Opened(client, args.model, "vllm", f"the in-process vLLM engine ({args.model})")
