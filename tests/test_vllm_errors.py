@@ -93,7 +93,8 @@ ROWS = [  # (row id, --model made from tmp_path, words the one-line error must h
 ]
 
 
-@pytest.mark.parametrize("make_model, expected, runs", [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
+@pytest.mark.parametrize("make_model, expected, runs", [
+    pytest.param(*row[1:], id=row[0], marks=[pytest.mark.vllm] if "vLLM cannot" in row[0] else []) for row in ROWS])
 def test_bad_vllm_model(judged, tmp_path, capsys, make_model, expected, runs):
     if not runs:
         pytest.skip("this row needs vLLM installed" if not HAS_VLLM else "this row needs vLLM absent")
