@@ -83,6 +83,10 @@ class VLLMClient:
     async def aclose(self) -> None:
         pass  # the engine outlives the run's event loop; `shutdown` stops it
 
+    def reset_prefix_cache(self) -> None:
+        """Forget cached prompt prefixes (benchmarks compare runs from the same cold start); only while idle."""
+        self._llm.reset_prefix_cache()
+
     def shutdown(self) -> None:
         self._queue.put(None)
         self._thread.join()
