@@ -105,6 +105,25 @@ def test_a_server_that_stops_answering_is_taken_out_and_its_requests_resent(stub
     assert 1 <= hanging.stats.total <= 4, "only its first bound's worth of requests may have reached it"
 
 
+def test_one_slow_answer_on_a_server_that_answers_others_does_not_take_it_out(stubs):
+    slow, other = stubs(1, faults=[("hang", 1)], hang_seconds=5)[0], stubs(1)[0]
+    pool = pool_of([slow.base_url, other.base_url], concurrency=4)
+
+    async def go():
+        try:
+            first = await asyncio.gather(*(pool.complete(body(k), 1.0) for k in range(8)), return_exceptions=True)
+            second = await asyncio.gather(*(pool.complete(body(k), 1.0) for k in range(8, 16)))
+            return first, second
+        finally:
+            await pool.aclose()
+
+    first, second = asyncio.run(go())
+    timeouts = [r for r in first if isinstance(r, Exception)]
+    assert len(timeouts) == 1 and isinstance(timeouts[0], RetryableError) and timeouts[0].kind == "timeout"
+    assert len(second) == 8
+    assert pool.stats()[slow.base_url] >= 3 + 2, "the slow answer's server kept serving in both rounds"
+
+
 def test_every_server_out_raises_a_connection_error_naming_them():
     urls = [f"http://127.0.0.1:{free_port()}/v1" for _ in range(2)]
     pool = pool_of(urls, concurrency=2)

@@ -1,9 +1,11 @@
 """Several OpenAI-compatible servers (replicas of one model) behind one `ChatClient`.
 
 Each server has its own bound on requests in flight. A request goes to the healthy server with the fewest in
-flight. A server whose connection fails or that stops answering (a timeout) is taken out: the request that saw
-it, and every other request still in flight there, is sent again to another server, so a judgment is neither
-lost nor asked of two servers at once by this client. After a cool-down the server is let back in on probation,
+flight. A server whose connection fails, or that stops answering (a request times out and the server has
+answered nothing since it was sent), is taken out: the request that saw it, and every other request still in
+flight there, is sent again to another server, so a judgment is neither lost nor asked of two servers at once by
+this client. A timeout on a server that keeps answering others is that request's own (a long answer): it goes to
+the asking layer, which retries it once, and the server stays in. After a cool-down the server is let back in on probation,
 one request at a time: an answer brings it back, another failure doubles its cool-down. When every server is
 out, `complete` raises a connection `RetryableError`, which the asking layer's circuit breaker counts.
 
@@ -24,9 +26,10 @@ COOL_DOWN = 5.0  # seconds out after a first failure
 MAX_COOL_DOWN = 120.0
 
 
-def _server_gone(exc: RetryableError) -> bool:
-    """A dropped or refused connection or a timeout: the server itself is in doubt, not this one answer."""
-    return getattr(exc, "kind", None) in ("connection", "timeout")
+def _server_gone(exc: RetryableError, server: "_Server", sent_at: float) -> bool:
+    """A dropped or refused connection, or a timeout with no answer from that server since the request left."""
+    kind = getattr(exc, "kind", None)
+    return kind == "connection" or (kind == "timeout" and server.last_answer < sent_at)
 
 
 class _Server:
@@ -36,6 +39,7 @@ class _Server:
         self.bound = bound
         self.in_flight: set[asyncio.Task] = set()
         self.answered = 0
+        self.last_answer = 0.0  # monotonic time of its latest answer
         self.out_until = 0.0  # monotonic time; 0: in service
         self.cool_down = COOL_DOWN
         self.last_failure = ""
@@ -66,6 +70,7 @@ class PoolClient:
             self._changed = asyncio.Condition()
         while True:
             server = await self._choose()
+            sent_at = time.monotonic()
             task = asyncio.ensure_future(server.client.complete(body, timeout))
             server.in_flight.add(task)
             try:
@@ -76,7 +81,7 @@ class PoolClient:
                     raise  # our caller is cancelled: stop
                 continue  # the server was taken out under this request: send it elsewhere
             except RetryableError as exc:
-                if not _server_gone(exc):
+                if not _server_gone(exc, server, sent_at):
                     raise
                 self._take_out(server, exc)
                 continue
@@ -85,6 +90,7 @@ class PoolClient:
                 async with self._changed:
                     self._changed.notify_all()
             server.answered += 1
+            server.last_answer = time.monotonic()
             if server.out_until:
                 server.out_until, server.cool_down = 0.0, self._cool_down  # probation passed
             return completion
