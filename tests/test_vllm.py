@@ -180,6 +180,33 @@ def test_score_with_the_engine_resumes_after_prompts_too_long_for_the_context(mo
         assert line["score"] == pytest.approx(sum(int(k) * p for k, p in line["probs"].items()))
 
 
+def test_a_killed_engine_run_keeps_what_finished_and_resumes(model_dir, tmp_path):
+    """All 16 requests go to the engine as one batch; answers are written as each finishes, so a kill mid-batch
+    keeps them and the rerun asks only for the rest."""
+    out = tmp_path / "j.jsonl"
+    cmd = [sys.executable, "-m", "judge.cli", "score", "--rubric", "dialsummeval", "--input",
+           str(EXAMPLES / "items.jsonl"), "--output", str(out), "--backend", "vllm", "--model", model_dir,
+           "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--no-cache", "--no-progress"]
+    run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 3):
+        if run.poll() is not None:
+            pytest.fail(f"the run ended before the kill (exit {run.returncode}): {run.stderr.read().decode()[-2000:]}")
+        time.sleep(0.05)
+    run.kill()
+    run.wait()
+    kept = [json.loads(line) for line in out.read_text().splitlines() if line.endswith("}")]
+    assert 3 <= len(kept) < 16, "the kill should land while the batch is still running"
+
+    resumed = judge(*cmd[3:])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    judged, _, requests = summary(resumed.stderr)
+    assert judged == requests == 16 - len(kept), "only the judgments lost with the kill are asked again"
+    lines = read(out)
+    keys = [(l["id"], l["system"], l["criterion"]) for l in lines]
+    assert len(keys) == len(set(keys)) == 16 and all(l["error"] is None for l in lines)
+
+
 # -- `vllm serve` end to end -------------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as sock:

@@ -88,6 +88,7 @@ class VLLMClient:
         self._llm.reset_prefix_cache()
 
     def shutdown(self) -> None:
+        """Stop the engine thread (requests still in the engine are aborted) and the engine."""
         self._queue.put(None)
         self._thread.join()
         engine_core = getattr(self._llm.llm_engine, "engine_core", None)
@@ -96,10 +97,13 @@ class VLLMClient:
 
     # -- the engine thread ---------------------------------------------------------------------------------
     def _work(self) -> None:
-        pending: dict[str, tuple] = {}  # vLLM's request id -> (body, future, loop)
-        stopping = False
-        while not stopping or pending:
-            arrived, stopping = self._arrivals(block=not pending, stopping=stopping)
+        pending: dict[str, tuple] = {}  # vLLM's request id -> (its internal id, body, future, loop)
+        while True:
+            arrived, stopping = self._arrivals(block=not pending)
+            if stopping:
+                if pending:  # the run ended without waiting for these (interrupted): free the engine of them
+                    self._llm.llm_engine.abort_request([entry[0] for entry in pending.values()], internal=True)
+                return
             arrived.sort(key=lambda item: _prefix_order(item[0]))
             for body, future, loop in arrived:
                 try:
@@ -108,7 +112,7 @@ class VLLMClient:
                     _resolve(loop, future, error=BackendError(f"vLLM refused the request: {_one_line(exc)}"))
                 else:
                     # vLLM hands back its internal id, "<id>-<8 random characters>"; outputs carry the <id>.
-                    pending[internal_id.rsplit("-", 1)[0]] = (body, future, loop)
+                    pending[internal_id.rsplit("-", 1)[0]] = (internal_id, body, future, loop)
             if not pending:
                 continue
             self.largest_batch = max(self.largest_batch, len(pending))
@@ -116,24 +120,24 @@ class VLLMClient:
                 outputs = self._llm.llm_engine.step()
             except Exception as exc:  # noqa: BLE001 - the engine itself failed: every request in it fails
                 error = BackendError(f"the vLLM engine failed: {_one_line(exc)}")
-                for _, future, loop in pending.values():
+                for _, _, future, loop in pending.values():
                     _resolve(loop, future, error=error)
                 pending.clear()
                 continue
             self.steps += 1
             for output in outputs:
                 if output.finished and output.request_id in pending:
-                    body, future, loop = pending.pop(output.request_id)
+                    _, body, future, loop = pending.pop(output.request_id)
                     try:
                         _resolve(loop, future, result=self._completion(body, output))
                     except Exception as exc:  # noqa: BLE001
                         _resolve(loop, future, error=BackendError(f"unreadable vLLM output: {_one_line(exc)}"))
 
-    def _arrivals(self, block: bool, stopping: bool) -> tuple[list, bool]:
-        """Every request waiting; when idle, wait for the first and then briefly for the rest of its wave."""
-        arrived = []
+    def _arrivals(self, block: bool) -> tuple[list, bool]:
+        """(requests waiting, whether to stop); when idle, wait for a first request, then briefly for its wave."""
+        arrived, stopping = [], False
         try:
-            item = self._queue.get() if block and not stopping else self._queue.get_nowait()
+            item = self._queue.get() if block else self._queue.get_nowait()
             while True:
                 if item is None:
                     stopping = True
