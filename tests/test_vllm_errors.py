@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.server
 import importlib.util
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -117,3 +119,15 @@ def test_a_server_that_is_not_a_model_server(judged, web_server, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("judge score: error: ") and web_server in err[0] and "404" in err[0]
     assert judged.read_bytes().startswith(before), "the judgments finished before are kept"
+
+
+def test_other_backends_import_neither_torch_nor_vllm(stub_process, tmp_path):
+    _, base_url = stub_process()
+    code = ("import sys; from judge.cli import main; "
+            f"rc = main(['score', '--rubric', 'dialsummeval', '--input', {str(EXAMPLES)!r}, '--output', "
+            f"{str(tmp_path / 'out.jsonl')!r}, '--criteria', 'coherence', '--backend', 'openai', '--base-url', "
+            f"{base_url!r}, '--base-url', {base_url.replace('127.0.0.1', 'localhost')!r}, '--model', 'stub', "
+            "'--no-cache', '--no-progress']); "
+            "print(rc, sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
