@@ -20,6 +20,16 @@ through the server hits the cache entries this engine stored, and the other way 
 (--dtype, --max-model-len, tensor parallelism) are not part of the key, as a server's are not.
 
 Per-request timeouts do not apply: a request waits its turn in the engine's queue, and nothing is remote.
+
+How vLLM's answers differ from llama.cpp's server, and where that is handled (seen on both vLLM paths):
+- the log-probabilities end with the end-of-turn token (`<|im_end|>`), which the content does not hold;
+  judge.answers.verdict_probabilities finds the verdict by the tokens' own spelling, so a trailing token is harmless;
+- alternatives the grammar forbids come with log-probability -9999 (the engine's -inf, clamped here as the server
+  does), whose probability is 0 when the allowed points are renormalised;
+- a prompt longer than --max-model-len is refused per request (HTTP 400 from the server, BackendError from the
+  engine): that judgment fails with vLLM's one-line reason, the others go on, and a rerun with a larger
+  --max-model-len judges it; an answer budget larger than what the context leaves is cut to fit on both paths
+  (finish_reason "length", then the asking layer re-asks).
 """
 
 from __future__ import annotations
