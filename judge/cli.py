@@ -83,7 +83,12 @@ def check_model_arguments(args) -> None:
     """Refuse contradictory or meaningless model flags before anything starts; fill in the defaults that depend on
     the backend."""
     if args.backend is None:
-        args.backend = "openai" if args.base_url else "local"
+        # A URL given for this tool (the flag, or $JUDGE_BASE_URLS) means a server; $OPENAI_BASE_URL alone may be
+        # set for other tools, so it does not replace the zero-setup default, but it is not ignored silently.
+        args.backend = "openai" if args.base_url or os.environ.get("JUDGE_BASE_URLS") else "local"
+        if args.backend == "local" and args.base_urls_from_env:
+            print("note: $OPENAI_BASE_URL is set, but without --backend openai the embedded model judges",
+                  file=sys.stderr)
     elif args.backend == "local" and args.base_url:
         raise JudgeError("--base-url names a server, but --backend local starts the embedded one: "
                          "use --backend openai with --base-url, or drop --base-url")

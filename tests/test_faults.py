@@ -319,3 +319,19 @@ def test_kill_9_then_resume_sends_no_finished_request_again(stub_process, tmp_pa
     assert all(n <= 2 for n in received.values())
     assert len(twice) <= concurrency, "only the requests in flight at the kill may be sent again"
     assert sum(received.values()) == len(keys) + len(twice)
+
+
+# -- which backend the environment selects ---------------------------------------------------------------------
+def test_judge_base_urls_in_the_environment_selects_the_servers(stub_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUDGE_BASE_URLS", stub_server.base_url)
+    rc = main(["score", "--rubric", RUBRIC, "--input", str(EXAMPLES), "--output", str(tmp_path / "out.jsonl"),
+               "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress", "--criteria", "faithfulness"])
+    assert rc == 0 and stub_server.stats.total == 4
+
+
+def test_openai_base_url_alone_keeps_the_embedded_default_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    rc = main(["score", "--rubric", RUBRIC, "--input", str(EXAMPLES), "--output", str(tmp_path / "out.jsonl"),
+               "--model", str(tmp_path / "missing.gguf"), "--no-cache"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "note: $OPENAI_BASE_URL is set, but without --backend openai" in err and "no such file" in err
