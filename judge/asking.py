@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from judge.answers import token_budget
 from judge.backends import ChatClient
@@ -66,7 +67,7 @@ class CircuitBreaker:
 
     def check(self) -> None:
         if self.tripped is not None:
-            raise self.tripped
+            raise ServerUnusable(str(self.tripped)) from None  # a fresh one: a re-raised one grows its traceback
 
     def success(self) -> None:
         self._connection_failures = self._server_errors = 0
@@ -86,7 +87,7 @@ class CircuitBreaker:
     def _trip(self, why: str) -> None:
         if self.tripped is None:
             self.tripped = ServerUnusable(self.redact(f"the server at {self.where} cannot be used: {why}"))
-        raise self.tripped
+        self.check()
 
 
 class Asker:
@@ -188,34 +189,44 @@ class Asker:
                     raise
                 self._format_mode = max(self._format_mode, mode + 1)
 
-    def _wait(self, state) -> float:
-        exc = state.outcome.exception() if state.outcome else None
+    def _may_retry(self, exc: BaseException | None, tries: int) -> bool:
+        """Whether a request that failed with `exc` after `tries` tries is tried again."""
+        if not isinstance(exc, RetryableError) or tries >= self.settings.attempts:
+            return False
+        return not (exc.kind == "timeout" and tries >= 2)
+
+    def _delay(self, exc: BaseException | None, tries: int) -> float:
         if isinstance(exc, RetryableError) and exc.retry_after is not None:
             return min(exc.retry_after, MAX_RETRY_AFTER)
-        return wait_random_exponential(multiplier=0.25, max=self.settings.backoff_max)(state)
-
-    def _stop(self, state) -> bool:
-        exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, RetryableError) and exc.kind == "timeout" and state.attempt_number >= 2:
-            return True
-        return stop_after_attempt(self.settings.attempts)(state)
+        return wait_random_exponential(multiplier=0.25, max=self.settings.backoff_max)(SimpleNamespace(attempt_number=tries))
 
     async def _send(self, body: dict) -> dict:
-        retrying = AsyncRetrying(stop=self._stop, wait=self._wait, retry=retry_if_exception_type(RetryableError),
-                                 reraise=True)
+        # The first try runs without the retry machinery (about 23 us a request); failures go to tenacity.
+        try:
+            return await self._try(body)
+        except RetryableError as exc:
+            if not self._may_retry(exc, 1):
+                raise
+            await asyncio.sleep(self._delay(exc, 1))
+        retrying = AsyncRetrying(  # counts from the second try
+            stop=lambda state: not self._may_retry(state.outcome.exception(), state.attempt_number + 1),
+            wait=lambda state: self._delay(state.outcome.exception(), state.attempt_number + 1),
+            retry=retry_if_exception_type(RetryableError), reraise=True)
         async for attempt in retrying:
             with attempt:
-                self.breaker.check()
-                if attempt.retry_state.attempt_number > 1:
-                    self.stats.retries += 1
-                async with self._semaphore:
-                    self.breaker.check()  # it may have tripped while this request waited for a slot
-                    self.stats.requests += 1
-                    try:
-                        completion = await self.client.complete(body, self.settings.timeout)
-                    except (RetryableError, BackendError) as exc:
-                        self.breaker.failure(exc)
-                        raise
-                    self.breaker.success()
-                    return completion
+                self.stats.retries += 1
+                return await self._try(body)
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def _try(self, body: dict) -> dict:
+        self.breaker.check()
+        async with self._semaphore:
+            self.breaker.check()  # it may have tripped while this request waited for a slot
+            self.stats.requests += 1
+            try:
+                completion = await self.client.complete(body, self.settings.timeout)
+            except (RetryableError, BackendError) as exc:
+                self.breaker.failure(exc)
+                raise
+            self.breaker.success()
+            return completion

@@ -32,6 +32,7 @@ class Unit:
     criterion: Criterion
     items: tuple[Item, ...]
     block: bool = False
+    fingerprint: dict | None = None  # of a single item's judgment, computed once when planning
 
     def keys(self) -> list[tuple[str, str, str]]:
         return [(i.id, i.system, self.criterion.id) for i in self.items]
@@ -152,8 +153,9 @@ class Engine:
                         fingerprints[(item.id, item.system, criterion.id)] = self.judge.fingerprint(criterion, item, group)
             else:
                 for item in items:
-                    units.append(Unit(criterion, (item,)))
-                    fingerprints[(item.id, item.system, criterion.id)] = self.judge.fingerprint(criterion, item)
+                    fingerprint = self.judge.fingerprint(criterion, item)
+                    units.append(Unit(criterion, (item,), fingerprint=fingerprint))
+                    fingerprints[(item.id, item.system, criterion.id)] = fingerprint
         return units, fingerprints
 
     async def _do(self, unit: Unit, todo: set[str]) -> list[Judged]:
@@ -161,8 +163,8 @@ class Engine:
             return await self.judge.block(unit.criterion, list(unit.items), todo)
         item = unit.items[0]
         if self.settings.mode == "pairwise":
-            return [await self.judge.pair(unit.criterion, item)]
-        return [await self.judge.pointwise(unit.criterion, item)]
+            return [await self.judge.pair(unit.criterion, item, unit.fingerprint)]
+        return [await self.judge.pointwise(unit.criterion, item, unit.fingerprint)]
 
     async def run(self, units: list[Unit], results: ResultsFile, progress: bool = True) -> Tally:
         """Judge every unit not already done in `results` (opened with `start`); each judgment is written as soon

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import random
 import statistics
 import string
@@ -63,7 +62,8 @@ def template_sources(user_template: str | None) -> list:
 
 
 def _prompt_sha(messages: list[dict]) -> str:
-    return hashlib.sha256(json.dumps(messages, ensure_ascii=False).encode()).hexdigest()[:16]
+    text = "\x1e".join(f"{m['role']}\x1f{m['content']}" for m in messages)  # separators no template writes
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Judge:
@@ -101,7 +101,9 @@ class Judge:
     def _once(self, key: tuple, make) -> asyncio.Future:
         """A task started the first time `key` is asked for and shared by every later caller."""
         if key not in self._shared:
-            self._shared[key] = asyncio.ensure_future(make())
+            task = self._shared[key] = asyncio.ensure_future(make())
+            # Its failure reaches every caller; if the run stops first, asyncio must not report it as unretrieved.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return asyncio.shield(self._shared[key])
 
     async def not_applicable(self, criterion: Criterion, item: Item) -> str | None:
@@ -184,9 +186,9 @@ class Judge:
         return fields
 
     # -- the modes -----------------------------------------------------------------------------------------------
-    async def pointwise(self, criterion: Criterion, item: Item) -> Judged:
+    async def pointwise(self, criterion: Criterion, item: Item, fingerprint: dict | None = None) -> Judged:
         """One criterion, one candidate: as a whole, or per topic segment."""
-        fingerprint = self.fingerprint(criterion, item)
+        fingerprint = fingerprint or self.fingerprint(criterion, item)
         try:
             if (why := await self.not_applicable(criterion, item)) is not None:
                 return Judged(self._judgment(criterion, item, fingerprint, na=True, rationale=why), True)
@@ -257,13 +259,13 @@ class Judge:
         order = {i.system: n for n, i in enumerate(group)}
         return sorted(out, key=lambda j: order[j.judgment.system])
 
-    async def pair(self, criterion: Criterion, item: Item) -> Judged:
+    async def pair(self, criterion: Criterion, item: Item, fingerprint: dict | None = None) -> Judged:
         """Which of two candidates is better, asked in both orders unless `swap` is off.
 
         Identical candidates tie without a model call. The verdict is reported in the input's order; when the two
         orders disagree it is a tie, and the judgment says so (position bias).
         """
-        fingerprint = self.fingerprint(criterion, item)
+        fingerprint = fingerprint or self.fingerprint(criterion, item)
         if " ".join(item.candidate_1.split()) == " ".join(item.candidate_2.split()):
             return Judged(self._judgment(criterion, item, fingerprint, label="0", samples=["0"], identical=True,
                                          rationale="identical candidates tie"), True)

@@ -110,7 +110,7 @@ class Judgment(BaseModel):
 
     def to_line(self) -> str:
         # Mode-specific fields are left out when unused, so each line shows only what applies to it.
-        return json.dumps(self.model_dump(exclude_none=False, exclude=self._unused()), ensure_ascii=False)
+        return self.model_dump_json(exclude=self._unused())  # UTF-8 as it is, like json.dumps(ensure_ascii=False)
 
     def _unused(self) -> set[str]:
         optional = ("raw", "position", "segments", "system_1", "system_2", "orders", "order_disagreement", "identical")

@@ -335,3 +335,17 @@ def test_openai_base_url_alone_keeps_the_embedded_default_and_says_so(tmp_path, 
                "--model", str(tmp_path / "missing.gguf"), "--no-cache"])
     err = capsys.readouterr().err
     assert rc == 2 and "note: $OPENAI_BASE_URL is set, but without --backend openai" in err and "no such file" in err
+
+
+def test_a_refused_key_never_reaches_the_terminal_of_a_real_process(stub_server, tmp_path):
+    """The whole process's output, tracebacks and asyncio's own reports included, never shows the key."""
+    stub_server.configure(faults=[("401-echo", -1)])
+    done = subprocess.run(
+        [sys.executable, "-m", "judge.cli", "score", "--rubric", RUBRIC, "--input", str(EXAMPLES), "--output",
+         str(tmp_path / "out.jsonl"), "--base-url", stub_server.base_url, "--model", "stub", "--no-cache"],
+        env={**os.environ, "OPENAI_API_KEY": SECRET}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "the API key was refused" in done.stderr
+    assert SECRET not in done.stderr + done.stdout
+    # Progress, then the one error line: no traceback, no asyncio report of an unretrieved task.
+    assert done.stderr.strip().splitlines()[-1].startswith("judge score: error: the server at ")
+    assert "Traceback" not in done.stderr and "never retrieved" not in done.stderr, done.stderr

@@ -21,6 +21,7 @@ import aiohttp
 
 from judge.backends import ChatClient
 from judge.errors import BackendError, ResponseFormatUnsupported, RetryableError
+from judge.secrets import Redactor
 
 
 def _retry_after(headers) -> float | None:
@@ -42,8 +43,10 @@ def _retry_after(headers) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
-def _status_error(status: int, text: str, headers) -> Exception:
-    snippet = " ".join(text.split())[:300]
+def _status_error(status: int, text: str, headers, redact: Redactor) -> Exception:
+    # Scrubbed here, where the body enters: a server may quote the credential it refused, and an exception's
+    # message travels into tracebacks and chained errors before anyone else can clean it.
+    snippet = redact(" ".join(text.split())[:300])
     message = f"HTTP {status}: {snippet}"
     if status == 429 or status >= 500:
         return RetryableError(message, status=status, retry_after=_retry_after(headers))
@@ -80,6 +83,7 @@ class HTTPClient:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        self._redact = Redactor(api_key)
         self._session: aiohttp.ClientSession | None = None
         self._concurrency = concurrency
 
@@ -97,7 +101,7 @@ class HTTPClient:
             ) as response:
                 text = await response.text()
                 if response.status != 200:
-                    raise _status_error(response.status, text, response.headers)
+                    raise _status_error(response.status, text, response.headers, self._redact)
         except asyncio.TimeoutError:
             raise RetryableError(f"no answer within {timeout:g} s", kind="timeout") from None
         except aiohttp.ClientError as exc:
@@ -117,6 +121,7 @@ class SDKClient:
     name = "openai-sdk"
 
     def __init__(self, base_url: str | None, api_key: str | None):
+        self._redact = Redactor(api_key)
         import openai  # half a second of imports: only when the SDK is the client
 
         self._openai = openai
@@ -134,7 +139,7 @@ class SDKClient:
         except openai.APIConnectionError as exc:
             raise RetryableError(f"connection failed: {exc}", kind="connection") from None
         except openai.APIStatusError as exc:
-            raise _status_error(exc.status_code, exc.response.text, exc.response.headers) from None
+            raise _status_error(exc.status_code, exc.response.text, exc.response.headers, self._redact) from None
         try:
             data = json.loads(raw.text)
         except json.JSONDecodeError:
