@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             same_ratio = same.wall / aio.wall
             print(f"{latency:5.0f}ms  {'same command':<16} {same.wall:7.2f} {'':>8} {'':>11}   {same_ratio:.3f}x the "
                   f"first run (rerun into the same output: every judgment already done)")
-            verdicts.append((f"{latency:g} ms: same-command rerun <= 0.05x", same_ratio <= 0.05 and resent == 0))
+            verdicts.append((f"{latency:g} ms: same-command rerun sends nothing", resent == 0))
             if latency == 0:
                 verdicts.append(("0 ms: engine/aiohttp >= 1.9x the bare SDK loop", n_aio / aio.wall >= 1.9 * bare_rate))
                 verdicts.append(("0 ms: cache-only rerun (fresh output) <= 0.2x", ratio <= 0.2 and resent == 0))

@@ -150,6 +150,10 @@ HASHED_PARTS = {"item": "item content", "rubric": "rubric content", "template": 
 def parse_line(line: str, where: str) -> Judgment:
     """One JSON line as a judgment; OutputError naming `where` (file:line) otherwise."""
     try:
+        return Judgment.model_validate_json(line)  # pydantic-core parses and checks in one pass: resumes are fast
+    except ValidationError:
+        pass  # find out what is wrong, in words
+    try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise OutputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
