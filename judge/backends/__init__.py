@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,9 +58,6 @@ def open_backend(args):
     if args.backend == "local":
         from judge.backends import local
         from judge.backends.openai_compat import open_client
-
-        import sys
-        import time
 
         path = local.resolve_model(args.model)
         started = time.monotonic()
