@@ -18,13 +18,16 @@ from pathlib import Path
 from judge.errors import OutputError
 from judge.judgment import Judgment, changes, parse_line
 
+LINE_START = '{"id":"'  # how every line Judgment.to_line writes begins
+
 
 class ResultsFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.done: dict[tuple, Judgment] = {}  # finished (not failed) judgments, by key
-        self._lines: dict[tuple, list[str]] = {}  # every line of each key, to rewrite the file without some
-        self._rewrite = False  # failed lines or a torn last line to drop
+        self._kept: dict[tuple, str] = {}  # the line of each finished judgment, to rewrite the file without others
+        self._lines = 0  # judgment lines read, failed ones included
+        self._rewrite = False  # failed or repeated lines, or a torn last line, to drop
         self._handle = None
         self._check_writable()
         if self.path.exists():
@@ -58,20 +61,21 @@ class ResultsFile:
             try:
                 judgment = parse_line(line, f"{self.path}:{number}")
             except OutputError as exc:
-                torn = number == len(lines) and not text.endswith("\n") and self._lines and line.startswith("{")
+                # A line cut by a crash: the last one, without its newline, after judgments or starting as every
+                # line we write does. Drop it and redo that judgment.
+                torn = number == len(lines) and not text.endswith("\n") and (
+                    (self._lines and line.startswith("{")) or line.startswith(LINE_START))
                 if torn:
-                    self._rewrite = True  # a line cut by a crash: drop it and redo that judgment
+                    self._rewrite = True
                     continue
                 raise OutputError(f"{exc}; this is not a judgments file written by judge, so it is left "
                                   "untouched; choose another --output") from None
-            self._lines.setdefault(judgment.key, []).append(line)
-            if judgment.failed:
-                self._rewrite = True  # failed judgments are retried, and their lines replaced
-            else:
+            self._lines += 1
+            if judgment.failed or judgment.key in self.done:
+                self._rewrite = True  # failed judgments are retried and their lines replaced; repeats dropped
+            if not judgment.failed:
                 self.done[judgment.key] = judgment
-        for key, kept in self._lines.items():
-            if len(kept) > 1 or key not in self.done:
-                self._rewrite = True
+                self._kept[judgment.key] = line
 
     def stale(self, expected: dict[tuple, dict]) -> dict[tuple, list[str]]:
         """Finished judgments this run would make differently: key -> what changed."""
@@ -87,7 +91,7 @@ class ResultsFile:
         for key in redo:
             self.done.pop(key, None)
         if self._rewrite or redo:
-            kept = [self._lines[key][-1] for key in self.done]  # one line per finished key, the latest
+            kept = [self._kept[key] for key in self.done]  # one line per finished key, the latest
             self._replace("".join(line + "\n" for line in kept))
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

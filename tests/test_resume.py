@@ -127,6 +127,16 @@ def test_a_torn_last_line_after_judgments_is_dropped_and_redone(stub_server, tmp
     assert sorted(map(strip, out.read_text(encoding="utf-8").splitlines())) == sorted(map(strip, lines))
 
 
+def test_a_lone_torn_first_line_is_ours_and_redone(stub_server, tmp_path):
+    assert score(stub_server, tmp_path) == 0
+    out = tmp_path / "out.jsonl"
+    first = out.read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith('{"id":"')
+    out.write_text(first[:40], encoding="utf-8")  # killed while writing the very first judgment
+    assert score(stub_server, tmp_path) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 4
+
+
 def test_results_file_keeps_one_line_per_key_and_drops_failures(tmp_path):
     path = tmp_path / "out.jsonl"
     ok = {"id": "d0", "system": "a", "criterion": "coherence", "score": 3.0, "rubric": "r@1", "model": "m"}
