@@ -48,3 +48,30 @@ def default_model():
         return local.bundled_model_path()
     except BackendError as exc:
         pytest.skip(f"the default model is not available: {exc}")
+
+
+# -- a real headless browser for the HTML reports ------------------------------------------------------------------
+CHROMIUM = _Path("/usr/bin/chromium")
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
+                                    reason="headless browser check needs Debian's chromium at /usr/bin/chromium")
+_IMAGE_PROBE = ('<script>window.addEventListener("load",function(){var i=[].slice.call(document.images);'
+                'document.body.setAttribute("data-images-rendered",'
+                'i.filter(function(x){return x.complete&&x.naturalWidth>0}).length+"/"+i.length)});</script>')
+
+
+def browser_dom(page: _Path, scratch: _Path) -> tuple[str, int]:
+    """The DOM Chromium builds from `page` once loaded, marked with `data-images-rendered="decoded/total"`, and the
+    page's number of images."""
+    import shutil
+
+    text = page.read_text(encoding="utf-8")
+    probed = scratch / f"probed-{page.name}"
+    probed.write_text(text.replace("</body>", _IMAGE_PROBE + "</body>"), encoding="utf-8")
+    profile = scratch / "chromium-profile"
+    result = _subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    shutil.rmtree(profile, ignore_errors=True)
+    return result.stdout, text.count("<img")

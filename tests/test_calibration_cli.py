@@ -3,7 +3,6 @@
 import json
 import re
 import sys
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,12 +14,12 @@ from calibration.agreement import label_agreement, pairwise_agreement
 from calibration.errors import CalibrationError
 from calibration.io import load_human_labels, load_judge_scores
 from calibration.maps import IsotonicCalibrationMap, load_maps
+from conftest import browser_dom, needs_chromium
 from judge.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "calibration"
 JUDGMENTS = FIXTURES / "judgments.jsonl"
 HUMAN = FIXTURES / "human_labels.csv"
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def run_cli(*args):
@@ -168,28 +167,14 @@ def test_human_loader_rejects_duplicates(tmp_path):
         load_human_labels(path)
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless browser check needs Debian's chromium at /usr/bin/chromium")
+@needs_chromium
 def test_report_renders_every_image_in_a_headless_browser(tmp_path, capsys):
     report = tmp_path / "report.html"
     assert run_cli("--judgments", JUDGMENTS, "--human", HUMAN, "--bootstrap", 100, "--report", report) == 0
-    page = report.read_text(encoding="utf-8")
-    total = page.count("<img")
+    dom, total = browser_dom(report, tmp_path)
     assert total >= 4
-    # A marker the browser fills in once the page has loaded: images that decoded / images present.
-    probe = ('<script>window.addEventListener("load",function(){var i=[].slice.call(document.images);'
-             'document.body.setAttribute("data-images-rendered",'
-             'i.filter(function(x){return x.complete&&x.naturalWidth>0}).length+"/"+i.length)});</script>')
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("</body>", probe + "</body>"), encoding="utf-8")
-    profile = tmp_path / "profile"
-    result = subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()],
-        capture_output=True, text=True, timeout=120)
-    shutil.rmtree(profile, ignore_errors=True)
-    assert "<h1>Judge calibration report</h1>" in result.stdout, result.stderr[-2000:]
-    assert f'data-images-rendered="{total}/{total}"' in result.stdout
+    assert "<h1>Judge calibration report</h1>" in dom
+    assert f'data-images-rendered="{total}/{total}"' in dom
 
 
 def _write_jsonl(path, records):
