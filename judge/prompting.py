@@ -86,6 +86,7 @@ def _environment() -> SandboxedEnvironment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=False,
+        auto_reload=False,  # no stat of every included file at each render: bundled templates do not change mid-run
     )
     env.filters["fence"] = fence
     return env
