@@ -31,8 +31,8 @@ class Unit:
 
     criterion: Criterion
     items: tuple[Item, ...]
+    fingerprints: tuple[dict, ...]  # each item's judgment fingerprint, computed once when planning
     block: bool = False
-    fingerprint: dict | None = None  # of a single item's judgment, computed once when planning
 
     def keys(self) -> list[tuple[str, str, str]]:
         return [(i.id, i.system, self.criterion.id) for i in self.items]
@@ -148,23 +148,19 @@ class Engine:
                 for item in items:
                     groups.setdefault(item.id, []).append(item)
                 for group in groups.values():
-                    units.append(Unit(criterion, tuple(group), block=True))
-                    for item in group:
-                        fingerprints[(item.id, item.system, criterion.id)] = self.judge.fingerprint(criterion, item, group)
+                    prints = tuple(self.judge.fingerprint(criterion, item, group) for item in group)
+                    units.append(Unit(criterion, tuple(group), prints, block=True))
             else:
-                for item in items:
-                    fingerprint = self.judge.fingerprint(criterion, item)
-                    units.append(Unit(criterion, (item,), fingerprint=fingerprint))
-                    fingerprints[(item.id, item.system, criterion.id)] = fingerprint
+                units += [Unit(criterion, (item,), (self.judge.fingerprint(criterion, item),)) for item in items]
+        for unit in units:
+            fingerprints.update(zip(unit.keys(), unit.fingerprints))
         return units, fingerprints
 
     async def _do(self, unit: Unit, todo: set[str]) -> list[Judged]:
         if unit.block:
-            return await self.judge.block(unit.criterion, list(unit.items), todo)
-        item = unit.items[0]
-        if self.settings.mode == "pairwise":
-            return [await self.judge.pair(unit.criterion, item, unit.fingerprint)]
-        return [await self.judge.pointwise(unit.criterion, item, unit.fingerprint)]
+            return await self.judge.block(unit.criterion, list(unit.items), list(unit.fingerprints), todo)
+        judge = self.judge.pair if self.settings.mode == "pairwise" else self.judge.pointwise
+        return [await judge(unit.criterion, unit.items[0], unit.fingerprints[0])]
 
     async def run(self, units: list[Unit], results: ResultsFile, progress: bool = True) -> Tally:
         """Judge every unit not already done in `results` (opened with `start`); each judgment is written as soon

@@ -186,9 +186,8 @@ class Judge:
         return fields
 
     # -- the modes -----------------------------------------------------------------------------------------------
-    async def pointwise(self, criterion: Criterion, item: Item, fingerprint: dict | None = None) -> Judged:
-        """One criterion, one candidate: as a whole, or per topic segment."""
-        fingerprint = fingerprint or self.fingerprint(criterion, item)
+    async def pointwise(self, criterion: Criterion, item: Item, fingerprint: dict) -> Judged:
+        """One criterion, one candidate: as a whole, or per topic segment. `fingerprint` comes from the plan."""
         try:
             if (why := await self.not_applicable(criterion, item)) is not None:
                 return Judged(self._judgment(criterion, item, fingerprint, na=True, rationale=why), True)
@@ -222,13 +221,15 @@ class Judge:
                                   **self._provenance(asked[0], every))
         return Judged(judgment, all(a.cached for a in every))
 
-    async def block(self, criterion: Criterion, group: list[Item], todo: set[str]) -> list[Judged]:
+    async def block(self, criterion: Criterion, group: list[Item], fingerprints: list[dict],
+                    todo: set[str]) -> list[Judged]:
         """All candidates of one dialogue in one prompt, in an order shuffled per dialogue by the seed.
 
         The full block is always shown (so a resumed run asks the very same, cached, question); judgments are
         returned only for the systems in `todo`, in the input's order, each with the letter it was shown under.
+        `fingerprints` come from the plan, one per item of `group`.
         """
-        prints = {i.system: self.fingerprint(criterion, i, group) for i in group}
+        prints = {i.system: fingerprint for i, fingerprint in zip(group, fingerprints)}
         out, shown = [], []
         try:
             for item in group:
@@ -259,13 +260,12 @@ class Judge:
         order = {i.system: n for n, i in enumerate(group)}
         return sorted(out, key=lambda j: order[j.judgment.system])
 
-    async def pair(self, criterion: Criterion, item: Item, fingerprint: dict | None = None) -> Judged:
+    async def pair(self, criterion: Criterion, item: Item, fingerprint: dict) -> Judged:
         """Which of two candidates is better, asked in both orders unless `swap` is off.
 
         Identical candidates tie without a model call. The verdict is reported in the input's order; when the two
         orders disagree it is a tie, and the judgment says so (position bias).
         """
-        fingerprint = fingerprint or self.fingerprint(criterion, item)
         if " ".join(item.candidate_1.split()) == " ".join(item.candidate_2.split()):
             return Judged(self._judgment(criterion, item, fingerprint, label="0", samples=["0"], identical=True,
                                          rationale="identical candidates tie"), True)
