@@ -164,14 +164,7 @@ def run_screen(args: argparse.Namespace) -> int:
         if result.plan is not None:
             files["plan.csv"] = _csv(result.plan)
             files["plan.json"] = json.dumps(result.plan_info, indent=2) + "\n"
-        report = None
-        if args.report:
-            from .study_report import screen_section, write_section
-
-            report = screen_section(result)
-        write_outputs(args.output_dir, files)
-        if report is not None:
-            write_section(report, args.report, "Judge screen")
+        _write_all(args, files, result, "screen_section", "Judge screen")
     except CalibrationError as exc:
         return _error("screen", exc)
     except OSError as exc:
@@ -183,6 +176,18 @@ def run_screen(args: argparse.Namespace) -> int:
           f"{len(result.items)} dialogues, {result.n_resamples} resamples{planned}, "
           f"{time.perf_counter() - started:.1f}s", file=sys.stderr)
     return 0
+
+
+def _write_all(args, files: dict[str, str], result, section: str, title: str) -> None:
+    """Every output is built before the first is written: the tables (each atomically), then the report section."""
+    report = None
+    if args.report:
+        from . import study_report  # matplotlib: only when a report is asked for
+
+        report = getattr(study_report, section)(result)
+    write_outputs(args.output_dir, files)
+    if report is not None:
+        study_report.write_section(report, args.report, title)
 
 
 def print_screen(result, out=None) -> None:
@@ -283,14 +288,7 @@ def run_estimate(args: argparse.Namespace) -> int:
                    "method": "PPI++ (power-tuned lambda), t interval with n-1 df", "notes": result.notes + warnings}
         files = {"estimates.csv": _csv(result.estimates), "differences.csv": _csv(result.differences),
                  "targeted.csv": _csv(result.targeted), "summary.json": json.dumps(summary, indent=2) + "\n"}
-        report = None
-        if args.report:
-            from .study_report import estimate_section, write_section
-
-            report = estimate_section(result)
-        write_outputs(args.output_dir, files)
-        if report is not None:
-            write_section(report, args.report, "Judge estimate")
+        _write_all(args, files, result, "estimate_section", "Judge estimate")
     except CalibrationError as exc:
         return _error("estimate", exc)
     except OSError as exc:
