@@ -23,12 +23,10 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from judge.answers import AnswerFormat  # noqa: E402
 from judge.asking import Asker  # noqa: E402
+from judge.backends.local import free_port, wait_healthy  # noqa: E402
 from judge.cache import NoCache  # noqa: E402
 from judge.items import load_items  # noqa: E402
 from judge.prompting import criterion_messages  # noqa: E402
@@ -102,11 +101,6 @@ def rates(label: str, seconds: float, completions: list[dict]) -> dict:
             "parsed": formats["schema answers parsed"]}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def start_server(model: str, max_model_len: int, dtype: str, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
@@ -115,16 +109,10 @@ def start_server(model: str, max_model_len: int, dtype: str, log: Path) -> tuple
            "--port", str(port), "--max-model-len", str(max_model_len), "--dtype", dtype, "--enforce-eager"]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"vllm serve exited: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as response:
-                if response.status == 200:
-                    return proc, base + "/v1"
-        except OSError:
-            time.sleep(0.5)
+    if wait_healthy(base, 300, alive=lambda: proc.poll() is None, interval=0.5):
+        return proc, base + "/v1"
+    if proc.poll() is not None:
+        raise SystemExit(f"vllm serve exited: {log.read_text()[-2000:]}")
     proc.kill()
     raise SystemExit("vllm serve was not healthy within 300 s")
 

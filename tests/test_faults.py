@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from judge.backends.local import free_port
 from judge.cli import main
 from judge.items import load_items
 from judge.prompting import criterion_messages, gate_messages
@@ -225,17 +226,9 @@ def test_api_key_is_sent_but_never_written(stub_server, tmp_path, client):
 
 
 # -- a server that cannot serve the run: stop at once, say where and why, keep what is done ------------------------
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # nobody listens once the socket is closed
-
-
 @pytest.mark.parametrize("client", ["aiohttp", "sdk"])
 def test_a_closed_port_stops_the_run_with_the_url(tmp_path, capsys, client):
-    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nobody listens there
     started = time.monotonic()
     rc, records = score(url, tmp_path, client=client)
     err = capsys.readouterr().err.strip().splitlines()

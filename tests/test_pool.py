@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 import urllib.request
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from judge.backends.local import free_port
 from judge.backends.openai_compat import HTTPClient
 from judge.backends.pool import PoolClient
 from judge.cli import main
@@ -35,12 +35,6 @@ def body(k: int) -> dict:
 
 def pool_of(urls: list[str], concurrency: int, cool_down: float = 5.0) -> PoolClient:
     return PoolClient(urls, lambda url: HTTPClient(url, None, concurrency), concurrency, cool_down=cool_down)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def stats_of(base_url: str) -> dict:

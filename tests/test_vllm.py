@@ -14,17 +14,16 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from judge.answers import AnswerFormat, verdict_probabilities
+from judge.backends.local import free_port, wait_healthy
 from judge.errors import BackendError
 from judge.items import load_items
 from judge.prompting import criterion_messages
@@ -208,11 +207,6 @@ def test_a_killed_engine_run_keeps_what_finished_and_resumes(model_dir, tmp_path
 
 
 # -- `vllm serve` end to end -------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 @pytest.fixture(scope="class")
 def server(model_dir, tmp_path_factory):
@@ -228,20 +222,10 @@ def server(model_dir, tmp_path_factory):
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited with {proc.returncode}: {log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve was not healthy within 300 s: {log.read_text()[-3000:]}")
-            time.sleep(0.5)
+        if not wait_healthy(base, 300, alive=lambda: proc.poll() is None, interval=0.5):
+            state = f"exited with {proc.returncode}" if proc.poll() is not None else "was not healthy within 300 s"
+            pytest.fail(f"vllm serve {state}: {log.read_text()[-3000:]}")
         yield base + "/v1"
     finally:
         proc.terminate()

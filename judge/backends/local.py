@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import platformdirs
@@ -151,10 +152,25 @@ def model_id(path: Path) -> str:
     return f"{path.name}:{path.stat().st_size}"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nobody listens on (the socket that found it is closed)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_healthy(base: str, seconds: float, alive: Callable[[], bool] = lambda: True, interval: float = 0.1) -> bool:
+    """Poll `base`/health until it answers 200 (True), or until `seconds` pass or `alive()` turns false (False)."""
+    deadline = time.monotonic() + seconds
+    while alive() and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(interval)
+    return False
 
 
 @contextlib.contextmanager
@@ -169,7 +185,7 @@ def local_server(model_path: Path, slots: int, threads: int | None = None, start
     params = xllamacpp.CommonParams()
     params.model.path = str(model_path)
     params.hostnames = ["127.0.0.1"]
-    params.port = port = _free_port()
+    params.port = port = free_port()
     params.n_parallel = slots
     params.n_ctx = ctx_per_slot * slots  # llama.cpp splits n_ctx across slots
     params.cpuparams.n_threads = threads or os.cpu_count() or 2
@@ -178,17 +194,8 @@ def local_server(model_path: Path, slots: int, threads: int | None = None, start
     server = xllamacpp.Server(params)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise BackendError(f"the local llama.cpp server did not become healthy within {startup_timeout:g} s")
-            time.sleep(0.1)
+        if not wait_healthy(base, startup_timeout):
+            raise BackendError(f"the local llama.cpp server did not become healthy within {startup_timeout:g} s")
         yield base + "/v1"
     finally:
         del server  # the destructor stops the server's threads
