@@ -18,7 +18,6 @@ discrimination). Power: dialogues humans must label to separate the top two syst
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from judge.resources import file_sha256
 
 from .alignment import expand_all_criteria
 from .errors import CalibrationError
@@ -299,14 +300,6 @@ def make_plan(items: pd.DataFrame, budget: int, unit: str, random_share: float, 
         rows.append((row.item_id, "targeted", reason))
         spent += int(cost[row.item_id])
     return pd.DataFrame(rows, columns=["item_id", "part", "reason"])
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # -- power --------------------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from judge.errors import JudgeError
@@ -39,3 +40,9 @@ def read_text(path: str | Path, error: type[JudgeError] = JudgeError) -> str:
             f"{path}:{line}: not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}); "
             "save the file as UTF-8 (e.g. Excel: CSV UTF-8; iconv -f latin1 -t utf-8)"
         ) from None
+
+
+def file_sha256(path: Path) -> str:
+    """The hex SHA-256 of a file's bytes, read in blocks (a model file is hundreds of MB)."""
+    with Path(path).open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()

@@ -14,7 +14,6 @@ Needs torch, transformers, gguf and accelerate (the `vllm` extra brings them).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -24,20 +23,13 @@ from pathlib import Path
 import platformdirs
 
 from judge.errors import BackendError
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from judge.resources import file_sha256
 
 
 def converted_dir(gguf: Path) -> Path:
     """Where the converted folder of this GGUF lives (whether or not it exists yet)."""
     cache = Path(platformdirs.user_cache_dir("llm-judge-rater")) / "hf-models"
-    return cache / f"{gguf.stem}-{_sha256(gguf)[:16]}"
+    return cache / f"{gguf.stem}-{file_sha256(gguf)[:16]}"
 
 
 def convert(gguf: Path, out: Path) -> None:
