@@ -242,9 +242,9 @@ def check_labels_against_judgments(labels, judge, path: Path) -> None:
 
 def plan_parts(args, labels, judge) -> tuple[set | None, set | None, list[str]]:
     """(random items, targeted items, warnings) from --plan, after checking it against the inputs."""
-    from .errors import CalibrationError
     from judge.resources import file_sha256
 
+    from .errors import CalibrationError
     from .screen import read_plan
 
     if args.plan is None:

@@ -137,7 +137,7 @@ def changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
         before, after = old.get(key), new.get(key)
         if before == after:
             continue
-        if isinstance(after, str) and len(after) == 16 and key in HASHED_PARTS:
+        if key in HASHED_PARTS:  # digests: name the part, the hex says nothing
             out.append(HASHED_PARTS[key])
         else:
             out.append(f"{key} {before!r} -> {after!r}")
