@@ -29,10 +29,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.estimate import pair_indices, ppi_mean, ppi_mean_repeated, study_matrices  # noqa: E402
+from calibration.study.estimate import pair_indices, ppi_mean, ppi_mean_repeated, study_matrices  # noqa: E402
 from calibration.humans import aggregate_humans  # noqa: E402
 from calibration.io import load_human_labels, load_judge_scores  # noqa: E402
-from calibration.screen import score_table, systems_table, weighted_means  # noqa: E402
+from calibration.study.screen import score_table, systems_table, weighted_means  # noqa: E402
 from calibration.stats import resample_counts  # noqa: E402
 from judge.cli import main  # noqa: E402
 

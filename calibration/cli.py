@@ -195,10 +195,9 @@ def table_files(results) -> dict[str, str]:
 
 
 def write_tables(results, directory: Path) -> None:
-    from .io import write_text_atomic
+    from judge.outputs import write_folder
 
-    for name, text in table_files(results).items():
-        write_text_atomic(directory / name, text)
+    write_folder(directory, table_files(results), verb="calibrate")
 
 
 def _check_outputs(args) -> None:
@@ -239,6 +238,14 @@ def _sources(args, judge) -> dict[str, str]:
     return out
 
 
+def _inputs(args) -> list:
+    return [args.judgments, args.human, getattr(args, "compare", None), getattr(args, "apply_map", None)]
+
+
+def written_paths(args, files: dict, page) -> list[Path]:
+    return [args.output_dir / name for name in files] + ([args.report] if page is not None else [])
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
@@ -246,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         from .alignment import check_overlap
         from .analysis import analyse
         from .errors import CalibrationError
-        from .io import load_human_labels, load_judge_scores, range_scale, rubric_scales, write_text_atomic
+        from .io import load_human_labels, load_judge_scores, range_scale, rubric_scales
         from .maps import apply_maps, load_maps, save_maps
 
         _progress(f"reading {args.judgments} and {args.human}")
@@ -286,11 +293,18 @@ def run(args: argparse.Namespace) -> int:
             _progress("drawing the report")
             page = report_html(results)
         if args.fit_map:
+            from judge.outputs import check_writable
+
+            check_writable(args.fit_map, inputs=_inputs(args), what="--fit-map")
+            for path in written_paths(args, files, page):
+                check_writable(path, inputs=_inputs(args))
             save_maps(results.maps, args.fit_map)
-        for name, text in files.items():
-            write_text_atomic(args.output_dir / name, text)
+        from judge.outputs import write_files
+
+        written = {args.output_dir / name: text for name, text in files.items()}
         if page is not None:
-            write_text_atomic(args.report, page)
+            written[args.report] = page
+        write_files(written, verb="calibrate", inputs=_inputs(args))
         # Printed after the files are written: a reader that stops early (`| head`) costs no output file.
         print_results(results)
     except JudgeError as exc:

@@ -11,7 +11,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.model_selection import GroupKFold
 
 from .errors import CalibrationError
-from .io import read_text, write_text_atomic
+from .io import read_text
 
 FORMAT = "judge-calibration-map/isotonic@1"
 
@@ -88,7 +88,9 @@ class IsotonicCalibrationMap:
 def save_maps(maps: dict[str, IsotonicCalibrationMap], path: str | Path) -> None:
     """One JSON file holding one map per criterion."""
     payload = {"format": FORMAT, "maps": {criterion: m.to_dict() for criterion, m in maps.items()}}
-    write_text_atomic(Path(path), json.dumps(payload, indent=2) + "\n")
+    from judge.outputs import write_files
+
+    write_files({Path(path): json.dumps(payload, indent=2) + "\n"}, verb="calibrate --fit-map")
 
 
 def load_maps(path: str | Path) -> dict[str, IsotonicCalibrationMap]:

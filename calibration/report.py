@@ -18,7 +18,6 @@ import pandas as pd  # noqa: E402
 
 from .agreement import round_to_scale  # noqa: E402
 from .analysis import CalibrationResults  # noqa: E402
-from .io import write_text_atomic  # noqa: E402
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
@@ -232,6 +231,8 @@ def report_html(results: CalibrationResults, when: datetime.datetime | None = No
 
 def write_report(results: CalibrationResults, path: str | Path) -> Path:
     """Write the report in one step (a complete file or none)."""
+    from judge.outputs import write_files
+
     path = Path(path)
-    write_text_atomic(path, report_html(results))
+    write_files({path: report_html(results)}, verb="calibrate")
     return path

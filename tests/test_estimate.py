@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.estimate import ppi_mean, ppi_mean_repeated
+from calibration.study.estimate import ppi_mean, ppi_mean_repeated
 from judge.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "examples" / "study"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from calibration.alignment import expand_all_criteria
-from calibration.estimate import pair_indices, ppi_mean, ppi_mean_repeated, study_matrices
+from calibration.study.estimate import pair_indices, ppi_mean, ppi_mean_repeated, study_matrices
 from calibration.humans import aggregate_humans
 from calibration.io import load_human_labels, load_judge_scores
 

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.estimate import ppi_mean
+from calibration.study.estimate import ppi_mean
 from calibration.io import load_judge_scores
-from calibration.power import dialogues_needed, paired_power
-from calibration.screen import (bootstrap_p_value, holm, judgment_uncertainty, make_plan, systems_table)
+from calibration.study.power import dialogues_needed, paired_power
+from calibration.study.screen import (bootstrap_p_value, holm, judgment_uncertainty, make_plan, systems_table)
 from calibration.stats import resample_counts
 from judge.cli import main
 

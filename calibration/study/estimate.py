@@ -49,9 +49,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from .alignment import expand_all_criteria
-from .errors import CalibrationError
-from .humans import aggregate_humans
+from ..alignment import expand_all_criteria
+from ..errors import CalibrationError
+from ..humans import aggregate_humans
 
 ESTIMATE_COLUMNS = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
                     "human_only_ci_high", "n_labelled", "n_judged", "n_dialogues", "width_ratio", "lambda",

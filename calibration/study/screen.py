@@ -28,12 +28,12 @@ import pandas as pd
 
 from judge.resources import file_sha256
 
-from .alignment import expand_all_criteria
-from .errors import CalibrationError
+from ..alignment import expand_all_criteria
+from ..errors import CalibrationError
 from .estimate import judge_matrices, ppi_mean
-from .humans import aggregate_humans
+from ..humans import aggregate_humans
 from .power import dialogues_needed
-from .stats import resample_counts
+from ..stats import resample_counts
 
 SYSTEM_COLUMNS = ["criterion", "system", "mean", "ci_low", "ci_high", "n", "rank", "difference_from_best",
                   "p_holm", "tied_with_best", "dominated_by"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .report import STYLE, _grid, _png, _table
+from ..report import STYLE, _grid, _png, _table
 
 
 def intervals_figure(frame: pd.DataFrame, label: str, centre: str, low: str, high: str,
@@ -74,11 +74,10 @@ def estimate_section(result) -> str:
 
 def write_section(section: str, path: str | Path, title: str) -> Path:
     """A self-contained page holding the section (plots embedded as data URIs)."""
-    from .io import write_text_atomic
+    from judge.outputs import write_files
 
     path = Path(path)
     document = (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
                 f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{section}</body></html>")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, document)
+    write_files({path: document}, verb=title.lower())
     return path

@@ -117,15 +117,12 @@ def register(sub) -> None:
 # -- writing: every file complete or absent -----------------------------------------------------------------------
 
 
-def write_outputs(directory: Path | None, files: dict[str, str]) -> None:
-    """All texts are built before this is called; each file then appears whole or not at all."""
-    from .io import write_text_atomic
+def write_outputs(directory: Path | None, files: dict[str, str], verb: str = "study", inputs=()) -> None:
+    """All texts are built before this is called; each file then appears whole or not at all, and only over files
+    this tool wrote (judge/outputs.py)."""
+    from judge.outputs import write_folder
 
-    if directory is None:
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        write_text_atomic(directory / name, text)
+    write_folder(directory, files, verb=verb, inputs=inputs)
 
 
 def _csv(frame) -> str:
@@ -147,8 +144,8 @@ def _error(verb: str, exc: Exception) -> int:
 
 
 def run_screen(args: argparse.Namespace) -> int:
-    from .errors import CalibrationError
-    from .io import load_human_labels, load_judge_scores
+    from ..errors import CalibrationError
+    from ..io import load_human_labels, load_judge_scores
     from .screen import screen
 
     started = time.perf_counter()
@@ -180,12 +177,17 @@ def run_screen(args: argparse.Namespace) -> int:
 
 def _write_all(args, files: dict[str, str], result, section: str, title: str) -> None:
     """Every output is built before the first is written: the tables (each atomically), then the report section."""
+    from judge.outputs import check_writable
+
+    inputs = [args.judgments, getattr(args, "human", None), getattr(args, "plan", None)]
+    if args.report:
+        check_writable(args.report, inputs=inputs, what="--report")
     report = None
     if args.report:
-        from . import study_report  # matplotlib: only when a report is asked for
+        from . import report as study_report  # matplotlib: only when a report is asked for
 
         report = getattr(study_report, section)(result)
-    write_outputs(args.output_dir, files)
+    write_outputs(args.output_dir, files, verb=args.command, inputs=inputs)
     if report is not None:
         study_report.write_section(report, args.report, title)
 
@@ -225,7 +227,7 @@ def print_screen(result, out=None) -> None:
 
 
 def check_labels_against_judgments(labels, judge, path: Path) -> None:
-    from .errors import CalibrationError
+    from ..errors import CalibrationError
 
     items = set(judge["item_id"])
     unknown = ~labels["item_id"].isin(items)
@@ -244,7 +246,7 @@ def plan_parts(args, labels, judge) -> tuple[set | None, set | None, list[str]]:
     """(random items, targeted items, warnings) from --plan, after checking it against the inputs."""
     from judge.resources import file_sha256
 
-    from .errors import CalibrationError
+    from ..errors import CalibrationError
     from .screen import read_plan
 
     if args.plan is None:
@@ -271,10 +273,10 @@ def plan_parts(args, labels, judge) -> tuple[set | None, set | None, list[str]]:
 
 
 def run_estimate(args: argparse.Namespace) -> int:
-    from .errors import CalibrationError
+    from ..errors import CalibrationError
     from .estimate import estimate
-    from .io import load_human_labels, load_judge_scores
-    from .maps import apply_maps, load_maps
+    from ..io import load_human_labels, load_judge_scores
+    from ..maps import apply_maps, load_maps
 
     started = time.perf_counter()
     try:

@@ -1,0 +1,115 @@
+"""Every file the tool writes besides the results file (reports, tables, plans, labels, keys) goes through here.
+
+A file is replaced only when it is provably ours: it does not exist yet, or it is exactly what this tool wrote
+there (same bytes). The proof is a registry in the file's folder, `.judge-written.json`, holding the SHA-256 of
+each file the tool wrote and which command wrote it. An HTML page also carries the proof inside itself (its
+first line is a comment with the digest of the rest), so a report written beside the user's own files needs no
+registry. A file the user made, an input, or one of ours that was edited since is refused, untouched, with
+what to do instead. Each file is written atomically (a temporary file, then a rename): a reader, or a crash,
+never sees half a file; all of a verb's files are checked before the first is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from judge.errors import OutputError
+
+REGISTRY = ".judge-written.json"
+_HTML_PROOF = re.compile(r"<!-- written by llm-judge-rater \(([a-z -]+)\); sha256 ([0-9a-f]{64}) -->\n")
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _bytes(content: str | bytes) -> bytes:
+    return content.encode("utf-8") if isinstance(content, str) else content
+
+
+def html_with_proof(page: str, verb: str) -> str:
+    """The page with its first line naming the tool and the digest of the rest: it proves itself ours."""
+    return f"<!-- written by llm-judge-rater ({verb}); sha256 {_digest(page.encode('utf-8'))} -->\n{page}"
+
+
+def _registry(folder: Path) -> dict:
+    try:
+        data = json.loads((folder / REGISTRY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_ours(path: Path) -> bool:
+    """True when `path` holds exactly what this tool wrote there."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    match = _HTML_PROOF.match(data[:200].decode("utf-8", "replace"))
+    if match and _digest(data[match.end():]) == match.group(2):
+        return True
+    entry = _registry(path.parent).get(path.name)
+    return isinstance(entry, dict) and entry.get("sha256") == _digest(data)
+
+
+def check_writable(path: str | Path, *, inputs=(), what: str = "output") -> Path:
+    """Refuse, before anything is written, a path that is an input, a folder, or a file that is not ours."""
+    path = Path(path)
+    for given in inputs:
+        if given is not None and path.exists() and Path(given).exists() and os.path.samefile(path, given):
+            raise OutputError(f"{path}: the {what} would replace an input ({given}); choose another path")
+    if path.is_dir():
+        raise OutputError(f"{path}: the {what} is a folder; give a file name")
+    if path.exists() and not is_ours(path):
+        raise OutputError(f"{path}: exists and was not written by this tool (or was edited since): it is left "
+                          f"untouched; choose another {what} path, or move the file away")
+    return path
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        umask = os.umask(0)  # mkstemp makes the file private (0600); give it the mode any new file would have
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def write_files(files: dict[str | Path, str | bytes], *, verb: str, inputs=()) -> list[Path]:
+    """Write every file (path -> content) or none: all are checked first. Returns the files that were replaced
+    (ours, from an earlier run), so the caller can say so. HTML pages are given their proof line; other files are
+    recorded in their folder's registry."""
+    paths = {Path(p): content for p, content in files.items()}
+    replaced = [check_writable(p, inputs=inputs) for p in paths if p.exists()]
+    for path, content in paths.items():
+        if path.suffix.lower() in (".html", ".htm") and isinstance(content, str):
+            _atomic(path, html_with_proof(content, verb).encode("utf-8"))
+            continue
+        data = _bytes(content)
+        _atomic(path, data)
+        registry = _registry(path.parent)
+        registry[path.name] = {"sha256": _digest(data), "by": f"judge {verb}"}
+        _atomic(path.parent / REGISTRY, (json.dumps(registry, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    return replaced
+
+
+def write_folder(directory: str | Path | None, files: dict[str, str | bytes], *, verb: str, inputs=()) -> list[Path]:
+    """`write_files` for the tables a verb writes into its --output-dir (None: nothing is written)."""
+    if directory is None:
+        return []
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{directory}: --output-dir is a file; give a folder")
+    return write_files({directory / name: content for name, content in files.items()}, verb=verb, inputs=inputs)
