@@ -14,7 +14,7 @@ from judge.errors import JudgeError
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
-VERB_MODULES = ("calibration.cli", "calibration.study.cli", "judge.annotation.cli")
+VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.audit.cli", "judge.annotation.cli")
 
 
 def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
