@@ -49,6 +49,12 @@ def open_backend(args):
     With several servers, `--concurrency` bounds each one, and `args.concurrency` becomes the total the run may
     keep in flight: the flag's value times the number of servers.
     """
+    if getattr(args, "batch", False) or getattr(args, "batch_dir", None):
+        from judge.backends.batch import open_batch
+
+        with open_batch(args) as opened:
+            yield opened
+        return
     if args.backend == "vllm":
         from judge.backends.vllm import open_engine
 
