@@ -87,32 +87,36 @@ def split(lines: list[str], max_requests: int | None = None, max_bytes: int | No
 
 def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
     """One output- or error-file record as what `complete` returns or raises; None when the request never ran
-    (expired, cancelled, or missing): it is sent again. Both error shapes are read: an `error` object, or
-    `error: null` with a non-200 `response` whose body holds the error."""
+    (expired, cancelled, or missing): it is sent again.
+
+    Errors come in several shapes, all read: OpenAI's `error` object with `response: null`; `error: null` with a
+    non-200 `response` whose body holds the error; and vLLM's `response: {status_code}` with the error (a string or
+    an ErrorResponse) in `error`. An HTTP status is judged as online (429 and 5xx are retried, in the next round)."""
     if record is None:
         return None
     response, error = record.get("response"), record.get("error")
-    if isinstance(response, dict) and not error:
-        status, body = response.get("status_code"), response.get("body")
-        if status == 200 and isinstance(body, dict):
-            try:
-                return _completion(body)
-            except RetryableError as exc:
-                exc.retry_after = 0.0  # next round, not after a back-off
-                return exc
-        exc = _status_error(int(status or 500), json.dumps(body, ensure_ascii=False), None, redact)
-        if isinstance(exc, RetryableError):
-            exc.retry_after = 0.0
-        return exc
-    if isinstance(error, dict):
+    status = response.get("status_code") if isinstance(response, dict) else None
+    if status == 200 and not error and isinstance(response.get("body"), dict):
+        try:
+            return _completion(response["body"])
+        except RetryableError as exc:
+            exc.retry_after = 0.0  # the next round, not after a back-off
+            return exc
+    if isinstance(error, dict) and (error.get("code") in UNANSWERED):
+        return None
+    if isinstance(status, int) and status != 200:
+        detail = error or response.get("body")
+        exc = _status_error(status, detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False),
+                            None, redact)
+    elif isinstance(error, dict):
         code = error.get("code") or "error"
-        if code in UNANSWERED:
-            return None
         message = redact(f"batch request failed: {code}: {error.get('message') or ''}".strip())
-        if code in RETRYABLE_CODES:
-            return RetryableError(message, retry_after=0.0)
-        return BackendError(message)
-    return RetryableError(f"malformed batch result line: {json.dumps(record)[:200]}", retry_after=0.0)
+        exc = RetryableError(message) if code in RETRYABLE_CODES else BackendError(message)
+    else:
+        exc = RetryableError(f"malformed batch result line: {json.dumps(record)[:200]}")
+    if isinstance(exc, RetryableError):
+        exc.retry_after = 0.0
+    return exc
 
 
 def run_fingerprint(args) -> str:
