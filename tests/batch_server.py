@@ -279,3 +279,37 @@ def _public(batch: dict) -> dict:
 def _error(status: int, message: str, param: str | None = None) -> web.Response:
     return web.json_response({"error": {"message": message, "type": "invalid_request_error", "param": param,
                                         "code": None}}, status=status)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python tests/batch_server.py --port 0 [--instant]`: prints `listening on URL` and serves until its parent
+    exits (benchmarks measure the client alone)."""
+    import argparse
+    import asyncio
+    import os
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--instant", action="store_true", help="complete each batch at its first retrieve")
+    args = p.parse_args(argv)
+    server = BatchServer(port=args.port)
+    server.batch.instant = args.instant
+    parent = os.getppid()
+
+    async def run() -> None:
+        await server.serve()
+        print(f"listening on {server.base_url}", flush=True)
+        try:
+            while os.getppid() == parent:
+                await asyncio.sleep(0.5)
+        finally:
+            await server.shutdown()
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
