@@ -345,8 +345,8 @@ def run_qualify(args) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         output = args.output or f"{scratch}/qualification.jsonl"
         tally = _run(args, rubric, criteria, items, output, mode)
-        if tally is None:
-            return EXIT_INTERRUPTED
+        if tally is None or not hasattr(tally, "failed"):  # interrupted, or batch files await a runner
+            return _exit_code(tally)
         records = [judgment for _, judgment in read_judgments(output)]
     table, passed = qualification_report(rubric, records)
     print(table)

@@ -353,3 +353,24 @@ def test_bad_input_is_refused_in_one_line_before_anything_is_submitted(server, t
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "cache" not in p.parts}
     assert after == before  # nothing written, nothing changed
     assert not out.exists() or out.read_bytes() == before.get(out)
+
+
+# -- rounds per rubric (the README's table) ----------------------------------------------------------------------
+ROUNDS = [  # (verb, rubric, items, extra flags, rounds)
+    ("score", "dialsummeval", lambda t: EXAMPLES, [], 1),
+    ("score", "dialsummeval", lambda t: EXAMPLES, ["--mode", "block"], 1),
+    ("score", "call_centre_fr", lambda t: EXAMPLES, [], 2),
+    ("score", "response_quality", lambda t: ROOT / "examples" / "responses.jsonl", [], 1),
+    ("compare", "pairwise_summary", lambda t: ROOT / "examples" / "pairs.jsonl", [], 1),
+    # csds without segments in the items (2: the split, then the segments) needs a model that can split: not the stub
+]
+
+
+@pytest.mark.parametrize("verb,rubric,items,extra,rounds", ROUNDS, ids=[f"{r[1]}{''.join(r[3])}" for r in ROUNDS])
+def test_rounds_each_rubric_takes(server, tmp_path, capsys, verb, rubric, items, extra, rounds):
+    run = ["--rubric", rubric, "--input", str(items(tmp_path)), "--output", str(tmp_path / "out.jsonl"),
+           "--backend", "openai", "--base-url", server.base_url, "--model", "stub", "--no-cache", "--no-progress",
+           "--batch", *extra]
+    assert main([verb, *run]) == 0
+    assert f"over {rounds} round(s)" in capsys.readouterr().err
+    assert server.created == rounds

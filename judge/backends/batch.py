@@ -398,7 +398,6 @@ class BatchAPIClient(Batcher):
         if not self._adopted:
             await self._adopt_orphans()
             self._adopted = True
-        self.rounds += 1
         manifest, again = self.manifest, {}
         live: dict[str, list[str]] = {}
         new: list[str] = []
@@ -415,6 +414,8 @@ class BatchAPIClient(Batcher):
                 else:
                     new.append(key)  # errors and unanswered requests of an earlier run are sent again
         entries = [e for e in manifest.batches if e.get("batch_id") in live]
+        if new or live:
+            self.rounds += 1  # a round that waits on batches (answers found in finished ones cost no round)
         for lines in split([batch_line(key, taken[key][0]) for key in new]):
             keys = [json.loads(line)["custom_id"] for line in lines]
             data = ("\n".join(lines) + "\n").encode("utf-8")
@@ -598,8 +599,9 @@ class BatchDirClient(Batcher):
                 self.settle(futures, answer)
                 resolved += 1
         if resolved or not missing:
-            return missing  # their dependents ask next; the missing join them
-        self._sends.update({key: 0 for key in missing})  # waiting on a runner is not a failed send
+            for key, (body, futures) in missing.items():  # their dependents ask next; the missing wait with them
+                self._waiting.setdefault(key, (body, []))[1].extend(futures)
+            return {}
         fresh = [key for key in missing if key not in self.waiting_on or self._used.get(key)]
         if fresh:
             self._write(fresh, missing)
