@@ -89,7 +89,7 @@ def test_a_batch_run_writes_the_same_lines_as_the_online_path(server, tmp_path, 
     for file in uploaded(server):
         for line in file:
             valid_request(line)
-    assert "by batch: 18 requests in 2 batch file(s) over 2 round(s)" in err and "batch price" in err
+    assert "by batch: 18 answers; 18 requests sent in 2 batch file(s) over 2 round(s)" in err and "batch price" in err
     assert "cached:" in err and "prefix-cache hit rate" in err  # the stub reports half the prompt as cached
     assert main(args(server.base_url, tmp_path, output="online.jsonl", cache="cache2")) == 0
     batch, online = lines(tmp_path / "out.jsonl"), lines(tmp_path / "online.jsonl")

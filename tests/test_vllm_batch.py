@@ -82,7 +82,8 @@ def test_two_shards_through_vllm_run_batch_record_what_the_engine_records(model_
         if again.returncode != 3:
             break
     assert again.returncode in (0, 1), again.stderr[-2000:]
-    assert "by batch: 8 requests in 2 batch file(s)" in again.stderr or rounds > 1
+    assert "by batch: 8 answers; 0 requests sent" in again.stderr, again.stderr  # read from the two shards' answers
+    assert rounds == 1, "SmolLM2 under structured output answers every request in one round"
     recorded = by_key(tmp_path / "batch.jsonl")
     assert len(recorded) == 8
 

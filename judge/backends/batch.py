@@ -171,7 +171,8 @@ class Batcher:
         self._arrivals = 0
         self._runner: asyncio.Task | None = None
         self._sends: dict[str, int] = {}
-        self.requests = self.batches = self.rounds = 0
+        self.requests = self.batches = self.rounds = 0  # sent (or written) in batches
+        self.answered = 0  # answers that came back from batches
 
     async def complete(self, body: dict, timeout: float) -> dict:
         key = request_key(body)
@@ -228,8 +229,8 @@ class Batcher:
                 else:
                     self._waiting[key] = (body, futures)
 
-    @staticmethod
-    def settle(futures: Iterable[asyncio.Future], result) -> None:
+    def settle(self, futures: Iterable[asyncio.Future], result) -> None:
+        self.answered += 1
         for future in futures:
             if future.done():
                 continue
@@ -243,10 +244,10 @@ class Batcher:
         raise NotImplementedError
 
     def summary(self) -> str:
-        if not self.requests:
+        if not self.requests and not self.answered:
             return ""
-        return (f"by batch: {self.requests} requests in {self.batches} batch file(s) over {self.rounds} round(s)"
-                f"{self.price_note}")
+        return (f"by batch: {self.answered} answers; {self.requests} requests sent in {self.batches} batch file(s) "
+                f"over {self.rounds} round(s){self.price_note}")
 
     price_note = ""
 
