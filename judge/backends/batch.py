@@ -141,17 +141,19 @@ class _Status:
         self.started = time.monotonic()
         self.last_line, self.last_time = "", 0.0
 
-    def show(self, text: str) -> None:
+    def show(self, text: str, state: str) -> None:
+        """`text` on the terminal's line; in a log, when `state` (the batches' statuses) changes or every few
+        minutes, not at every count."""
         if not self.enabled:
             return
         now = time.monotonic()
         line = f"{text}; {now - self.started:.0f} s"
         if self.tty:
             print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
-        elif text != self.last_line or now - self.last_time >= REPORT_EVERY:
+        elif state != self.last_line or now - self.last_time >= REPORT_EVERY:
             print(line, file=sys.stderr, flush=True)
             self.last_time = now
-        self.last_line = text
+        self.last_line = state
 
     def done(self) -> None:
         if self.enabled and self.tty and self.last_line:
@@ -459,7 +461,7 @@ class BatchAPIClient(Batcher):
                 total = sum(e["requests"] for e in entries)
                 states = ", ".join(sorted({e["status"] for e in pending}))
                 self.status.show(f"batch round {self.rounds}: {len(pending)} of {len(entries)} batch(es) {states}; "
-                                 f"{done}/{total} requests completed, {failed} failed")
+                                 f"{done}/{total} requests completed, {failed} failed", f"{self.rounds} {states}")
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, POLL_MAX)
 

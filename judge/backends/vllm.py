@@ -288,7 +288,14 @@ def open_engine(args):
         raise BackendError(f"vLLM could not load {args.model!r}: {_one_line(exc)}") from None
     finally:
         logging.disable(logging.NOTSET)
-    client = VLLMClient(llm, {"engine": f"vllm {getattr(vllm, '__version__', '?')}", "model_digest": model_digest(args.model)})
+    served = {"engine": f"vllm {getattr(vllm, '__version__', '?')}", "model_digest": model_digest(args.model)}
+    try:  # what `vllm serve` and `vllm run-batch` stamp on their answers, computed from the same engine config
+        from vllm.entrypoints.serve.utils.fingerprint import get_system_fingerprint
+
+        served["system_fingerprint"] = get_system_fingerprint(llm.llm_engine.vllm_config)
+    except Exception:  # noqa: BLE001 - another vLLM version: the fingerprint is optional
+        pass
+    client = VLLMClient(llm, served)
     try:
         yield Opened(client, args.model, "vllm", f"the in-process vLLM engine ({args.model})")
     finally:
