@@ -374,3 +374,38 @@ def test_rounds_each_rubric_takes(server, tmp_path, capsys, verb, rubric, items,
     assert main([verb, *run]) == 0
     assert f"over {rounds} round(s)" in capsys.readouterr().err
     assert server.created == rounds
+
+
+# -- every shape a result line comes in ----------------------------------------------------------------------------
+OK_BODY = {"model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "{}"},
+                                      "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+SHAPES = [  # (what a runner or provider wrote, what the request gets)
+    ({"response": {"status_code": 200, "body": OK_BODY}, "error": None}, "answer"),
+    ({"response": None, "error": {"code": "batch_expired", "message": "expired"}}, "sent again"),
+    ({"response": None, "error": {"code": "batch_cancelled", "message": "cancelled"}}, "sent again"),
+    ({"response": None, "error": {"code": "server_error", "message": "boom"}}, "RetryableError"),
+    ({"response": None, "error": {"code": "invalid_request", "message": "bad"}}, "BackendError"),
+    ({"response": {"status_code": 400, "body": {"error": {"message": "too long"}}}, "error": None}, "BackendError"),
+    ({"response": {"status_code": 429, "body": {"error": {"message": "slow down"}}}, "error": None}, "RetryableError"),
+    # vLLM's run-batch: the status in `response`, the error (a string or an ErrorResponse) in `error`
+    ({"response": {"status_code": 400, "request_id": "r", "body": None}, "error": "prompt too long"}, "BackendError"),
+    ({"response": {"status_code": 400, "request_id": "r", "body": None},
+      "error": {"error": {"message": "response_format json_schema is invalid", "code": 400}}}, "ResponseFormatUnsupported"),
+    ({"response": {"status_code": 200, "body": {"object": "error"}}, "error": None}, "RetryableError"),
+    (None, "sent again"),
+]
+
+
+@pytest.mark.parametrize("record,expected", SHAPES)
+def test_every_result_shape_becomes_an_answer_an_error_or_a_resend(record, expected):
+    from judge.secrets import Redactor
+
+    got = batching.result_of(record, Redactor())
+    if expected == "answer":
+        assert got["content"] == "{}" and got["served"]["model"] == "m"
+    elif expected == "sent again":
+        assert got is None
+    else:
+        assert type(got).__name__ == expected, got
+        if expected == "RetryableError":
+            assert got.retry_after == 0.0  # the next round, without a back-off
