@@ -152,6 +152,25 @@ def test_a_run_killed_while_polling_resumes_without_submitting_again(server, tmp
     assert set(server.stats.received.values()) == {1}
 
 
+def test_a_crash_between_creating_a_batch_and_recording_it_is_adopted_not_paid_twice(server, tmp_path, monkeypatch):
+    saves, save = [], batching.Manifest.save
+
+    def crash_on_recording_the_batch(self):
+        saves.append(1)
+        if len(saves) == 2:  # the batch exists on the server; its id never reaches the manifest
+            raise OSError(28, "No space left on device")  # the process dies here, in effect
+        save(self)
+
+    monkeypatch.setattr(batching.Manifest, "save", crash_on_recording_the_batch)
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 2
+    monkeypatch.setattr(batching.Manifest, "save", save)
+    manifest = json.loads((tmp_path / "out.jsonl.batches.json").read_text())
+    assert server.created == 1 and manifest["batches"][0]["batch_id"] is None
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    assert server.created == 1 and server.uploads == 1  # found by its input file and polled
+    assert len(lines(tmp_path / "out.jsonl")) == 12
+
+
 def test_a_half_expired_batch_resends_only_the_missing(server, tmp_path):
     server.batch.expire_after = 5
     assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
