@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from judge.backends import local
 from judge.rubric import load_rubric
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -46,7 +47,11 @@ def test_score_with_the_embedded_model_then_rerun_from_results(tmp_path):
         assert line["error"] is None and line["score"] in {1.0, 2.0, 3.0, 4.0, 5.0}
         assert line["backend"] == "local" and line["model"].startswith("SmolLM2-135M-Instruct")
         assert line["usage"]["prompt_tokens"] > 0
-    assert "judged 6 (0 from cache)" in first.stderr
+        # What the server says about itself, and what the backend adds: engine version, the model file's digest.
+        assert line["served"]["engine"].startswith("llama.cpp (xllamacpp ")
+        assert line["served"]["model_digest"] == local.MODEL_SHA256
+        assert line["usage"]["cached_tokens"] is not None  # llama.cpp reports its prefix-cache reuse
+    assert "judged 6 (0 from cache)" in first.stderr and "prefix-cache hit rate" in first.stderr
 
     again = judge(*args)
     assert again.returncode == 0 and "skipped 6 already done; 0 requests" in again.stderr
