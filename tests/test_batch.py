@@ -135,6 +135,7 @@ def wait_for(condition, seconds: float = 30) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # a `judge` process of its own, killed
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
 def test_a_run_killed_while_polling_resumes_without_submitting_again(server, tmp_path, how):
     server.batch.hold = True
@@ -182,6 +183,7 @@ def test_a_half_expired_batch_resends_only_the_missing(server, tmp_path):
     assert len(lines(tmp_path / "out.jsonl")) == 12
 
 
+@pytest.mark.slow  # a `judge` process of its own, killed
 def test_status_and_cancel_then_a_rerun_sends_the_cancelled_requests_again(server, tmp_path, capsys):
     server.batch.hold = True
     proc = start_cli(server.base_url, tmp_path, "--criteria", UNGATED, "--no-progress")
