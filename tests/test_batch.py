@@ -329,6 +329,12 @@ def _other_command_manifest(tmp_path: Path, server) -> list[str]:
     return ["--batch", "--criteria", "faithfulness"]
 
 
+def _batch_gone(tmp_path: Path, server) -> list[str]:
+    _other_command_manifest(tmp_path, server)
+    server.batches.clear()  # the provider no longer knows the batch the manifest records
+    return ["--batch", "--criteria", UNGATED]
+
+
 def _garbage_manifest(tmp_path: Path, server) -> list[str]:
     (tmp_path / "out.jsonl.batches.json").write_text("my notes\n")
     return ["--batch"]
@@ -345,6 +351,7 @@ BAD = [  # (case, setup returning the extra flags, expected message)
     ("out file from another model", _wrong_model_out, "answered by model 'another', but the request asked for 'stub'"),
     ("manifest of another command", _other_command_manifest, "belongs to another command"),
     ("not a manifest", _garbage_manifest, "not a batch manifest"),
+    ("a batch the provider lost", _batch_gone, "failed (HTTP 404): Error code: 404"),
 ]
 
 

@@ -398,6 +398,17 @@ class BatchAPIClient(Batcher):
         return records
 
     async def round(self, taken):
+        import openai
+
+        try:
+            return await self._round(taken)
+        except openai.APIError as exc:  # the Batch API itself failed (after the SDK's own retries): stop, in a line
+            status = getattr(exc, "status_code", None)
+            raise ServerUnusable(self.redact(f"the Batch API at {self.manifest.data.get('server')} failed"
+                                             f"{f' (HTTP {status})' if status else ''}: {' '.join(str(exc).split())[:300]}"
+                                             f"; the batches submitted so far are in {self.manifest.path}")) from None
+
+    async def _round(self, taken):
         if not self._adopted:
             await self._adopt_orphans()
             self._adopted = True
