@@ -72,12 +72,10 @@ def estimate_section(result) -> str:
     return "".join(parts)
 
 
-def write_section(section: str, path: str | Path, title: str) -> Path:
-    """A self-contained page holding the section (plots embedded as data URIs)."""
+def write_section(section: str, path: str | Path, title: str, inputs=()) -> list[Path]:
+    """A self-contained page holding the section (plots embedded as data URIs); returns the files it replaced."""
     from judge.outputs import write_files
 
-    path = Path(path)
     document = (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
                 f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{section}</body></html>")
-    write_files({path: document}, verb=title.lower())
-    return path
+    return write_files({Path(path): document}, verb=title.lower(), inputs=inputs)
