@@ -217,12 +217,11 @@ def test_judge_scores_through_a_fitted_map(tmp_path, capsys):
     assert not np.allclose(raw["lambda"], mapped["lambda"])  # another judge score
 
 
-def test_plan_from_a_changed_judgments_file_warns(tmp_path, capsys):
+def test_plan_from_a_changed_judgments_file_is_refused(tmp_path, capsys):
     changed = tmp_path / "judgments.jsonl"
-    changed.write_text(JUDGMENTS.read_text() + "\n")  # same judgments, other bytes
-    assert run_cli("--judgments", changed, "--human", LABELS, "--plan", PLAN) == 0
-    assert "judge estimate: warning: the plan was made from examples/study/judgments.jsonl" in \
-        capsys.readouterr().err
+    changed.write_text(JUDGMENTS.read_text() + "\n")  # other bytes: the plan's random sample was not drawn from it
+    assert run_cli("--judgments", changed, "--human", LABELS, "--plan", PLAN) == 2
+    assert "not the judgments the plan was made from (examples/study/judgments.jsonl" in capsys.readouterr().err
 
 
 def _labels_on(tmp_path, keep):
