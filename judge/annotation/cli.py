@@ -35,15 +35,17 @@ def _command(sub, name: str, help: str, example: str):
 
 def run_export(args) -> int:
     from judge.annotation.export import export_package
-    from judge.annotation.package import read_plan
+    from judge.annotation.package import plan_record, read_plan
     from judge.items import load_items
     from judge.rubric import load_rubric
 
     rubric = load_rubric(args.rubric)
     plan = read_plan(args.plan) if args.plan else None
+    source = plan_record(args.plan) if args.plan else None
     items = load_items(args.input, rubric.inputs)
     done = export_package(rubric, items, args.format, args.output, seed=args.seed, annotators=args.annotators,
-                          plan=plan, repeats=args.repeats, qualification=not args.no_qualification)
+                          plan=plan, repeats=args.repeats, qualification=not args.no_qualification,
+                          plan_source=source)
     evaluation = [t for t in done.tasks if t.kind == "item"]
     shown = sum(len(t.slots) for t in evaluation)
     sheets = ", ".join(f for f in done.files if f != "key.json")
