@@ -19,12 +19,17 @@ examples:
   judge screen --judgments {FIXTURES}/judgments.jsonl --human {FIXTURES}/pilot_labels.csv --power 0.9
 
   # a metric column of a wide CSV as the judge, budget counted in judgments humans must give
-  judge screen --judgments metric_scores.csv --score-column rouge-1 --budget 2000 --budget-unit judgments
+  judge screen --judgments {FIXTURES}/metric_scores.csv --score-column rouge-1 --budget 40 --budget-unit judgments \\
+      --output-dir out/plan-rouge
 
 writes (with --output-dir): systems.csv, items.csv, power.csv and, with --budget, the plan:
   plan.csv   item_id,part,reason   one row per dialogue; part is random or targeted
-  plan.json  unit, budget, random share, seed, the judgments file and its sha256, the power analysis
-Only the random part may enter `judge estimate`: keep the share high enough for the intervals you need.
+  plan.json  unit, budget, random share, seed, the judgments file and its sha256, the plan's own sha256, the power
+             analysis
+A plan is a contract: an --output-dir that holds one is refused (a plan is never replaced), `judge export --plan`
+records its digest in the key, and `judge estimate --plan` refuses a plan edited since or made from other judgments.
+Only the random part may enter `judge estimate`: a plan with none is refused (or, with --random-share 0, warned
+about); keep the share high enough for the intervals you need.
 """
 
 ESTIMATE_EPILOG = f"""\
@@ -36,13 +41,18 @@ examples:
   judge estimate --judgments {FIXTURES}/judgments.jsonl --human {FIXTURES}/labels.csv \\
       --plan {FIXTURES}/plan --output-dir out/estimate
 
-  # a metric of a wide CSV as the judge, DialSummEval noise cleaning of the human labels
-  judge estimate --judgments metric_scores.csv --score-column bartscore_s_h --human annotations.csv --clean
+  # a metric of a wide CSV as the judge, DialSummEval noise cleaning of the human labels, the 1-5 scale checked
+  judge estimate --judgments {FIXTURES}/metric_scores.csv --score-column bartscore_s_h \\
+      --human {FIXTURES}/labels.csv --clean --scale 1,5 --report out/estimate.html
 
 method: prediction-powered inference with the power-tuned lambda (PPI++): the judge's scores on every judged
 dialogue correct the mean of the human labels on the random sample; t interval with n - 1 degrees of freedom
 (n = labelled dialogues). width_ratio = PPI interval / human-only interval from the same labels.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
+checks: every label on the rubric's scale (or --scale), on a judged dialogue, system and criterion; N/A (as
+`judge import` writes it) takes the cell out of that criterion's population; a labelled cell with no judgment line
+counts as a failed judgment; judgments of two rubrics or models in one file are refused; with --key, the labels'
+sheets must come from --plan. No interval is printed where none can hold; `separated` needs two finite bounds.
 """
 
 
