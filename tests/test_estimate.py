@@ -1,5 +1,6 @@
 """`judge estimate`: the PPI++ estimator against independent computations, the CLI on invented fixtures, bad input."""
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -235,6 +236,9 @@ def _bad_plan(tmp_path):
     plan = tmp_path / "other_plan"
     shutil.copytree(PLAN, plan)
     (plan / "plan.csv").write_text("item_id,part,reason\nd12,random,x\nzz99,random,x\n")
+    info = json.loads((plan / "plan.json").read_text())
+    info["plan_sha256"] = hashlib.sha256((plan / "plan.csv").read_bytes()).hexdigest()  # whole, but not ours
+    (plan / "plan.json").write_text(json.dumps(info))
     return plan
 
 
