@@ -272,3 +272,21 @@ def test_cells_for_criteria_that_do_not_apply_are_ignored_and_counted(tmp_path, 
                  "--output", str(tmp_path / "labels.csv")]) == 0
     assert "1 answers for criteria that do not apply to their candidate were ignored" in capsys.readouterr().out
     shutil.rmtree(pkg)
+
+
+def test_a_label_studio_csv_export_is_read(study, tmp_path, capsys):
+    """Label Studio's CSV export: the task's data and the answers as columns, plus its own bookkeeping (id,
+    annotation_id, created_at, updated_at, lead_time), which is read past without a note."""
+    key = str(study / "csv1" / "key.json")
+    plain, exported = tmp_path / "plain.csv", tmp_path / "ls.csv"
+    assert main(["import", "--from", str(study / "filled.csv"), "--key", key, "--output", str(plain)]) == 0
+    header, rows = _rows(study / "filled.csv")
+    bookkeeping = ["annotation_id", "created_at", "id", "lead_time", "updated_at"]
+    for n, row in enumerate(rows):
+        row.update({"annotation_id": str(100 + n), "created_at": "2026-01-01T10:00:00Z", "id": str(n + 1),
+                    "lead_time": "31.5", "updated_at": "2026-01-01T10:01:00Z"})
+    _write(tmp_path / "export.csv", bookkeeping + header, rows)
+    capsys.readouterr()
+    assert main(["import", "--from", str(tmp_path / "export.csv"), "--key", key, "--output", str(exported)]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert exported.read_bytes() == plain.read_bytes()
