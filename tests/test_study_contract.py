@@ -156,6 +156,7 @@ ESTIMATE_BAD = [
     ("a system no judgment has", _spoil_labels(_set(0, 1, "delta")), "labels.csv:2: system 'delta' is not in the "
                                                                       "judgments"),
     ("a dialogue not judged", _spoil_labels(_set(0, 0, "d99")), "labels.csv:2: item 'd99' is not in the judgments"),
+    ("a file of the user's in --output-dir", lambda s: [], "estimates.csv: exists and was not written by this tool"),
     ("a label off the plan", None, None),  # the dialogue depends on the plan: built in the test
     ("two models in one file", _mixed_judges, "judgments of 2 judges in one file"),
     ("two rubrics in one file", _two_rubrics, "judgments of 2 judges in one file"),
