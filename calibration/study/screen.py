@@ -204,7 +204,7 @@ def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: 
                          "tied_with_best": bool(k == best or not p_of[k] <= 1.0 - confidence), "dominated_by": ""})
     systems = pd.DataFrame(rows, columns=SYSTEM_COLUMNS)
     dominated = dominated_systems(replicates, columns, criteria, tail)
-    systems["dominated_by"] = systems["system"].map(dominated).fillna("")
+    systems["dominated_by"] = systems["system"].map(lambda system: dominated.get(system, ""))
     return systems, dominated, replicates, columns
 
 
