@@ -65,3 +65,33 @@ def test_calibrate_draws_a_judge_on_the_human_scale_on_the_human_axis():
     assert not off_the_human_scale(means((2.0, 4.8), (1.5, 3.0)))
     assert off_the_human_scale(means((0.2, 0.4), (3.0, 4.0)))  # ROUGE in [0, 1]
     assert off_the_human_scale(means((-3.5, -2.0), (3.0, 4.0)))  # BARTScore
+
+
+@needs_chromium
+def test_a_row_without_an_interval_is_drawn_hollow_and_never_separated(tmp_path):
+    """What estimate.py gives where no interval can hold (NaN bounds and an interval_note): the text prints the
+    note and no "yes", the page still renders every plot."""
+    import numpy as np
+
+    from calibration.study.estimating import estimate
+
+    result = estimate(STUDY / "judgments.jsonl", STUDY / "labels.csv", plan=STUDY / "plan", scale=(1, 5))
+    differences = result.differences.copy()
+    differences["interval_note"] = ""
+    first = differences.index[0]
+    differences.loc[first, ["ci_low", "ci_high"]] = np.nan
+    differences.loc[first, "interval_note"] = "2 labelled dialogues: an interval needs at least 5"
+    degenerate = differences.index[1]
+    differences.loc[degenerate, ["ci_low", "ci_high"]] = 1.0  # zero width: labels without variance
+    result.differences = differences
+    text = result.text()
+    lines = [line for line in text.splitlines() if "an interval needs at least 5" in line]
+    assert len(lines) == 1 and " yes " not in lines[0]
+    row = differences.loc[degenerate]
+    assert not any(line.split()[:3] == [row.criterion, row.system_a, row.system_b] and "yes" in line.split()
+                   for line in text.splitlines())
+    page = tmp_path / "estimate.html"
+    result.report(page)
+    dom, images = browser_dom(page, tmp_path)
+    assert images == 2 and 'data-images-rendered="2/2"' in dom
+    assert "an interval needs at least 5" in dom
