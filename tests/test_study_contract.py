@@ -372,3 +372,19 @@ def test_pairwise_files_are_screened_as_win_shares(tmp_path, capsys):
     unusable = write_jsonl(tmp_path / "nolabel.jsonl", [dict(r, label=None, error="x") for r in records])
     assert main(["screen", "--judgments", str(unusable), "--bootstrap", "50"]) == 2
     assert "no numeric judge score to screen" in capsys.readouterr().err
+
+
+def test_screen_reruns_replace_its_tables_and_say_so(study, capsys):
+    out = study["dir"] / "tables"
+    args = ["screen", "--judgments", str(study["judgments"]), "--bootstrap", "30", "--output-dir", str(out),
+            "--report", str(study["dir"] / "screen.html")]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "replaced (written by an earlier run):" in err and "systems.csv" in err and "screen.html" in err
+    (out / "power.csv").write_text("edited by hand\n")
+    before = snapshot(study["dir"])
+    assert main(args) == 2
+    assert "power.csv: exists and was not written by this tool" in capsys.readouterr().err
+    assert snapshot(study["dir"]) == before
