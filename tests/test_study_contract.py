@@ -146,6 +146,16 @@ def _judgments_changed(s):
     return []
 
 
+def _targeted_only_plan(s):
+    """A plan of the same dialogues, all targeted (--random-share 0): the labels are a sample of nothing."""
+    plan = s["dir"] / "targeted_plan"
+    result = screen(s["judgments"], budget=12, random_share=0.0, bootstrap=20)
+    result.write(plan)
+    rows = label_rows([i for i in s["planned"] if i in set(result.plan["item_id"])])
+    write_labels(s["labels"], rows)
+    return ["--plan", str(plan)]
+
+
 ESTIMATE_BAD = [
     # (case, spoil(study) -> extra flags, expected message)
     ("a 7 on a 1-5 rubric", _spoil_labels(_set(3, 4, "7")),
@@ -156,6 +166,7 @@ ESTIMATE_BAD = [
     ("a system no judgment has", _spoil_labels(_set(0, 1, "delta")), "labels.csv:2: system 'delta' is not in the "
                                                                       "judgments"),
     ("a dialogue not judged", _spoil_labels(_set(0, 0, "d99")), "labels.csv:2: item 'd99' is not in the judgments"),
+    ("a plan with no random part", _targeted_only_plan, "the plan has no random part"),
     ("a file of the user's in --output-dir", lambda s: [], "estimates.csv: exists and was not written by this tool"),
     ("a label off the plan", None, None),  # the dialogue depends on the plan: built in the test
     ("two models in one file", _mixed_judges, "judgments of 2 judges in one file"),
