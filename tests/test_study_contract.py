@@ -294,6 +294,8 @@ def test_na_from_import_is_read_as_not_applicable(study):
     assert labels["na"].sum() == 2 and labels.loc[labels["na"], "score"].isna().all()
     result = estimate(study["judgments"], study["labels"], plan=study["plan"])
     assert result.n_human_na == 1
+    as_frame = estimate(load_judge_scores(study["judgments"]), labels)  # a DataFrame keeps its N/A
+    assert as_frame.n_human_na == 1
     assert any("called N/A" in note for note in result.notes)
     baseline = estimate(study["judgments"], write_labels(study["dir"] / "full.csv", label_rows(study["planned"])),
                         plan=study["plan"])
