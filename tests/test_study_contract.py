@@ -401,3 +401,32 @@ def test_screen_reruns_replace_its_tables_and_say_so(study, capsys):
     assert main(args) == 2
     assert "power.csv: exists and was not written by this tool" in capsys.readouterr().err
     assert snapshot(study["dir"]) == before
+
+
+API_BAD = [
+    # (verb, keyword options, the CLI's message)
+    ("screen", {"budget": 0}, "--budget must be a positive whole number"),
+    ("screen", {"budget": 2.5}, "--budget must be a positive whole number"),
+    ("screen", {"budget": 4, "budget_unit": "pages"}, "--budget-unit must be dialogues or judgments"),
+    ("screen", {"random_share": -0.1}, "--random-share must be between 0 and 1"),
+    ("screen", {"power": 1.0}, "--power must be between 0 and 1"),
+    ("screen", {"bootstrap": 0}, "--bootstrap must be a positive whole number"),
+    ("screen", {"seed": "x"}, "--seed must be a whole number"),
+    ("screen", {"budget": 1000}, "--budget 1000 dialogues is more than the data has"),
+    ("screen", {"criteria": ["Clarity"]}, "--criteria: no judge scores for Clarity"),
+    ("estimate", {"confidence": 1.0}, "--confidence must be between 0 and 1"),
+    ("estimate", {"key": "key.json"}, "--key checks the labels against a plan: give --plan too"),
+    ("estimate", {"scale": (5, 1)}, "--scale must be MIN,MAX with MIN < MAX"),
+    ("estimate", {"scale": (1, 3)}, "off the scale of --scale 1,3"),
+]
+
+
+@pytest.mark.parametrize("verb, options, message", API_BAD, ids=[f"{r[0]} {r[1]}" for r in API_BAD])
+def test_the_functions_check_every_option_with_the_clis_message(study, verb, options, message):
+    judge = load_judge_scores(study["judgments"])
+    with pytest.raises(CalibrationError) as caught:
+        if verb == "screen":
+            screen(judge, **options)
+        else:
+            estimate(judge, study["labels"], **options)
+    assert message in str(caught.value)
