@@ -245,7 +245,7 @@ def read_human_labels(human, scales: dict[str, HumanScale] | None = None) -> pd.
         raise CalibrationError(f"{where}: missing column(s) {', '.join(missing)}")
 
     def text(row) -> str:
-        if "na" in human.columns and row.get("na") is True:
+        if isinstance(row.get("na"), (bool, np.bool_)) and row["na"]:
             return NA_TOKEN
         if "label" in human.columns and isinstance(row.get("label"), str):
             return row["label"]
