@@ -507,7 +507,7 @@ def _check(judge: pd.DataFrame, words: pd.DataFrame, self_systems, where: str) -
                if (i, s) not in keys]
     if missing:
         item, system, line = missing[0]
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        more = f" (and {len(missing) - 1} more judgments)" if len(missing) > 1 else ""
         raise CalibrationError(f"{where}:{line}: no item with id {item!r} and system {system!r} in --items{more}: "
                                "the items file must be the one that was judged")
     if self_systems:
