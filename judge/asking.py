@@ -53,6 +53,15 @@ class AskStats:
     # Tokens spent on asks that never gave a usable answer (no judgment carries them).
     wasted_prompt_tokens: int = 0
     wasted_completion_tokens: int = 0
+    wasted_cached_tokens: int = 0
+
+
+def add_usage(total: dict, usage: dict) -> None:
+    """Add one answer's tokens to `total`; cached prompt tokens stay None until some answer reports them."""
+    total["prompt_tokens"] += usage.get("prompt_tokens", 0) or 0
+    total["completion_tokens"] += usage.get("completion_tokens", 0) or 0
+    if usage.get("cached_tokens") is not None:
+        total["cached_tokens"] = (total.get("cached_tokens") or 0) + usage["cached_tokens"]
 
 
 class CircuitBreaker:
@@ -153,11 +162,10 @@ class Asker:
 
     async def _ask_uncached(self, messages: list[dict], fmt, sample: int, key: str) -> Answer:
         conversation = messages
-        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
         for _ in range(self.settings.reasks + 1):
             completion = await self._send_with_fallback(conversation, fmt, sample)
-            for k in usage:
-                usage[k] += completion["usage"].get(k, 0) or 0
+            add_usage(usage, completion["usage"])
             content = completion["content"]
             if completion["finish_reason"] == "length":
                 problem = "the answer was cut off (finish_reason=length): answer shorter"
@@ -176,6 +184,7 @@ class Asker:
             ]
         self.stats.wasted_prompt_tokens += usage["prompt_tokens"]
         self.stats.wasted_completion_tokens += usage["completion_tokens"]
+        self.stats.wasted_cached_tokens += usage["cached_tokens"] or 0
         raise AnswerError(f"no usable answer after {self.settings.reasks + 1} asks: {problem}", content)
 
     async def _send_with_fallback(self, messages: list[dict], fmt, sample: int) -> dict:

@@ -12,9 +12,11 @@ import textwrap
 from judge.errors import JudgeError
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_BATCH_PENDING = 3  # --batch-dir: batch files await a runner; the same command resumes
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
-VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.audit.cli", "judge.annotation.cli")
+VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.audit.cli", "judge.annotation.cli",
+                "judge.batch_cli")
 
 
 def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:
@@ -74,6 +76,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="weights and activations (default auto: the model's; float32 is the fastest on most CPUs)")
     e.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="FRACTION",
                    help="share of GPU memory vLLM may take (default: vLLM's, 0.9)")
+    b = parser.add_argument_group("batch (judge/backends/batch.py)")
+    b.add_argument("--batch", action="store_true",
+                   help="send the requests through the server's Batch API (/v1/files, /v1/batches: half price on "
+                        "OpenAI, answers within 24 h); a manifest next to --output lets a rerun resume, never resubmit")
+    b.add_argument("--batch-dir", metavar="DIR",
+                   help="write the requests as OpenAI batch files into DIR and stop, saying what to run (e.g. "
+                        "`vllm run-batch` on each node); rerun the same command to record the *.out.jsonl answers")
+    b.add_argument("--shards", type=int, default=None, metavar="N",
+                   help="with --batch-dir: split each round into N files, one per node (default 1)")
     # --base-url replaces the environment's URLs rather than adding to them, so they live in their own field.
     parser.set_defaults(base_urls_from_env=_csv_list(os.environ.get("JUDGE_BASE_URLS"))
                         or _csv_list(os.environ.get("OPENAI_BASE_URL")))
@@ -228,6 +239,7 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
     import asyncio
 
     from judge.backends import open_backend
+    from judge.backends.batch import BatchPending
     from judge.engine import Engine
     from judge.errors import OutputError, ServerUnusable
     from judge.results import ResultsFile
@@ -263,6 +275,9 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
                 print(f"\ninterrupted: finished judgments are saved in {output}; run the same command to resume",
                       file=sys.stderr)
                 return None
+            except BatchPending as exc:
+                print(exc, file=sys.stderr)
+                return exc
             except ServerUnusable as exc:
                 raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {output}: run the same "
                                      "command to resume once the server is fixed") from None
@@ -280,6 +295,8 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
 
 
 def _exit_code(tally) -> int:
+    if tally is not None and not hasattr(tally, "failed"):
+        return EXIT_BATCH_PENDING
     return EXIT_INTERRUPTED if tally is None else EXIT_FAILED if tally.failed else 0
 
 
@@ -328,8 +345,8 @@ def run_qualify(args) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         output = args.output or f"{scratch}/qualification.jsonl"
         tally = _run(args, rubric, criteria, items, output, mode)
-        if tally is None:
-            return EXIT_INTERRUPTED
+        if tally is None or not hasattr(tally, "failed"):  # interrupted, or batch files await a runner
+            return _exit_code(tally)
         records = [judgment for _, judgment in read_judgments(output)]
     table, passed = qualification_report(rubric, records)
     print(table)

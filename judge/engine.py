@@ -50,6 +50,8 @@ class Tally:
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int | None = None  # prompt tokens served from the server's prefix cache (None: never reported)
+    batch: str = ""  # what went by batch (judge/backends/batch.py), for the summary
     seconds: float = 0.0
     errors: Counter = field(default_factory=Counter)
     both_orders: Counter = field(default_factory=Counter)  # pairs judged in both orders, per criterion
@@ -74,19 +76,31 @@ class Tally:
             self.verdicts[j.criterion][j.score if j.score is not None else j.label] += 1
         self.prompt_tokens += j.usage.prompt_tokens
         self.completion_tokens += j.usage.completion_tokens
+        if j.usage.cached_tokens is not None:
+            self.cached_tokens = (self.cached_tokens or 0) + j.usage.cached_tokens
 
     def line(self) -> str:
         line = (
             f"judged {self.judged} ({self.from_cache} from cache), N/A {self.na}, failed {self.failed}, "
             f"skipped {self.already_done} already done; {self.requests} requests, {self.retries} retries; "
-            f"tokens {self.prompt_tokens} prompt / {self.completion_tokens} completion; {self.seconds:.1f} s"
+            f"tokens {self.prompt_tokens} prompt{self._cached()} / {self.completion_tokens} completion; "
+            f"{self.seconds:.1f} s"
         )
+        if self.batch:
+            line += f"\n{self.batch}"
         if len(self.per_server) > 1:
             line += "\nrequests per server: " + ", ".join(f"{url} {n}" for url, n in self.per_server.items())
         if self.both_orders:
             bias = ", ".join(f"{c} {self.flipped[c]}/{n} ({self.flipped[c] / n:.0%})" for c, n in self.both_orders.items())
             line += f"\nposition bias (verdict flipped with the order): {bias}"
         return line
+
+    def _cached(self) -> str:
+        """The prefix cache's share of the prompt tokens, where the server reports it."""
+        if self.cached_tokens is None:
+            return ""
+        rate = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        return f" ({self.cached_tokens} cached: {rate:.0%} prefix-cache hit rate)"
 
     def warnings(self) -> list[str]:
         """What a researcher should not miss: a criterion whose every verdict was the same."""
@@ -199,7 +213,11 @@ class Engine:
             tally.requests, tally.retries = stats.requests, stats.retries
             tally.prompt_tokens += stats.wasted_prompt_tokens
             tally.completion_tokens += stats.wasted_completion_tokens
+            if stats.wasted_cached_tokens:
+                tally.cached_tokens = (tally.cached_tokens or 0) + stats.wasted_cached_tokens
             tally.seconds = time.perf_counter() - started
             if hasattr(self.client, "stats"):
                 tally.per_server = dict(self.client.stats())
+            if hasattr(self.client, "summary"):  # a batch transport
+                tally.batch = self.client.summary()
         return tally

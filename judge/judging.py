@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, token_budget, verdict_probabilities
-from judge.asking import Answer, Asker
+from judge.asking import Answer, Asker, add_usage
 from judge.errors import AnswerError, BackendError, RetryableError
 from judge.items import Item
 from judge.judgment import Judgment, SegmentVerdict, digest, fingerprint_of
@@ -148,13 +148,14 @@ class Judge:
 
     @staticmethod
     def _provenance(messages: list[dict], answers: list[Answer]) -> dict:
-        """prompt_sha and the tokens this judgment cost now (cached answers cost nothing)."""
-        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        """prompt_sha, the tokens this judgment cost now (cached answers cost nothing), and what the server said
+        about itself when it answered (`served`, kept with the answer in the cache)."""
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
         for answer in answers:
             if not answer.cached:
-                for k in usage:
-                    usage[k] += answer.completion["usage"].get(k, 0) or 0
-        return {"prompt_sha": _prompt_sha(messages), "usage": usage}
+                add_usage(usage, answer.completion["usage"])
+        served = next((a.completion["served"] for a in answers if a.completion.get("served")), None)
+        return {"prompt_sha": _prompt_sha(messages), "usage": usage, "served": served}
 
     def _verdict(self, criterion: Criterion, fmt: AnswerFormat, parsed: list[dict],
                  completions: list[dict] | None = None) -> dict:
@@ -256,7 +257,8 @@ class Judge:
             fields = self._verdict(criterion, fmt.inner, [a.parsed[letter] for a in answers])
             out.append(Judged(self._judgment(criterion, item, prints[item.system], **fields, **provenance,
                                              position=letter), cached))
-            provenance = {**provenance, "usage": {"prompt_tokens": 0, "completion_tokens": 0}}  # counted once
+            provenance = {**provenance, "usage": {"prompt_tokens": 0, "completion_tokens": 0,
+                                                  "cached_tokens": None}}  # counted once
         order = {i.system: n for n, i in enumerate(group)}
         return sorted(out, key=lambda j: order[j.judgment.system])
 

@@ -26,6 +26,8 @@ class Usage(BaseModel):
     model_config = ConfigDict(extra="ignore")
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Prompt tokens the server served from its prefix cache; None when it does not say.
+    cached_tokens: int | None = None
 
 
 class SegmentVerdict(BaseModel):
@@ -71,6 +73,9 @@ class Judgment(BaseModel):
     orders: dict[str, str] | None = None
     order_disagreement: bool | None = None
     identical: bool | None = None
+    # What the server said about itself (model version it answered with, system_fingerprint, engine version, model
+    # digest): an output for drift checks, never part of the fingerprint or the cache key. None in older files.
+    served: dict[str, Any] | None = None
 
     @field_validator("id", "system", "criterion", mode="before")
     @classmethod
@@ -113,7 +118,8 @@ class Judgment(BaseModel):
         return self.model_dump_json(exclude=self._unused())  # UTF-8 as it is, like json.dumps(ensure_ascii=False)
 
     def _unused(self) -> set[str]:
-        optional = ("raw", "position", "segments", "system_1", "system_2", "orders", "order_disagreement", "identical")
+        optional = ("raw", "position", "segments", "system_1", "system_2", "orders", "order_disagreement", "identical",
+                    "served")
         return {name for name in optional if getattr(self, name) is None}
 
 

@@ -158,7 +158,10 @@ def _completion(body: dict, content: str, finish_reason: str, answer: dict | Non
         "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": body.get("model", "stub"),
         "choices": [choice],
         "usage": {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(content) // 4 + 1,
-                  "total_tokens": prompt_chars // 4 + len(content) // 4 + 2},
+                  "total_tokens": prompt_chars // 4 + len(content) // 4 + 2,
+                  # A made-up prefix-cache share (half the prompt), in OpenAI's shape, for the token bill's tests.
+                  "prompt_tokens_details": {"cached_tokens": prompt_chars // 8}},
+        "system_fingerprint": "fp_stub",
     }
 
 

@@ -1,5 +1,6 @@
 """`judge estimate`: the PPI++ estimator against independent computations, the CLI on invented fixtures, bad input."""
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -217,12 +218,11 @@ def test_judge_scores_through_a_fitted_map(tmp_path, capsys):
     assert not np.allclose(raw["lambda"], mapped["lambda"])  # another judge score
 
 
-def test_plan_from_a_changed_judgments_file_warns(tmp_path, capsys):
+def test_plan_from_a_changed_judgments_file_is_refused(tmp_path, capsys):
     changed = tmp_path / "judgments.jsonl"
-    changed.write_text(JUDGMENTS.read_text() + "\n")  # same judgments, other bytes
-    assert run_cli("--judgments", changed, "--human", LABELS, "--plan", PLAN) == 0
-    assert "judge estimate: warning: the plan was made from examples/study/judgments.jsonl" in \
-        capsys.readouterr().err
+    changed.write_text(JUDGMENTS.read_text() + "\n")  # other bytes: the plan's random sample was not drawn from it
+    assert run_cli("--judgments", changed, "--human", LABELS, "--plan", PLAN) == 2
+    assert "not the judgments the plan was made from (examples/study/judgments.jsonl" in capsys.readouterr().err
 
 
 def _labels_on(tmp_path, keep):
@@ -236,6 +236,9 @@ def _bad_plan(tmp_path):
     plan = tmp_path / "other_plan"
     shutil.copytree(PLAN, plan)
     (plan / "plan.csv").write_text("item_id,part,reason\nd12,random,x\nzz99,random,x\n")
+    info = json.loads((plan / "plan.json").read_text())
+    info["plan_sha256"] = hashlib.sha256((plan / "plan.csv").read_bytes()).hexdigest()  # whole, but not ours
+    (plan / "plan.json").write_text(json.dumps(info))
     return plan
 
 

@@ -215,7 +215,7 @@ def test_end_to_end_writes_the_plan_format(tmp_path, capsys):
     assert list(plan.columns) == ["item_id", "part", "reason"]
     assert (plan.part == "random").sum() == 6 and (plan.part == "targeted").sum() == 2
     info = json.loads((out / "plan.json").read_text())
-    assert set(info) == {"version", "unit", "budget", "random_share", "seed", "judgments", "judgments_sha256",
+    assert set(info) == {"version", "unit", "budget", "random_share", "seed", "judgments", "judgments_sha256", "plan_sha256",
                          "n_random", "n_targeted", "power"}
     assert info["judgments_sha256"] == hashlib.sha256(JUDGMENTS.read_bytes()).hexdigest()
     assert (info["unit"], info["budget"], info["random_share"], info["seed"]) == ("dialogues", 8, 0.75, 4)
@@ -242,7 +242,7 @@ BAD_INPUT = [
      "--budget 500 judgments is more than the data has: 96"),
     ("an unknown criterion", lambda t: ["--criteria", "clarity,elegance"], "--criteria: no judge scores for elegance"),
     ("pilot labels on dialogues not judged", lambda t: ["--human", _unknown_pilot(t)],
-     "--human: 1 labelled dialogue(s) are not in the judgments, e.g. 'nowhere'"),
+     "pilot.csv:50: item 'nowhere' is not in the judgments"),
     ("a power outside (0, 1)", lambda t: ["--power", 1.5], "--power must be between 0 and 1"),
 ]
 

@@ -175,6 +175,9 @@ def read_export(path: Path) -> tuple[list[Submission], int]:
         raise InputError(f"{path}: not a JSON file ({exc})") from None
     if not isinstance(data, list):
         raise InputError(f"{path}: not a Label Studio JSON export (expected a list of tasks)")
+    if data and isinstance(data[0], dict) and "data" not in data[0] and "task_id" in data[0]:
+        raise InputError(f"{path}: a Label Studio JSON-MIN export (flat rows, no annotations): export the project "
+                         "as JSON (the full format), which records who answered each task")
     out, cancelled = [], 0
     for n, task in enumerate(data, start=1):
         if not isinstance(task, dict) or not isinstance(task.get("data"), dict):

@@ -49,6 +49,12 @@ def open_backend(args):
     With several servers, `--concurrency` bounds each one, and `args.concurrency` becomes the total the run may
     keep in flight: the flag's value times the number of servers.
     """
+    if getattr(args, "batch", False) or getattr(args, "batch_dir", None):
+        from judge.backends.batch import open_batch
+
+        with open_batch(args) as opened:
+            yield opened
+        return
     if args.backend == "vllm":
         from judge.backends.vllm import open_engine
 
@@ -65,8 +71,9 @@ def open_backend(args):
         ctx = local.BLOCK_CTX_PER_SLOT if getattr(args, "mode", None) == "block" else local.CTX_PER_SLOT
         with local.local_server(path, slots=args.concurrency, ctx_per_slot=ctx) as base_url:
             print(f"server ready in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
-            yield Opened(open_client("aiohttp", base_url, None, args.concurrency), local.model_id(path), "local",
-                         "the embedded llama.cpp server")
+            client = open_client("aiohttp", base_url, None, args.concurrency)
+            client.engine = local.engine_provenance(path)
+            yield Opened(client, local.model_id(path), "local", "the embedded llama.cpp server")
         return
     from judge.backends.openai_compat import open_client
 

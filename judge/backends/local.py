@@ -152,6 +152,20 @@ def model_id(path: Path) -> str:
     return f"{path.name}:{path.stat().st_size}"
 
 
+def engine_provenance(path: Path) -> dict:
+    """The `served` fields the embedded server cannot tell about itself: engine version and the model's digest."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from judge.resources import file_sha256
+
+    try:
+        engine = f"llama.cpp (xllamacpp {version('xllamacpp')})"
+    except PackageNotFoundError:
+        engine = "llama.cpp"
+    pinned = path.name == DEFAULT_GGUF and path.stat().st_size == MODEL_SIZE  # verified when installed or fetched
+    return {"engine": engine, "model_digest": MODEL_SHA256 if pinned else file_sha256(path)}
+
+
 def free_port() -> int:
     """A loopback port nobody listens on (the socket that found it is closed)."""
     with socket.socket() as sock:

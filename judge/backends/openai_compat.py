@@ -56,7 +56,24 @@ def _status_error(status: int, text: str, headers, redact: Redactor) -> Exceptio
     return BackendError(message, status=status)
 
 
-def _completion(data: dict) -> dict:
+def cached_tokens(data: dict) -> int | None:
+    """Prompt tokens served from the server's prefix cache: OpenAI's `usage.prompt_tokens_details.cached_tokens`
+    (hosted APIs, vLLM with --enable-prompt-tokens-details), else llama.cpp's `timings.cache_n`; None if unsaid."""
+    details = (data.get("usage") or {}).get("prompt_tokens_details") or {}
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        return details["cached_tokens"]
+    timings = data.get("timings") or {}
+    return timings.get("cache_n") if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int) else None
+
+
+def served(data: dict, engine: dict | None = None) -> dict:
+    """What the server says about itself: the model it answered with (hosted APIs name a dated version) and its
+    system_fingerprint; `engine` adds what a local engine knows (its version, the model file's digest)."""
+    return {"model": data.get("model"), "system_fingerprint": data.get("system_fingerprint"),
+            "engine": None, "model_digest": None, **(engine or {})}
+
+
+def _completion(data: dict, engine: dict | None = None) -> dict:
     try:
         choice = data["choices"][0]
         logprobs = choice.get("logprobs") or {}
@@ -68,7 +85,9 @@ def _completion(data: dict) -> dict:
             "usage": {
                 "prompt_tokens": usage.get("prompt_tokens", 0),
                 "completion_tokens": usage.get("completion_tokens", 0),
+                "cached_tokens": cached_tokens(data),
             },
+            "served": served(data, engine),
         }
     except (KeyError, IndexError, TypeError, AttributeError):
         # A 200 with a body that is not a chat completion: a broken proxy, a server mid-restart.
@@ -77,6 +96,7 @@ def _completion(data: dict) -> dict:
 
 class HTTPClient:
     name = "aiohttp"
+    engine: dict | None = None  # set by a backend that starts the server itself (see `served`)
 
     def __init__(self, base_url: str, api_key: str | None, concurrency: int):
         self._url = base_url.rstrip("/") + "/chat/completions"
@@ -110,7 +130,7 @@ class HTTPClient:
             data = json.loads(text)
         except json.JSONDecodeError:
             raise RetryableError(f"server answered 200 with a body that is not JSON: {text[:200]!r}") from None
-        return _completion(data)
+        return _completion(data, self.engine)
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -119,6 +139,7 @@ class HTTPClient:
 
 class SDKClient:
     name = "openai-sdk"
+    engine: dict | None = None
 
     def __init__(self, base_url: str | None, api_key: str | None):
         self._redact = Redactor(api_key)
@@ -144,7 +165,7 @@ class SDKClient:
             data = json.loads(raw.text)
         except json.JSONDecodeError:
             raise RetryableError(f"server answered 200 with a body that is not JSON: {raw.text[:200]!r}") from None
-        return _completion(data)
+        return _completion(data, self.engine)
 
     async def aclose(self) -> None:
         await self._client.close()

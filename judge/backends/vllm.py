@@ -70,11 +70,12 @@ def _prefix_order(body: dict) -> tuple:
 class VLLMClient:
     name = "vllm"
 
-    def __init__(self, llm):
+    def __init__(self, llm, engine: dict | None = None):
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         self._llm = llm
+        self._engine = engine or {}  # engine version and model digest, for each answer's `served`
         self._sampling_params, self._structured = SamplingParams, StructuredOutputsParams
         self._defaults = llm.model_config.get_diff_sampling_param()  # the model's generation_config, as served
         self._tokenizer = llm.get_tokenizer()
@@ -180,7 +181,10 @@ class VLLMClient:
             "content": choice.text,
             "finish_reason": choice.finish_reason,
             "logprobs": logprobs,
-            "usage": {"prompt_tokens": len(output.prompt_token_ids or ()), "completion_tokens": len(choice.token_ids)},
+            "usage": {"prompt_tokens": len(output.prompt_token_ids or ()), "completion_tokens": len(choice.token_ids),
+                      "cached_tokens": getattr(output, "num_cached_tokens", None)},  # vLLM's prefix-cache hits
+            "served": {"model": body.get("model"), "system_fingerprint": None, "engine": None, "model_digest": None,
+                       **self._engine},
         }
 
     def _decoded(self, token_id: int, logprob) -> str:
@@ -219,6 +223,21 @@ def _resolve(loop, future, result=None, error: Exception | None = None) -> None:
         loop.call_soon_threadsafe(settle)
     except RuntimeError:
         pass  # the run's event loop is closed: nobody waits for this answer
+
+
+def model_digest(model: str) -> str | None:
+    """SHA-256 over a model folder's files (names and contents, in name order); None for a hub name."""
+    import hashlib
+
+    from judge.resources import file_sha256
+
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        return None
+    whole = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        whole.update(f"{path.relative_to(folder).as_posix()}\0{file_sha256(path)}\n".encode())
+    return whole.hexdigest()
 
 
 def check_model(model: str | None) -> None:
@@ -269,7 +288,14 @@ def open_engine(args):
         raise BackendError(f"vLLM could not load {args.model!r}: {_one_line(exc)}") from None
     finally:
         logging.disable(logging.NOTSET)
-    client = VLLMClient(llm)
+    served = {"engine": f"vllm {getattr(vllm, '__version__', '?')}", "model_digest": model_digest(args.model)}
+    try:  # what `vllm serve` and `vllm run-batch` stamp on their answers, computed from the same engine config
+        from vllm.entrypoints.serve.utils.fingerprint import get_system_fingerprint
+
+        served["system_fingerprint"] = get_system_fingerprint(llm.llm_engine.vllm_config)
+    except Exception:  # noqa: BLE001 - another vLLM version: the fingerprint is optional
+        pass
+    client = VLLMClient(llm, served)
     try:
         yield Opened(client, args.model, "vllm", f"the in-process vLLM engine ({args.model})")
     finally:

@@ -1,0 +1,684 @@
+"""Batch transports: the same requests, answered by a provider's Batch API (`--batch`) or by any runner of OpenAI
+batch files (`--batch-dir DIR`: `vllm run-batch` on many nodes, Ray Data, other providers).
+
+Both are `ChatClient`s, so the engine and the asking layer do not change: `complete` parks each request instead
+of sending it. When every request of the run waits here (the event loop has had nothing else to do for a few
+turns), the parked requests form a *round*: they are written as batch lines (`custom_id` = the request's cache
+key, so an answer maps back to exactly one request, and one from another model or a changed request matches
+nothing), answered, and each answer goes back to its waiting `complete`, which returns it, or raises the error the
+online path would have raised for it, to the asking layer: the same parsing, cache entries and judgments. A
+question that depends on an answer (the gate before its criteria, the split before per-segment questions, a
+re-ask after an unparseable answer, a retry after a retryable error) arrives after its round and joins the next.
+
+`--batch`: before polling, a manifest next to --output (`OUT.batches.json`: file ids, batch ids, the custom_ids
+of each batch, the run's fingerprint) records what was paid for. A rerun after a crash, Ctrl-C or reboot finds
+its requests in the manifest and polls those batches instead of submitting them again; an answer from a finished
+batch is used as it is. A batch that ends `expired` or `cancelled` keeps its answers; only the missing requests go
+into the next round.
+
+`--batch-dir`: a round is written as shard files `roundR-NNN.jsonl` and the run stops (`BatchPending`) saying what
+to run; the same command rerun reads every `*.out.jsonl`, and its answers resolve the requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from judge.backends.openai_compat import _completion, _status_error
+from judge.cache import request_key
+from judge.errors import BackendError, InputError, JudgeError, OutputError, RetryableError, ServerUnusable
+from judge.outputs import write_files
+from judge.secrets import Redactor
+
+ENDPOINT = "/v1/chat/completions"
+# The OpenAI Batch API's limits per input file, with a margin (a provider counts bytes its own way).
+MAX_REQUESTS = 50_000
+MAX_BYTES = 200 * 1024 * 1024
+MARGIN = 0.9
+IDLE_TURNS = 20  # event-loop turns with no new request before a round is closed
+FINAL = ("completed", "expired", "cancelled", "failed")
+UNANSWERED = ("batch_expired", "batch_cancelled")  # error codes of requests the batch never ran: sent again
+RETRYABLE_CODES = ("rate_limit_exceeded", "server_error", "internal_error", "timeout")
+MAX_SENDS = 5  # batches a request may go out in before it is recorded as unanswered
+POLL_FIRST = float(os.environ.get("JUDGE_BATCH_POLL_SECONDS", "5"))  # then doubling, up to POLL_MAX
+POLL_MAX = max(POLL_FIRST, 60.0)
+REPORT_EVERY = 180.0  # seconds between progress lines when stderr is not a terminal
+MANIFEST_KIND = "llm-judge-rater batch manifest"
+
+
+class BatchPending(Exception):
+    """--batch-dir: this round's batch files are written (or awaited); the message says what to run."""
+
+
+def manifest_path(output: str | Path) -> Path:
+    output = Path(output)
+    return output.with_name(output.name + ".batches.json")
+
+
+def batch_line(key: str, body: dict) -> str:
+    return json.dumps({"custom_id": key, "method": "POST", "url": ENDPOINT, "body": body}, ensure_ascii=False,
+                      separators=(",", ":"))
+
+
+def split(lines: list[str], max_requests: int | None = None, max_bytes: int | None = None) -> list[list[str]]:
+    """Lines in order, cut into files that keep under the API's request and size limits (with the margin)."""
+    max_requests = max_requests or int(MAX_REQUESTS * MARGIN)
+    max_bytes = max_bytes or int(MAX_BYTES * MARGIN)
+    files, current, size = [], [], 0
+    for line in lines:
+        n = len(line.encode("utf-8")) + 1
+        if current and (len(current) >= max_requests or size + n > max_bytes):
+            files.append(current)
+            current, size = [], 0
+        current.append(line)
+        size += n
+    if current:
+        files.append(current)
+    return files
+
+
+def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
+    """One output- or error-file record as what `complete` returns or raises; None when the request never ran
+    (expired, cancelled, or missing): it is sent again.
+
+    Errors come in several shapes, all read: OpenAI's `error` object with `response: null`; `error: null` with a
+    non-200 `response` whose body holds the error; and vLLM's `response: {status_code}` with the error (a string or
+    an ErrorResponse) in `error`. An HTTP status is judged as online (429 and 5xx are retried, in the next round)."""
+    if record is None:
+        return None
+    response, error = record.get("response"), record.get("error")
+    status = response.get("status_code") if isinstance(response, dict) else None
+    if status == 200 and not error and isinstance(response.get("body"), dict):
+        try:
+            return _completion(response["body"])
+        except RetryableError as exc:
+            exc.retry_after = 0.0  # the next round, not after a back-off
+            return exc
+    if isinstance(error, dict) and (error.get("code") in UNANSWERED):
+        return None
+    if isinstance(status, int) and status != 200:
+        detail = error or response.get("body")
+        exc = _status_error(status, detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False),
+                            None, redact)
+    elif isinstance(error, dict):
+        code = error.get("code") or "error"
+        message = redact(f"batch request failed: {code}: {error.get('message') or ''}".strip())
+        exc = RetryableError(message) if code in RETRYABLE_CODES else BackendError(message)
+    else:
+        exc = RetryableError(f"malformed batch result line: {json.dumps(record)[:200]}")
+    if isinstance(exc, RetryableError):
+        exc.retry_after = 0.0
+    return exc
+
+
+def run_fingerprint(args) -> str:
+    """What makes a run the same command: verb, rubric, items (their bytes), criteria, model and decoding."""
+    parts = {name: getattr(args, name, None) for name in (
+        "command", "rubric", "criteria", "mode", "model", "temperature", "samples", "seed", "max_tokens",
+        "logprobs", "response_format", "template", "no_swap")}
+    items = getattr(args, "input", None)
+    if items and Path(items).is_file():
+        with Path(items).open("rb") as handle:
+            parts["items"] = hashlib.file_digest(handle, "sha256").hexdigest()
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class _Status:
+    """Progress while waiting: one refreshing line on a terminal, a line every few minutes (and at each change of
+    status) otherwise."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.tty = enabled, sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.last_line, self.last_time = "", 0.0
+
+    def show(self, text: str, state: str) -> None:
+        """`text` on the terminal's line; in a log, when `state` (the batches' statuses) changes or every few
+        minutes, not at every count."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        line = f"{text}; {now - self.started:.0f} s"
+        if self.tty:
+            print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
+        elif state != self.last_line or now - self.last_time >= REPORT_EVERY:
+            print(line, file=sys.stderr, flush=True)
+            self.last_time = now
+        self.last_line = state
+
+    def done(self) -> None:
+        if self.enabled and self.tty and self.last_line:
+            print(file=sys.stderr, flush=True)
+        self.last_line = ""
+
+
+class Batcher:
+    """Parks requests and answers them in rounds; subclasses say how a round is answered."""
+
+    name = "batch"
+
+    def __init__(self, redact: Redactor | None = None, progress: bool = True):
+        self.redact = redact or Redactor()
+        self.status = _Status(progress)
+        self._waiting: dict[str, tuple[dict, list[asyncio.Future]]] = {}
+        self._arrivals = 0
+        self._runner: asyncio.Task | None = None
+        self._sends: dict[str, int] = {}
+        self.requests = self.batches = self.rounds = 0  # sent (or written) in batches
+        self.answered = 0  # answers that came back from batches
+
+    async def complete(self, body: dict, timeout: float) -> dict:
+        key = request_key(body)
+        future = asyncio.get_running_loop().create_future()
+        if key in self._waiting:
+            self._waiting[key][1].append(future)
+        else:
+            self._waiting[key] = (body, [future])
+        self._arrivals += 1
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.ensure_future(self._rounds())
+        return await future
+
+    async def _idle(self) -> None:
+        """Return once no request has arrived for IDLE_TURNS turns of the event loop: every judgment that can ask
+        now has asked, and the rest wait on answers."""
+        seen, quiet = -1, 0
+        while quiet < IDLE_TURNS:
+            await asyncio.sleep(0)
+            if self._arrivals == seen:
+                quiet += 1
+            else:
+                seen, quiet = self._arrivals, 0
+
+    async def _rounds(self) -> None:
+        while self._waiting:
+            await self._idle()
+            taken, self._waiting = self._waiting, {}
+            taken = {k: v for k, v in taken.items() if not all(f.done() for f in v[1])}  # callers gone
+            if not taken:
+                continue
+            try:
+                again = await self.round(taken)
+            except BaseException as exc:
+                if isinstance(exc, JudgeError) and not isinstance(exc, ServerUnusable):
+                    exc = ServerUnusable(str(exc))
+                for _, futures in [*taken.values(), *self._waiting.values()]:
+                    for future in futures:
+                        if not future.done():
+                            future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
+                self._waiting = {}
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            finally:
+                self.status.done()
+            for key, (body, futures) in again.items():  # never answered (expired, cancelled): the next round
+                self._sends[key] = self._sends.get(key, 0) + 1
+                if self._sends[key] >= MAX_SENDS:
+                    self.settle(futures, BackendError(f"not answered in {MAX_SENDS} batches (each ended before "
+                                                      "running it)"))
+                elif key in self._waiting:
+                    self._waiting[key][1].extend(futures)
+                else:
+                    self._waiting[key] = (body, futures)
+
+    def settle(self, futures: Iterable[asyncio.Future], result) -> None:
+        self.answered += 1
+        for future in futures:
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    async def round(self, taken: dict[str, tuple[dict, list]]) -> dict[str, tuple[dict, list]]:
+        """Answer (settle) the requests of one round; return those to send again."""
+        raise NotImplementedError
+
+    def summary(self) -> str:
+        if not self.requests and not self.answered:
+            return ""
+        return (f"by batch: {self.answered} answers; {self.requests} requests sent in {self.batches} batch file(s) "
+                f"over {self.rounds} round(s){self.price_note}")
+
+    price_note = ""
+
+    async def aclose(self) -> None:
+        if self._runner is not None and not self._runner.done():
+            self._runner.cancel()
+
+
+# -- a provider's Batch API -----------------------------------------------------------------------------------
+class Manifest:
+    """What was paid for: the batches of a run (file id, batch id, custom_ids), next to --output, written before
+    any polling so that a rerun resumes instead of paying twice."""
+
+    def __init__(self, path: Path, fingerprint: str, command: str, model: str, where: str):
+        self.path = path
+        self.data = {"kind": MANIFEST_KIND, "version": 1, "command": command, "fingerprint": fingerprint,
+                     "model": model, "server": where, "batches": []}
+        if path.exists():
+            self._load(fingerprint, command)
+        self.index: dict[str, dict] = {}
+        for entry in self.data["batches"]:
+            for key in entry["custom_ids"]:
+                self.index[key] = entry  # the latest batch holding a request wins
+
+    def _load(self, fingerprint: str, command: str) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise OutputError(f"{self.path}: not a batch manifest ({exc}); it is left untouched: move it away, or "
+                              "choose another --output") from None
+        if not isinstance(data, dict) or data.get("kind") != MANIFEST_KIND or not isinstance(data.get("batches"), list):
+            raise OutputError(f"{self.path}: not a batch manifest written by judge; it is left untouched: move it "
+                              "away, or choose another --output")
+        live = [b for b in data["batches"] if b.get("status") not in FINAL]
+        if data.get("fingerprint") != fingerprint and live:
+            raise OutputError(
+                f"{self.path}: belongs to another command (`judge {data.get('command')}` with other items, rubric, "
+                f"criteria, model or decoding; run {data.get('fingerprint')}, this one {fingerprint}) whose "
+                f"{len(live)} batch(es) are not finished: rerun that command to collect them, or `judge batch cancel "
+                f"--output {self.path.name.removesuffix('.batches.json')}`; nothing was submitted")
+        data.update(fingerprint=fingerprint, command=command)  # finished batches' answers still match by key
+        self.data = data
+
+    @property
+    def batches(self) -> list[dict]:
+        return self.data["batches"]
+
+    def add(self, entry: dict) -> None:
+        self.batches.append(entry)
+        for key in entry["custom_ids"]:
+            self.index[key] = entry
+
+    def save(self) -> None:
+        write_files({self.path: json.dumps(self.data, ensure_ascii=False) + "\n"}, verb="batch")
+
+
+def read_manifest(output: str | Path) -> dict:
+    path = manifest_path(output)
+    if not path.is_file():
+        raise OutputError(f"{path}: no batch manifest (no `--batch` run wrote to --output {output})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise OutputError(f"{path}: not a batch manifest ({exc})") from None
+    if not isinstance(data, dict) or data.get("kind") != MANIFEST_KIND:
+        raise OutputError(f"{path}: not a batch manifest written by judge")
+    return data
+
+
+def sdk_client(base_url: str | None, api_key: str | None, sync: bool = False):
+    import openai
+
+    cls = openai.OpenAI if sync else openai.AsyncOpenAI
+    return cls(base_url=base_url, api_key=api_key or "not-needed", max_retries=4)
+
+
+def check_batch_endpoints(base_url: str | None, api_key: str | None, where: str, redact: Redactor) -> None:
+    """Refuse, before anything is uploaded, a server that has no Batch API (`vllm serve` and llama.cpp have none)."""
+    import openai
+
+    client = sdk_client(base_url, api_key, sync=True)
+    try:
+        client.batches.list(limit=1)
+    except openai.NotFoundError:
+        raise BackendError(f"--batch: the server at {where} has no /v1/batches endpoint (vllm serve and llama.cpp "
+                           "have none): drop --batch, or write batch files with --batch-dir DIR and run them with "
+                           "`vllm run-batch`") from None
+    except openai.APIStatusError as exc:
+        raise BackendError(redact(f"--batch: the server at {where} refused to list batches: HTTP {exc.status_code}: "
+                                  f"{' '.join(exc.response.text.split())[:200]}")) from None
+    except openai.APIConnectionError as exc:
+        raise BackendError(f"--batch: cannot reach the server at {where} ({exc})") from None
+    finally:
+        client.close()
+
+
+class BatchAPIClient(Batcher):
+    """Rounds answered by a provider's Batch API (`files` and `batches`, through the official SDK)."""
+
+    name = "batch-api"
+    price_note = "; billed at the provider's batch price (half the online price on the OpenAI Batch API)"
+
+    def __init__(self, base_url: str | None, api_key: str | None, manifest: Manifest, redact: Redactor,
+                 progress: bool = True):
+        super().__init__(redact, progress)
+        self._client = sdk_client(base_url, api_key)
+        self.manifest = manifest
+        self._results: dict[str, dict[str, dict]] = {}  # batch id -> custom_id -> result record
+        self._adopted = False
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self._client.close()
+
+    async def _adopt_orphans(self) -> None:
+        """A crash between uploading a file and recording its batch: find that batch by its input file."""
+        orphans = {b["file_id"]: b for b in self.manifest.batches if not b.get("batch_id")}
+        if orphans:
+            async for batch in self._client.batches.list(limit=100):
+                if batch.input_file_id in orphans:
+                    entry = orphans.pop(batch.input_file_id)
+                    entry.update(batch_id=batch.id, status=batch.status)
+                if not orphans:
+                    break
+            for entry in orphans.values():  # uploaded, never submitted: its requests are new
+                entry["status"] = "never submitted"
+                entry["custom_ids"] = []
+            self.manifest.save()
+
+    async def _records(self, entry: dict, batch=None) -> dict[str, dict]:
+        """custom_id -> result line of a finished batch (output and error files), downloaded once."""
+        if entry["batch_id"] in self._results:
+            return self._results[entry["batch_id"]]
+        if batch is None:
+            batch = await self._client.batches.retrieve(entry["batch_id"])
+        records: dict[str, dict] = {}
+        for file_id in (batch.error_file_id, batch.output_file_id):  # an answer wins over an error line
+            if not file_id:
+                continue
+            content = await self._client.files.content(file_id)
+            for line in content.text.splitlines():
+                if line.strip():
+                    record = json.loads(line)
+                    records[record.get("custom_id")] = record
+        self._results[entry["batch_id"]] = records
+        return records
+
+    async def round(self, taken):
+        if not self._adopted:
+            await self._adopt_orphans()
+            self._adopted = True
+        manifest, again = self.manifest, {}
+        live: dict[str, list[str]] = {}
+        new: list[str] = []
+        for key in taken:
+            entry = manifest.index.get(key)
+            if entry is None or not entry.get("batch_id"):
+                new.append(key)
+            elif entry["status"] not in FINAL:
+                live.setdefault(entry["batch_id"], []).append(key)  # paid for already: wait for it
+            else:
+                answer = result_of((await self._records(entry)).get(key), self.redact)
+                if isinstance(answer, dict):
+                    self.settle(taken[key][1], answer)  # a finished batch's answer, not yet recorded
+                else:
+                    new.append(key)  # errors and unanswered requests of an earlier run are sent again
+        entries = [e for e in manifest.batches if e.get("batch_id") in live]
+        if new or live:
+            self.rounds += 1  # a round that waits on batches (answers found in finished ones cost no round)
+        for lines in split([batch_line(key, taken[key][0]) for key in new]):
+            keys = [json.loads(line)["custom_id"] for line in lines]
+            data = ("\n".join(lines) + "\n").encode("utf-8")
+            uploaded = await self._client.files.create(file=(f"judge-round{self.rounds}.jsonl", data), purpose="batch")
+            entry = {"file_id": uploaded.id, "batch_id": None, "status": "uploaded", "round": self.rounds,
+                     "requests": len(keys), "custom_ids": keys}
+            manifest.add(entry)
+            manifest.save()  # before the batch exists: a crash now is adopted on the rerun, not paid twice
+            batch = await self._client.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT,
+                                                      completion_window="24h",
+                                                      metadata={"judge_run": manifest.data["fingerprint"]})
+            entry.update(batch_id=batch.id, status=batch.status)
+            manifest.save()
+            entries.append(entry)
+            self.batches += 1
+            self.requests += len(keys)
+        await self._poll(entries, taken, again)
+        for key in taken:
+            if key not in again and not all(f.done() for f in taken[key][1]):
+                again[key] = taken[key]  # in no output or error line: never ran
+        return again
+
+    async def _poll(self, entries: list[dict], taken, again) -> None:
+        wait = POLL_FIRST
+        pending = list(entries)
+        while pending:
+            for entry in list(pending):
+                batch = await self._client.batches.retrieve(entry["batch_id"])
+                counts = batch.request_counts
+                entry.update(status=batch.status, completed=counts.completed if counts else None,
+                             failed=counts.failed if counts else None)
+                if batch.status not in FINAL:
+                    continue
+                pending.remove(entry)
+                self._finish(entry, batch, await self._records(entry, batch), taken, again)
+                self.manifest.save()
+            if pending:
+                done = sum(e.get("completed") or 0 for e in entries)
+                failed = sum(e.get("failed") or 0 for e in entries)
+                total = sum(e["requests"] for e in entries)
+                states = ", ".join(sorted({e["status"] for e in pending}))
+                self.status.show(f"batch round {self.rounds}: {len(pending)} of {len(entries)} batch(es) {states}; "
+                                 f"{done}/{total} requests completed, {failed} failed", f"{self.rounds} {states}")
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, POLL_MAX)
+
+    def _finish(self, entry: dict, batch, records: dict, taken, again) -> None:
+        if batch.status == "failed":
+            errors = (batch.errors.data if batch.errors else None) or []
+            reasons = "; ".join(f"line {e.line}: {e.message} ({e.code})" if e.line is not None else
+                                f"{e.message} ({e.code})" for e in errors[:3]) or "no reason given"
+            failure = BackendError(self.redact(f"batch {batch.id} failed validation: {reasons}"))
+            for key in entry["custom_ids"]:
+                if key in taken:
+                    self.settle(taken[key][1], failure)
+            return
+        for key in entry["custom_ids"]:
+            if key not in taken:
+                continue
+            answer = result_of(records.get(key), self.redact)
+            if answer is None:
+                again[key] = taken[key]  # expired or cancelled before it ran: the next round
+            else:
+                self.settle(taken[key][1], answer)
+
+
+# -- batch files for any runner -------------------------------------------------------------------------------
+DIR_MANIFEST = "batch-manifest.json"
+
+
+def _read_jsonl(path: Path) -> Iterable[tuple[int, dict]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text, so not a batch file") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(text.splitlines()) and not text.endswith("\n"):
+                continue  # a last line cut while the runner was writing: that request is sent again
+            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}); is it a batch file?") from None
+        if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
+            raise InputError(f"{path}:{number}: not a batch line (no custom_id)")
+        yield number, record
+
+
+class BatchDirClient(Batcher):
+    """Rounds written as OpenAI batch files into a folder, for `vllm run-batch` (or any runner) to answer."""
+
+    name = "batch-dir"
+
+    def __init__(self, directory: str | Path, shards: int, model: str, fingerprint: str, command: str,
+                 redact: Redactor | None = None, progress: bool = True):
+        super().__init__(redact, progress)
+        self.dir = Path(directory)
+        self.shards = shards
+        self.model = model
+        if self.dir.exists() and not self.dir.is_dir():
+            raise OutputError(f"{self.dir}: --batch-dir is a file; give a folder")
+        self._check_manifest(fingerprint, command)
+        self.answers: dict[str, list[tuple[int, dict]]] = {}  # custom_id -> (round, record), oldest first
+        self.waiting_on: dict[str, Path] = {}  # custom_id -> the newest input file holding it, answers not back yet
+        self._used: dict[str, int] = {}  # custom_id -> round of the error answer already handed out
+        self._read_answers()
+
+    def _check_manifest(self, fingerprint: str, command: str) -> None:
+        path = self.dir / DIR_MANIFEST
+        if path.exists():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                data = None
+            if not isinstance(data, dict) or data.get("kind") != MANIFEST_KIND:
+                raise OutputError(f"{path}: not a batch manifest written by judge; choose another --batch-dir")
+            if data.get("fingerprint") != fingerprint:
+                raise OutputError(f"{path}: this folder holds the batch files of another command (`judge "
+                                  f"{data.get('command')}` with other items, rubric, criteria, model or decoding); "
+                                  "choose another --batch-dir")
+        self.manifest = {"kind": MANIFEST_KIND, "version": 1, "command": command, "fingerprint": fingerprint,
+                         "model": self.model}
+
+    @staticmethod
+    def _round_of(path: Path) -> int:
+        head = path.name.split("-", 1)[0]
+        return int(head[5:]) if head.startswith("round") and head[5:].isdigit() else 0
+
+    def _read_answers(self) -> None:
+        """Every *.out.jsonl next to the input file it answers; refuses answers this run did not ask for."""
+        if not self.dir.is_dir():
+            return
+        for inp in sorted(self.dir.glob("round*-*.jsonl"), key=lambda p: (self._round_of(p), p.name)):
+            if inp.name.endswith(".out.jsonl"):
+                continue
+            asked = {r["custom_id"]: r for _, r in _read_jsonl(inp)}
+            out = inp.with_name(inp.name.removesuffix(".jsonl") + ".out.jsonl")
+            if not out.exists():
+                for key in asked:
+                    self.waiting_on[key] = inp
+                continue
+            for number, record in _read_jsonl(out):
+                key = record["custom_id"]
+                if key not in asked:
+                    raise InputError(f"{out}:{number}: custom_id {key[:16]}... is not a request of {inp.name} (an "
+                                     "answer file from another run, or renamed): refused; move it away")
+                body = ((record.get("response") or {}).get("body")) or {}
+                wanted = asked[key]["body"].get("model")
+                if isinstance(body, dict) and body.get("model") not in (None, wanted):
+                    raise InputError(f"{out}:{number}: answered by model {body.get('model')!r}, but the request asked "
+                                     f"for {wanted!r}: refused; run the file with --model {wanted}")
+                self.answers.setdefault(key, []).append((self._round_of(inp), record))
+        for stray in sorted(self.dir.glob("*.out.jsonl")):
+            if not stray.with_name(stray.name.removesuffix(".out.jsonl") + ".jsonl").exists():
+                raise InputError(f"{stray}: answers a batch file that is not in {self.dir} (from another run?): "
+                                 "refused; move it away")
+
+    def _answer(self, key: str):
+        """The newest answer not handed out already, as `result_of` reads it; None when there is none, or when the
+        request was written again since (its answer is still to come)."""
+        asked_again = self._round_of(self.waiting_on[key]) if key in self.waiting_on else 0
+        for round_, record in reversed(self.answers.get(key, [])):
+            if round_ < asked_again:
+                break
+            if round_ > self._used.get(key, 0):
+                result = result_of(record, self.redact)
+                if isinstance(result, Exception):
+                    self._used[key] = round_  # an error is given once; a retry writes the request again
+                return result
+            break
+        return None
+
+    async def round(self, taken):
+        resolved, missing = 0, {}
+        for key, (body, futures) in taken.items():
+            answer = self._answer(key)
+            if answer is None:
+                missing[key] = (body, futures)
+            else:
+                self.settle(futures, answer)
+                resolved += 1
+        if resolved or not missing:
+            for key, (body, futures) in missing.items():  # their dependents ask next; the missing wait with them
+                self._waiting.setdefault(key, (body, []))[1].extend(futures)
+            return {}
+        fresh = [key for key in missing if key not in self.waiting_on or self._used.get(key)]
+        if fresh:
+            self._write(fresh, missing)
+        files = sorted({self.waiting_on[key] for key in missing if key in self.waiting_on})
+        commands = "\n".join(f"  vllm run-batch -i {p} -o {p.with_name(p.name.removesuffix('.jsonl') + '.out.jsonl')}"
+                             f" --model {self.model}" for p in files)
+        raise BatchPending(f"{len(missing)} requests wait in {len(files)} batch file(s) in {self.dir}; run each (on any "
+                           f"node; `vllm run-batch` can be started as `python -m vllm.entrypoints.openai.run_batch`):\n"
+                           f"{commands}\nthen run this command again to record the answers")
+
+    def _write(self, keys: list[str], missing) -> None:
+        existing = [self._round_of(p) for p in self.dir.glob("round*-*.jsonl")] if self.dir.is_dir() else []
+        number = max(existing, default=0) + 1
+        lines = [batch_line(key, missing[key][0]) for key in keys]
+        per_shard = -(-len(lines) // max(1, self.shards))
+        files = [chunk for shard in split(lines, max_requests=per_shard) for chunk in split(shard)]
+        written = {}
+        for n, chunk in enumerate(files, start=1):
+            path = self.dir / f"round{number}-{n:03d}.jsonl"
+            written[path] = "\n".join(chunk) + "\n"
+            for line in chunk:
+                self.waiting_on[json.loads(line)["custom_id"]] = path
+        self.manifest.setdefault("rounds", []).append({"round": number, "files": [p.name for p in written],
+                                                       "requests": len(lines)})
+        write_files({**written, self.dir / DIR_MANIFEST: json.dumps(self.manifest, indent=1) + "\n"}, verb="batch")
+        for key in keys:
+            self._used.pop(key, None)
+        self.rounds += 1
+        self.batches += len(files)
+        self.requests += len(lines)
+
+
+# -- opening -----------------------------------------------------------------------------------------------------
+BIG = 1 << 30  # "in flight" without a bound: every judgment asks at once, so a round holds all that is ready
+
+
+@contextlib.contextmanager
+def open_batch(args):
+    """Yield an `Opened` batch transport for --batch or --batch-dir; refuse bad flags before anything is sent."""
+    from judge.backends import Opened
+
+    batch_dir, shards = getattr(args, "batch_dir", None), getattr(args, "shards", None)
+    if args.batch and batch_dir:
+        raise JudgeError("--batch sends to a provider's Batch API and --batch-dir writes files for a runner: "
+                         "choose one")
+    if shards is not None and not batch_dir:
+        raise JudgeError("--shards splits the files of --batch-dir: add --batch-dir DIR, or drop --shards")
+    if shards is not None and shards < 1:
+        raise JudgeError(f"--shards must be at least 1, got {shards}")
+    flag = "--batch" if args.batch else "--batch-dir"
+    if args.backend == "local":
+        raise JudgeError(f"{flag}: the embedded llama.cpp server has no Batch API and runs no batch files: use "
+                         "--backend openai --base-url URL --model M (a provider's Batch API) or --batch-dir DIR "
+                         "--backend vllm --model M (files for `vllm run-batch`)")
+    if not args.model:
+        raise JudgeError(f"{flag} needs --model (the model name the batches ask for)")
+    api_key = os.environ.get(args.api_key_env)
+    redact = Redactor(api_key)
+    fingerprint = run_fingerprint(args)
+    progress = not args.no_progress
+    args.concurrency = BIG
+    if batch_dir:
+        client = BatchDirClient(batch_dir, shards or 1, args.model, fingerprint, args.command, redact, progress)
+        yield Opened(client, args.model, args.backend, f"batch files in {batch_dir}")
+        return
+    if args.backend != "openai":
+        raise JudgeError("--batch: the in-process vLLM engine has no Batch API: write batch files with --batch-dir "
+                         "DIR and run them with `vllm run-batch`, or use --backend openai with a provider")
+    urls = args.base_url or getattr(args, "base_urls_from_env", None) or [None]
+    if len(urls) > 1:
+        raise JudgeError("--batch sends to one provider: give one --base-url")
+    where = urls[0] or "the OpenAI API"
+    if not getattr(args, "output", None):
+        raise JudgeError("--batch needs --output: the batch manifest is kept next to it")
+    manifest = Manifest(manifest_path(args.output), fingerprint, args.command, args.model, where)
+    check_batch_endpoints(urls[0], api_key, where, redact)
+    yield Opened(BatchAPIClient(urls[0], api_key, manifest, redact, progress), args.model, "openai", where)

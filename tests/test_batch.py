@@ -1,0 +1,430 @@
+"""`judge score --batch` against a real HTTP server implementing the OpenAI Batch API (tests/batch_server.py),
+driven by the real `openai` SDK; and `--batch-dir` files answered by a runner.
+
+The contract: the same judgment lines as the online path against the same answers; nothing paid twice (a killed
+run resumes polling its batches, an expired batch's finished answers are kept and only the missing requests go
+out again); per-request errors in both shapes recorded, retryable ones resent; bad input refused in one line with
+exit 2 before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import TypeAdapter
+
+from batch_server import BatchServer
+from judge.backends import batch as batching
+from judge.cli import main
+from judge.rubric import load_rubric
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "items.jsonl"
+RUBRIC = "call_centre_fr"  # 4 criteria, one gated: 14 requests in the first round, 4 in the second
+UNGATED = ",".join(c.id for c in load_rubric(RUBRIC).criteria if c.gate is None)
+SECRET = "sk-batch-secret"
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("JUDGE_BASE_URLS", raising=False)
+    monkeypatch.setattr(batching, "POLL_FIRST", 0.01)
+    monkeypatch.setattr(batching, "POLL_MAX", 0.05)
+
+
+@pytest.fixture
+def server():
+    s = BatchServer().start()
+    yield s
+    s.stop()
+
+
+def args(base_url: str, tmp_path: Path, *extra: str, output: str = "out.jsonl", cache: str = "cache") -> list[str]:
+    return ["score", "--rubric", RUBRIC, "--input", str(EXAMPLES), "--output", str(tmp_path / output),
+            "--backend", "openai", "--base-url", base_url, "--model", "stub", "--cache", str(tmp_path / cache),
+            "--no-progress", *extra]
+
+
+def lines(path: Path) -> list[dict]:
+    return sorted((json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()),
+                  key=lambda r: (r["id"], r["system"], r["criterion"]))
+
+
+def uploaded(server: BatchServer) -> list[list[dict]]:
+    """The request lines of every batch input file the server received, in order."""
+    return [[json.loads(x) for x in f["data"].decode().splitlines()] for f in server.files.values()
+            if f["meta"]["purpose"] == "batch"]
+
+
+REQUEST = None
+
+
+def valid_request(line: dict) -> None:
+    """A batch line as the OpenAI API defines it, its body checked against the SDK's own request type."""
+    global REQUEST
+    from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+
+    REQUEST = REQUEST or TypeAdapter(CompletionCreateParamsNonStreaming)
+    assert set(line) == {"custom_id", "method", "url", "body"}
+    assert line["method"] == "POST" and line["url"] == "/v1/chat/completions" and len(line["custom_id"]) == 64
+    REQUEST.validate_python(line["body"], strict=False)
+    assert set(line["body"]) <= set(CompletionCreateParamsNonStreaming.__annotations__) | {"stream"}
+
+
+# -- the happy path ------------------------------------------------------------------------------------------------
+def test_a_batch_run_writes_the_same_lines_as_the_online_path(server, tmp_path, capsys):
+    assert main(args(server.base_url, tmp_path, "--batch")) == 0
+    err = capsys.readouterr().err
+    assert server.created == 2  # round 1: 12 ungated judgments and 2 gates; round 2: the 4 gated judgments
+    assert [len(f) for f in uploaded(server)] == [14, 4]
+    for file in uploaded(server):
+        for line in file:
+            valid_request(line)
+    assert "by batch: 18 answers; 18 requests sent in 2 batch file(s) over 2 round(s)" in err and "batch price" in err
+    assert "cached:" in err and "prefix-cache hit rate" in err  # the stub reports half the prompt as cached
+    assert main(args(server.base_url, tmp_path, output="online.jsonl", cache="cache2")) == 0
+    batch, online = lines(tmp_path / "out.jsonl"), lines(tmp_path / "online.jsonl")
+    assert len(batch) == 16 and batch == online
+    assert all(r["served"] == {"model": "stub", "system_fingerprint": "fp_stub", "engine": None,
+                               "model_digest": None} for r in batch)
+    assert all(r["usage"]["cached_tokens"] > 0 for r in batch if r["criterion"] != "x")
+    manifest = json.loads((tmp_path / "out.jsonl.batches.json").read_text())
+    assert [b["status"] for b in manifest["batches"]] == ["completed", "completed"]
+    assert sum(len(b["custom_ids"]) for b in manifest["batches"]) == 18
+    assert SECRET not in (tmp_path / "out.jsonl.batches.json").read_text()
+
+
+def test_a_rerun_of_a_finished_run_submits_nothing(server, tmp_path):
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
+    (tmp_path / "out.jsonl").write_text("")  # lose every judgment; the finished batches still hold the answers
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
+    assert server.created == 2 and server.uploads == 2
+    assert len(lines(tmp_path / "out.jsonl")) == 16
+
+
+def test_a_results_file_cut_in_the_middle_resumes_from_the_finished_batches(server, tmp_path):
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
+    out = tmp_path / "out.jsonl"
+    text = out.read_text()
+    out.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # the last line torn by a crash
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
+    assert server.created == 2  # its answer came from the finished batch: nothing paid twice
+    assert len(lines(out)) == 16
+
+
+# -- nothing paid twice ----------------------------------------------------------------------------------------
+def start_cli(base_url: str, tmp_path: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "JUDGE_BATCH_POLL_SECONDS": "0.05"}
+    argv = [a for a in args(base_url, tmp_path, "--batch", *extra) if a != "--no-progress"]
+    return subprocess.Popen([sys.executable, "-m", "judge.cli", *argv], env=env, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(condition, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_run_killed_while_polling_resumes_without_submitting_again(server, tmp_path, how):
+    server.batch.hold = True
+    proc = start_cli(server.base_url, tmp_path, "--criteria", UNGATED)
+    manifest = tmp_path / "out.jsonl.batches.json"
+    wait_for(lambda: server.created == 1 and manifest.exists() and '"batch_id": "batch_' in manifest.read_text())
+    time.sleep(0.3)  # a few polls
+    proc.send_signal(how)
+    _, err = proc.communicate(timeout=30)
+    assert "batch round 1: 1 of 1 batch(es) in_progress; 0/12 requests completed" in err  # progress while waiting
+    server.batch.hold = False
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    assert server.created == 1 and server.uploads == 1  # polled the same batch
+    assert len(lines(tmp_path / "out.jsonl")) == 12
+    assert set(server.stats.received.values()) == {1}
+
+
+def test_a_crash_between_creating_a_batch_and_recording_it_is_adopted_not_paid_twice(server, tmp_path, monkeypatch):
+    saves, save = [], batching.Manifest.save
+
+    def crash_on_recording_the_batch(self):
+        saves.append(1)
+        if len(saves) == 2:  # the batch exists on the server; its id never reaches the manifest
+            raise OSError(28, "No space left on device")  # the process dies here, in effect
+        save(self)
+
+    monkeypatch.setattr(batching.Manifest, "save", crash_on_recording_the_batch)
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 2
+    monkeypatch.setattr(batching.Manifest, "save", save)
+    manifest = json.loads((tmp_path / "out.jsonl.batches.json").read_text())
+    assert server.created == 1 and manifest["batches"][0]["batch_id"] is None
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    assert server.created == 1 and server.uploads == 1  # found by its input file and polled
+    assert len(lines(tmp_path / "out.jsonl")) == 12
+
+
+def test_a_half_expired_batch_resends_only_the_missing(server, tmp_path):
+    server.batch.expire_after = 5
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    first, second = uploaded(server)[:2]
+    answered = {line["custom_id"] for line in first[:5]}
+    assert {line["custom_id"] for line in second} == {line["custom_id"] for line in first} - answered
+    assert [b["status"] for b in server.batches.values()][0] == "expired"
+    assert set(server.stats.received.values()) == {1}  # no request ran twice
+    assert len(lines(tmp_path / "out.jsonl")) == 12
+
+
+def test_status_and_cancel_then_a_rerun_sends_the_cancelled_requests_again(server, tmp_path, capsys):
+    server.batch.hold = True
+    proc = start_cli(server.base_url, tmp_path, "--criteria", UNGATED, "--no-progress")
+    wait_for(lambda: server.created == 1 and "batch_" in (tmp_path / "out.jsonl.batches.json").read_text()
+             if (tmp_path / "out.jsonl.batches.json").exists() else False)
+    proc.kill()
+    proc.wait()
+    capsys.readouterr()
+    assert main(["batch", "status", "--output", str(tmp_path / "out.jsonl")]) == 0
+    assert "in_progress, 0/12 completed" in capsys.readouterr().out
+    assert main(["batch", "cancel", "--output", str(tmp_path / "out.jsonl")]) == 0
+    assert main(["batch", "status", "--output", str(tmp_path / "out.jsonl")]) == 0
+    assert ": cancelled" in capsys.readouterr().out
+    server.batch.hold = False
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    assert server.created == 2 and len(uploaded(server)[1]) == 12
+    assert len(lines(tmp_path / "out.jsonl")) == 12
+
+
+# -- per-request errors and validation --------------------------------------------------------------------------
+def test_errors_in_both_shapes_are_recorded_and_retryable_ones_resent(server, tmp_path, capsys):
+    server.batch.line_faults = [("400", 1), ("error", 1)]
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 1
+    records = lines(tmp_path / "out.jsonl")
+    failed = [r for r in records if r["error"]]
+    assert len(records) == 12 and len(failed) == 1
+    assert failed[0]["error"].startswith("BackendError: HTTP 400:") and "context_length_exceeded" in failed[0]["error"]
+    assert server.created == 2 and len(uploaded(server)[1]) == 1  # the server_error line went out again
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0  # a rerun retries the 400
+    assert server.created == 3 and not any(r["error"] for r in lines(tmp_path / "out.jsonl"))
+
+
+def test_a_batch_failing_validation_names_the_line_and_the_reason(server, tmp_path):
+    server.batch.models = {"another-model"}
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 1
+    records = lines(tmp_path / "out.jsonl")
+    assert len(records) == 12
+    for r in records:
+        assert "failed validation: line 1: The provided model 'stub' is not supported by the Batch API. " \
+               "(model_not_found)" in r["error"]
+
+
+def test_a_run_needing_re_asks_and_gates_takes_more_rounds_and_completes(server, tmp_path, capsys):
+    server.batch.line_faults = [("cut", 3)]  # three answers cut in half: asked again with the complaint
+    assert main(args(server.base_url, tmp_path, "--batch")) == 0
+    err = capsys.readouterr().err
+    records = lines(tmp_path / "out.jsonl")
+    assert len(records) == 16 and not any(r["error"] for r in records)
+    sizes = [len(f) for f in uploaded(server)]
+    assert sizes == [14, 4 + 3]  # the re-asks join the gated criterion's round
+    reasks = [line for f in uploaded(server) for line in f if len(line["body"]["messages"]) > 2]
+    assert len(reasks) == 3 and all("cannot be used" in r["body"]["messages"][-1]["content"] for r in reasks)
+    assert f"over {len(sizes)} round(s)" in err
+
+
+@pytest.mark.parametrize("limit", ["requests", "bytes"])
+def test_files_above_the_limits_are_split(server, tmp_path, monkeypatch, limit):
+    if limit == "requests":
+        monkeypatch.setattr(batching, "MAX_REQUESTS", 5)  # 4 with the margin
+    else:
+        monkeypatch.setattr(batching, "MAX_BYTES", 12_000)  # each request is about 3 kB
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    files = uploaded(server)
+    assert len(files) >= 3 and sum(len(f) for f in files) == 12
+    for f in files:
+        if limit == "requests":
+            assert len(f) <= 4
+        else:
+            assert sum(len(json.dumps(x, ensure_ascii=False, separators=(",", ":")).encode()) + 1 for x in f) <= 10_800
+        for line in f:
+            valid_request(line)
+    assert len(lines(tmp_path / "out.jsonl")) == 12
+
+
+def test_split_keeps_order_and_limits():
+    chunks = batching.split([f"line{n}" for n in range(10)], max_requests=3)
+    assert chunks == [["line0", "line1", "line2"], ["line3", "line4", "line5"], ["line6", "line7", "line8"], ["line9"]]
+    assert batching.split(["a" * 10] * 4, max_requests=100, max_bytes=22) == [["a" * 10] * 2] * 2
+
+
+# -- --batch-dir: files for any runner -------------------------------------------------------------------------
+def run_through(server: BatchServer, paths: list[Path]) -> None:
+    """A runner for batch files: the Batch API server, driven by the SDK, writing each FILE.out.jsonl."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.base_url, api_key="x")
+    for path in paths:
+        file = client.files.create(file=path.open("rb"), purpose="batch")
+        job = client.batches.create(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+        while (job := client.batches.retrieve(job.id)).status not in ("completed", "failed"):
+            pass
+        out = path.with_name(path.name.removesuffix(".jsonl") + ".out.jsonl")
+        out.write_bytes(client.files.content(job.output_file_id).content)
+
+
+def test_batch_dir_rounds_until_done_give_the_online_lines(server, tmp_path, capsys):
+    folder = tmp_path / "batches"
+    run = args(server.base_url, tmp_path, "--batch-dir", str(folder), "--shards", "2")
+    assert main(run) == 3
+    err = capsys.readouterr().err
+    first = sorted(folder.glob("round1-*.jsonl"))
+    assert [p.name for p in first] == ["round1-001.jsonl", "round1-002.jsonl"]
+    assert f"vllm run-batch -i {first[0]} -o {folder / 'round1-001.out.jsonl'} --model stub" in err
+    assert not (tmp_path / "out.jsonl").read_text()  # nothing judged yet
+    assert main(run) == 3 and server.created == 0  # rerun before the runner: the same files still wait
+    assert sorted(folder.glob("round*.jsonl")) == first
+    run_through(server, first)
+    assert main(run) == 3  # round 1 recorded; round 2 (the gated criterion) written
+    assert len(lines(tmp_path / "out.jsonl")) == 12
+    second = sorted(folder.glob("round2-*.jsonl"))
+    assert second and sum(len(p.read_text().splitlines()) for p in second) == 4
+    run_through(server, second)
+    assert main(run) == 0
+    assert main(args(server.base_url, tmp_path, output="online.jsonl", cache="cache2")) == 0
+    assert lines(tmp_path / "out.jsonl") == lines(tmp_path / "online.jsonl")
+
+
+# -- bad input: one line, exit 2, nothing submitted or written half ---------------------------------------------
+def _other_run_out(tmp_path: Path, server) -> list[str]:
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder))) == 3
+    (folder / "round1-001.out.jsonl").write_text(json.dumps({"id": "x", "custom_id": "f" * 64, "response": {
+        "status_code": 200, "body": {}}, "error": None}) + "\n")
+    return ["--batch-dir", str(folder)]
+
+
+def _wrong_model_out(tmp_path: Path, server) -> list[str]:
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
+    run_through(server, [folder / "round1-001.jsonl"])
+    out = folder / "round1-001.out.jsonl"
+    out.write_text(out.read_text().replace('"model": "stub"', '"model": "another"'))
+    return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
+def _other_command_manifest(tmp_path: Path, server) -> list[str]:
+    server.batch.hold = True
+    proc = start_cli(server.base_url, tmp_path, "--criteria", UNGATED, "--no-progress")
+    wait_for(lambda: server.created == 1 and (tmp_path / "out.jsonl.batches.json").exists()
+             and "batch_" in (tmp_path / "out.jsonl.batches.json").read_text())
+    proc.kill()
+    proc.wait()
+    return ["--batch", "--criteria", "faithfulness"]
+
+
+def _garbage_manifest(tmp_path: Path, server) -> list[str]:
+    (tmp_path / "out.jsonl.batches.json").write_text("my notes\n")
+    return ["--batch"]
+
+
+BAD = [  # (case, setup returning the extra flags, expected message)
+    ("embedded backend", lambda t, s: ["--batch", "--backend", "local"], "the embedded llama.cpp server has no Batch API"),
+    ("vLLM engine", lambda t, s: ["--batch", "--backend", "vllm"], "the in-process vLLM engine has no Batch API"),
+    ("no batch endpoints", lambda t, s: setattr(s.batch, "disabled", True) or ["--batch"], "has no /v1/batches endpoint"),
+    ("both", lambda t, s: ["--batch", "--batch-dir", str(t / "d")], "choose one"),
+    ("shards alone", lambda t, s: ["--batch", "--shards", "2"], "--shards splits the files of --batch-dir"),
+    ("zero shards", lambda t, s: ["--batch-dir", str(t / "d"), "--shards", "0"], "--shards must be at least 1"),
+    ("out file from another run", _other_run_out, "is not a request of round1-001.jsonl"),
+    ("out file from another model", _wrong_model_out, "answered by model 'another', but the request asked for 'stub'"),
+    ("manifest of another command", _other_command_manifest, "belongs to another command"),
+    ("not a manifest", _garbage_manifest, "not a batch manifest"),
+]
+
+
+@pytest.mark.parametrize("case,setup,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_refused_in_one_line_before_anything_is_submitted(server, tmp_path, capsys, case, setup, message):
+    extra = setup(tmp_path, server)
+    if "--backend" in extra:
+        i = extra.index("--backend")
+        backend = extra[i + 1]
+        extra = extra[:i] + extra[i + 2:]
+        run = [a for a in args(server.base_url, tmp_path, *extra)]
+        j = run.index("--backend")
+        run[j + 1] = backend
+        if backend == "local":
+            k = run.index("--base-url")
+            del run[k:k + 2]
+    else:
+        run = args(server.base_url, tmp_path, *extra)
+    created, uploads = server.created, server.uploads
+    out = tmp_path / "out.jsonl"
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "cache" not in p.parts}
+    capsys.readouterr()
+    assert main(run) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert (server.created, server.uploads) == (created, uploads)
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and "cache" not in p.parts}
+    assert after == before  # nothing written, nothing changed
+    assert not out.exists() or out.read_bytes() == before.get(out)
+
+
+# -- rounds per rubric (the README's table) ----------------------------------------------------------------------
+ROUNDS = [  # (verb, rubric, items, extra flags, rounds)
+    ("score", "dialsummeval", lambda t: EXAMPLES, [], 1),
+    ("score", "dialsummeval", lambda t: EXAMPLES, ["--mode", "block"], 1),
+    ("score", "call_centre_fr", lambda t: EXAMPLES, [], 2),
+    ("score", "response_quality", lambda t: ROOT / "examples" / "responses.jsonl", [], 1),
+    ("compare", "pairwise_summary", lambda t: ROOT / "examples" / "pairs.jsonl", [], 1),
+    # csds without segments in the items (2: the split, then the segments) needs a model that can split: not the stub
+]
+
+
+@pytest.mark.parametrize("verb,rubric,items,extra,rounds", ROUNDS, ids=[f"{r[1]}{''.join(r[3])}" for r in ROUNDS])
+def test_rounds_each_rubric_takes(server, tmp_path, capsys, verb, rubric, items, extra, rounds):
+    run = ["--rubric", rubric, "--input", str(items(tmp_path)), "--output", str(tmp_path / "out.jsonl"),
+           "--backend", "openai", "--base-url", server.base_url, "--model", "stub", "--no-cache", "--no-progress",
+           "--batch", *extra]
+    assert main([verb, *run]) == 0
+    assert f"over {rounds} round(s)" in capsys.readouterr().err
+    assert server.created == rounds
+
+
+# -- every shape a result line comes in ----------------------------------------------------------------------------
+OK_BODY = {"model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "{}"},
+                                      "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+SHAPES = [  # (what a runner or provider wrote, what the request gets)
+    ({"response": {"status_code": 200, "body": OK_BODY}, "error": None}, "answer"),
+    ({"response": None, "error": {"code": "batch_expired", "message": "expired"}}, "sent again"),
+    ({"response": None, "error": {"code": "batch_cancelled", "message": "cancelled"}}, "sent again"),
+    ({"response": None, "error": {"code": "server_error", "message": "boom"}}, "RetryableError"),
+    ({"response": None, "error": {"code": "invalid_request", "message": "bad"}}, "BackendError"),
+    ({"response": {"status_code": 400, "body": {"error": {"message": "too long"}}}, "error": None}, "BackendError"),
+    ({"response": {"status_code": 429, "body": {"error": {"message": "slow down"}}}, "error": None}, "RetryableError"),
+    # vLLM's run-batch: the status in `response`, the error (a string or an ErrorResponse) in `error`
+    ({"response": {"status_code": 400, "request_id": "r", "body": None}, "error": "prompt too long"}, "BackendError"),
+    ({"response": {"status_code": 400, "request_id": "r", "body": None},
+      "error": {"error": {"message": "response_format json_schema is invalid", "code": 400}}}, "ResponseFormatUnsupported"),
+    ({"response": {"status_code": 200, "body": {"object": "error"}}, "error": None}, "RetryableError"),
+    (None, "sent again"),
+]
+
+
+@pytest.mark.parametrize("record,expected", SHAPES)
+def test_every_result_shape_becomes_an_answer_an_error_or_a_resend(record, expected):
+    from judge.secrets import Redactor
+
+    got = batching.result_of(record, Redactor())
+    if expected == "answer":
+        assert got["content"] == "{}" and got["served"]["model"] == "m"
+    elif expected == "sent again":
+        assert got is None
+    else:
+        assert type(got).__name__ == expected, got
+        if expected == "RetryableError":
+            assert got.retry_after == 0.0  # the next round, without a back-off

