@@ -152,7 +152,7 @@ def test_the_report_renders_every_plot_in_a_browser(tmp_path, capsys):
 # -- bad input: one line naming the problem, exit 2, nothing written -------------------------------------------------
 BAD = [
     ("mixed rubrics", lambda t: ["--judgments", str(write_judgments(t / "j.jsonl", other_rubric_on=3))],
-     "judgments of several rubrics (other@1, summeval@1)"),
+     "judgments of 2 judges in one file: rubric summeval@1 / model m (from line 1); rubric other@1"),
     ("--self system that does not exist", lambda t: ["--self", "gpt-9"], "--self: no system 'gpt-9'"),
     ("items not matching the judgments", lambda t: ["--items", str(write_items(t / "few.jsonl", dialogues=5))],
      "base.jsonl:31: no item with id 'd5' and system 'short' in --items (and 41 more judgments)"),
@@ -240,3 +240,92 @@ def test_decoda_judge_length_slopes_beside_the_humans(tmp_path, capsys):
     # Both the judge and the humans reward longer summaries on DECODA; the judge not more than the humans.
     assert (length["judge_slope"] > 0).all() and (length["human_slope"] > 0).all()
     assert not length["effect"].any()
+
+
+# -- probes: perturbed copies judged through the engine against a real HTTP server (tests/stub_server.py) ----------
+
+
+def _judge(stub, tmp_path: Path, items: Path, output: str, *extra: str) -> Path:
+    assert main(["score", "--rubric", "dialsummeval", "--input", str(items), "--output", str(tmp_path / output),
+                 "--criteria", "coherence,relevance", "--backend", "openai", "--base-url", stub.base_url,
+                 "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress", *extra]) == 0
+    return tmp_path / output
+
+
+def _audit_probes(stub, tmp_path, judgments, items, probes: str, *extra: str) -> int:
+    return main(["audit", "--judgments", str(judgments), "--items", str(items), "--probe", probes,
+                 "--rubric", "dialsummeval", "--probe-sample", "4", "--output-dir", str(tmp_path / "audit"),
+                 "--bootstrap", "100", "--backend", "openai", "--base-url", stub.base_url, "--model", "stub",
+                 "--cache", str(tmp_path / "cache"), "--no-progress", *extra])
+
+
+def test_probes_judge_perturbed_copies_and_a_rerun_asks_nothing(stub_server, tmp_path, capsys):
+    items = write_items(tmp_path / "items.jsonl", dialogues=6)
+    judgments = _judge(stub_server, tmp_path, items, "j.jsonl")
+    asked = stub_server.stats.total
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler,attribution") == 0
+    printed = capsys.readouterr().out
+    probes = pd.read_csv(tmp_path / "audit" / "probes.csv")
+    assert set(probes["probe"]) == {"filler", "attribution"} and set(probes["criterion"]) == {"coherence",
+                                                                                              "relevance"}
+    assert (probes["n"] == 4).all()
+    # The stub answers every question alike: nothing moves, and the table says the judge is faithful.
+    assert (probes["robustness"] == 1.0).all() and (probes["mean_shift"] == 0).all() and probes["faithful"].all()
+    assert "the filler probe leaves 100% of 4 verdicts unchanged" in printed
+    # The perturbed copies were really asked: 4 candidates x 2 criteria x 2 probes new prompts.
+    assert stub_server.stats.total - asked == 16
+    probed = [json.loads(line) for line in (tmp_path / "audit" / "probe_filler_items.jsonl").read_text().splitlines()]
+    assert all(r["candidate"].endswith("I hope this summary is helpful.") for r in probed)
+    attributed = (tmp_path / "audit" / "probe_attribution_items.jsonl").read_text().splitlines()
+    assert all(json.loads(r)["candidate"].startswith("Summary written by GPT-4") for r in attributed)
+    # A rerun resumes from the kept probe judgments: no request at all.
+    before = stub_server.stats.total
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler,attribution") == 0
+    assert stub_server.stats.total == before
+
+
+def test_order_probe_reshuffles_blocks(stub_server, tmp_path, capsys):
+    items = write_items(tmp_path / "items.jsonl", dialogues=6)
+    judgments = _judge(stub_server, tmp_path, items, "j.jsonl", "--mode", "block")
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "order") == 0
+    probes = pd.read_csv(tmp_path / "audit" / "probes.csv")
+    assert (probes["n"] == 12).all()  # 4 dialogues x 3 candidates, every one compared
+    shown = {}
+    for line in (tmp_path / "audit" / "probe_order.jsonl").read_text().splitlines():
+        j = json.loads(line)
+        shown[(j["id"], j["system"])] = j["position"]
+    original = {(j["id"], j["system"]): j["position"] for j in map(json.loads, judgments.read_text().splitlines())}
+    assert any(original[k] != v for k, v in shown.items())  # another shuffle
+
+
+PROBE_BAD = [
+    ("order on pointwise judgments", "order", [], "--probe order reshuffles a block"),
+    ("an unknown probe", "padding", [], "--probe: unknown probe 'padding'"),
+    ("a probe without --output-dir", "filler", ["--output-dir"], "--probe needs --output-dir"),
+]
+
+
+@pytest.mark.parametrize("name, probes, drop, message", PROBE_BAD, ids=[row[0] for row in PROBE_BAD])
+def test_probe_bad_input(stub_server, tmp_path, capsys, name, probes, drop, message):
+    items = write_items(tmp_path / "items.jsonl", dialogues=4)
+    judgments = _judge(stub_server, tmp_path, items, "j.jsonl")
+    asked = stub_server.stats.total
+    argv = ["audit", "--judgments", str(judgments), "--items", str(items), "--probe", probes, "--rubric",
+            "dialsummeval", "--output-dir", str(tmp_path / "audit"), "--base-url", stub_server.base_url,
+            "--model", "stub", "--cache", str(tmp_path / "cache")]
+    for flag in drop:
+        at = argv.index(flag)
+        del argv[at:at + 2]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
+    assert not (tmp_path / "audit").exists() and stub_server.stats.total == asked
+
+
+def test_pairwise_rubric_cannot_take_a_probe(tmp_path, capsys):
+    items, judgments = write_pairs(tmp_path)
+    assert main(["audit", "--judgments", str(judgments), "--items", str(items), "--probe", "filler", "--rubric",
+                 "pairwise_summary", "--output-dir", str(tmp_path / "audit")]) == 2
+    assert "compares pairs; probes perturb the candidates" in capsys.readouterr().err
+    assert not (tmp_path / "audit").exists()

@@ -531,8 +531,12 @@ def _parse_self(value) -> list[str]:
 
 
 def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criteria=None, bootstrap: int = 1000,
-          seed: int = 0, length_threshold: float = 0.1) -> AuditResult:
-    """Audit a judge's scores or verdicts: noise floor, length, position and self-preference, per criterion."""
+          bootstrap_seed: int = 0, length_threshold: float = 0.1, probes: dict | None = None) -> AuditResult:
+    """Audit a judge's scores or verdicts: noise floor, length, position and self-preference, per criterion.
+
+    `probes`: {probe name: (its judgments, the (item_id, system) keys it perturbed)}, as
+    calibration.audit.probes makes and the CLI judges them (`--probe`).
+    """
     if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 1:
         raise CalibrationError("--bootstrap must be a positive whole number")
     if not 0.0 <= float(length_threshold) < 1.0:
@@ -564,7 +568,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         if len(shared) < len(present):
             warnings.append("no human labels for criteria " + ", ".join(c for c in present if c not in shared)
                             + ": their effects are the judge's alone")
-    boot = Dialogues(judge["item_id"], bootstrap, seed)
+    boot = Dialogues(judge["item_id"], bootstrap, bootstrap_seed)
     noise = noise_floor(judge, second, boot, present)
     length_rows, controlled, position_rows, self_rows = [], [], [], []
     for criterion in present:
@@ -589,7 +593,12 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
         position=pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS),
         self_preference=pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS), sentences=[], warnings=warnings,
-        n_resamples=bootstrap, seed=seed, has_human=people is not None)
+        n_resamples=bootstrap, seed=bootstrap_seed, has_human=people is not None)
+    if probes:
+        from .probes import probe_table
+
+        runs = {name: (read_judgments(probed), keys) for name, (probed, keys) in probes.items()}
+        result.probes = probe_table(judge, runs, noise, boot, present)
     result.sentences = sentences(result)
     return result
 
@@ -670,4 +679,8 @@ def sentences(result: AuditResult) -> list[str]:
         else:
             out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.judge_gap:+.2f} points above the "
                        f"other systems {_ci(row.judge_gap_ci_low, row.judge_gap_ci_high)}; {NO_LABELS_NOTE}.")
+    if result.probes is not None:
+        from .probes import probe_sentences
+
+        out += probe_sentences(result.probes)
     return out
