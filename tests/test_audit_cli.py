@@ -134,6 +134,26 @@ def test_pairwise_flip_rate_first_shown_and_longer(tmp_path, capsys):
     length = result.length.iloc[0]
     assert length["prefers_longer"] == pytest.approx(1.0) and length["n_pairs"] == 6  # the agreeing pairs
     assert "prefers the longer candidate in 100%" in result.text()
+    # With labels: the humans' rate beside the judge's, and position broken down by the human quality gap.
+    labels = tmp_path / "pair_labels.csv"
+    pd.DataFrame([{"item_id": f"p{d}", "system": s, "annotator": "x", "criterion": "overall",
+                   "score": {"terse": 3, "wordy": 3 + (d % 2) * 2}[s]} for d in range(10) for s in ("terse", "wordy")]
+                 ).to_csv(labels, index=False)
+    labelled = audit(judgments, items, labels, bootstrap=200)
+    strata = labelled.position.set_index("stratum")
+    assert strata.loc["human gap < 0.5", "n"] == 5 and strata.loc["human gap >= 1.5", "n"] == 5
+    assert labelled.length.iloc[0]["human_prefers_longer"] == pytest.approx(1.0)  # humans decided 5, all longer
+    assert "(humans 100%" in labelled.text()
+
+
+def test_a_dataframe_of_judgments_mixing_rubrics_is_refused(tmp_path):
+    from calibration.io import load_judge_scores
+
+    items, judgments = write_items(tmp_path / "items.jsonl"), write_judgments(tmp_path / "j.jsonl")
+    frame = load_judge_scores(judgments)
+    frame.loc[frame.index[:3], "rubric"] = "other@1"
+    with pytest.raises(CalibrationError, match=r"judgments of several rubrics \(other@1, summeval@1\)"):
+        audit(frame, items)
 
 
 @needs_chromium

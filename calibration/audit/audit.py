@@ -675,10 +675,12 @@ def sentences(result: AuditResult) -> list[str]:
         elif np.isfinite(row.self_preference):
             out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.self_preference:+.2f} points more, "
                        f"relative to the other systems, than humans do {_ci(row.ci_low, row.ci_high)} (judge gap "
-                       f"{row.judge_gap:+.2f}, human gap {row.human_gap:+.2f}, {row.n_dialogues} dialogues).")
+                       f"{row.judge_gap:+.2f}, human gap {row.human_gap:+.2f}, {row.n_dialogues} dialogues); "
+                       f"{_noise_clause(result.noise, row.criterion)}")
         else:
             out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.judge_gap:+.2f} points above the "
-                       f"other systems {_ci(row.judge_gap_ci_low, row.judge_gap_ci_high)}; {NO_LABELS_NOTE}.")
+                       f"other systems {_ci(row.judge_gap_ci_low, row.judge_gap_ci_high)}; {NO_LABELS_NOTE}; "
+                       f"{_noise_clause(result.noise, row.criterion)}")
     if result.probes is not None:
         from .probes import probe_sentences
 
