@@ -144,6 +144,12 @@ def test_pairwise_flip_rate_first_shown_and_longer(tmp_path, capsys):
     assert strata.loc["human gap < 0.5", "n"] == 5 and strata.loc["human gap >= 1.5", "n"] == 5
     assert labelled.length.iloc[0]["human_prefers_longer"] == pytest.approx(1.0)  # humans decided 5, all longer
     assert "(humans 100%" in labelled.text()
+    # Self-preference on pairs: the judge always picks "wordy" (forward "2" twice in three), humans half the time.
+    own = audit(judgments, items, labels, self_systems="wordy", bootstrap=200).self_preference.iloc[0]
+    judge_win = np.array([1.0 if f == "2" else 0.5 for f in forward])  # a flip is a tie
+    human_win = np.array([1.0 if d % 2 else 0.5 for d in range(10)])
+    assert own["judge_gap"] == pytest.approx(judge_win.mean() - 0.5)
+    assert own["self_preference"] == pytest.approx((judge_win - human_win).mean())
 
 
 def test_a_dataframe_of_judgments_mixing_rubrics_is_refused(tmp_path):

@@ -490,6 +490,40 @@ def self_preference(judge, human, boot: Dialogues, criterion: str, self_systems:
     return row
 
 
+def pairwise_self_preference(judge, human, boot: Dialogues, criterion: str, self_systems: list[str]) -> dict:
+    """Pairs of an own system against another: the judge's win share of the own one (a tie counts half), minus a
+    half; with labels, minus the humans' win share on the same pairs (paired), in shares of pairs."""
+    pairs = _with_human(_pairs(judge, criterion), human, criterion)
+    own_first = pairs["system_1"].isin(self_systems).to_numpy()
+    own_second = pairs["system_2"].isin(self_systems).to_numpy()
+    label = pairs["label"].astype(str).to_numpy()
+    usable = (own_first != own_second) & np.isin(label, ["0", "1", "2"])
+    first_wins = np.where(label == "1", 1.0, np.where(label == "2", 0.0, 0.5))
+    judge_win = np.where(own_first, first_wins, 1.0 - first_wins)
+    h1, h2 = pairs["human_1"].to_numpy(float), pairs["human_2"].to_numpy(float)
+    human_first = np.where(h1 > h2, 1.0, np.where(h1 < h2, 0.0, 0.5))
+    human_win = np.where(own_first, human_first, 1.0 - human_first)
+    index = boot.index(pairs["item_id"].to_numpy())
+    row = {"criterion": criterion, "self_systems": ",".join(self_systems),
+           "n_dialogues": pairs.loc[usable, "item_id"].nunique()}
+    if not usable.any():
+        row["note"] = "no pair of an own system against another"
+        return row
+    row["judge_gap"], row["judge_gap_ci_low"], row["judge_gap_ci_high"] = boot.ratio(
+        index, np.where(usable, judge_win - 0.5, 0.0), usable.astype(float))
+    labelled = usable & np.isfinite(h1) & np.isfinite(h2)
+    if human is None or not labelled.any():
+        row["note"] = NO_LABELS_NOTE + " (gaps are win shares minus a half)"
+        return row
+    row["human_gap"], row["human_gap_ci_low"], row["human_gap_ci_high"] = boot.ratio(
+        index, np.where(labelled, human_win - 0.5, 0.0), labelled.astype(float))
+    row["self_preference"], row["ci_low"], row["ci_high"] = boot.ratio(
+        index, np.where(labelled, judge_win - human_win, 0.0), labelled.astype(float))
+    row["effect"] = _excludes_zero(row["ci_low"], row["ci_high"])
+    row["note"] = "gaps are win shares of the own systems minus a half, on pairs against other systems"
+    return row
+
+
 # -- the verb -------------------------------------------------------------------------------------------------------
 
 
@@ -576,6 +610,8 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         if mode == "pairwise":
             length_rows.append(pairwise_length(judge, words, labelled, boot, criterion, length_threshold))
             position_rows += pairwise_position(judge, labelled, boot, criterion)
+            if self_list:
+                self_rows.append(pairwise_self_preference(judge, labelled, boot, criterion, self_list))
             continue
         length_rows.append({"mode": mode, **length_slopes(judge, words, labelled, boot, criterion)})
         controlled.append(length_controlled_means(judge, words, labelled, boot, criterion))
@@ -583,9 +619,6 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
             position_rows.append(row)
         if self_list:
             self_rows.append(self_preference(judge, labelled, boot, criterion, self_list))
-    if self_list and mode == "pairwise":
-        warnings.append("--self: self-preference is measured on scores (score or block mode), not on pairwise "
-                        "verdicts; nothing computed")
     length = pd.DataFrame(length_rows).reindex(columns=LENGTH_COLUMNS)
     controlled_frame = (pd.concat(controlled, ignore_index=True) if controlled
                         else pd.DataFrame(columns=CONTROLLED_COLUMNS))
@@ -669,16 +702,17 @@ def sentences(result: AuditResult) -> list[str]:
                        f"first-shown candidate {row.first_shown_wins:.0%} "
                        f"{_ci(row.first_shown_ci_low, row.first_shown_ci_high, '{:.0%}')} of the time (50% is "
                        f"unbiased); {noise}")
+    unit = "of win share" if result.mode == "pairwise" else "points"
     for row in result.self_preference.itertuples():
         if not np.isfinite(row.judge_gap):
             out.append(f"{row.criterion}: self-preference for {row.self_systems} not measurable: {row.note}")
         elif np.isfinite(row.self_preference):
-            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.self_preference:+.2f} points more, "
+            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.self_preference:+.2f} {unit} more, "
                        f"relative to the other systems, than humans do {_ci(row.ci_low, row.ci_high)} (judge gap "
                        f"{row.judge_gap:+.2f}, human gap {row.human_gap:+.2f}, {row.n_dialogues} dialogues); "
                        f"{_noise_clause(result.noise, row.criterion)}")
         else:
-            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.judge_gap:+.2f} points above the "
+            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.judge_gap:+.2f} {unit} above the "
                        f"other systems {_ci(row.judge_gap_ci_low, row.judge_gap_ci_high)}; {NO_LABELS_NOTE}; "
                        f"{_noise_clause(result.noise, row.criterion)}")
     if result.probes is not None:
