@@ -103,14 +103,23 @@ def _letter_index(letter) -> float:
     return float((ord(letter[0]) - 64) * 26 + ord(letter[1]) - 65)
 
 
-def _sample_change(samples) -> float:
-    """Share of pairs of plain re-asks (samples of one prompt) whose verdicts differ; NaN with fewer than two."""
-    if not isinstance(samples, (list, tuple)) or len(samples) < 2:
+def _sample_change(samples, both_orders: bool = False) -> float:
+    """Share of pairs of plain re-asks (samples of one prompt) whose verdicts differ; NaN with fewer than two.
+
+    A pair judged in both orders holds the forward samples, then the swapped ones: only samples of one order are
+    re-asks of the same prompt."""
+    if not isinstance(samples, (list, tuple)):
         return math.nan
-    values = [str(v) for v in samples]
-    k = len(values)
-    same = sum(n * (n - 1) for n in pd.Series(values).value_counts().to_numpy())
-    return 1.0 - same / (k * (k - 1))
+    groups = [samples[:len(samples) // 2], samples[len(samples) // 2:]] if both_orders else [samples]
+    differ = total = 0
+    for group in groups:
+        k = len(group)
+        if k < 2:
+            continue
+        counts = pd.Series([str(v) for v in group]).value_counts().to_numpy()
+        total += k * (k - 1)
+        differ += k * (k - 1) - int((counts * (counts - 1)).sum())
+    return differ / total if total else math.nan
 
 
 def read_judgments(judgments) -> pd.DataFrame:
@@ -255,7 +264,8 @@ def noise_floor(judge: pd.DataFrame, rerun: pd.DataFrame | None, boot: Dialogues
             source, frame = "rerun", both
             absolute = float((both["score"] - both["score_2"]).abs().mean()) if numeric.any() else math.nan
         else:
-            share = part["samples"].map(_sample_change)
+            both_orders = part["swapped"].notna().to_numpy()
+            share = pd.Series([_sample_change(v, b) for v, b in zip(part["samples"], both_orders)], index=part.index)
             frame = part[share.notna()]
             changed, source = share[share.notna()].to_numpy(), "samples"
             absolute = math.nan

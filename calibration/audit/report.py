@@ -118,7 +118,7 @@ def audit_section(result) -> str:
             "judge_gap", "judge_gap_ci_low", "judge_gap_ci_high")
         parts += ["<h2>Audit: self-preference</h2>"]
         if own[centre[0]].notna().any():
-            parts.append(f'<img alt="self-preference" src="{effects_figure(own, *centre, "Self-preference", "points (95% CI)")}">')
+            parts.append(f'<img alt="self-preference" src="{effects_figure(own, *centre, "Self-preference", ("win share" if result.mode == "pairwise" else "points") + " (95% CI)")}">')
         parts.append(_table(own))
     if result.probes is not None:
         parts += ["<h2>Audit: probes</h2>", _table(result.probes)]
