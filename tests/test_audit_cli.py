@@ -118,6 +118,11 @@ def test_rerun_is_the_noise_floor_and_the_python_function_takes_dataframes(tmp_p
     expected = pd.Series(changed, index=frame.index).groupby(frame["criterion"]).mean()
     assert noise["changed_share"].to_dict() == pytest.approx(expected.to_dict())
     assert "without human labels this cannot separate" in result.text()
+    # A judge on another scale than the humans' (a 0-1 metric against 1-5 labels) is warned about.
+    labels = write_labels(tmp_path / "labels.csv")
+    scaled = audit(frame.assign(score=frame["score"] / 50), items, labels, bootstrap=50)
+    assert any("on different scales" in w for w in scaled.warnings)
+    assert not audit(frame, items, labels, bootstrap=50).warnings
     assert set(result.files()) == {"noise.csv", "length.csv", "length_controlled.csv", "position.csv",
                                    "self_preference.csv"}
 

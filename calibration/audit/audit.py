@@ -612,6 +612,14 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         if len(shared) < len(present):
             warnings.append("no human labels for criteria " + ", ".join(c for c in present if c not in shared)
                             + ": their effects are the judge's alone")
+        for criterion in shared:
+            spread = judge.loc[judge["criterion"] == criterion, "score"].std()
+            human_spread = people.loc[people["criterion"] == criterion, "human"].std()
+            if spread > 0 and human_spread > 0 and not 1 / 3 <= spread / human_spread <= 3:
+                warnings.append(f"{criterion}: the judge's scores (SD {spread:.3g}) and the humans' (SD "
+                                f"{human_spread:.3g}) are on different scales: the excess slope and self-preference "
+                                "subtract points of one from points of the other; map the judge onto the human "
+                                "scale first (judge calibrate --fit-map)")
     boot = Dialogues(judge["item_id"], bootstrap, bootstrap_seed)
     noise = noise_floor(judge, second, boot, present)
     length_rows, controlled, position_rows, self_rows = [], [], [], []
