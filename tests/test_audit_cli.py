@@ -223,6 +223,22 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, name, extra
     assert {p: p.read_bytes() for p in tmp_path.glob("*") if p.is_file()} == before
 
 
+def test_a_wide_metric_csv_is_read_as_calibrate_reads_it(tmp_path, capsys):
+    """--score-column: one metric column stands for every labelled criterion."""
+    items, labels = write_items(tmp_path / "items.jsonl"), write_labels(tmp_path / "labels.csv")
+    metric = tmp_path / "metric_scores.csv"
+    frame = pd.read_json(items, lines=True)
+    pd.DataFrame({"id": frame["id"], "system": frame["system"],
+                  "words_metric": frame["candidate"].str.split().str.len() / 4}).to_csv(metric, index=False)
+    assert main(["audit", "--judgments", str(metric), "--score-column", "words_metric", "--items", str(items),
+                 "--human", str(labels), "--output-dir", str(tmp_path / "out"), "--bootstrap", "100"]) == 0
+    length = pd.read_csv(tmp_path / "out" / "length.csv").set_index("criterion")
+    assert set(length.index) == {"coherence", "relevance"}
+    # The metric is a quarter of the words: its slope is a quarter of the length SD in words, exactly.
+    assert length["judge_slope"].to_numpy() == pytest.approx(length["length_sd_words"].to_numpy() / 4)
+    assert "beyond what humans add" in capsys.readouterr().out
+
+
 def test_python_function_raises_the_clis_message_and_never_exits(tmp_path):
     items, judgments = write_items(tmp_path / "items.jsonl"), write_judgments(tmp_path / "j.jsonl")
     with pytest.raises(CalibrationError, match="--self: no system 'nope'"):

@@ -122,7 +122,7 @@ def _sample_change(samples, both_orders: bool = False) -> float:
     return differ / total if total else math.nan
 
 
-def read_judgments(judgments) -> pd.DataFrame:
+def read_judgments(judgments, score_column: str | None = None) -> pd.DataFrame:
     """Judgments as calibrate reads them, plus what the audit needs from a JSONL: samples, position and orders."""
     from ..io import load_judge_scores
 
@@ -131,7 +131,7 @@ def read_judgments(judgments) -> pd.DataFrame:
         frame.attrs.setdefault("path", "judgments")
     else:
         path = Path(judgments)
-        frame = load_judge_scores(path)
+        frame = load_judge_scores(path, score_column)
         frame.attrs["path"] = str(path)
         if path.suffix.lower() != ".csv":
             from judge.judgment import read_judgments as read_lines
@@ -575,7 +575,8 @@ def _parse_self(value) -> list[str]:
 
 
 def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criteria=None, bootstrap: int = 1000,
-          bootstrap_seed: int = 0, length_threshold: float = 0.1, probes: dict | None = None) -> AuditResult:
+          bootstrap_seed: int = 0, length_threshold: float = 0.1, score_column: str | None = None,
+          probes: dict | None = None) -> AuditResult:
     """Audit a judge's scores or verdicts: noise floor, length, position and self-preference, per criterion.
 
     `probes`: {probe name: (its judgments, the (item_id, system) keys it perturbed)}, as
@@ -586,7 +587,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     if not 0.0 <= float(length_threshold) < 1.0:
         raise CalibrationError("--length-threshold must be a share between 0 and 1, e.g. 0.1")
     self_list = _parse_self(self_systems)
-    judge = read_judgments(judgments)
+    judge = read_judgments(judgments, score_column)
     where = judge.attrs.get("path", "judgments")
     words = read_items(items)
     mode = _check(judge, words, self_list, where)
@@ -599,6 +600,11 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
             raise CalibrationError(f"--rerun: {second.attrs.get('path', 'rerun')} has no judgment in common with "
                                    f"{where} (same item, system and criterion)")
     people = read_human(human) if human is not None else None
+    if people is not None and (judge["criterion"] == "*").any():
+        from ..alignment import expand_all_criteria  # one metric column stands for every labelled criterion
+
+        judge = expand_all_criteria(judge, sorted(set(people["criterion"])))
+        judge.attrs["path"] = where
     present = list(dict.fromkeys(judge["criterion"]))
     if criteria:
         unknown = [c for c in criteria if c not in present]

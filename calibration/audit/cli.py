@@ -45,6 +45,7 @@ def register_audit(sub) -> None:
     p.add_argument("--judgments", required=True, type=Path, metavar="FILE",
                    help="judgments JSONL (`judge score`/`compare`) or a CSV of scores, read as `judge calibrate` does")
     p.add_argument("--items", required=True, type=Path, metavar="ITEMS", help="the items that were judged (texts)")
+    p.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
     p.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
     p.add_argument("--self", dest="self_systems", metavar="SYSTEM[,SYSTEM...]",
                    help="systems written by the judge's own model or family: self-preference")
@@ -82,7 +83,7 @@ def run_audit(args) -> int:
     inputs = [args.judgments, args.items, args.human, args.rerun]
     options = dict(self_systems=args.self_systems, rerun=args.rerun, criteria=args.criteria,
                    bootstrap=args.bootstrap, bootstrap_seed=args.bootstrap_seed,
-                   length_threshold=args.length_threshold)
+                   length_threshold=args.length_threshold, score_column=args.score_column)
     try:
         if args.report:
             check_writable(args.report, inputs=inputs, what="--report")
@@ -131,7 +132,7 @@ def _run_probes(args, result) -> dict:
     if args.probe_sample < 1:
         raise JudgeError("--probe-sample must be a positive whole number")
     rubric = load_rubric(args.rubric)
-    judge = read_judgments(args.judgments)
+    judge = read_judgments(args.judgments, args.score_column)
     made_with = sorted({r for r in judge["rubric"].dropna().astype(str) if r})
     if made_with and made_with[0].partition("@")[0] != rubric.name:
         raise JudgeError(f"--rubric {args.rubric}: the judgments were made with {made_with[0]}; probe with that rubric")
