@@ -327,10 +327,13 @@ def test_probes_judge_perturbed_copies_and_a_rerun_asks_nothing(stub_server, tmp
     assert all(r["candidate"].endswith("I hope this summary is helpful.") for r in probed)
     attributed = (tmp_path / "audit" / "probe_attribution_items.jsonl").read_text().splitlines()
     assert all(json.loads(r)["candidate"].startswith("Summary written by GPT-4") for r in attributed)
-    # A rerun resumes from the kept probe judgments: no request at all.
+    # A rerun resumes from the kept probe judgments: no request at all; its report draws the probes' shifts.
     before = stub_server.stats.total
-    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler,attribution") == 0
+    report = tmp_path / "probes.html"
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler,attribution", "--report", str(report)) == 0
     assert stub_server.stats.total == before
+    page = report.read_text()
+    assert "Audit: probes" in page and 'alt="probe shifts"' in page and "the attribution probe leaves 100%" in page
 
 
 def test_order_probe_reshuffles_blocks(stub_server, tmp_path, capsys):

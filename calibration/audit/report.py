@@ -121,7 +121,12 @@ def audit_section(result) -> str:
             parts.append(f'<img alt="self-preference" src="{effects_figure(own, *centre, "Self-preference", ("win share" if result.mode == "pairwise" else "points") + " (95% CI)")}">')
         parts.append(_table(own))
     if result.probes is not None:
-        parts += ["<h2>Audit: probes</h2>", _table(result.probes)]
+        parts.append("<h2>Audit: probes</h2>")
+        shifts = result.probes[result.probes["mean_shift"].notna()]
+        if not shifts.empty:
+            labelled = shifts.assign(criterion=shifts["probe"] + ": " + shifts["criterion"])
+            parts.append(f'<img alt="probe shifts" src="{effects_figure(labelled, "mean_shift", "ci_low", "ci_high", "Mean shift under each probe", "points (95% CI)")}">')
+        parts.append(_table(result.probes))
     return "".join(parts)
 
 
