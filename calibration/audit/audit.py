@@ -606,6 +606,8 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         judge = expand_all_criteria(judge, sorted(set(people["criterion"])))
         judge.attrs["path"] = where
     present = list(dict.fromkeys(judge["criterion"]))
+    if isinstance(criteria, str):
+        criteria = [c.strip() for c in criteria.split(",") if c.strip()]
     if criteria:
         unknown = [c for c in criteria if c not in present]
         if unknown:
