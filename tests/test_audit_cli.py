@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from calibration.audit.audit import audit
+from calibration.audit.probes import FILLER
 from calibration.errors import CalibrationError
 from conftest import browser_dom, needs_chromium
 from judge.cli import main
@@ -348,6 +349,11 @@ def test_order_probe_reshuffles_blocks(stub_server, tmp_path, capsys):
         shown[(j["id"], j["system"])] = j["position"]
     original = {(j["id"], j["system"]): j["position"] for j in map(json.loads, judgments.read_text().splitlines())}
     assert any(original[k] != v for k, v in shown.items())  # another shuffle
+    # filler in block mode: each sampled block is shown whole, with one candidate perturbed and compared.
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler") == 0
+    probed = [json.loads(line) for line in (tmp_path / "audit" / "probe_filler_items.jsonl").read_text().splitlines()]
+    assert len(probed) == 12 and sum(r["candidate"].endswith(FILLER) for r in probed) == 4
+    assert (pd.read_csv(tmp_path / "audit" / "probes.csv").query("probe == 'filler'")["n"] == 4).all()
 
 
 PROBE_BAD = [
