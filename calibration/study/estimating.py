@@ -19,7 +19,8 @@ from judge.resources import file_sha256
 
 from ..errors import CalibrationError
 
-METHOD = "PPI++ (power-tuned lambda), t interval with n-1 df"
+METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
+          "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary")
 
 
 @dataclass
