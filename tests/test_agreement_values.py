@@ -129,6 +129,9 @@ def test_score_agreement_off_by_two_and_missing_values():
     assert got["mae"] == pytest.approx(4 / 3)
     assert got["rmse"] == pytest.approx(np.sqrt(8 / 3))
     assert got["kappa_quadratic"] == pytest.approx(quadratic_kappa([1, 5, 3], [3, 3, 3]))
+    # Within 1 is counted on whole points: 2 against 3.4 (-> 3) is within one point, although 1.4 apart.
+    got = score_agreement([2, 4], [3.4, 1.6])
+    assert got["within_1"] == pytest.approx(0.5) and got["exact"] == 0.0
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -160,6 +163,14 @@ def test_alpha_with_the_judge_as_an_extra_rater_and_the_ceiling_on_a_small_table
     check_alpha(out, judge, labels)
     check_agreement(out, judge, labels)
     check_ceiling(out, judge, labels)
+    # A judge between the points (an expected score): rounded to whole points as a rater for ordinal / nominal
+    # alpha, to tenths for interval alpha (the documented definition).
+    judge = judge.assign(score=np.clip(judge["score"] + rng.uniform(-0.45, 0.45, len(judge)), 1, 5).round(2))
+    judge.to_csv(tmp_path / "expected.csv", index=False)
+    out = run_calibrate(tmp_path, tmp_path / "expected.csv", tmp_path / "labels.csv", "--bootstrap", "0",
+                        name="expected")
+    check_alpha(out, judge, labels)
+    check_agreement(out, judge, labels)
 
 
 # -- the checks, shared by the small case and the real data --------------------------------------------------------
@@ -187,13 +198,20 @@ def reliability_matrix(labels: pd.DataFrame, judge: pd.DataFrame | None, criteri
     return table.to_numpy(float)
 
 
+def judge_as_rater(judge: pd.DataFrame, level: str) -> pd.DataFrame:
+    """The judge's scores on the humans' categories: tenths for interval alpha, whole points otherwise."""
+    steps = 10.0 if level == "interval" else 1.0
+    return judge.assign(score=half_up(judge["score"] * steps) / steps)
+
+
 def check_alpha(out: Path, judge: pd.DataFrame, labels: pd.DataFrame, levels=("interval", "ordinal", "nominal")):
     table = agreement_table(out)
     for criterion in sorted(set(judge["criterion"]) & set(labels["criterion"])):
         for level in levels:
             humans = krippendorff.alpha(reliability_data=reliability_matrix(labels, None, criterion),
                                         level_of_measurement=level)
-            both = krippendorff.alpha(reliability_data=reliability_matrix(labels, judge, criterion),
+            both = krippendorff.alpha(reliability_data=reliability_matrix(labels, judge_as_rater(judge, level),
+                                                                          criterion),
                                       level_of_measurement=level)
             assert table[(criterion, f"alpha_{level}_humans")] == pytest.approx(humans, abs=1e-9)
             assert table[(criterion, f"alpha_{level}_humans_plus_judge")] == pytest.approx(both, abs=1e-9)
