@@ -50,22 +50,35 @@ def check_intervals(frame: pd.DataFrame, pairs=(("ci_low", "ci_high"), ("human_o
 
 
 def ppi_by_hand(y: np.ndarray, f: np.ndarray, confidence=0.95) -> dict:
-    """PPI++ for one mean, written out again: y NaN where unlabelled, f NaN where not a unit."""
+    """PPI++ for one mean, written out again from estimate.py's docstring: y NaN where unlabelled, f NaN where not
+    a unit. lambda is tuned from 10 labels on, on judge scores that spread (a quarter of the judged variance);
+    then the residuals have n - 2 degrees of freedom and lambda's own error is added at the unlabelled mean; else
+    the human mean with n - 1. No interval below 3 labels or on labels that do not vary."""
     unit = ~np.isnan(f)
     labelled = unit & ~np.isnan(y)
     unlabelled = unit & ~labelled
     yl, fl, fu = y[labelled], f[labelled], f[unlabelled]
     n, m = len(yl), len(fu)
     var_f = np.var(f[unit], ddof=1)
-    cov = np.cov(yl, fl, ddof=1)[0, 1]
-    lam = cov / (np.var(fl, ddof=1) + n / m * var_f) if m >= 2 else 0.0
-    estimate = yl.mean() + lam * (fu.mean() - fl.mean()) if m >= 2 else yl.mean()
-    se = np.sqrt(lam ** 2 * var_f / m + np.var(yl - lam * fl, ddof=1) / n) if m >= 2 else np.std(yl, ddof=1) / np.sqrt(n)
     human_se = np.std(yl, ddof=1) / np.sqrt(n)
-    q = stats.t.ppf(0.5 + confidence / 2, n - 1)
-    return {"estimate": estimate, "ci_low": estimate - q * se, "ci_high": estimate + q * se,
-            "human_only": yl.mean(), "human_only_ci_low": yl.mean() - q * human_se,
-            "human_only_ci_high": yl.mean() + q * human_se, "lambda": lam, "n_labelled": n,
+    tuned = n >= 10 and m >= 2 and np.var(fl, ddof=1) >= 0.25 * var_f and np.var(fl, ddof=1) > 0
+    if tuned:
+        lam = np.cov(yl, fl, ddof=1)[0, 1] / (np.var(fl, ddof=1) + n / m * var_f)
+        estimate = yl.mean() + lam * (fu.mean() - fl.mean())
+        residual = np.sum((yl - yl.mean() - lam * (fl - fl.mean())) ** 2) / (n - 2)
+        leverage = (fu.mean() - fl.mean()) ** 2 / np.sum((fl - fl.mean()) ** 2)
+        se = np.sqrt(lam ** 2 * var_f / m + residual * (1 / n + leverage))
+        q = stats.t.ppf(0.5 + confidence / 2, n - 2)
+    else:
+        lam, estimate, se = 0.0, yl.mean(), human_se
+        q = stats.t.ppf(0.5 + confidence / 2, n - 1)
+    human_q = stats.t.ppf(0.5 + confidence / 2, n - 1)
+    shown = n >= 3 and np.std(yl) > 0
+    nan = float("nan")
+    return {"estimate": estimate, "ci_low": estimate - q * se if shown else nan,
+            "ci_high": estimate + q * se if shown else nan, "human_only": yl.mean(),
+            "human_only_ci_low": yl.mean() - human_q * human_se if shown else nan,
+            "human_only_ci_high": yl.mean() + human_q * human_se if shown else nan, "lambda": lam, "n_labelled": n,
             "width_ratio": se / human_se}
 
 
@@ -81,10 +94,10 @@ def hand_matrices(judge: pd.DataFrame, labels: pd.DataFrame, criterion: str, ran
     return scores, human
 
 
-def example_estimate(tmp_path: Path, *extra: str, judgments: Path = STUDY / "judgments.jsonl"):
+def example_estimate(tmp_path: Path, *extra: str, judgments: Path = STUDY / "judgments.jsonl", plan: bool = True):
     out = tmp_path / "est"
     run("estimate", "--judgments", str(judgments), "--human", str(STUDY / "labels.csv"),
-        "--plan", str(STUDY / "plan"), "--output-dir", str(out), *extra)
+        *(("--plan", str(STUDY / "plan")) if plan else ()), "--output-dir", str(out), *extra)
     return pd.read_csv(out / "estimates.csv"), pd.read_csv(out / "differences.csv")
 
 
@@ -108,7 +121,8 @@ def test_estimates_and_differences_equal_a_hand_computation_and_the_estimator(tm
             row = estimates[(estimates["criterion"] == criterion) & (estimates["system"] == system)].iloc[0]
             want = ppi_by_hand(human[system].to_numpy(float), scores[system].to_numpy(float))
             for column in VALUE_COLUMNS:
-                assert row[column] == pytest.approx(want[column], rel=1e-9, abs=1e-12), (criterion, system, column)
+                assert row[column] == pytest.approx(want[column], rel=1e-9, abs=1e-12, nan_ok=True), \
+                    (criterion, system, column)
         for a, b in zip(*np.triu_indices(len(scores.columns), 1)):
             first, second = scores.columns[a], scores.columns[b]
             row = differences[(differences["criterion"] == criterion) & (differences["system_a"] == first)
@@ -116,7 +130,8 @@ def test_estimates_and_differences_equal_a_hand_computation_and_the_estimator(tm
             want = ppi_by_hand((human[first] - human[second]).to_numpy(float),
                                (scores[first] - scores[second]).to_numpy(float))
             for column in VALUE_COLUMNS:
-                assert row[column] == pytest.approx(want[column], rel=1e-9, abs=1e-12), (criterion, first, second)
+                assert row[column] == pytest.approx(want[column], rel=1e-9, abs=1e-12, nan_ok=True), \
+                    (criterion, first, second)
             # The sign: a - b, as the human-only difference of the same labels says.
             labelled = human[[first, second]].dropna()
             assert row["human_only"] == pytest.approx((labelled[first] - labelled[second]).mean())
@@ -161,12 +176,16 @@ def test_apply_map_estimates_are_those_of_the_maps_predictions(tmp_path):
     assert changed > 0
     mapped_file = tmp_path / "mapped.jsonl"
     mapped_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    with_map, with_map_diff = example_estimate(tmp_path / "a", "--apply-map", str(map_path))
-    by_hand, by_hand_diff = example_estimate(tmp_path / "b", judgments=mapped_file)
-    plain, _ = example_estimate(tmp_path / "c")
+    # Without --plan (every labelled dialogue taken as the random sample): a plan names the judgments it was drawn
+    # from, and the mapped file is another file.
+    with_map, with_map_diff = example_estimate(tmp_path / "a", "--apply-map", str(map_path), plan=False)
+    by_hand, by_hand_diff = example_estimate(tmp_path / "b", judgments=mapped_file, plan=False)
+    plain, _ = example_estimate(tmp_path / "c", plan=False)
+    assert (with_map["lambda"] != 0).any(), "the example must reach the tuned estimator"
     for column in VALUE_COLUMNS:
-        assert with_map[column].to_numpy() == pytest.approx(by_hand[column].to_numpy(), rel=1e-9)
-        assert with_map_diff[column].to_numpy() == pytest.approx(by_hand_diff[column].to_numpy(), rel=1e-9)
+        assert with_map[column].to_numpy() == pytest.approx(by_hand[column].to_numpy(), rel=1e-9, nan_ok=True)
+        assert with_map_diff[column].to_numpy() == pytest.approx(by_hand_diff[column].to_numpy(), rel=1e-9,
+                                                                 nan_ok=True)
     assert not np.allclose(with_map["estimate"], plain["estimate"])
     check_intervals(with_map)
 
