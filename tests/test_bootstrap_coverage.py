@@ -3,15 +3,16 @@
 - calibrate's correlation CIs (percentile bootstrap over dialogues): item and summary level, at DECODA's size
   (20 dialogues x 6 systems) and DialSummEval's (100 x 14). The planted value is the statistic of the model's
   population, computed on 40,000 dialogues drawn from it.
-- screen's system-mean CIs (percentile bootstrap over dialogues): at the study example's size (16 dialogues),
+- screen's system-mean CIs (expanded percentile bootstrap over dialogues): at the study example's size (16 dialogues),
   DECODA's (20) and DialSummEval's (100).
 - estimate's PPI++ intervals, super-population: the judged dialogues are redrawn (with replacement) from the real
   data each time and the target is the real data's mean, per system and per side, so a standard error 20% too
   small (coverage ~88%) fails.
 
-A percentile bootstrap has no n - 1 and no t tails: at 16-20 dialogues it undercovers (screen's system means
-0.91-0.94 where 95% is asked; calibrate's summary-level correlation 0.88 at 20 dialogues x 6 systems); the
-thresholds below say what it gets, and run with -s prints the measured coverage.
+A plain percentile bootstrap has no n - 1 and no t tails: at 16-20 dialogues it undercovered screen's system
+means (0.91-0.94 where 95% is asked), so screen now expands it (calibration/study/screen.py `expanded_tail`:
+0.93-0.96). calibrate's summary-level correlation still gets 0.88 at 20 dialogues x 6 systems: its threshold
+below says so (a known limit, in the README). Run with -s to print the measured coverage.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ def test_correlation_bootstrap_ci_coverage(case):
 
 
 @pytest.mark.slow
-# Measured with 400 repetitions: 0.908-0.928 per system at 16 dialogues, 0.918-0.942 at 20, 0.930-0.960 at 100.
-@pytest.mark.parametrize("n_items, minimum", [(16, 0.88), (20, 0.89), (100, 0.91)])
+# Plain percentile (before the expansion), 400 repetitions: 0.908-0.928 per system at 16 dialogues, 0.918-0.942 at 20,
+# 0.930-0.960 at 100; expanded percentile, 300 repetitions: 0.933-0.947 at 16, 0.940-0.950 at 20, 0.930-0.957 at 100.
+@pytest.mark.parametrize("n_items, minimum", [(16, 0.92), (20, 0.92), (100, 0.92)])
 def test_screen_system_mean_ci_coverage(n_items, minimum):
     from calibration.study.screen import systems_table
 

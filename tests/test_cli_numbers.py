@@ -208,7 +208,9 @@ def test_screen_system_means_and_intervals(tmp_path):
         column = values[:, k]
         assert row["mean"] == pytest.approx(np.nanmean(column)), (criterion, system)
         assert row["n"] == int((~np.isnan(column)).sum())
-        low, high = np.percentile(replicates[:, k], [2.5, 97.5])
+        n = int((~np.isnan(column)).sum())
+        tail = 100 * stats.norm.sf(np.sqrt(n / (n - 1)) * stats.t.ppf(0.975, n - 1))  # the expanded percentile
+        low, high = np.percentile(replicates[:, k], [tail, 100 - tail])
         width = high - low
         assert row["ci_low"] == pytest.approx(low, abs=0.05 * width), (criterion, system, row["ci_low"], low)
         assert row["ci_high"] == pytest.approx(high, abs=0.05 * width), (criterion, system, row["ci_high"], high)

@@ -50,7 +50,11 @@ def test_vectorised_bootstrap_equals_a_loop_over_resamples():
     for row in systems.itertuples():
         assert row.mean == pytest.approx(point[(row.criterion, row.system)])
         k = columns.index((row.criterion, row.system))
-        assert (row.ci_low, row.ci_high) == pytest.approx(tuple(np.percentile(replicates[:, k], [2.5, 97.5])))
+        # The expanded percentile interval: the normal quantile replaced by sqrt(n / (n - 1)) t_{n-1}.
+        n = row.n
+        tail = 100 * stats.norm.sf(np.sqrt(n / (n - 1)) * stats.t.ppf(0.975, n - 1))
+        assert tail < 2.5
+        assert (row.ci_low, row.ci_high) == pytest.approx(tuple(np.percentile(replicates[:, k], [tail, 100 - tail])))
 
 
 def test_holm_against_a_hand_example_and_statsmodels():
