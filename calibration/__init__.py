@@ -23,6 +23,8 @@ _WHERE = {
     "load_maps": "maps", "save_maps": "maps",
     "kendall_tau_b": "stats", "pearson": "stats", "spearman": "stats",
     "write_report": "report",
+    "ScreenResult": "study.screen", "screen": "study.screen",
+    "EstimateResult": "study.estimating", "estimate": "study.estimating",
 }
 
 __all__ = ["CalibrationError", *sorted(_WHERE)]

@@ -25,6 +25,7 @@ JUDGE_COLUMNS = ["item_id", "system", "criterion", "score", "label", "status", "
                  "rubric", "model"]
 # status of one judge row: a usable number, a categorical/pairwise label, or why it has neither.
 STATUSES = ("ok", "label", "na", "error", "abstain")
+NA_TOKEN = "N/A"  # a human's "does not apply", as `judge import` writes it
 
 
 @dataclass(frozen=True)
@@ -157,10 +158,12 @@ def _split_scores(frame: pd.DataFrame, path: Path, scales: dict[str, HumanScale]
     between points). Blank scores are cells nobody rated and are left out.
     """
     frame = frame[frame["score"] != ""].copy()
+    # `judge import` writes N/A where an annotator said a gated criterion does not apply: not a score, not a label.
+    frame["na"] = frame["score"].str.upper() == NA_TOKEN
     numbers = frame["score"].map(_number)
     frame["label"] = None
     frame["abstained"] = False
-    for criterion, rows in frame.groupby("criterion", sort=False).groups.items():
+    for criterion, rows in frame[~frame["na"]].groupby("criterion", sort=False).groups.items():
         scale = scales.get(criterion, scales.get("*"))
         values = numbers.loc[rows]
         numeric = scale.kind == "numeric" if scale else values.notna().sum() * 2 >= len(values)
@@ -194,6 +197,7 @@ def _split_scores(frame: pd.DataFrame, path: Path, scales: dict[str, HumanScale]
             raise CalibrationError(
                 f"{path}:{frame.loc[first, 'line']}: score {frame.loc[first, 'score']} of criterion {criterion!r} "
                 f"is off the scale of {scale.source} ({allowed})")
+    numbers[frame["na"]] = np.nan
     frame["score"] = numbers.astype(float)
     return frame
 
@@ -201,13 +205,18 @@ def _split_scores(frame: pd.DataFrame, path: Path, scales: dict[str, HumanScale]
 def load_human_labels(path: str | Path, scales: dict[str, HumanScale] | None = None) -> pd.DataFrame:
     """Long CSV `item_id,system,annotator,criterion,score` (extra columns kept).
 
-    Returns the file with `score` a float (NaN for labels), `label` (text labels, None for numbers), `abstained`
-    (a label that is the rubric's abstaining one) and `line`. `scales` (criterion -> HumanScale, from the
+    Returns the file with `score` a float (NaN for labels and N/A), `label` (text labels, None for numbers),
+    `abstained` (a label that is the rubric's abstaining one), `na` (the annotator said N/A: the criterion does not
+    apply to that summary) and `line`. `scales` (criterion -> HumanScale, from the
     judgments' rubric; key "*" for every criterion, as --scale gives) decides numbers vs labels and bounds the
     scores; a criterion without one is numeric when most of its scores are numbers.
     """
     path = Path(path)
-    frame = _read_csv(path, "human labels")
+    return _checked_labels(_read_csv(path, "human labels"), path, scales)
+
+
+def _checked_labels(frame: pd.DataFrame, path, scales) -> pd.DataFrame:
+    """load_human_labels's checks on a frame of stripped strings with a `line` column."""
     _require_columns(frame, path, HUMAN_COLUMNS)
     _check_blank(frame, path, ["item_id", "system", "annotator", "criterion"])
     frame = _split_scores(frame, path, scales or {})
@@ -223,6 +232,64 @@ def load_human_labels(path: str | Path, scales: dict[str, HumanScale] | None = N
     frame = frame.reset_index(drop=True)
     frame.attrs["path"] = str(path)  # for messages that point at a line of this file
     return frame
+
+
+def read_human_labels(human, scales: dict[str, HumanScale] | None = None) -> pd.DataFrame:
+    """Labels from a path (load_human_labels) or a DataFrame in its shape (or the CSV's five columns), checked
+    alike: a frame given by a script gets the same scale and duplicate checks as a file."""
+    if not isinstance(human, pd.DataFrame):
+        return load_human_labels(human, scales)
+    where = human.attrs.get("path", "human labels (DataFrame)")
+    missing = [c for c in HUMAN_COLUMNS if c not in human.columns]
+    if missing:
+        raise CalibrationError(f"{where}: missing column(s) {', '.join(missing)}")
+
+    def text(row) -> str:
+        if isinstance(row.get("na"), (bool, np.bool_)) and row["na"]:
+            return NA_TOKEN
+        if "label" in human.columns and isinstance(row.get("label"), str):
+            return row["label"]
+        value = row["score"]
+        if isinstance(value, str):
+            return value.strip()
+        return "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(float(value))
+
+    frame = pd.DataFrame({c: human[c].astype(str).str.strip() for c in ("item_id", "system", "annotator",
+                                                                          "criterion")})
+    frame["score"] = [text(row) for row in human.to_dict("records")]
+    extra = [c for c in human.columns if c not in HUMAN_COLUMNS + ["line", "label", "abstained", "na"]]
+    for column in extra:
+        frame[column] = human[column].to_numpy()
+    frame["line"] = human["line"].to_numpy() if "line" in human.columns else np.arange(len(human)) + 2
+    if frame.empty:
+        raise CalibrationError(f"{where}: no labels")
+    return _checked_labels(frame.reset_index(drop=True), where, scales or {})
+
+
+def read_judge_scores(judgments, score_column: str | None = None) -> tuple[pd.DataFrame, Path | str]:
+    """(judgments, where they came from) from a path (load_judge_scores) or a DataFrame in its shape."""
+    if not isinstance(judgments, pd.DataFrame):
+        return load_judge_scores(judgments, score_column), Path(judgments)
+    where = judgments.attrs.get("path", "judgments (DataFrame)")
+    missing = [c for c in ("item_id", "system", "criterion", "score") if c not in judgments.columns]
+    if missing:
+        raise CalibrationError(f"{where}: missing column(s) {', '.join(missing)} (the shape load_judge_scores "
+                               "returns)")
+    frame = judgments.copy()
+    defaults = {"label": None, "status": None, "line": np.arange(len(frame)) + 1, "system_1": None,
+                "system_2": None, "rubric": "", "model": ""}
+    for column, value in defaults.items():
+        if column not in frame.columns:
+            frame[column] = value
+    frame["status"] = frame["status"].fillna(pd.Series(np.where(frame["score"].notna(), "ok", "error"),
+                                                       index=frame.index))
+    duplicated = frame.duplicated(["item_id", "system", "criterion"])
+    if duplicated.any():
+        row = frame.loc[duplicated].iloc[0]
+        raise CalibrationError(f"{where}: a second judgment for item {row.item_id!r}, system {row.system!r}, "
+                               f"criterion {row.criterion!r}")
+    check_one_judge(frame, where)
+    return frame.reset_index(drop=True), where
 
 
 def _load_jsonl(path: Path) -> pd.DataFrame:
@@ -291,12 +358,14 @@ def _load_score_csv(path: Path, score_column: str | None) -> pd.DataFrame:
     }, columns=JUDGE_COLUMNS)
 
 
-def load_judge_scores(path: str | Path, score_column: str | None = None) -> pd.DataFrame:
+def load_judge_scores(path: str | Path, score_column: str | None = None, *, one_judge: bool = True) -> pd.DataFrame:
     """Judge scores from the engine's judgments JSONL or from a CSV of scores.
 
     Returns columns item_id, system, criterion, score (NaN unless status == "ok"), label, status, line,
     system_1 / system_2 (the two systems of a pairwise row, else None), rubric and model.
     Criterion "*" means "the same score for every criterion" (a wide CSV with --score-column).
+    `one_judge`: refuse a file that mixes rubrics or models (check_one_judge); a verb that compares judges
+    on purpose passes False.
     """
     path = Path(path)
     if path.suffix.lower() == ".csv":
@@ -320,25 +389,102 @@ def load_judge_scores(path: str | Path, score_column: str | None = None) -> pd.D
             f"{path}:{row.line}: a second judgment for item {row.item_id!r}, system {row.system!r}, "
             f"criterion {row.criterion!r}"
         )
+    if one_judge:
+        check_one_judge(frame, path)
     return frame.reset_index(drop=True)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace `path` in one step (a temporary file, then os.replace): a reader never sees half a file."""
-    import os
-    import tempfile
+def check_one_judge(judge: pd.DataFrame, path: str | Path) -> None:
+    """Refuse judgments of two rubrics or two models in one file: ranking or estimating across judges mixes
+    scales and biases, and every number built on it would be wrong without a word."""
+    who = judge[["rubric", "model"]].fillna("").astype(str)
+    judges = judge.assign(rubric=who["rubric"], model=who["model"]).drop_duplicates(["rubric", "model"])
+    if len(judges) < 2:
+        return
+    named = [f"{'rubric ' + r.rubric if r.rubric else 'no rubric'} / {'model ' + r.model if r.model else 'no model'}"
+             f" (from line {r.line})" for r in judges.head(3).itertuples()]
+    more = f" and {len(judges) - 3} more" if len(judges) > 3 else ""
+    raise CalibrationError(f"{path}: judgments of {len(judges)} judges in one file: {'; '.join(named)}{more}; "
+                           "numbers across judges are not comparable: split the file by rubric and model and run "
+                           "each on its own")
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        # mkstemp makes the file private (0600); give it the mode any new file of the user's would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+
+def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None) -> tuple[dict[str, HumanScale],
+                                                                                        list[str]]:
+    """The human scales to check labels against: `--scale MIN,MAX` when given, else the rubric's the judgments name
+    (calibrate, screen and estimate alike)."""
+    if scale is not None:
+        low, high = scale
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise CalibrationError(f"--scale must be MIN,MAX with MIN < MAX, got {low:g},{high:g}")
+        return {"*": range_scale(low, high)}, []
+    return rubric_scales(judge["rubric"].dropna().unique())
+
+
+def check_labels(labels: pd.DataFrame, judge: pd.DataFrame, path: str | Path | None = None,
+                 criteria=None) -> tuple[pd.DataFrame, int]:
+    """Every label must land on something judged; returns the judgments with a failed judgment added for each
+    labelled cell that has no judgment line, and how many were added.
+
+    A label on a dialogue or a system the judgments never mention, or on a criterion no judgment has (a typo such as
+    `Clarity`), is an error naming its line. A labelled (dialogue, system, criterion) that the judgments skip (a
+    published score file that dropped unparseable outputs) is a judgment that failed: it stays in the population and
+    is imputed as the engine's failures are. `criteria`: only these criteria are used (the others' labels are
+    still checked).
+    """
+    path = path or labels.attrs.get("path", "the human labels")
+
+    def fail(mask, message):
+        row = labels[mask].iloc[0]
+        raise CalibrationError(f"{path}:{row.line}: {message(row)} ({int(mask.sum())} label(s) like it)")
+
+    unknown = ~labels["item_id"].isin(set(judge["item_id"]))
+    if unknown.any():
+        fail(unknown, lambda row: f"item {row.item_id!r} is not in the judgments")
+    pairs = judge[judge["system_1"].notna()]
+    systems = set(judge.loc[judge["system_1"].isna(), "system"]) | set(pairs["system_1"]) | set(pairs["system_2"])
+    unknown = ~labels["system"].isin(systems)
+    if unknown.any():
+        fail(unknown, lambda row: f"system {row.system!r} is not in the judgments (they have "
+                                  f"{', '.join(sorted(map(str, systems)))})")
+    judged = set(judge["criterion"])
+    if "*" not in judged:
+        unknown = ~labels["criterion"].isin(judged)
+        if unknown.any():
+            fail(unknown, lambda row: f"criterion {row.criterion!r} matches no judged criterion; the judgments have "
+                                      f"{', '.join(sorted(judged))}")
+    pointwise = judge[judge["system_1"].isna()]
+    wildcard = "*" in judged
+    key = ["item_id", "system"] if wildcard else ["item_id", "system", "criterion"]
+    cells = labels[labels["score"].notna() | labels.get("na", False)]
+    if criteria is not None:
+        cells = cells[cells["criterion"].isin(criteria)]
+    # Only criteria the judge scores one system at a time can miss a cell (a pairwise criterion has no such cell).
+    if not wildcard:
+        cells = cells[cells["criterion"].isin(set(pointwise["criterion"]))]
+    cells = cells[key].drop_duplicates()
+    missing = cells.merge(pointwise[key].drop_duplicates(), on=key, how="left", indicator=True)
+    missing = missing[missing["_merge"] == "left_only"][key]
+    if missing.empty:
+        return judge, 0
+    added = missing.assign(criterion="*" if wildcard else missing["criterion"], score=np.nan, label=None,
+                           status="error", line=0, system_1=None, system_2=None,
+                           rubric=judge["rubric"].iloc[0], model=judge["model"].iloc[0])[JUDGE_COLUMNS]
+    extra = [c for c in judge.columns if c not in JUDGE_COLUMNS]
+    return pd.concat([judge, added.assign(**{c: None for c in extra})], ignore_index=True), len(added)
+
+
+def human_na_cells(judge: pd.DataFrame, labels: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The judgments with each cell the humans called N/A (and scored no number) marked N/A: the criterion does
+    not apply there, so the cell leaves that criterion's population, as a judge's N/A does. Returns the count."""
+    if "na" not in labels or not labels["na"].any():
+        return judge, 0
+    key = ["item_id", "system", "criterion"]
+    scored = set(map(tuple, labels.loc[labels["score"].notna(), key].to_numpy()))
+    cells = {c for c in map(tuple, labels.loc[labels["na"], key].to_numpy()) if c not in scored}
+    hit = pd.Series([c in cells for c in zip(judge["item_id"], judge["system"], judge["criterion"])],
+                    index=judge.index)
+    judge = judge.copy()
+    judge.loc[hit, "status"] = "na"
+    judge.loc[hit, "score"] = np.nan
+    return judge, len(cells)

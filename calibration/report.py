@@ -66,6 +66,24 @@ def scatter_figure(pairs: pd.DataFrame) -> str:
     return _png(figure)
 
 
+def off_the_human_scale(part: pd.DataFrame) -> bool:
+    """Whether the judge's means lie off the humans' scale (a metric in [0, 1], a negative BARTScore), so that they
+    need an axis of their own; otherwise both share one axis on the human scale.
+
+    Decided on the scale, not on where the means happen to fall: a judge that gives every summary 1 on a 1-5 rubric
+    shares the humans' axis and is drawn at 1, not at the height of a human 4.3. The human scale is taken as the
+    span of the human intervals widened to the usual Likert bounds (1 to 5) when the humans look like Likert scores.
+    """
+    human = np.array([part["human_low"].min(), part["human_high"].max()], dtype=float)
+    judge = np.array([part["judge_low"].min(), part["judge_high"].max()], dtype=float)
+    if np.isnan(human).any() or np.isnan(judge).any():
+        return False
+    low, high = human
+    if low >= 1.0:  # Likert-like labels: the scale reaches down to 1 and up to at least 5
+        low, high = 1.0, max(5.0, float(np.ceil(high)))
+    return bool(judge[0] < low - 1e-9 or judge[1] > high + 1e-9)
+
+
 def system_means_figure(means: pd.DataFrame) -> str:
     criteria = sorted(means["criterion"].unique())
     longest = max(len(str(s)) for s in means["system"])
@@ -74,12 +92,7 @@ def system_means_figure(means: pd.DataFrame) -> str:
     for axis, criterion in zip(axes, criteria):
         part = means[means["criterion"] == criterion].sort_values("human_mean")
         positions = np.arange(len(part))
-        # A judge off the humans' scale (a metric in [0, 1]) gets its own axis on the right, or it would be a
-        # flat line at the bottom of the panel.
-        human_range = (part["human_low"].min(), part["human_high"].max())
-        judge_range = (part["judge_low"].min(), part["judge_high"].max())
-        own_axis = not (np.isnan(human_range).any() or np.isnan(judge_range).any()) and (
-            judge_range[1] < human_range[0] or judge_range[0] > human_range[1])
+        own_axis = off_the_human_scale(part)
         for offset, side, colour in ((-0.15, "judge", JUDGE), (0.15, "human", HUMAN)):
             target = axis.twinx() if side == "judge" and own_axis else axis
             centre = part[f"{side}_mean"].to_numpy()

@@ -118,7 +118,25 @@ IMPORT_CASES = [
      "not a JSON key file", "filled.csv"),
     ("a sheet of another kind", lambda s, t: ([str(s / "csv1" / "instructions.md")], str(s / "csv1" / "key.json")),
      "expected a Label Studio JSON export (.json) or a filled CSV sheet (.csv)", "instructions.md"),
+    ("a sheet saved with ';' separators", lambda s, t: _semicolons(s, t),
+     "the sheet is separated by ;, as a spreadsheet in some locales saves it: save it as comma-separated", "bad.csv:1"),
+    ("a Label Studio JSON-MIN export", lambda s, t: _json_min(s, t),
+     "a Label Studio JSON-MIN export (flat rows, no annotations): export the project as JSON", "min.json"),
 ]
+
+
+def _semicolons(study, tmp):
+    text = (study / "filled.csv").read_text(encoding="utf-8")
+    (tmp / "bad.csv").write_text(text.replace(",", ";"), encoding="utf-8")
+    return [str(tmp / "bad.csv")], str(study / "csv1" / "key.json")
+
+
+def _json_min(study, tmp):
+    """JSON-MIN: one flat object per annotation, the task's data and the answers side by side."""
+    data = json.loads((study / "export.json").read_text(encoding="utf-8"))
+    flat = [{**task["data"], "annotator": 1, "id": n} for n, task in enumerate(data)]
+    (tmp / "min.json").write_text(json.dumps(flat), encoding="utf-8")
+    return [str(tmp / "min.json")], str(study / "ls1" / "key.json")
 
 
 @pytest.mark.parametrize("case, make, message, where", IMPORT_CASES, ids=[c[0] for c in IMPORT_CASES])
@@ -132,6 +150,23 @@ def test_import_refuses_bad_input(study, tmp_path, capsys, case, make, message, 
     assert err.startswith("judge import: error: ") and message in err and where in err, err
     assert not labels.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".labels")] == []
+
+
+def test_import_keeps_an_annotators_extra_columns_out_with_a_note(study, tmp_path, capsys):
+    """A comments column, and the empty column a spreadsheet leaves at the end, are read past with a note; the
+    labels are the same as without them; annotator names are trimmed."""
+    key = str(study / "csv1" / "key.json")
+    plain, extra = tmp_path / "plain.csv", tmp_path / "extra.csv"
+    assert main(["import", "--from", str(study / "filled.csv"), "--key", key, "--output", str(plain)]) == 0
+    header, rows = _rows(study / "filled.csv")
+    for row in rows:
+        row["comments"], row[""], row["annotator"] = "hard one, re-read", "", f"  {row['annotator']} "
+    _write(tmp_path / "sheet.csv", header + ["comments", ""], rows)
+    capsys.readouterr()
+    assert main(["import", "--from", str(tmp_path / "sheet.csv"), "--key", key, "--output", str(extra)]) == 0
+    out = capsys.readouterr().out
+    assert "note:" in out and "'comments'" in out and "an unnamed (empty) column" in out and "ignored" in out
+    assert extra.read_bytes() == plain.read_bytes()
 
 
 def test_import_never_overwrites_a_file_it_did_not_write(study, tmp_path, capsys):
@@ -237,3 +272,21 @@ def test_cells_for_criteria_that_do_not_apply_are_ignored_and_counted(tmp_path, 
                  "--output", str(tmp_path / "labels.csv")]) == 0
     assert "1 answers for criteria that do not apply to their candidate were ignored" in capsys.readouterr().out
     shutil.rmtree(pkg)
+
+
+def test_a_label_studio_csv_export_is_read(study, tmp_path, capsys):
+    """Label Studio's CSV export: the task's data and the answers as columns, plus its own bookkeeping (id,
+    annotation_id, created_at, updated_at, lead_time), which is read past without a note."""
+    key = str(study / "csv1" / "key.json")
+    plain, exported = tmp_path / "plain.csv", tmp_path / "ls.csv"
+    assert main(["import", "--from", str(study / "filled.csv"), "--key", key, "--output", str(plain)]) == 0
+    header, rows = _rows(study / "filled.csv")
+    bookkeeping = ["annotation_id", "created_at", "id", "lead_time", "updated_at"]
+    for n, row in enumerate(rows):
+        row.update({"annotation_id": str(100 + n), "created_at": "2026-01-01T10:00:00Z", "id": str(n + 1),
+                    "lead_time": "31.5", "updated_at": "2026-01-01T10:01:00Z"})
+    _write(tmp_path / "export.csv", bookkeeping + header, rows)
+    capsys.readouterr()
+    assert main(["import", "--from", str(tmp_path / "export.csv"), "--key", key, "--output", str(exported)]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert exported.read_bytes() == plain.read_bytes()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,12 +18,17 @@ examples:
   judge screen --judgments {FIXTURES}/judgments.jsonl --human {FIXTURES}/pilot_labels.csv --power 0.9
 
   # a metric column of a wide CSV as the judge, budget counted in judgments humans must give
-  judge screen --judgments metric_scores.csv --score-column rouge-1 --budget 2000 --budget-unit judgments
+  judge screen --judgments {FIXTURES}/metric_scores.csv --score-column rouge-1 --budget 40 --budget-unit judgments \\
+      --output-dir out/plan-rouge
 
 writes (with --output-dir): systems.csv, items.csv, power.csv and, with --budget, the plan:
   plan.csv   item_id,part,reason   one row per dialogue; part is random or targeted
-  plan.json  unit, budget, random share, seed, the judgments file and its sha256, the power analysis
-Only the random part may enter `judge estimate`: keep the share high enough for the intervals you need.
+  plan.json  unit, budget, random share, seed, the judgments file and its sha256, the plan's own sha256, the power
+             analysis
+A plan is a contract: an --output-dir that holds one is refused (a plan is never replaced), `judge export --plan`
+records its digest in the key, and `judge estimate --plan` refuses a plan edited since or made from other judgments.
+Only the random part may enter `judge estimate`: a plan with none is refused (or, with --random-share 0, warned
+about); keep the share high enough for the intervals you need.
 """
 
 ESTIMATE_EPILOG = f"""\
@@ -36,13 +40,19 @@ examples:
   judge estimate --judgments {FIXTURES}/judgments.jsonl --human {FIXTURES}/labels.csv \\
       --plan {FIXTURES}/plan --output-dir out/estimate
 
-  # a metric of a wide CSV as the judge, DialSummEval noise cleaning of the human labels
-  judge estimate --judgments metric_scores.csv --score-column bartscore_s_h --human annotations.csv --clean
+  # a metric of a wide CSV as the judge, DialSummEval noise cleaning of the human labels, the 1-5 scale checked
+  judge estimate --judgments {FIXTURES}/metric_scores.csv --score-column bartscore_s_h \\
+      --human {FIXTURES}/labels.csv --clean --scale 1,5 --report out/estimate.html
 
 method: prediction-powered inference with the power-tuned lambda (PPI++): the judge's scores on every judged
-dialogue correct the mean of the human labels on the random sample; t interval with n - 1 degrees of freedom
-(n = labelled dialogues). width_ratio = PPI interval / human-only interval from the same labels.
+dialogue correct the mean of the human labels on the random sample; from 10 labelled dialogues on, lambda is
+tuned and the t interval has n - 2 degrees of freedom plus lambda's own error; below, the human mean with n - 1;
+no interval below 3 labels or on labels that do not vary (interval_note says why). width_ratio = PPI interval / human-only interval from the same labels.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
+checks: every label on the rubric's scale (or --scale), on a judged dialogue, system and criterion; N/A (as
+`judge import` writes it) takes the cell out of that criterion's population; a labelled cell with no judgment line
+counts as a failed judgment; judgments of two rubrics or models in one file are refused; with --key, the labels'
+sheets must come from --plan. No interval is printed where none can hold; `separated` needs two finite bounds.
 """
 
 
@@ -67,6 +77,16 @@ def _positive(value: str) -> int:
     return number
 
 
+def _scale(value: str) -> tuple[float, float]:
+    try:
+        low, high = (float(part) for part in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN,MAX such as 1,5, got {value!r}") from None
+    if not low < high:
+        raise argparse.ArgumentTypeError(f"MIN must be below MAX, got {value!r}")
+    return low, high
+
+
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judgments", required=True, type=Path, metavar="FILE",
                         help="judgments JSONL (`judge score`), or a CSV of scores read as `judge calibrate` reads it")
@@ -74,6 +94,9 @@ def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--criteria", type=_criteria, metavar="a,b", help="only these criteria (default: all shared)")
     parser.add_argument("--clean", action="store_true",
                         help="DialSummEval noise cleaning of the human labels before averaging annotators")
+    parser.add_argument("--scale", type=_scale, metavar="MIN,MAX",
+                        help="the human scale, e.g. 1,5: any human score outside it is an error (default: the "
+                             "scales of the rubric the judgments name), as in `judge calibrate`")
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with a plot")
 
@@ -108,25 +131,67 @@ def register(sub) -> None:
     estimate.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
     estimate.add_argument("--plan", type=Path, metavar="DIR",
                           help="the --output-dir of `judge screen --budget`: which dialogues are the random sample")
+    estimate.add_argument("--key", type=Path, metavar="KEY.json",
+                          help="the key `judge export --plan` wrote: checks that the labels come from this plan")
     estimate.add_argument("--confidence", type=_share, default=0.95, help="interval level (default 0.95)")
     estimate.add_argument("--apply-map", type=Path, metavar="MAP.json",
                           help="judge scores through a map fitted by `judge calibrate --fit-map`")
     estimate.set_defaults(run=run_estimate)
 
 
-# -- writing: every file complete or absent -----------------------------------------------------------------------
+# -- running: the functions do the work, the CLI checks every path, writes, prints ------------------------------
 
 
-def write_outputs(directory: Path | None, files: dict[str, str], verb: str = "study", inputs=()) -> None:
-    """All texts are built before this is called; each file then appears whole or not at all, and only over files
-    this tool wrote (judge/outputs.py)."""
-    from judge.outputs import write_folder
-
-    write_folder(directory, files, verb=verb, inputs=inputs)
+def _error(verb: str, exc) -> int:
+    print(f"judge {verb}: error: {exc}", file=sys.stderr)
+    return 2
 
 
-def _csv(frame) -> str:
-    return frame.to_csv(index=False)
+def _run(args: argparse.Namespace, verb: str, compute) -> int:
+    """Compute, check every output path, write the tables then the report, print; 2 on any error."""
+    from judge.errors import JudgeError, OutputError
+    from judge.outputs import check_writable
+
+    started = time.perf_counter()
+    inputs = [p for p in (args.judgments, getattr(args, "human", None), getattr(args, "key", None)) if p]
+    plan = getattr(args, "plan", None)
+    if plan is not None:
+        inputs += [Path(plan) / "plan.csv", Path(plan) / "plan.json"]
+    try:
+        result = compute()
+        if args.report:
+            check_writable(args.report, inputs=inputs, what="--report")
+        if args.output_dir:
+            if verb == "screen":
+                result.check_output_dir(args.output_dir, inputs)
+            elif args.output_dir.exists() and not args.output_dir.is_dir():
+                raise OutputError(f"{args.output_dir}: --output-dir is a file; give a folder")
+            else:
+                for name in result.files():
+                    check_writable(args.output_dir / name, inputs=inputs, what="--output-dir file")
+        page = result.report_html() if args.report else None
+        replaced = result.write(args.output_dir, inputs) if args.output_dir else []
+        if page is not None:
+            from .report import write_section
+
+            replaced += write_section(page, args.report, f"Judge {verb}", inputs=inputs)
+    except JudgeError as exc:  # CalibrationError and OutputError are JudgeErrors
+        return _error(verb, exc)
+    except OSError as exc:
+        return _error(verb, f"{exc.filename or ''}: {exc.strerror or exc}")
+    print(result.text(), end="")
+    for warning in result.warnings:
+        print(f"judge {verb}: warning: {warning}", file=sys.stderr)
+    if replaced:
+        print(f"replaced (written by an earlier run): {', '.join(map(str, replaced))}", file=sys.stderr)
+    systems = (result.systems if verb == "screen" else result.estimates)["system"].nunique()
+    detail = (f"{len(result.items)} dialogues, {result.n_resamples} resamples" if verb == "screen"
+              else f"from {result.n_random} random-sample dialogues")
+    planned = "" if verb != "screen" or result.plan is None else (
+        f", plan {result.plan_info['n_random']} random + {result.plan_info['n_targeted']} targeted dialogues")
+    print(f"\n{verb}: {len(result.criteria)} criteria, {systems} systems, {detail}{planned}, "
+          f"{time.perf_counter() - started:.1f}s", file=sys.stderr)
+    return 0
 
 
 def _format(frame, float_format="{:.3f}") -> str:
@@ -135,61 +200,17 @@ def _format(frame, float_format="{:.3f}") -> str:
     return frame.to_string(index=False, float_format=lambda v: float_format.format(v), na_rep="-")
 
 
-def _error(verb: str, exc: Exception) -> int:
-    print(f"judge {verb}: error: {exc}", file=sys.stderr)
-    return 2
-
-
 # -- screen -------------------------------------------------------------------------------------------------------
 
 
 def run_screen(args: argparse.Namespace) -> int:
-    from ..errors import CalibrationError
-    from ..io import load_human_labels, load_judge_scores
     from .screen import screen
 
-    started = time.perf_counter()
-    try:
-        judge = load_judge_scores(args.judgments, args.score_column)
-        pilot = load_human_labels(args.human) if args.human else None
-        print(f"screening {args.judgments}: {judge['item_id'].nunique()} dialogues, "
-              f"{judge['system'].nunique()} systems, {args.bootstrap} resamples...", file=sys.stderr)
-        result = screen(args.judgments, judge, args.criteria, pilot, args.clean, args.budget, args.budget_unit,
-                        args.random_share, args.power, args.seed, args.bootstrap, args.score_column)
-        files = {"systems.csv": _csv(result.systems), "items.csv": _csv(result.items),
-                 "power.csv": _csv(result.power)}
-        if result.plan is not None:
-            files["plan.csv"] = _csv(result.plan)
-            files["plan.json"] = json.dumps(result.plan_info, indent=2) + "\n"
-        _write_all(args, files, result, "screen_section", "Judge screen")
-    except CalibrationError as exc:
-        return _error("screen", exc)
-    except OSError as exc:
-        return _error("screen", f"{exc.filename or ''}: {exc.strerror or exc}")
-    print_screen(result)
-    planned = "" if result.plan is None else (
-        f", plan {result.plan_info['n_random']} random + {result.plan_info['n_targeted']} targeted dialogues")
-    print(f"\nscreened {len(result.criteria)} criteria, {result.systems['system'].nunique()} systems, "
-          f"{len(result.items)} dialogues, {result.n_resamples} resamples{planned}, "
-          f"{time.perf_counter() - started:.1f}s", file=sys.stderr)
-    return 0
-
-
-def _write_all(args, files: dict[str, str], result, section: str, title: str) -> None:
-    """Every output is built before the first is written: the tables (each atomically), then the report section."""
-    from judge.outputs import check_writable
-
-    inputs = [args.judgments, getattr(args, "human", None), getattr(args, "plan", None)]
-    if args.report:
-        check_writable(args.report, inputs=inputs, what="--report")
-    report = None
-    if args.report:
-        from . import report as study_report  # matplotlib: only when a report is asked for
-
-        report = getattr(study_report, section)(result)
-    write_outputs(args.output_dir, files, verb=args.command, inputs=inputs)
-    if report is not None:
-        study_report.write_section(report, args.report, title)
+    print(f"screening {args.judgments} ({args.bootstrap} resamples)...", file=sys.stderr)
+    return _run(args, "screen", lambda: screen(
+        args.judgments, args.human, criteria=args.criteria, score_column=args.score_column, clean=args.clean,
+        scale=args.scale, budget=args.budget, budget_unit=args.budget_unit, random_share=args.random_share,
+        power=args.power, bootstrap=args.bootstrap, seed=args.seed))
 
 
 def print_screen(result, out=None) -> None:
@@ -226,83 +247,29 @@ def print_screen(result, out=None) -> None:
 # -- estimate -----------------------------------------------------------------------------------------------------
 
 
-def check_labels_against_judgments(labels, judge, path: Path) -> None:
-    from ..errors import CalibrationError
-
-    items = set(judge["item_id"])
-    unknown = ~labels["item_id"].isin(items)
-    if unknown.any():
-        row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{path}:{row.line}: item {row.item_id!r} is not in the judgments "
-                               f"({unknown.sum()} label(s) on unknown items)")
-    cells = set(zip(judge["item_id"], judge["system"]))
-    unknown = ~labels[["item_id", "system"]].apply(tuple, axis=1).isin(cells)
-    if unknown.any():
-        row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{path}:{row.line}: system {row.system!r} has no judgment for item {row.item_id!r}")
-
-
-def plan_parts(args, labels, judge) -> tuple[set | None, set | None, list[str]]:
-    """(random items, targeted items, warnings) from --plan, after checking it against the inputs."""
-    from judge.resources import file_sha256
-
-    from ..errors import CalibrationError
-    from .screen import read_plan
-
-    if args.plan is None:
-        return None, None, []
-    plan, info = read_plan(args.plan)
-    items = set(judge["item_id"])
-    outside = ~plan["item_id"].isin(items)
-    if outside.any():
-        raise CalibrationError(f"{args.plan / 'plan.csv'}:{int(outside.to_numpy().nonzero()[0][0]) + 2}: "
-                               f"dialogue {plan['item_id'][outside].iloc[0]!r} is not in {args.judgments}: "
-                               "the plan was made for other judgments")
-    planned = set(plan["item_id"])
-    unplanned = ~labels["item_id"].isin(planned)
-    if unplanned.any():
-        raise CalibrationError(f"{args.human}:{labels['line'][unplanned].iloc[0]}: dialogue "
-                               f"{labels['item_id'][unplanned].iloc[0]!r} is not in the plan; labels outside the plan "
-                               "are neither the random sample nor targeted")
-    warnings = []
-    if info.get("judgments_sha256") and info["judgments_sha256"] != file_sha256(args.judgments):
-        warnings.append(f"the plan was made from {info.get('judgments')} (sha256 {info['judgments_sha256'][:12]}...), "
-                        f"and {args.judgments} differs from it; its dialogues are all there")
-    return (set(plan.loc[plan["part"] == "random", "item_id"]), set(plan.loc[plan["part"] == "targeted", "item_id"]),
-            warnings)
-
-
 def run_estimate(args: argparse.Namespace) -> int:
-    from ..errors import CalibrationError
-    from .estimate import estimate
-    from ..io import load_human_labels, load_judge_scores
-    from ..maps import apply_maps, load_maps
+    from .estimating import estimate
 
-    started = time.perf_counter()
-    try:
-        labels = load_human_labels(args.human)
-        judge = load_judge_scores(args.judgments, args.score_column)
-        check_labels_against_judgments(labels, judge, args.human)
-        random_items, targeted_items, warnings = plan_parts(args, labels, judge)
-        if args.apply_map:
-            judge = apply_maps(judge, load_maps(args.apply_map))
-        result = estimate(judge, labels, args.criteria, args.clean, random_items, targeted_items, args.confidence)
-        summary = {"criteria": result.criteria, "confidence": result.confidence, "random_sample": result.random_source,
-                   "n_random_dialogues": result.n_random, "human_cleaned": result.cleaned,
-                   "method": "PPI++ (power-tuned lambda), t interval with n-1 df", "notes": result.notes + warnings}
-        files = {"estimates.csv": _csv(result.estimates), "differences.csv": _csv(result.differences),
-                 "targeted.csv": _csv(result.targeted), "summary.json": json.dumps(summary, indent=2) + "\n"}
-        _write_all(args, files, result, "estimate_section", "Judge estimate")
-    except CalibrationError as exc:
-        return _error("estimate", exc)
-    except OSError as exc:
-        return _error("estimate", f"{exc.filename or ''}: {exc.strerror or exc}")
-    for warning in warnings:
-        print(f"judge estimate: warning: {warning}", file=sys.stderr)
-    print_estimate(result)
-    print(f"\nestimated {len(result.criteria)} criteria, {result.estimates['system'].nunique()} systems from "
-          f"{result.n_random} random-sample dialogues, {time.perf_counter() - started:.1f}s", file=sys.stderr)
-    return 0
+    return _run(args, "estimate", lambda: estimate(
+        args.judgments, args.human, plan=args.plan, key=args.key, criteria=args.criteria,
+        score_column=args.score_column, clean=args.clean, scale=args.scale, confidence=args.confidence,
+        apply_map=args.apply_map))
+
+
+def separated(differences):
+    """A difference is separated from zero only by an interval with two finite, distinct bounds that exclude it: a
+    NaN bound (no interval could hold) or a zero-width one (labels without variance) decides nothing."""
+    import numpy as np
+
+    low, high = differences["ci_low"].astype(float), differences["ci_high"].astype(float)
+    proper = np.isfinite(low) & np.isfinite(high) & (low < high)
+    return proper & ((low > 0) | (high < 0))
+
+
+def _with_note(frame):
+    """The table with a `note` column: estimate.py's interval_note (why no interval), blank where there is one."""
+    note = frame["interval_note"].fillna("").astype(str) if "interval_note" in frame else ""
+    return frame.assign(note=note)
 
 
 def print_estimate(result, out=None) -> None:
@@ -317,18 +284,19 @@ def print_estimate(result, out=None) -> None:
     level = f"{result.confidence:.0%}"
     print(f"Human score of a summary: the {human} over its annotators. Intervals: {level}, PPI++ with a t quantile.",
           file=out)
+    if result.n_imputed:
+        print(f"{result.n_imputed} labelled cell(s) had no judgment line: counted as failed judgments.", file=out)
     print("\nPer system (estimate = prediction-powered; human_only = the same labels alone)", file=out)
-    print(_format(result.estimates[["criterion", "system", "estimate", "ci_low", "ci_high", "human_only",
-                                    "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_judged",
-                                    "width_ratio", "lambda"]]), file=out)
+    columns = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
+               "human_only_ci_high", "n_labelled", "n_judged", "width_ratio", "lambda"]
+    print(_format(_with_note(result.estimates)[columns + ["note"]]), file=out)
     print(f"\nPaired differences system_a - system_b (per dialogue); each interval holds at {level} on its own, "
-          "not for all pairs at once", file=out)
-    differences = result.differences.assign(
-        separated=((result.differences["ci_low"] > 0) | (result.differences["ci_high"] < 0)).map({True: "yes",
-                                                                                                False: ""}))
+          "not for all pairs at once; separated only where both bounds are finite and exclude 0", file=out)
+    differences = _with_note(result.differences).assign(separated=separated(result.differences).map(
+        {True: "yes", False: ""}))
     print(_format(differences[["criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high",
                                "human_only_ci_low", "human_only_ci_high", "n_labelled", "width_ratio",
-                               "separated"]]), file=out)
+                               "separated", "note"]]), file=out)
     if not result.targeted.empty:
         print("\nLabels on targeted dialogues (not a random sample: not in the estimates above; read with care)",
               file=out)

@@ -14,32 +14,92 @@ import pandas as pd
 from ..report import STYLE, _grid, _png, _table
 
 
+def _first(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The table with the columns a study plan needs first, so they are on screen before any scrolling."""
+    front = [c for c in columns if c in frame.columns]
+    return frame[front + [c for c in frame.columns if c not in front]]
+
+
+POWER_FIRST = ["criterion", "system_a", "system_b", "dialogues_human_only", "dialogues_with_judge", "n_judged",
+               "n_pilot", "rho"]
+ITEMS_FIRST = ["item_id", "part", "priority", "uncertainty", "discrimination"]
+ESTIMATE_FIRST = ["criterion", "system", "system_a", "system_b", "estimate", "ci_low", "ci_high", "interval_note",
+                  "n_labelled", "human_only", "human_only_ci_low", "human_only_ci_high"]
+
+
+def _bounds_of(bounds: dict | None, criterion: str) -> tuple[float, float] | None:
+    if not bounds:
+        return None
+    found = bounds.get(criterion, bounds.get("*"))
+    return None if found is None or None in found else (float(found[0]), float(found[1]))
+
+
 def intervals_figure(frame: pd.DataFrame, label: str, centre: str, low: str, high: str,
-                     human_only: tuple[str, str, str] | None = None) -> str:
-    """One panel per criterion: each row of `frame` as a point with its interval, best at the top."""
+                     human_only: tuple[str, str, str] | None = None, bounds: dict | None = None,
+                     xlabel: str = "mean score (CI)", zero: bool = False) -> str:
+    """One panel per criterion: each row of `frame` as a point with its interval, best at the top.
+
+    `bounds` (criterion or "*" -> (low, high)): the scale, drawn as two grey lines; intervals are clipped to it in
+    the plot only (an interval past the scale says nothing the scale does not; the tables keep the numbers). A row
+    without an interval (NaN bounds: none could hold) is drawn as a hollow point. `zero`: a line at 0 (differences).
+    """
     criteria = list(dict.fromkeys(frame["criterion"]))
     figure, axes = _grid(len(criteria), width=5.0, height=max(2.5, 0.32 * frame.groupby("criterion").size().max()))
     for axis, criterion in zip(axes, criteria):
         part = frame[frame["criterion"] == criterion].sort_values(centre)
         positions = np.arange(len(part))
         offset = 0.15 if human_only else 0.0
-        error = np.vstack([part[centre] - part[low], part[high] - part[centre]])
-        axis.errorbar(part[centre], positions + offset, xerr=np.nan_to_num(np.abs(error)), fmt="o", capsize=3,
-                      color="tab:orange", label="with the judge (PPI++)" if human_only else "judge")
+        scale = _bounds_of(bounds, criterion)
+        if scale is not None and zero:  # a difference of two scores lies within +-(high - low)
+            scale = (scale[0] - scale[1], scale[1] - scale[0])
+        series = [(centre, low, high, +offset, "tab:orange", "o",
+                   "with the judge (PPI++)" if human_only else "judge")]
         if human_only:
-            mean, h_low, h_high = human_only
-            error = np.vstack([part[mean] - part[h_low], part[h_high] - part[mean]])
-            axis.errorbar(part[mean], positions - offset, xerr=np.nan_to_num(np.abs(error)), fmt="s", capsize=3,
-                          color="tab:blue", label="humans only")
+            series.append((*human_only, -offset, "tab:blue", "s", "humans only"))
+        for mid, lo, hi, shift, colour, marker, name in series:
+            values, lows, highs = (part[c].to_numpy(float) for c in (mid, lo, hi))
+            if scale is not None:
+                lows, highs = np.clip(lows, *scale), np.clip(highs, *scale)
+            has = np.isfinite(lows) & np.isfinite(highs)
+            error = np.vstack([values - lows, highs - values])[:, has]
+            axis.errorbar(values[has], positions[has] + shift, xerr=np.abs(error), fmt=marker, capsize=3,
+                          color=colour, label=name)
+            if (~has).any():
+                axis.plot(values[~has], positions[~has] + shift, marker, markerfacecolor="none", color=colour,
+                          label=f"{name}: no interval")
+        if scale is not None:
+            for edge in scale:
+                axis.axvline(edge, color="0.6", linewidth=1, linestyle="--")
+            axis.set_xlim(scale[0] - 0.05 * (scale[1] - scale[0]), scale[1] + 0.05 * (scale[1] - scale[0]))
+        if zero:
+            axis.axvline(0.0, color="0.3", linewidth=1)
+        if human_only or not part[[low, high]].notna().all().all():
             axis.legend(fontsize=7)
         axis.set_yticks(positions, part[label], fontsize=7)
-        axis.set(title=criterion, xlabel="mean score (CI)")
+        axis.set(title=criterion, xlabel=xlabel)
     return _png(figure)
+
+
+def sources_html(provenance: dict, extra: dict | None = None) -> str:
+    """Where the numbers come from (files with their sha256, model, rubric, date, seed), as calibrate shows it."""
+    rows = {}
+    for name, key in (("Judgments", "judgments"), ("Human labels", "human"), ("Plan", "plan")):
+        source = provenance.get(key)
+        if source:
+            digest = f" (sha256 {source['sha256'][:12]}…)" if source.get("sha256") else ""
+            rows[name] = f"{source['path']}{digest}"
+    for name, key in (("Model", "model"), ("Rubric", "rubric"), ("Date", "date"), ("Seed", "seed")):
+        if provenance.get(key) is not None:
+            rows[name] = provenance[key]
+    rows.update(extra or {})
+    body = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in rows.items())
+    return f"<dl class=sources>{body}</dl>"
 
 
 def screen_section(result) -> str:
     systems = result.systems
-    parts = ["<h2>Screen: systems by the judge</h2>",
+    parts = [sources_html(result.provenance, {"Bootstrap": f"{result.n_resamples} resamples"}),
+             "<h2>Screen: systems by the judge</h2>",
              f"<p class=note>Mean judge score with a 95% percentile bootstrap CI ({result.n_resamples} resamples of "
              "dialogues, the same for every system). Tied: not separated from the best (paired bootstrap, Holm).</p>",
              f'<img alt="systems with CIs" src="{intervals_figure(systems, "system", "mean", "ci_low", "ci_high")}">',
@@ -47,37 +107,55 @@ def screen_section(result) -> str:
     if result.dominated:
         parts.append("<p>Dominated on every criterion (listed, not dropped): " + html.escape(
             "; ".join(f"{loser} by {winner}" for loser, winner in sorted(result.dominated.items()))) + "</p>")
-    parts += ["<h2>Screen: power</h2>", f"<p>{html.escape(result.sentence)}</p>", _table(result.power),
-              "<h2>Screen: dialogues that most need humans</h2>",
-              _table(result.items.sort_values("priority", ascending=False).head(20))]
+    parts += ["<h2>Screen: power</h2>", f"<p>{html.escape(result.sentence)}</p>", _table(_first(result.power, POWER_FIRST))]
     if result.plan is not None:
-        parts += ["<h2>Screen: plan</h2>", _table(result.plan)]
+        info = result.plan_info
+        parts += ["<h2>Screen: plan</h2>",
+                  f"<p>Budget {info['budget']} {info['unit']}: {info['n_random']} dialogues drawn uniformly at random "
+                  f"(share {info['random_share']}, seed {info['seed']}), {info['n_targeted']} targeted; plan sha256 "
+                  f"{info['plan_sha256'][:12]}….</p>", _table(result.plan)]
+    for warning in result.warnings:
+        parts.append(f"<p class=note>Warning: {html.escape(warning)}</p>")
+    parts += ["<h2>Screen: dialogues that most need humans</h2>",
+              _table(_first(result.items.sort_values("priority", ascending=False).head(20), ITEMS_FIRST))]
     return "".join(parts)
 
 
 def estimate_section(result) -> str:
     source = ("the plan's random part" if result.random_source == "plan"
               else "every labelled dialogue, taken as a random sample (no plan given)")
-    estimates = result.estimates.dropna(subset=["ci_low"])
-    figure = intervals_figure(estimates, "system", "estimate", "ci_low", "ci_high",
-                              ("human_only", "human_only_ci_low", "human_only_ci_high")) if len(estimates) else ""
-    parts = ["<h2>Estimate: each system's mean human score</h2>",
-             f"<p class=note>Prediction-powered (PPI++) {result.confidence:.0%} t intervals from {result.n_random} "
-             f"random-sample dialogues ({html.escape(source)}), beside the human-only intervals.</p>"]
-    if figure:
-        parts.append(f'<img alt="estimates with CIs" src="{figure}">')
-    parts += [_table(result.estimates), "<h2>Estimate: paired differences</h2>", _table(result.differences)]
+    bounds = getattr(result, "scales", None)
+    level = f"{result.confidence:.0%}"
+    parts = [sources_html(result.provenance, {"Random sample": f"{result.n_random} dialogues ({source})",
+                                              "Method": "PPI++ (power-tuned lambda), t interval with n-1 df"}),
+             "<h2>Estimate: paired differences between systems</h2>",
+             f"<p class=note>Each system minus each other, per dialogue (the question a study asks): PPI++ "
+             f"{level} intervals beside the human-only ones from the same labels. An interval that excludes 0 "
+             "separates the two systems; a hollow point has no interval (too few labels, or no variance). "
+             "Intervals are clipped to the scale in the plot; the table keeps the numbers.</p>"]
+    differences = result.differences.assign(pair=result.differences["system_a"].astype(str) + " − "
+                                            + result.differences["system_b"].astype(str))
+    if len(differences):
+        parts.append('<img alt="paired differences with CIs" src="' + intervals_figure(
+            differences, "pair", "estimate", "ci_low", "ci_high",
+            ("human_only", "human_only_ci_low", "human_only_ci_high"), bounds, "difference (CI)", zero=True) + '">')
+    parts += [_table(_first(result.differences, ESTIMATE_FIRST)), "<h2>Estimate: each system's mean human score</h2>"]
+    if len(result.estimates):
+        parts.append('<img alt="estimates with CIs" src="' + intervals_figure(
+            result.estimates, "system", "estimate", "ci_low", "ci_high",
+            ("human_only", "human_only_ci_low", "human_only_ci_high"), bounds) + '">')
+    parts.append(_table(_first(result.estimates, ESTIMATE_FIRST)))
     if not result.targeted.empty:
         parts += ["<h2>Labels on targeted dialogues (not in the estimates)</h2>", _table(result.targeted)]
+    for line in list(result.notes) + list(getattr(result, "warnings", [])):
+        parts.append(f"<p class=note>{html.escape(line)}</p>")
     return "".join(parts)
 
 
-def write_section(section: str, path: str | Path, title: str) -> Path:
-    """A self-contained page holding the section (plots embedded as data URIs)."""
+def write_section(section: str, path: str | Path, title: str, inputs=()) -> list[Path]:
+    """A self-contained page holding the section (plots embedded as data URIs); returns the files it replaced."""
     from judge.outputs import write_files
 
-    path = Path(path)
     document = (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
                 f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{section}</body></html>")
-    write_files({path: document}, verb=title.lower())
-    return path
+    return write_files({Path(path): document}, verb=title.lower(), inputs=inputs)

@@ -1,6 +1,7 @@
 """What the judge already says before a human study, and what the study needs: `judge screen`.
 
-Systems: each system's mean judge score per criterion with a percentile bootstrap CI that resamples dialogues,
+Systems: each system's mean judge score per criterion with an expanded percentile bootstrap CI (see
+`expanded_tail`) that resamples dialogues,
 the same resampled dialogues for every system and criterion (paired), so differences between systems keep the
 correlation of summaries of one dialogue. The best system is compared with each other one by a paired bootstrap
 p-value, Holm-corrected over the comparisons; those not separated at 5% are "tied with the best". A system is
@@ -13,11 +14,18 @@ discriminate the systems still in contention (how far apart the judge puts them 
 
 Plan: under a budget (dialogues, or judgments a human must give), a uniformly random sample of dialogues (what
 keeps `judge estimate` unbiased) and, for the rest, the dialogues with the highest priority (uncertainty plus
-discrimination). Power: dialogues humans must label to separate the top two systems (calibration.power).
+discrimination). A plan is a contract: plan.json records the digest of plan.csv (and of the judgments), `judge
+export --plan` copies it into the key, `judge estimate --plan` refuses a plan that does not match, and an
+--output-dir that holds a plan is refused rather than rewritten. A plan whose random part is empty is refused (the
+budget rounded it away) or warned about (--random-share 0): `judge estimate` could estimate nothing from it.
+Power: dialogues humans must label to separate the top two systems (calibration.study.power).
+
+`screen()` is the verb as a function (paths or DataFrames in, a ScreenResult out); the CLI only wraps it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -45,6 +53,8 @@ FAILED, NOT_APPLICABLE = 1.0, 0.5
 
 @dataclass
 class ScreenResult:
+    """What `judge screen` found: the tables, the plan (with --budget), warnings, and where it all came from."""
+
     criteria: list[str]
     systems: pd.DataFrame
     dominated: dict[str, str]
@@ -55,6 +65,58 @@ class ScreenResult:
     plan_info: dict = field(default_factory=dict)
     n_resamples: int = 1000
     seed: int = 0
+    warnings: list[str] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)
+
+    def files(self) -> dict[str, str]:
+        """The exact --output-dir files."""
+        files = {"systems.csv": self.systems.to_csv(index=False), "items.csv": self.items.to_csv(index=False),
+                 "power.csv": self.power.to_csv(index=False)}
+        if self.plan is not None:
+            files["plan.csv"] = self.plan.to_csv(index=False)
+            files["plan.json"] = json.dumps(self.plan_info, indent=2) + "\n"
+        return files
+
+    def check_output_dir(self, output_dir, inputs=()) -> None:
+        """A folder that holds a plan keeps it: a plan is a contract with the labels drawn from it."""
+        from judge.outputs import check_writable
+
+        folder = Path(output_dir)
+        for name in ("plan.csv", "plan.json"):
+            if (folder / name).exists():
+                raise CalibrationError(
+                    f"{folder / name}: --output-dir holds a plan already; a plan is never replaced (labels may "
+                    "have been drawn from it): write into a new folder, or move the old plan away first")
+        for name in self.files():
+            check_writable(folder / name, inputs=inputs, what="--output-dir file")
+
+    def write(self, output_dir, inputs=()) -> list[Path]:
+        from judge.outputs import write_folder
+
+        self.check_output_dir(output_dir, inputs)
+        return write_folder(output_dir, self.files(), verb="screen", inputs=inputs)
+
+    def report_html(self) -> str:
+        from .report import screen_section  # matplotlib: only when a report is asked for
+
+        return screen_section(self)
+
+    def report(self, path, inputs=()) -> list[Path]:
+        from .report import write_section
+
+        return write_section(self.report_html(), path, "Judge screen", inputs=inputs)
+
+    def text(self) -> str:
+        from io import StringIO
+
+        from .cli import print_screen
+
+        out = StringIO()
+        print_screen(self, out)
+        return out.getvalue()
+
+    def __str__(self) -> str:
+        return self.text()
 
 
 # -- systems ------------------------------------------------------------------------------------------------------
@@ -80,7 +142,9 @@ def bootstrap_p_value(replicates: np.ndarray, observed: np.ndarray) -> np.ndarra
 
     with np.errstate(invalid="ignore", divide="ignore"):
         z = observed / np.nanstd(replicates, axis=0, ddof=1)
-    return 2.0 * scipy_stats.norm.sf(np.abs(z))
+    p = 2.0 * scipy_stats.norm.sf(np.abs(z))
+    # Every resample gives the same difference of zero: the systems are the same, not separated (NaN is no answer).
+    return np.where(np.all(replicates == 0, axis=0) & (observed == 0), 1.0, p)
 
 
 def win_shares(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -118,6 +182,17 @@ def weighted_means(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return (counts @ np.where(present, values, 0.0)) / (counts @ present)
 
 
+def expanded_tail(confidence: float, n: int) -> float:
+    """The percent cut off each side of the bootstrap distribution: the expanded percentile interval (Hesterberg,
+    "What teachers should know about the bootstrap", 2015), which replaces the normal quantile by
+    sqrt(n / (n - 1)) t_{n-1}: the plain percentile interval is too narrow at small n (0.908-0.928 coverage per
+    system at 16 dialogues, tests/test_bootstrap_coverage.py), as a z interval with the biased variance would be."""
+    from scipy import stats
+
+    quantile = np.sqrt(n / (n - 1.0)) * stats.t.ppf(0.5 + confidence / 2.0, n - 1)
+    return float(stats.norm.sf(quantile)) * 100.0
+
+
 def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: int = 0,
                   confidence: float = 0.95) -> tuple[pd.DataFrame, dict[str, str], np.ndarray, list]:
     """The systems table, the dominated systems ({system: by}), and the replicates (B, K) behind them."""
@@ -125,9 +200,14 @@ def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: 
     counts = resample_counts(np.random.default_rng(seed), len(items), n_resamples)
     replicates = weighted_means(values, counts)
     point = weighted_means(values, np.ones((1, len(items))))[0]
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    with np.errstate(invalid="ignore"):
-        low, high = np.nanpercentile(replicates, [tail, 100.0 - tail], axis=0)
+    n = (~np.isnan(values)).sum(axis=0)
+    low, high = np.full(len(columns), np.nan), np.full(len(columns), np.nan)
+    for size in np.unique(n[n >= 2]):
+        at = n == size
+        tail = expanded_tail(confidence, size)
+        with np.errstate(invalid="ignore"):
+            low[at], high[at] = np.nanpercentile(replicates[:, at], [tail, 100.0 - tail], axis=0)
+    tail = expanded_tail(confidence, max(int(n.min()), 2)) if len(n) else (1.0 - confidence) / 2.0 * 100.0
     rows = []
     for criterion in criteria:
         index = [k for k, (c, _) in enumerate(columns) if c == criterion]
@@ -144,10 +224,10 @@ def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: 
             rows.append({"criterion": criterion, "system": columns[k][1], "mean": point[k], "ci_low": low[k],
                          "ci_high": high[k], "n": int((~np.isnan(values[:, k])).sum()), "rank": rank,
                          "difference_from_best": point[best] - point[k], "p_holm": p_of.get(k, np.nan),
-                         "tied_with_best": bool(k == best or p_of[k] > 1.0 - confidence), "dominated_by": ""})
+                         "tied_with_best": bool(k == best or not p_of[k] <= 1.0 - confidence), "dominated_by": ""})
     systems = pd.DataFrame(rows, columns=SYSTEM_COLUMNS)
     dominated = dominated_systems(replicates, columns, criteria, tail)
-    systems["dominated_by"] = systems["system"].map(dominated).fillna("")
+    systems["dominated_by"] = systems["system"].map(lambda system: dominated.get(system, ""))
     return systems, dominated, replicates, columns
 
 
@@ -182,7 +262,8 @@ def judgment_uncertainty(path: Path, judge: pd.DataFrame) -> pd.DataFrame:
     """
     ranges = judge[judge["status"] == "ok"].groupby("criterion")["score"].agg(["min", "max"])
     half_range = ((ranges["max"] - ranges["min"]) / 2.0).where(lambda r: r > 0, 1.0).to_dict()
-    if path.suffix.lower() == ".csv":
+    if not isinstance(path, Path) or path.suffix.lower() == ".csv" or not path.is_file():
+        # A CSV of scores, or a DataFrame: only the scores, so the uncertainty is the failures.
         frame = judge[["item_id", "criterion", "status"]].assign(spread=np.nan, entropy=np.nan,
                                                                  order_disagreement=False)
     else:
@@ -387,13 +468,68 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
 # -- the whole run ------------------------------------------------------------------------------------------------
 
 
-def screen(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.DataFrame | None = None,
-           clean: bool = False, budget: int | None = None, unit: str = "dialogues", random_share: float = 0.5,
-           power: float = 0.8, seed: int = 0, n_resamples: int = 1000, score_column: str | None = None) -> ScreenResult:
-    if not 0.0 < power < 1.0:
-        raise CalibrationError(f"--power must be between 0 and 1, got {power}")
-    if n_resamples < 1:
-        raise CalibrationError(f"--bootstrap must be at least 1, got {n_resamples}")
+def screen(judgments, human=None, *, criteria=None, score_column: str | None = None, clean: bool = False,
+           scale: tuple[float, float] | None = None, budget: int | None = None, budget_unit: str = "dialogues",
+           random_share: float = 0.5, power: float = 0.8, bootstrap: int = 1000, seed: int = 0) -> ScreenResult:
+    """`judge screen` as a function: `judgments` and `human` (a pilot's labels) are paths or DataFrames (as
+    calibration.io loads them); the keywords are the CLI's flags. Every option and every label is checked here
+    (CalibrationError with the CLI's message); warnings go into `result.warnings`."""
+    from ..io import check_labels, judge_scales, read_human_labels, read_judge_scores
+
+    _check_options(budget, budget_unit, random_share, power, bootstrap, seed)
+    judge, path = read_judge_scores(judgments, score_column)
+    warnings_: list[str] = []
+    pilot_labels = None
+    if human is not None:
+        scales, notes = judge_scales(judge, scale)
+        warnings_ += notes
+        pilot_labels = read_human_labels(human, scales)
+        judge, imputed = check_labels(pilot_labels, judge, criteria=criteria)
+        if imputed:
+            warnings_.append(f"{imputed} labelled cell(s) have no judgment line: counted as failed judgments")
+    result = screen_tables(path, judge, criteria, pilot_labels, clean, budget, budget_unit, random_share, power,
+                           seed, bootstrap, score_column)
+    result.warnings = warnings_ + result.warnings
+    result.provenance = provenance(judgments, judge, human, seed)
+    return result
+
+
+def provenance(judgments, judge: pd.DataFrame, human, seed: int) -> dict:
+    """Where the numbers come from, for the reports: files (with digests), model, rubric, date, seed."""
+    from datetime import datetime, timezone
+
+    def named(source):
+        if isinstance(source, (str, Path)):
+            return {"path": str(source), "sha256": file_sha256(Path(source))}
+        return {"path": source.attrs.get("path", "(a DataFrame)") if source is not None else None, "sha256": None}
+
+    values = lambda column: sorted({str(v) for v in judge[column].dropna() if str(v)})  # noqa: E731
+    return {"judgments": named(judgments), "human": named(human) if human is not None else None,
+            "model": ", ".join(values("model")) or None, "rubric": ", ".join(values("rubric")) or None,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "seed": seed}
+
+
+def _check_options(budget, unit, random_share, power, bootstrap, seed) -> None:
+    whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)  # noqa: E731
+    if budget is not None and (not whole(budget) or budget < 1):
+        raise CalibrationError(f"--budget must be a positive whole number, got {budget!r}")
+    if unit not in ("dialogues", "judgments"):
+        raise CalibrationError(f"--budget-unit must be dialogues or judgments, got {unit!r}")
+    if not (isinstance(random_share, (int, float)) and 0.0 <= random_share <= 1.0):
+        raise CalibrationError(f"--random-share must be between 0 and 1, got {random_share!r}")
+    if not (isinstance(power, (int, float)) and 0.0 < power < 1.0):
+        raise CalibrationError(f"--power must be between 0 and 1, got {power!r}")
+    if not whole(bootstrap) or bootstrap < 1:
+        raise CalibrationError(f"--bootstrap must be a positive whole number, got {bootstrap!r}")
+    if not whole(seed):
+        raise CalibrationError(f"--seed must be a whole number, got {seed!r}")
+
+
+def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.DataFrame | None = None,
+                  clean: bool = False, budget: int | None = None, unit: str = "dialogues", random_share: float = 0.5,
+                  power: float = 0.8, seed: int = 0, n_resamples: int = 1000,
+                  score_column: str | None = None) -> ScreenResult:
+    """The computation on loaded, checked frames."""
     pilot = None
     if pilot_labels is not None:
         pilot = aggregate_humans(pilot_labels, clean=clean)
@@ -429,15 +565,41 @@ def screen(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.Data
                           n_resamples=n_resamples, seed=seed)
     if budget is not None:
         plan = make_plan(items, budget, unit, random_share, seed)
+        result.warnings += plan_warnings(plan, budget, unit, random_share)
         result.plan = plan
         items["part"] = items["item_id"].map(dict(zip(plan["item_id"], plan["part"]))).fillna("")
         result.plan_info = {
             "version": 1, "unit": unit, "budget": budget, "random_share": random_share, "seed": seed,
-            "judgments": str(path), "judgments_sha256": file_sha256(path),
+            "judgments": str(path), "judgments_sha256": file_sha256(path) if Path(path).is_file() else None,
+            "plan_sha256": hashlib.sha256(plan.to_csv(index=False).encode("utf-8")).hexdigest(),
             "n_random": int((plan["part"] == "random").sum()), "n_targeted": int((plan["part"] == "targeted").sum()),
             "power": json.loads(table.to_json(orient="records")),
         }
     return result
+
+
+
+# Fewer labelled random dialogues than this give intervals too wide to decide anything, or none at all.
+FEW_RANDOM = 10
+
+
+def plan_warnings(plan: pd.DataFrame, budget: int, unit: str, random_share: float) -> list[str]:
+    """A plan whose random part cannot carry `judge estimate`: refused when the budget left it empty by rounding,
+    a warning when asked for (--random-share 0) or when it is small."""
+    n_random = int((plan["part"] == "random").sum())
+    if n_random == 0 and random_share > 0:
+        raise CalibrationError(
+            f"--budget {budget} {unit} with --random-share {random_share:g} leaves no dialogue drawn at random: "
+            "`judge estimate` estimates only from the random part, so this plan could estimate nothing; raise "
+            "--budget or --random-share")
+    if n_random == 0:
+        return ["--random-share 0: the plan has no random part; `judge estimate --plan` will refuse it (targeted "
+                "labels are not a sample of anything): its labels serve only for reading"]
+    if n_random < FEW_RANDOM:
+        return [f"the plan's random part has {n_random} dialogue{'s' if n_random > 1 else ''}: `judge estimate` "
+                f"prints no interval where it cannot hold (too few labelled dialogues) and wide ones below about "
+                f"{FEW_RANDOM}; raise --budget or --random-share for intervals that decide something"]
+    return []
 
 
 def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:

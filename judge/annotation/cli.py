@@ -8,20 +8,23 @@ from judge.annotation import NA
 
 EXPORT_EXAMPLE = """
 judge export --rubric call_centre_fr --input examples/items.jsonl --format csv --output study/
-judge export --rubric dialsummeval --input items.jsonl --plan screen/ --format label-studio --output ls/ --seed 7
-Candidates are shuffled per dialogue by --seed and shown under letters; study/key.json maps them back to
+judge export --rubric dialsummeval --input examples/items.jsonl --format label-studio --output ls/ --seed 7
+With --plan DIR (a `judge screen --budget` output) only the planned dialogues are exported, and the key records
+the plan's digest and each task's part (random or targeted) for `judge estimate --plan --key`. Candidates are shuffled per dialogue by --seed and shown under letters; study/key.json maps them back to
 systems: keep it away from the annotators. Pairwise packages start with the rubric's qualification test and
 hide repeated identical pairs (--repeats) that annotators must call ties.
 """
 
 IMPORT_EXAMPLE = f"""
 judge import --from examples/annotation/filled_sheet.csv --key examples/annotation/key.json --output labels.csv
-judge import --from project-1-export.json --key ls/key.json --output labels.csv
+judge import --from examples/annotation/label_studio_export.json --key ls/key.json --output ls_labels.csv
 Writes item_id,system,annotator,criterion,score,explanation,segment_scores. Tokens: a Likert point as an
 integer; a categorical label as its text, abstentions included ("I don't know"); a pairwise verdict 1/2/0 in
 the input's order; {NA} where an annotator said a gated criterion does not apply; per-segment criteria: the
 mean over segments, the segments' answers in segment_scores ("2;1"). Qualification answers are scored, not
-written. Label Studio's JSON export names annotators by user id (user-3), or by e-mail when it gives one.
+written. Label Studio's JSON export names annotators by user id (user-3), or by e-mail when it gives one
+(export JSON, not JSON-MIN). A sheet's extra columns (comments, a spreadsheet's empty last column) are ignored
+with a note; save sheets comma-separated, UTF-8.
 """
 
 
@@ -35,15 +38,17 @@ def _command(sub, name: str, help: str, example: str):
 
 def run_export(args) -> int:
     from judge.annotation.export import export_package
-    from judge.annotation.package import read_plan
+    from judge.annotation.package import plan_record, read_plan
     from judge.items import load_items
     from judge.rubric import load_rubric
 
     rubric = load_rubric(args.rubric)
     plan = read_plan(args.plan) if args.plan else None
+    source = plan_record(args.plan) if args.plan else None
     items = load_items(args.input, rubric.inputs)
     done = export_package(rubric, items, args.format, args.output, seed=args.seed, annotators=args.annotators,
-                          plan=plan, repeats=args.repeats, qualification=not args.no_qualification)
+                          plan=plan, repeats=args.repeats, qualification=not args.no_qualification,
+                          plan_source=source)
     evaluation = [t for t in done.tasks if t.kind == "item"]
     shown = sum(len(t.slots) for t in evaluation)
     sheets = ", ".join(f for f in done.files if f != "key.json")

@@ -10,6 +10,7 @@ with N/A. Files are UTF-8; a byte-order mark added by a spreadsheet is accepted 
 from __future__ import annotations
 
 import csv
+import re
 import io
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +41,15 @@ def sheet_text(rubric: Rubric, tasks: list[Task], annotator: str = "") -> str:
     return buffer.getvalue()
 
 
-def read_sheet(path: Path, is_answer: Callable[[str], bool], display: set[str]) -> list[Submission]:
+# Columns a Label Studio CSV export adds around the task's data and the answers: bookkeeping, not answers.
+LABEL_STUDIO_CSV = {"id", "annotation_id", "created_at", "updated_at", "lead_time"}
+# An answer cell's shape (criterion_A, criterion_B_2, criterion_C_why): such a column is never ignored, so a
+# misspelled criterion is an error rather than a silently lost answer.
+ANSWER_SHAPE = re.compile(r".+_[A-Z](_\d+)?(_why|_other)?")
+
+
+def read_sheet(path: Path, is_answer: Callable[[str], bool], display: set[str],
+               notes: list[str] | None = None) -> list[Submission]:
     """Submissions from a filled sheet. `is_answer(column)` says whether a column is an answer cell.
 
     Two layouts: the sheet as exported, filled in a spreadsheet (the `annotator` column names who answered);
@@ -56,16 +65,28 @@ def read_sheet(path: Path, is_answer: Callable[[str], bool], display: set[str]) 
             task_col, who_col = ("Input.task_id", "WorkerId") if crowd else ("task_id", "annotator")
             for required in (task_col, who_col):
                 if required not in header:
-                    raise InputError(f"{path}:1: no {required!r} column; found {', '.join(header) or 'no header'}")
+                    glued = len(header) == 1 and any(sep in header[0] for sep in ";\t")
+                    hint = (f" (the sheet is separated by {';' if ';' in header[0] else 'tabs'}, as a spreadsheet "
+                            "in some locales saves it: save it as comma-separated CSV, UTF-8)") if glued else ""
+                    shown = ", ".join(header) if not glued else repr(header[0][:60])
+                    raise InputError(f"{path}:1: no {required!r} column; found {shown or 'no header'}{hint}")
             answers = {}  # column -> answer cell name
+            extra = []
             for column in header:
                 name = column.removeprefix("Answer.").removeprefix("Input.") if crowd else column
                 if crowd and name == column:
                     continue  # the site's bookkeeping (HITId, WorkTimeInSeconds, ...)
                 if is_answer(name):
                     answers[column] = name
-                elif name not in display and name not in FIXED:
+                elif name in display or name in FIXED or name in LABEL_STUDIO_CSV:
+                    continue
+                elif ANSWER_SHAPE.fullmatch(name.strip()):
                     raise InputError(f"{path}:1: unknown column {column!r}: not an answer cell of this sheet's rubric")
+                else:
+                    extra.append(column)  # an annotator's comments column, a spreadsheet's trailing empty one
+            if extra and notes is not None:
+                named = ", ".join(repr(c) if c.strip() else "an unnamed (empty) column" for c in extra)
+                notes.append(f"{path}: column(s) {named} are not answer cells: ignored")
             return list(_submissions(path, reader, task_col, who_col, answers))
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 CSV file") from None

@@ -75,7 +75,7 @@ def instructions(rubric: Rubric, fmt: str) -> str:
 
 def export_package(rubric: Rubric, items: list[Item], fmt: str, output: str | Path, seed: int = 0,
                    annotators: int = 1, plan: dict[str, str] | None = None, repeats: int | None = None,
-                   qualification: bool = True) -> Exported:
+                   qualification: bool = True, plan_source: dict | None = None) -> Exported:
     from judge.annotation import csvsheet, labelstudio
 
     output = Path(output)
@@ -98,7 +98,7 @@ def export_package(rubric: Rubric, items: list[Item], fmt: str, output: str | Pa
     else:
         for n in range(1, annotators + 1):
             files[f"sheet_ann{n}.csv"] = csvsheet.sheet_text(rubric, tasks, annotator=f"ann{n}")
-    files["key.json"] = key_json(key_dict(rubric, tasks, seed, fmt, annotators))
+    files["key.json"] = key_json(key_dict(rubric, tasks, seed, fmt, annotators, plan_source))
 
     parent = output.parent if str(output.parent) else Path(".")
     if not parent.is_dir():

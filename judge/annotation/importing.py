@@ -13,7 +13,7 @@ import csv
 import io
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.annotation import LABEL_COLUMNS, NA, OTHER, default_mode
@@ -44,6 +44,7 @@ class ImportResult:
     checks: int  # tie checks answered
     ignored: int = 0  # answers to criteria that do not apply to the candidate
     cancelled: int = 0  # skipped annotations in a Label Studio export
+    notes: list[str] = field(default_factory=list)  # what was read but not used (an annotator's extra column)
 
     def passed(self, annotator: str) -> bool:
         return all(agree / asked >= self.threshold for agree, asked in self.qualification[annotator].values())
@@ -126,7 +127,8 @@ def _segment_score(c: Criterion, answers: list[str]) -> str:
     return NA if all(a == NA for a in answers) else answers[0]  # every segment abstained
 
 
-def read_submissions(sources: list[Path], rubric: Rubric, tasks: dict[str, Task]) -> tuple[list[Submission], int]:
+def read_submissions(sources: list[Path], rubric: Rubric, tasks: dict[str, Task],
+                     notes: list[str] | None = None) -> tuple[list[Submission], int]:
     from judge.annotation import csvsheet, labelstudio
 
     subs, cancelled = [], 0
@@ -142,7 +144,7 @@ def read_submissions(sources: list[Path], rubric: Rubric, tasks: dict[str, Task]
             found, skipped = labelstudio.read_export(path)
             cancelled += skipped
         elif path.suffix.lower() == ".csv":
-            found = csvsheet.read_sheet(path, lambda name: parse_field(rubric, name) is not None, display)
+            found = csvsheet.read_sheet(path, lambda name: parse_field(rubric, name) is not None, display, notes)
         else:
             raise InputError(f"{path}: expected a Label Studio JSON export (.json) or a filled CSV sheet (.csv)")
         subs += found
@@ -153,13 +155,14 @@ def import_labels(sources: list[str | Path], key_path: str | Path) -> ImportResu
     """Read and check every filled sheet; nothing is written here."""
     rubric, tasks, _ = load_key(key_path)
     sources = [Path(s) for s in sources]
-    subs, cancelled = read_submissions(sources, rubric, tasks)
+    notes: list[str] = []
+    subs, cancelled = read_submissions(sources, rubric, tasks, notes)
     if not subs:
         raise InputError(f"{', '.join(map(str, sources))}: no answered task found")
     order = {task_id: n for n, task_id in enumerate(tasks)}
     criteria = {c.id: c for c in rubric.criteria}
     result = ImportResult([], {}, {}, rubric.qualification.threshold if rubric.qualification else None, [], 0,
-                          cancelled=cancelled)
+                          cancelled=cancelled, notes=notes)
     seen: dict[tuple[str, str], str] = {}
     keyed: list[tuple[tuple, dict]] = []
     for sub in subs:
@@ -315,5 +318,6 @@ def report_lines(result: ImportResult) -> list[str]:
         lines.append(f"{result.ignored} answers for criteria that do not apply to their candidate were ignored")
     if result.cancelled:
         lines.append(f"{result.cancelled} skipped (cancelled) Label Studio annotations were left out")
+    lines += [f"note: {note}" for note in result.notes]
     return lines
 

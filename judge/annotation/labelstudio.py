@@ -144,6 +144,8 @@ def _html_escape(text: str) -> str:
 def _annotator(who, where: str) -> str:
     if isinstance(who, dict):
         who = who.get("email") or who.get("id")
+    if isinstance(who, str):
+        who = who.strip()  # " ann@x.org" and "ann@x.org" are one annotator
     if isinstance(who, bool) or who in (None, ""):
         raise InputError(f"{where}: the annotation has no annotator (completed_by)")
     return f"user-{who}" if isinstance(who, int) else str(who)
@@ -175,6 +177,9 @@ def read_export(path: Path) -> tuple[list[Submission], int]:
         raise InputError(f"{path}: not a JSON file ({exc})") from None
     if not isinstance(data, list):
         raise InputError(f"{path}: not a Label Studio JSON export (expected a list of tasks)")
+    if data and isinstance(data[0], dict) and "data" not in data[0] and "task_id" in data[0]:
+        raise InputError(f"{path}: a Label Studio JSON-MIN export (flat rows, no annotations): export the project "
+                         "as JSON (the full format), which records who answered each task")
     out, cancelled = [], 0
     for n, task in enumerate(data, start=1):
         if not isinstance(task, dict) or not isinstance(task.get("data"), dict):

@@ -169,6 +169,28 @@ def read_plan(directory: str | Path) -> dict[str, str]:
     return plan
 
 
+def plan_record(directory: str | Path) -> dict:
+    """Which plan a package was exported from, for the key: its folder and digest (and the judgments it was made
+    from). A plan.csv that no longer matches the digest its plan.json records was edited, and is refused."""
+    from judge.resources import file_sha256
+
+    directory = Path(directory)
+    digest = file_sha256(directory / "plan.csv")
+    info = {}
+    try:
+        info = json.loads((directory / "plan.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        pass
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{directory / 'plan.json'}: not a plan file ({exc})") from None
+    recorded = info.get("plan_sha256") if isinstance(info, dict) else None
+    if recorded and recorded != digest:
+        raise InputError(f"{directory / 'plan.csv'}: differs from the plan `judge screen` wrote (plan.json records "
+                         f"sha256 {recorded[:12]}...): an edited plan no longer says which dialogues are random")
+    return {"path": str(directory), "sha256": digest,
+            "judgments_sha256": info.get("judgments_sha256") if isinstance(info, dict) else None}
+
+
 def context_names(rubric: Rubric) -> list[str]:
     """Item fields annotators see beside the candidates: the reference when the rubric uses one, and the
     rubric's context fields (e.g. the CSDS summary type)."""
@@ -293,7 +315,8 @@ def _with_repeats(rubric: Rubric, evaluation: list[Task], items: list[Item], see
 
 
 # -- the key --------------------------------------------------------------------------------------------------
-def key_dict(rubric: Rubric, tasks: list[Task], seed: int, fmt: str, annotators: int) -> dict:
+def key_dict(rubric: Rubric, tasks: list[Task], seed: int, fmt: str, annotators: int,
+             plan: dict | None = None) -> dict:
     """Everything import needs, and nothing annotators should see: which system is behind each letter."""
     rows = []
     for t in tasks:
@@ -308,8 +331,11 @@ def key_dict(rubric: Rubric, tasks: list[Task], seed: int, fmt: str, annotators:
         if t.expected:
             row["expected"] = t.expected
         rows.append(row)
-    return {"format": KEY_FORMAT, "version": 1, "rubric_ref": rubric.ref, "seed": seed, "sheet_format": fmt,
-            "annotators": annotators, "rubric": rubric.model_dump(mode="json"), "tasks": rows}
+    key = {"format": KEY_FORMAT, "version": 1, "rubric_ref": rubric.ref, "seed": seed, "sheet_format": fmt,
+           "annotators": annotators, "rubric": rubric.model_dump(mode="json"), "tasks": rows}
+    if plan is not None:
+        key["plan"] = plan  # which plan (its digest): `judge estimate --plan --key` checks the labels came from it
+    return key
 
 
 def load_key(path: str | Path) -> tuple[Rubric, dict[str, Task], dict]:

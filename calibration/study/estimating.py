@@ -1,0 +1,191 @@
+"""`judge estimate` as a function: the inputs read and checked, the plan held to its contract, the estimator run.
+
+The estimator itself is in estimate.py; this module decides what enters it. Every label must land on something
+judged (calibration.io.check_labels), lie on the rubric's scale (or --scale), and a plan must be the one the labels
+were drawn from: its own digest, the judgments' digest it names, and the key `judge export` wrote from it. A plan
+that does not match is refused, never re-counted: targeted dialogues taken as random would bias every estimate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from judge.resources import file_sha256
+
+from ..errors import CalibrationError
+from .estimate import Estimates
+
+METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
+          "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary")
+
+
+@dataclass
+class EstimateResult(Estimates):
+    """Each system's mean human score and the paired differences (estimate.py's tables), with what went in."""
+
+    warnings: list[str] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)
+    n_imputed: int = 0  # labelled cells with no judgment line, counted as failed judgments
+    n_human_na: int = 0  # cells the annotators called N/A: out of that criterion's population
+    scales: dict = field(default_factory=dict)  # criterion -> (low, high) of the human scale, where known
+
+    def summary(self) -> dict:
+        return {"criteria": self.criteria, "confidence": self.confidence, "random_sample": self.random_source,
+                "n_random_dialogues": self.n_random, "human_cleaned": self.cleaned, "method": METHOD,
+                "labelled_cells_without_judgment": self.n_imputed, "cells_humans_called_na": self.n_human_na,
+                "provenance": self.provenance, "notes": self.notes + self.warnings}
+
+    def files(self) -> dict[str, str]:
+        """The exact --output-dir files."""
+        return {"estimates.csv": self.estimates.to_csv(index=False),
+                "differences.csv": self.differences.to_csv(index=False),
+                "targeted.csv": self.targeted.to_csv(index=False),
+                "summary.json": json.dumps(self.summary(), indent=2, default=str) + "\n"}
+
+    def write(self, output_dir, inputs=()) -> list[Path]:
+        from judge.outputs import write_folder
+
+        return write_folder(output_dir, self.files(), verb="estimate", inputs=inputs)
+
+    def report_html(self) -> str:
+        from .report import estimate_section  # matplotlib: only when a report is asked for
+
+        return estimate_section(self)
+
+    def report(self, path, inputs=()) -> list[Path]:
+        from .report import write_section
+
+        return write_section(self.report_html(), path, "Judge estimate", inputs=inputs)
+
+    def text(self) -> str:
+        from io import StringIO
+
+        from .cli import print_estimate
+
+        out = StringIO()
+        print_estimate(self, out)
+        return out.getvalue()
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_column: str | None = None,
+             clean: bool = False, scale: tuple[float, float] | None = None, confidence: float = 0.95,
+             apply_map=None) -> EstimateResult:
+    """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
+    folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
+    the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
+    `result.warnings`."""
+    from ..io import check_labels, human_na_cells, judge_scales, read_human_labels, read_judge_scores
+    from .estimate import estimate as estimate_tables
+    from .screen import provenance
+
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
+        raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence!r}")
+    if key is not None and plan is None:
+        raise CalibrationError("--key checks the labels against a plan: give --plan too")
+    judge, where = read_judge_scores(judgments, score_column)
+    scales, warnings = judge_scales(judge, scale)
+    labels = read_human_labels(human, scales)
+    judge, imputed = check_labels(labels, judge, criteria=criteria)
+    if imputed:
+        warnings.append(f"{imputed} labelled cell(s) have no judgment line (the judgments file skips them): counted "
+                        "as failed judgments, in the population and imputed as the engine's failures are")
+    judge, human_na = human_na_cells(judge, labels)
+    random_items, targeted_items, plan_notes = plan_parts(plan, key, labels, judge, judgments)
+    warnings += plan_notes
+    if apply_map is not None:
+        from ..maps import apply_maps, load_maps
+
+        judge = apply_maps(judge, load_maps(apply_map))
+    tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence)
+    bounds = {c: (s.low, s.high) for c, s in scales.items() if s.kind == "numeric" and s.low is not None}
+    result = EstimateResult(tables.estimates, tables.differences, tables.targeted, tables.criteria,
+                            tables.confidence, tables.random_source, tables.n_random, tables.cleaned,
+                            list(tables.notes), warnings, provenance(judgments, judge, human, None), imputed,
+                            human_na, bounds)
+    result.provenance.pop("seed", None)
+    if plan is not None:
+        result.provenance["plan"] = {"path": str(plan), "sha256": file_sha256(Path(plan) / "plan.csv")}
+    if human_na:
+        result.notes.append(f"{human_na} labelled cell(s) the annotators called N/A: left out of that criterion's "
+                            "population, as the judge's N/A are")
+    return result
+
+
+def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) -> tuple[set | None, set | None,
+                                                                                          list[str]]:
+    """(random items, targeted items, warnings) from the plan, after holding it to its contract."""
+    from .screen import read_plan
+
+    if plan is None:
+        return None, None, []
+    plan = Path(plan)
+    frame, info = read_plan(plan)
+    warnings = []
+    digest = file_sha256(plan / "plan.csv")
+    if info.get("plan_sha256") is None:
+        warnings.append(f"{plan / 'plan.json'} records no digest of its plan (made by an older version): "
+                        "plan.csv cannot be checked for edits")
+    elif info["plan_sha256"] != digest:
+        raise CalibrationError(f"{plan / 'plan.csv'}: differs from the plan `judge screen` wrote (plan.json records "
+                               f"sha256 {info['plan_sha256'][:12]}..., the file has {digest[:12]}...): an edited plan "
+                               "no longer says which dialogues were drawn at random")
+    named = info.get("judgments_sha256")
+    if isinstance(judgments, pd.DataFrame):
+        warnings.append("the judgments are a DataFrame: not checked against the file the plan was made from "
+                        f"({info.get('judgments')})")
+    elif named and named != file_sha256(Path(judgments)):
+        raise CalibrationError(f"{judgments}: not the judgments the plan was made from ({info.get('judgments')}, "
+                               f"sha256 {named[:12]}...): the plan's random sample was drawn from those; estimate "
+                               "with them, or screen these judgments for a new plan")
+    outside = ~frame["item_id"].isin(set(judge["item_id"]))
+    if outside.any():
+        line = int(np.flatnonzero(outside.to_numpy())[0]) + 2
+        raise CalibrationError(f"{plan / 'plan.csv'}:{line}: dialogue {frame['item_id'][outside].iloc[0]!r} is not "
+                               "in the judgments: the plan was made for other judgments")
+    parts = dict(zip(frame["item_id"], frame["part"]))
+    unplanned = ~labels["item_id"].isin(set(parts))
+    if unplanned.any():
+        raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{labels['line'][unplanned].iloc[0]}: "
+                               f"dialogue {labels['item_id'][unplanned].iloc[0]!r} is not in the plan; labels outside "
+                               "the plan are neither the random sample nor targeted")
+    if key is not None:
+        check_key(Path(key), parts, digest)
+    random_items = {i for i, part in parts.items() if part == "random"}
+    if not random_items:
+        raise CalibrationError(f"{plan / 'plan.csv'}: the plan has no random part: its labels are not a sample of "
+                               "the judged dialogues, so nothing can be estimated from them")
+    return random_items, {i for i, part in parts.items() if part == "targeted"}, warnings
+
+
+def check_key(path: Path, parts: dict[str, str], digest: str) -> None:
+    """The key `judge export --plan` wrote must come from this plan, task by task."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CalibrationError(f"{path}: no such file (--key takes the key.json `judge export` wrote)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CalibrationError(f"{path}: not a key written by `judge export` ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != "judge-annotation-key":
+        raise CalibrationError(f"{path}: not a key written by `judge export`")
+    recorded = (data.get("plan") or {}).get("sha256")
+    if recorded is None:
+        raise CalibrationError(f"{path}: the key records no plan (exported without --plan): its labels cannot be "
+                               "matched to the plan's random part")
+    if recorded != digest:
+        raise CalibrationError(f"{path}: the sheets were exported from another plan (sha256 {recorded[:12]}...) than "
+                               f"--plan ({digest[:12]}...): the labels were not drawn from this plan")
+    for task in data.get("tasks", []):
+        if task.get("kind") != "item":
+            continue
+        item, part = task.get("item_id"), task.get("part")
+        if parts.get(item) != part:
+            raise CalibrationError(f"{path}: task {task.get('task_id')!r} (dialogue {item!r}) is {part or 'unplanned'} "
+                                   f"in the key and {parts.get(item, 'absent')} in the plan")
