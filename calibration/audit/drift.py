@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +65,6 @@ class DriftResult:
         return write_folder(output_dir, self.files(), verb="drift", inputs=inputs)
 
     def report_html(self) -> str:
-        from .report import drift_section  # matplotlib: only when a report is asked for
-
         return drift_section(self)
 
     def report(self, path, inputs=()) -> list[Path]:
@@ -188,7 +187,8 @@ def _stuart_maxwell(reference, new) -> float:
     if len(categories) < 2:
         return float("nan")
     table = pd.crosstab(pd.Categorical(reference, categories), pd.Categorical(new, categories), dropna=False)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a singular covariance (one-sided changes) falls back to a pseudo-inverse
         try:
             return float(SquareTable(table.to_numpy(float), shift_zeros=False).homogeneity().pvalue)
         except (np.linalg.LinAlgError, ValueError):
@@ -304,7 +304,7 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     if rubrics[0] and rubrics[1] and rubrics[0] != rubrics[1]:
         raise CalibrationError(f"{new_where}: judged with rubric {', '.join(sorted(rubrics[1]))}, the reference "
                                f"{old_where} with {', '.join(sorted(rubrics[0]))}: drift compares the same rubric")
-    warnings = []
+    notes = []
     for frame in (old, new):
         frame["value"] = [_verdict_value(r) for r in frame.itertuples()]
     paired = old.merge(new, on=KEY, suffixes=("_ref", "_new"))
@@ -315,7 +315,7 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     usable = paired["value_ref"].notna() & paired["value_new"].notna()
     lost = len(old) - len(paired), len(new) - len(paired), int((~usable).sum())
     if any(lost):
-        warnings.append(f"compared {int(usable.sum())} judgments in common; left out {lost[0]} only in the reference, "
+        notes.append(f"compared {int(usable.sum())} judgments in common; left out {lost[0]} only in the reference, "
                         f"{lost[1]} only in the new run, {lost[2]} failed, N/A or abstained in either")
     paired = paired[usable]
     if criteria is not None:
@@ -341,4 +341,26 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     if not rows:
         raise CalibrationError(f"{new_where}: no judgment with a verdict in both runs")
     table = pd.DataFrame(rows).reindex(columns=DRIFT_COLUMNS)
-    return DriftResult(table, _provenance(old_record, new_record), margin, share_margin, n_resamples, warnings)
+    return DriftResult(table, _provenance(old_record, new_record), margin, share_margin, n_resamples, notes)
+
+
+def drift_section(result: DriftResult) -> str:
+    """The HTML section: each criterion's mean shift with its CI against the margin, then the tables."""
+    import html
+
+    from ..report import _table  # matplotlib comes with these: only when a report is asked for
+    from ..study.report import intervals_figure
+
+    table = result.drift.assign(what=[f"{v} ({100 * s:.0f}% changed)" for v, s in
+                                      zip(result.drift["verdict"], result.drift["changed_share"])])
+    numeric = table[table["mean_shift"].notna()]
+    parts = ["<h2>Drift: the same judge, still the same?</h2>",
+             f"<p class=note>Mean shift (new − reference, paired) with a 95% dialogue-bootstrap CI; no drift = within "
+             f"±{result.margin:g} by TOST and changed verdicts within the re-ask noise + {result.share_margin:g}.</p>"]
+    if len(numeric):
+        figure = intervals_figure(numeric, "what", "mean_shift", "ci_low", "ci_high", xlabel="mean shift (CI)",
+                                  zero=True)
+        parts.append(f'<img alt="mean shift with CIs" src="{figure}">')
+    parts += [_table(result.drift), "<h2>Drift: how the judgments were produced</h2>", _table(result.provenance)]
+    parts += [f"<p class=note>Warning: {html.escape(w)}</p>" for w in result.warnings]
+    return "".join(parts)

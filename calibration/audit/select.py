@@ -45,8 +45,6 @@ class SelectResult:
         return write_folder(output_dir, self.files(), verb="select", inputs=inputs)
 
     def report_html(self) -> str:
-        from .report import select_section  # matplotlib: only when a report is asked for
-
         return select_section(self)
 
     def report(self, path, inputs=()) -> list[Path]:
@@ -249,3 +247,26 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
                                + (warnings[0] if warnings else "check the item ids and systems of the files"))
     selection = pd.DataFrame(rows).assign(level=level, statistic=statistic)[SELECTION_COLUMNS]
     return SelectResult(selection, level, statistic, n_resamples, seed, names, warnings)
+
+
+def select_section(result: SelectResult) -> str:
+    """The HTML section: every judge (and the cross-fitted rows) with its CI per criterion, then the table."""
+    import html
+
+    from ..report import _table  # matplotlib comes with these: only when a report is asked for
+    from ..study.report import intervals_figure
+
+    table = result.selection.assign(judge=[f"{j}{' *' if b else ''}" for j, b in
+                                           zip(result.selection["judge"], result.selection["in_best_set"])])
+    figure = intervals_figure(table, "judge", "estimate", "ci_low", "ci_high",
+                              xlabel=f"{result.statistic} with humans, {result.level} level (CI)", zero=True)
+    best = "; ".join(f"{c}: {', '.join(result.best_set(c))}" for c in dict.fromkeys(result.selection["criterion"]))
+    parts = ["<h2>Select: judges against humans</h2>",
+             f"<p class=note>{html.escape(result.statistic)} at {html.escape(result.level)} level with a 95% percentile "
+             f"bootstrap CI ({result.n_resamples} resamples of dialogues, the same for every judge, on the summaries "
+             "every judge scored). * = in the best set: not significantly worse than the best (paired, Holm, 5%). "
+             "Jury rows and the best judge's row are cross-fitted: chosen on one half of the dialogues, measured on "
+             "the other.</p>", f'<img alt="judges with CIs" src="{figure}">',
+             f"<p>Best set: {html.escape(best)}</p>", _table(result.selection)]
+    parts += [f"<p class=note>Warning: {html.escape(w)}</p>" for w in result.warnings]
+    return "".join(parts)
