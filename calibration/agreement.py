@@ -53,8 +53,10 @@ def krippendorff_alpha(labels: pd.DataFrame, criterion: str | None = None, level
 def score_agreement(judge, human) -> dict[str, float]:
     """Quadratic-weighted Cohen's kappa, exact and +-1 agreement, MAE and RMSE of two score vectors.
 
-    Both sides are rounded to whole scale points for kappa and exact / +-1 agreement (a mean of
-    annotators or an expected score is rarely a whole point); MAE and RMSE use the raw values.
+    Both sides are rounded half-up to whole scale points for kappa and exact / +-1 agreement (a mean of
+    annotators or an expected score is rarely a whole point); MAE and RMSE use the raw values. Kappa weighs a
+    disagreement by the squared distance in scale points, (i - j)^2, over every point between the lowest and the
+    highest one used. Pairs with a missing value on either side are left out.
     """
     judge = np.asarray(judge, dtype=float)
     human = np.asarray(human, dtype=float)
@@ -66,7 +68,12 @@ def score_agreement(judge, human) -> dict[str, float]:
     if len(np.unique(np.concatenate([judge_points, human_points]))) < 2:
         kappa = float("nan")  # one category only: kappa is undefined
     else:
-        kappa = float(cohen_kappa_score(judge_points.astype(int), human_points.astype(int), weights="quadratic"))
+        # Every whole point between the lowest and the highest is passed as a label: scikit-learn weighs by the
+        # position in `labels`, so with only 1, 4 and 5 used it would count 1 -> 4 as one step instead of three.
+        points = np.arange(int(min(judge_points.min(), human_points.min())),
+                           int(max(judge_points.max(), human_points.max())) + 1)
+        kappa = float(cohen_kappa_score(judge_points.astype(int), human_points.astype(int), labels=points,
+                                        weights="quadratic"))
     difference = judge_points - human_points
     return {
         "kappa_quadratic": kappa,
@@ -78,7 +85,11 @@ def score_agreement(judge, human) -> dict[str, float]:
 
 
 def agreement(pairs: pd.DataFrame, criteria=None) -> pd.DataFrame:
-    """Judge vs human aggregate per criterion, long form: criterion, statistic, value, n."""
+    """Judge vs human aggregate per criterion, long form: criterion, statistic, value, n.
+
+    The definition: each judge score against the mean over annotators of the same (item, system, criterion) (the
+    cleaned mean with --clean), not against each annotator; see score_agreement for the rounding.
+    """
     criteria = sorted(pairs["criterion"].unique()) if criteria is None else criteria
     rows = []
     for criterion in criteria:

@@ -245,7 +245,7 @@ def read_human_labels(human, scales: dict[str, HumanScale] | None = None) -> pd.
         raise CalibrationError(f"{where}: missing column(s) {', '.join(missing)}")
 
     def text(row) -> str:
-        if "na" in human.columns and row.get("na") is True:
+        if isinstance(row.get("na"), (bool, np.bool_)) and row["na"]:
             return NA_TOKEN
         if "label" in human.columns and isinstance(row.get("label"), str):
             return row["label"]
@@ -488,24 +488,3 @@ def human_na_cells(judge: pd.DataFrame, labels: pd.DataFrame) -> tuple[pd.DataFr
     judge.loc[hit, "status"] = "na"
     judge.loc[hit, "score"] = np.nan
     return judge, len(cells)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace `path` in one step (a temporary file, then os.replace): a reader never sees half a file."""
-    import os
-    import tempfile
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-        # mkstemp makes the file private (0600); give it the mode any new file of the user's would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

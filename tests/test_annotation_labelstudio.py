@@ -5,8 +5,9 @@
   validation, every task has the data the config names, and the simulated annotations are valid regions.
 - With a running Label Studio server (JUDGE_LABEL_STUDIO_URL and JUDGE_LABEL_STUDIO_TOKEN, a legacy API token),
   every rubric's package is imported into a new project, annotated through the API, exported by the server,
-  and read back by `judge import`. The server is not started by the test: it needs `pip install label-studio`
-  (about 200 packages) and a minute of database set-up, more than a CI run should spend on one check.
+  and read back by `judge import`, for all five rubrics (pointwise, per segment, pairwise). The server is not
+  started by the test: .ci/run installs `label-studio` in an environment of its own, starts it on loopback with a
+  user and token made non-interactively, and runs this file against it.
 """
 
 from __future__ import annotations

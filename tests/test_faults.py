@@ -49,13 +49,34 @@ def distinct_requests(rubric: str, items_path: Path) -> dict[str, tuple]:
 
 
 def read_lines(path: Path) -> list[dict]:
+    """Every line of a results file as JSON. Only the last line, without its newline, may be cut (by a kill);
+    any other line that is not UTF-8 JSON fails the test, so a corrupt extra line cannot go unseen."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]  # tail: b"" when the file ends with a newline
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(complete, start=1):
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line cut by a kill
+            records.append(json.loads(line.decode("utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            pytest.fail(f"{path}:{number}: not a JSON line ({exc}): {line[:80]!r}")
+    if tail:
+        try:
+            records.append(json.loads(tail.decode("utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            pass  # the last line, cut by a kill before its newline
     return records
+
+
+def test_read_lines_fails_on_a_corrupt_line_and_keeps_only_a_cut_tail_apart(tmp_path):
+    good = json.dumps({"id": "a"})
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(f"{good}\n{good}\n".encode() + b'{"id": "b", "sc')
+    assert read_lines(path) == [{"id": "a"}, {"id": "a"}]
+    for corrupt in (b"\xff\xfe not utf-8\n", b'{"id": "half\n', b"\n"):
+        path.write_bytes(f"{good}\n".encode() + corrupt + f"{good}\n".encode())
+        with pytest.raises(pytest.fail.Exception):
+            read_lines(path)
 
 
 def score(base_url: str, tmp_path: Path, *extra: str, client: str = "aiohttp", items: Path = EXAMPLES,

@@ -105,11 +105,12 @@ def test_system_block_is_shared_only_when_it_uses_no_item_variable(tmp_path):
     personal = tmp_path / "personal.j2"
     personal.write_text("{% block system %}{{ criterion.name }} for {{ candidate }}{% endblock %}{% block user %}x{% endblock %}")
     c = rubric.criterion("fluency")
-    for template, first, second in ((shared, "Fluency", "Fluency"), (personal, "Fluency for one", "Fluency for two")):
+    for template, systems, users in ((shared, ("Fluency", "Fluency"), ("one", "two")),
+                                     (personal, ("Fluency for one", "Fluency for two"), ("x", "x"))):
         a = criterion_messages(rubric, c, item("one"), template=str(template))
         b = criterion_messages(rubric, c, item("two"), template=str(template))
-        assert (a[0]["content"], b[0]["content"]) == (first, second)
-        assert (a[1]["content"], b[1]["content"]) != ("x", "y")
+        assert (a[0]["content"], b[0]["content"]) == systems
+        assert (a[1]["content"], b[1]["content"]) == users
 
 
 def test_an_injection_through_a_context_field_stays_inside_its_fence():

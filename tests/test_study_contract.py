@@ -146,6 +146,16 @@ def _judgments_changed(s):
     return []
 
 
+def _targeted_only_plan(s):
+    """A plan of the same dialogues, all targeted (--random-share 0): the labels are a sample of nothing."""
+    plan = s["dir"] / "targeted_plan"
+    result = screen(s["judgments"], budget=12, random_share=0.0, bootstrap=20)
+    result.write(plan)
+    rows = label_rows([i for i in s["planned"] if i in set(result.plan["item_id"])])
+    write_labels(s["labels"], rows)
+    return ["--plan", str(plan)]
+
+
 ESTIMATE_BAD = [
     # (case, spoil(study) -> extra flags, expected message)
     ("a 7 on a 1-5 rubric", _spoil_labels(_set(3, 4, "7")),
@@ -156,6 +166,7 @@ ESTIMATE_BAD = [
     ("a system no judgment has", _spoil_labels(_set(0, 1, "delta")), "labels.csv:2: system 'delta' is not in the "
                                                                       "judgments"),
     ("a dialogue not judged", _spoil_labels(_set(0, 0, "d99")), "labels.csv:2: item 'd99' is not in the judgments"),
+    ("a plan with no random part", _targeted_only_plan, "the plan has no random part"),
     ("a file of the user's in --output-dir", lambda s: [], "estimates.csv: exists and was not written by this tool"),
     ("a label off the plan", None, None),  # the dialogue depends on the plan: built in the test
     ("two models in one file", _mixed_judges, "judgments of 2 judges in one file"),
@@ -283,6 +294,8 @@ def test_na_from_import_is_read_as_not_applicable(study):
     assert labels["na"].sum() == 2 and labels.loc[labels["na"], "score"].isna().all()
     result = estimate(study["judgments"], study["labels"], plan=study["plan"])
     assert result.n_human_na == 1
+    as_frame = estimate(load_judge_scores(study["judgments"]), labels)  # a DataFrame keeps its N/A
+    assert as_frame.n_human_na == 1
     assert any("called N/A" in note for note in result.notes)
     baseline = estimate(study["judgments"], write_labels(study["dir"] / "full.csv", label_rows(study["planned"])),
                         plan=study["plan"])
@@ -388,3 +401,32 @@ def test_screen_reruns_replace_its_tables_and_say_so(study, capsys):
     assert main(args) == 2
     assert "power.csv: exists and was not written by this tool" in capsys.readouterr().err
     assert snapshot(study["dir"]) == before
+
+
+API_BAD = [
+    # (verb, keyword options, the CLI's message)
+    ("screen", {"budget": 0}, "--budget must be a positive whole number"),
+    ("screen", {"budget": 2.5}, "--budget must be a positive whole number"),
+    ("screen", {"budget": 4, "budget_unit": "pages"}, "--budget-unit must be dialogues or judgments"),
+    ("screen", {"random_share": -0.1}, "--random-share must be between 0 and 1"),
+    ("screen", {"power": 1.0}, "--power must be between 0 and 1"),
+    ("screen", {"bootstrap": 0}, "--bootstrap must be a positive whole number"),
+    ("screen", {"seed": "x"}, "--seed must be a whole number"),
+    ("screen", {"budget": 1000}, "--budget 1000 dialogues is more than the data has"),
+    ("screen", {"criteria": ["Clarity"]}, "--criteria: no judge scores for Clarity"),
+    ("estimate", {"confidence": 1.0}, "--confidence must be between 0 and 1"),
+    ("estimate", {"key": "key.json"}, "--key checks the labels against a plan: give --plan too"),
+    ("estimate", {"scale": (5, 1)}, "--scale must be MIN,MAX with MIN < MAX"),
+    ("estimate", {"scale": (1, 3)}, "off the scale of --scale 1,3"),
+]
+
+
+@pytest.mark.parametrize("verb, options, message", API_BAD, ids=[f"{r[0]} {r[1]}" for r in API_BAD])
+def test_the_functions_check_every_option_with_the_clis_message(study, verb, options, message):
+    judge = load_judge_scores(study["judgments"])
+    with pytest.raises(CalibrationError) as caught:
+        if verb == "screen":
+            screen(judge, **options)
+        else:
+            estimate(judge, study["labels"], **options)
+    assert message in str(caught.value)

@@ -139,10 +139,14 @@ class TestEngine:
             assert max(probs, key=probs.get) == str(fmt.parse(completion["content"])["score"])
 
     def test_json_object_mode_gives_json(self, engine):
+        # A prompt that asks for anything but JSON: only the json_object constraint can make the answer one.
         body, _ = bodies(engine.model)[0]
-        body = {**body, "response_format": {"type": "json_object"}}
+        body = {**body, "messages": [{"role": "user", "content": "Say hello in one plain word, nothing else."}],
+                "response_format": {"type": "json_object"}}
         [completion] = self.ask_all(engine.client, [body])
-        assert isinstance(json.loads(completion["content"]), dict)
+        assert not isinstance(completion, Exception), completion
+        assert completion["content"].lstrip().startswith("{"), completion["content"]
+        assert isinstance(json.loads(completion["content"]), dict), completion["content"]
 
     def test_a_prompt_longer_than_the_context_fails_alone(self, engine):
         (body, fmt), (other, _) = bodies(engine.model)[:2]

@@ -121,13 +121,33 @@ def test_a_server_that_is_not_a_model_server(judged, web_server, capsys):
     assert judged.read_bytes().startswith(before), "the judgments finished before are kept"
 
 
+# Records every attempt to import one of the heavy packages, found or not: the check holds where they are absent
+# (the main environment) as well as where they are installed (the vLLM one, which runs this test through -m vllm).
+IMPORT_PROBE = """
+import sys
+HEAVY = ("torch", "vllm", "transformers")
+tried = set()
+class Probe:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            tried.add(name.split(".")[0])
+        return None
+sys.meta_path.insert(0, Probe())
+"""
+
+
+@pytest.mark.vllm
 def test_other_backends_import_neither_torch_nor_vllm(stub_process, tmp_path):
     _, base_url = stub_process()
-    code = ("import sys; from judge.cli import main; "
+    code = (IMPORT_PROBE + "from judge.cli import main\n"
             f"rc = main(['score', '--rubric', 'dialsummeval', '--input', {str(EXAMPLES)!r}, '--output', "
             f"{str(tmp_path / 'out.jsonl')!r}, '--criteria', 'coherence', '--backend', 'openai', '--base-url', "
             f"{base_url!r}, '--base-url', {base_url.replace('127.0.0.1', 'localhost')!r}, '--model', 'stub', "
-            "'--no-cache', '--no-progress']); "
-            "print(rc, sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))")
+            "'--no-cache', '--no-progress'])\n"
+            "print(rc, sorted(tried), sorted(m for m in HEAVY if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.stdout.strip().splitlines()[-1] == "0 []", done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 [] []", done.stdout + done.stderr
+    # The probe itself works: a look-up of vllm is recorded, whether or not vllm is installed.
+    probe = IMPORT_PROBE + "import importlib.util\nimportlib.util.find_spec('vllm')\nprint(sorted(tried))\n"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert "'vllm'" in done.stdout.strip().splitlines()[-1], done.stdout + done.stderr

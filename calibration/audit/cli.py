@@ -16,8 +16,158 @@ def register(sub) -> None:
 # -- audit ----------------------------------------------------------------------------------------------------------
 
 
+AUDIT_EPILOG = """\
+examples:
+  # scores with human labels: length slopes of the judge and the humans, the excess, position, noise
+  judge audit --judgments judgments.jsonl --items items.jsonl --human labels.csv --output-dir out/audit
+
+  # the systems written by the judge's own model family; a second plain run as the noise floor
+  judge audit --judgments judgments.jsonl --items items.jsonl --human labels.csv --self gpt-4o,gpt-4o-mini \\
+      --rerun judgments_again.jsonl --report audit.html
+
+length: words of the candidate, centred within its dialogue and divided by the pooled within-dialogue SD
+(reported in words), so a slope is points per typical length difference between summaries of one dialogue.
+excess = slope of (judge - human) on the same summaries, never the length term of judge ~ human + length.
+writes (with --output-dir): noise.csv, length.csv, length_controlled.csv, position.csv, self_preference.csv
+"""
+
+
 def register_audit(sub) -> None:
-    """`judge audit` (being built)."""
+    """`judge audit`: the judge's length, position and self-preference effects against humans and its noise."""
+    import argparse
+    from pathlib import Path
+
+    p = sub.add_parser(
+        "audit", help="The judge's length, position and self-preference effects, against humans and its noise.",
+        description="Audit a judge: re-run noise, length slopes beside the humans' (and the excess), length-"
+                    "controlled system means, position effects and self-preference, each with a dialogue-"
+                    "bootstrap 95% CI.", epilog=AUDIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--judgments", required=True, type=Path, metavar="FILE",
+                   help="judgments JSONL (`judge score`/`compare`) or a CSV of scores, read as `judge calibrate` does")
+    p.add_argument("--items", required=True, type=Path, metavar="ITEMS", help="the items that were judged (texts)")
+    p.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
+    p.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
+    p.add_argument("--self", dest="self_systems", metavar="SYSTEM[,SYSTEM...]",
+                   help="systems written by the judge's own model or family: self-preference")
+    p.add_argument("--rerun", type=Path, metavar="J2", help="a second plain run of the same judgments: the noise floor")
+    p.add_argument("--criteria", metavar="a,b", type=lambda v: [c.strip() for c in v.split(",") if c.strip()],
+                   help="only these criteria")
+    p.add_argument("--length-threshold", type=float, default=0.1, metavar="X",
+                   help="pairwise: lengths differ when by more than this share of the longer (default 0.1)")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="resamples of dialogues (default 1000)")
+    p.add_argument("--bootstrap-seed", type=int, default=0, metavar="N",
+                   help="seed of the bootstrap and of the probes' sample (default 0)")
+    p.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables here (and the probes' judgments)")
+    p.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with plots")
+    probes = p.add_argument_group("probes (judge perturbed copies through the engine, with the cache and resume)")
+    probes.add_argument("--probe", metavar="filler,attribution,order",
+                        help="filler: a closing sentence that says nothing; attribution: a first line naming a "
+                             "famous model as author; order: another shuffle of each block (block mode)")
+    probes.add_argument("--rubric", help="the rubric the judgments were made with (needed by --probe)")
+    probes.add_argument("--probe-sample", type=int, default=30, metavar="N",
+                        help="candidates (block mode: dialogues) to perturb per probe (default 30)")
+    from judge.cli import add_model_arguments  # judge.cli is loaded: it is building this parser
+
+    add_model_arguments(p)
+    p.set_defaults(run=run_audit)
+
+
+def run_audit(args) -> int:
+    import sys
+
+    from judge.errors import JudgeError
+    from judge.outputs import check_writable
+
+    from .audit import audit
+
+    inputs = [args.judgments, args.items, args.human, args.rerun]
+    options = dict(self_systems=args.self_systems, rerun=args.rerun, criteria=args.criteria,
+                   bootstrap=args.bootstrap, bootstrap_seed=args.bootstrap_seed,
+                   length_threshold=args.length_threshold, score_column=args.score_column)
+    try:
+        if args.report:
+            check_writable(args.report, inputs=inputs, what="--report")
+        result = audit(args.judgments, args.items, args.human, **options)
+        if args.probe:
+            runs = _run_probes(args, result)
+            result = audit(args.judgments, args.items, args.human, probes=runs, **options)
+        page = result.report_html() if args.report else None
+        result.write(args.output_dir, inputs=inputs)
+        if page is not None:
+            from .report import write_page
+
+            write_page(page, args.report, "Judge audit")
+    except JudgeError as exc:  # CalibrationError and OutputError are JudgeErrors
+        print(f"judge audit: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"judge audit: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(result.text(), end="")
+    for warning in result.warnings:
+        print(f"judge audit: warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _run_probes(args, result) -> dict:
+    """Judge each probe's perturbed items through `judge score` (same engine, cache and resume); the items and the
+    judgments are kept in --output-dir as probe_NAME_items.jsonl and probe_NAME.jsonl, so a rerun resumes."""
+    import json
+    import sys
+
+    from judge.cli import build_parser, run_score
+    from judge.errors import JudgeError
+    from judge.items import load_items
+    from judge.outputs import write_files
+    from judge.rubric import load_rubric
+
+    from .audit import read_judgments
+    from .probes import check_probes, parse_probes, probe_items
+
+    names = parse_probes(args.probe)
+    if not args.rubric:
+        raise JudgeError("--probe needs --rubric: the rubric the judgments were made with")
+    if args.output_dir is None:
+        raise JudgeError("--probe needs --output-dir: the probes' judgments are kept there (a rerun resumes)")
+    if args.probe_sample < 1:
+        raise JudgeError("--probe-sample must be a positive whole number")
+    rubric = load_rubric(args.rubric)
+    judge = read_judgments(args.judgments, args.score_column)
+    made_with = sorted({r for r in judge["rubric"].dropna().astype(str) if r})
+    if made_with and made_with[0].partition("@")[0] != rubric.name:
+        raise JudgeError(f"--rubric {args.rubric}: the judgments were made with {made_with[0]}; probe with that rubric")
+    check_probes(names, rubric, result.mode)
+    items = load_items(args.items, rubric.inputs)
+    mode = "block" if result.mode == "block" else "pointwise"
+    model_flags = _model_dests()
+    runs = {}
+    for name in names:
+        records, keys = probe_items(items, judge, name, args.probe_sample, args.bootstrap_seed, mode)
+        item_file, output = args.output_dir / f"probe_{name}_items.jsonl", args.output_dir / f"probe_{name}.jsonl"
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        if not (item_file.exists() and item_file.read_text(encoding="utf-8") == text):
+            write_files({item_file: text}, verb="audit", inputs=[args.judgments, args.items])
+        score = build_parser().parse_args(["score", "--rubric", args.rubric, "--input", str(item_file), "--output",
+                                          str(output), "--mode", mode, "--criteria", ",".join(result.criteria)])
+        for dest in model_flags:
+            setattr(score, dest, getattr(args, dest))
+        if name == "order":
+            score.seed = args.seed + 1  # the block's shuffle follows the run's seed: another seed, another order
+        print(f"probe {name}: judging {len(keys)} perturbed candidates ({len(records)} items) into {output}",
+              file=sys.stderr)
+        run_score(score)
+        runs[name] = (output, keys)
+    return runs
+
+
+def _model_dests() -> list[str]:
+    import argparse
+
+    from judge.cli import add_model_arguments
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_model_arguments(parser)
+    return [action.dest for action in parser._actions]
 
 
 # -- drift ----------------------------------------------------------------------------------------------------------

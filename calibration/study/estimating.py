@@ -18,23 +18,16 @@ import pandas as pd
 from judge.resources import file_sha256
 
 from ..errors import CalibrationError
+from .estimate import Estimates
 
-METHOD = "PPI++ (power-tuned lambda), t interval with n-1 df"
+METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
+          "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary")
 
 
 @dataclass
-class EstimateResult:
+class EstimateResult(Estimates):
     """Each system's mean human score and the paired differences (estimate.py's tables), with what went in."""
 
-    estimates: pd.DataFrame
-    differences: pd.DataFrame
-    targeted: pd.DataFrame
-    criteria: list[str]
-    confidence: float
-    random_source: str  # "plan" or "all labelled"
-    n_random: int
-    cleaned: bool
-    notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     provenance: dict = field(default_factory=dict)
     n_imputed: int = 0  # labelled cells with no judgment line, counted as failed judgments

@@ -19,10 +19,11 @@ from scipy import stats as scipy_stats
 MAX_DIALOGUES = 100_000
 
 
-def paired_power(effect: float, n, alpha: float = 0.05, variance_share=1.0) -> np.ndarray:
-    """Power of the two-sided paired t test at n dialogues (vectorised over n and variance_share)."""
+def paired_power(effect: float, n, alpha: float = 0.05, variance_share=1.0, df_spent: int = 1) -> np.ndarray:
+    """Power of the two-sided paired t test at n dialogues (vectorised over n and variance_share); `df_spent`
+    degrees of freedom go to the estimate (1 for a mean, 2 with a lambda tuned on the labels)."""
     n = np.asarray(n, dtype=float)
-    df = np.maximum(n - 1.0, 1.0)
+    df = np.maximum(n - df_spent, 1.0)
     noncentrality = abs(effect) * np.sqrt(n / np.asarray(variance_share, dtype=float))
     critical = scipy_stats.t.ppf(1.0 - alpha / 2.0, df)
     with np.errstate(invalid="ignore"):
@@ -34,10 +35,15 @@ def paired_power(effect: float, n, alpha: float = 0.05, variance_share=1.0) -> n
 
 def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho: float | None = None,
                      n_judged: int | None = None) -> int | None:
-    """Smallest n >= 2 reaching `power`; None when none does (within n_judged for PPI, MAX_DIALOGUES otherwise).
+    """Smallest n reaching `power` with an interval `judge estimate` prints (n >= MIN_LABELLED); None when none
+    does (within n_judged for PPI, MAX_DIALOGUES otherwise).
 
-    With `rho` and `n_judged`, the prediction-powered count (humans label n of the n_judged judged dialogues).
+    With `rho` and `n_judged`, the prediction-powered count (humans label n of the n_judged judged dialogues),
+    priced as estimate.py computes it: below MIN_TUNED labels the judge is not used, and from there lambda costs
+    a degree of freedom.
     """
+    from .estimate import MIN_LABELLED, MIN_TUNED
+
     if not np.isfinite(effect) or effect == 0.0:
         return None
     limit = n_judged if rho is not None else MAX_DIALOGUES
@@ -45,13 +51,17 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
         return None
 
     def reaches(n: int) -> bool:
-        share = 1.0 if rho is None else 1.0 - rho * rho * (n_judged - n) / n_judged
-        return bool(paired_power(effect, n, alpha, share) >= power)
+        if rho is None or n < MIN_TUNED:
+            return bool(paired_power(effect, n, alpha) >= power)
+        share = 1.0 - rho * rho * (n_judged - n) / n_judged
+        return bool(paired_power(effect, n, alpha, share, df_spent=2) >= power)
 
     # Power grows with n (more dialogues, more degrees of freedom, less variance left): bisect.
-    if not reaches(limit):
+    if limit < MIN_LABELLED or not reaches(limit):
         return None
-    low, high = 1, limit  # reaches(high) holds; low is below every answer
+    if reaches(MIN_LABELLED):
+        return MIN_LABELLED
+    low, high = MIN_LABELLED, limit  # reaches(high) holds; low is below every answer
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if reaches(middle) else (middle, high)

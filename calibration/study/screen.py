@@ -13,7 +13,13 @@ discriminate the systems still in contention (how far apart the judge puts them 
 
 Plan: under a budget (dialogues, or judgments a human must give), a uniformly random sample of dialogues (what
 keeps `judge estimate` unbiased) and, for the rest, the dialogues with the highest priority (uncertainty plus
-discrimination). Power: dialogues humans must label to separate the top two systems (calibration.power).
+discrimination). A plan is a contract: plan.json records the digest of plan.csv (and of the judgments), `judge
+export --plan` copies it into the key, `judge estimate --plan` refuses a plan that does not match, and an
+--output-dir that holds a plan is refused rather than rewritten. A plan whose random part is empty is refused (the
+budget rounded it away) or warned about (--random-share 0): `judge estimate` could estimate nothing from it.
+Power: dialogues humans must label to separate the top two systems (calibration.study.power).
+
+`screen()` is the verb as a function (paths or DataFrames in, a ScreenResult out); the CLI only wraps it.
 """
 
 from __future__ import annotations

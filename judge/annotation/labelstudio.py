@@ -144,6 +144,8 @@ def _html_escape(text: str) -> str:
 def _annotator(who, where: str) -> str:
     if isinstance(who, dict):
         who = who.get("email") or who.get("id")
+    if isinstance(who, str):
+        who = who.strip()  # " ann@x.org" and "ann@x.org" are one annotator
     if isinstance(who, bool) or who in (None, ""):
         raise InputError(f"{where}: the annotation has no annotator (completed_by)")
     return f"user-{who}" if isinstance(who, int) else str(who)

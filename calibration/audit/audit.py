@@ -1,0 +1,748 @@
+"""`judge audit`: the judge's known biases, each measured against the humans' own effect and the judge's re-run noise.
+
+Every interval is a percentile bootstrap over dialogues, with one (B, dialogues) matrix of resample counts shared
+by every criterion and statistic (calibration.stats.resample_counts). Each statistic is a ratio of per-dialogue
+sums, so a resample is one matrix product: counts @ sums, no loop over resamples.
+
+Length is measured in words of the candidate, centred within its dialogue (only how much longer a summary is than
+the dialogue's other summaries counts: a long dialogue has long summaries of every quality) and divided by the
+pooled within-dialogue standard deviation of length, so a slope reads "points per typical length difference
+between summaries of one dialogue"; that SD is reported in words beside it. The judge's slope and the humans' slope
+are fitted on the same summaries, and the excess is the slope of (judge - human): a paired difference of slopes.
+It is NOT the length coefficient of judge ~ human + length: label noise attenuates the human coefficient and
+pushes the humans' own taste for length into the length term (tests/test_audit.py shows both).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CalibrationError
+from ..stats import resample_counts
+
+NOISE_COLUMNS = ["criterion", "source", "n", "changed_share", "ci_low", "ci_high", "mean_abs_change"]
+LENGTH_COLUMNS = ["criterion", "mode", "n_summaries", "n_dialogues", "length_sd_words", "judge_slope",
+                  "judge_slope_ci_low", "judge_slope_ci_high", "human_slope", "human_slope_ci_low",
+                  "human_slope_ci_high", "excess_slope", "excess_ci_low", "excess_ci_high", "effect",
+                  "n_pairs", "prefers_longer", "prefers_longer_ci_low", "prefers_longer_ci_high",
+                  "human_prefers_longer", "human_prefers_longer_ci_low", "human_prefers_longer_ci_high"]
+CONTROLLED_COLUMNS = ["criterion", "system", "n", "raw_mean", "raw_ci_low", "raw_ci_high", "length_controlled",
+                      "lc_ci_low", "lc_ci_high", "mean_length_z", "raw_rank", "lc_rank", "rank_changed",
+                      "human_mean"]
+POSITION_COLUMNS = ["criterion", "mode", "stratum", "n", "flip_rate", "ci_low", "ci_high", "first_shown_wins",
+                    "first_shown_ci_low", "first_shown_ci_high", "position_slope", "position_slope_ci_low",
+                    "position_slope_ci_high", "effect"]
+SELF_COLUMNS = ["criterion", "self_systems", "n_dialogues", "judge_gap", "judge_gap_ci_low", "judge_gap_ci_high",
+                "human_gap", "human_gap_ci_low", "human_gap_ci_high", "self_preference", "ci_low", "ci_high",
+                "effect", "note"]
+# Human quality gap strata for the pairwise position breakdown (absolute difference of mean human scores).
+GAP_STRATA = ((0.0, 0.5, "human gap < 0.5"), (0.5, 1.5, "human gap 0.5-1.5"), (1.5, math.inf, "human gap >= 1.5"))
+NO_LABELS_NOTE = ("without human labels the gap cannot separate the judge's bias from the systems really being "
+                  "better or worse")
+
+
+@dataclass
+class AuditResult:
+    mode: str  # "score" (pointwise or a CSV), "block" or "pairwise"
+    criteria: list[str]
+    noise: pd.DataFrame
+    length: pd.DataFrame
+    length_controlled: pd.DataFrame
+    position: pd.DataFrame
+    self_preference: pd.DataFrame
+    sentences: list[str]
+    probes: pd.DataFrame | None = None
+    warnings: list[str] = field(default_factory=list)
+    n_resamples: int = 1000
+    seed: int = 0
+    has_human: bool = False
+
+    def files(self) -> dict[str, str]:
+        files = {"noise.csv": self.noise, "length.csv": self.length, "length_controlled.csv": self.length_controlled,
+                 "position.csv": self.position, "self_preference.csv": self.self_preference}
+        if self.probes is not None:
+            files["probes.csv"] = self.probes
+        return {name: frame.to_csv(index=False) for name, frame in files.items()}
+
+    def write(self, output_dir, inputs=()) -> list[Path]:
+        from judge.outputs import write_folder
+
+        return write_folder(output_dir, self.files(), verb="audit", inputs=inputs)
+
+    def report_html(self) -> str:
+        from .report import audit_section  # matplotlib: only when a report is asked for
+
+        return audit_section(self)
+
+    def report(self, path) -> Path:
+        from .report import write_page
+
+        return write_page(self.report_html(), path, "Judge audit")
+
+    def text(self) -> str:
+        return "\n".join(self.sentences) + "\n"
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+# -- reading --------------------------------------------------------------------------------------------------------
+
+
+def _letter_index(letter) -> float:
+    """Shown position of a block letter: A=0, B=1, ..., Z=25, AA=26 (judge.judging.block_letters)."""
+    if not isinstance(letter, str) or not letter.isalpha() or not letter.isupper() or len(letter) > 2:
+        return math.nan
+    if len(letter) == 1:
+        return float(ord(letter) - 65)
+    return float((ord(letter[0]) - 64) * 26 + ord(letter[1]) - 65)
+
+
+def _sample_change(samples, both_orders: bool = False) -> float:
+    """Share of pairs of plain re-asks (samples of one prompt) whose verdicts differ; NaN with fewer than two.
+
+    A pair judged in both orders holds the forward samples, then the swapped ones: only samples of one order are
+    re-asks of the same prompt."""
+    if not isinstance(samples, (list, tuple)):
+        return math.nan
+    groups = [samples[:len(samples) // 2], samples[len(samples) // 2:]] if both_orders else [samples]
+    differ = total = 0
+    for group in groups:
+        k = len(group)
+        if k < 2:
+            continue
+        counts = pd.Series([str(v) for v in group]).value_counts().to_numpy()
+        total += k * (k - 1)
+        differ += k * (k - 1) - int((counts * (counts - 1)).sum())
+    return differ / total if total else math.nan
+
+
+def read_judgments(judgments, score_column: str | None = None) -> pd.DataFrame:
+    """Judgments as calibrate reads them, plus what the audit needs from a JSONL: samples, position and orders."""
+    from ..io import load_judge_scores
+
+    if isinstance(judgments, pd.DataFrame):
+        frame = judgments.copy()
+        frame.attrs.setdefault("path", "judgments")
+    else:
+        path = Path(judgments)
+        frame = load_judge_scores(path, score_column)
+        frame.attrs["path"] = str(path)
+        if path.suffix.lower() != ".csv":
+            from judge.judgment import read_judgments as read_lines
+
+            extra = {number: (j.samples, j.position, (j.orders or {}).get("forward"),
+                              (j.orders or {}).get("swapped")) for number, j in read_lines(path)}
+            values = [extra.get(n, ([], None, None, None)) for n in frame["line"]]
+            frame["samples"] = [v[0] for v in values]
+            frame["position"] = [v[1] for v in values]
+            frame["forward"] = [v[2] for v in values]
+            frame["swapped"] = [v[3] for v in values]
+    for name, default in (("samples", None), ("position", None), ("forward", None), ("swapped", None),
+                          ("system_1", None), ("system_2", None), ("label", None), ("rubric", ""), ("line", 0)):
+        if name not in frame.columns:
+            frame[name] = default
+    if "status" not in frame.columns:
+        frame["status"] = np.where(frame["score"].notna(), "ok", "error")
+    frame["item_id"] = frame["item_id"].astype(str)
+    frame["system"] = frame["system"].astype(str)
+    return frame
+
+
+def read_items(items) -> pd.DataFrame:
+    """(item_id, system, words) for every candidate of the items: single candidates and both sides of pairs."""
+    from judge.errors import JudgeError
+    from judge.items import Item, load_items
+
+    if isinstance(items, (str, Path)):
+        try:
+            loaded = load_items(items)
+        except JudgeError as exc:
+            raise CalibrationError(str(exc)) from None
+    else:
+        records = items.to_dict("records") if isinstance(items, pd.DataFrame) else list(items)
+        try:
+            loaded = [Item.model_validate({k: v for k, v in r.items() if not _missing(v)}) for r in records]
+        except Exception as exc:  # pydantic's message, first line
+            raise CalibrationError(f"--items: not an item: {str(exc).splitlines()[0]}") from None
+    rows = []
+    for item in loaded:
+        if item.is_pair:
+            rows.append((item.id, item.system_1, _words(item.candidate_1), item.system))
+            rows.append((item.id, item.system_2, _words(item.candidate_2), item.system))
+        else:
+            rows.append((item.id, item.system, _words(item.candidate), item.system))
+    frame = pd.DataFrame(rows, columns=["item_id", "system", "words", "item_system"])
+    return frame.drop_duplicates(["item_id", "system"])
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _words(text: str | None) -> int:
+    return len(text.split()) if text else 0
+
+
+def read_human(human) -> pd.DataFrame:
+    from ..humans import aggregate_humans
+    from ..io import load_human_labels
+
+    labels = load_human_labels(human) if isinstance(human, (str, Path)) else human
+    if "human" in labels.columns and "annotator" not in labels.columns:
+        return labels[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
+    aggregated = aggregate_humans(labels)
+    return aggregated[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
+
+
+# -- the bootstrap: ratios of per-dialogue sums ---------------------------------------------------------------------
+
+
+class Dialogues:
+    """The dialogues of the audit and one matrix of bootstrap counts over them, shared by every statistic."""
+
+    def __init__(self, item_ids, n_resamples: int, seed: int, confidence: float = 0.95):
+        self.ids = np.array(sorted(set(item_ids)))
+        self.position = {d: k for k, d in enumerate(self.ids)}
+        self.counts = resample_counts(np.random.default_rng(seed), len(self.ids), n_resamples)
+        self.tail = (1.0 - confidence) / 2.0 * 100.0
+
+    def index(self, item_ids) -> np.ndarray:
+        return np.fromiter((self.position[d] for d in item_ids), dtype=int, count=len(item_ids))
+
+    def sums(self, index: np.ndarray, values) -> np.ndarray:
+        return np.bincount(index, weights=np.asarray(values, dtype=float), minlength=len(self.ids))
+
+    def ratio(self, index: np.ndarray, numerator, denominator) -> tuple[float, float, float]:
+        """sum(numerator) / sum(denominator) with its dialogue-bootstrap percentile interval."""
+        top, bottom = self.sums(index, numerator), self.sums(index, denominator)
+        if bottom.sum() <= 0:
+            return math.nan, math.nan, math.nan
+        with np.errstate(invalid="ignore", divide="ignore"):
+            replicates = (self.counts @ top) / (self.counts @ bottom)
+        return (float(top.sum() / bottom.sum()), *self.interval(replicates))
+
+    def interval(self, replicates: np.ndarray) -> tuple[float, float]:
+        replicates = replicates[np.isfinite(replicates)]
+        if replicates.size < 2:
+            return math.nan, math.nan
+        low, high = np.percentile(replicates, [self.tail, 100.0 - self.tail])
+        return float(low), float(high)
+
+
+def _centred(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Values minus their dialogue's mean."""
+    total = np.bincount(index, weights=values, minlength=n)
+    size = np.bincount(index, minlength=n)
+    return values - (total / np.maximum(size, 1))[index]
+
+
+def _excludes_zero(low: float, high: float) -> bool:
+    return bool(np.isfinite(low) and np.isfinite(high) and (low > 0 or high < 0))
+
+
+# -- the statistics -------------------------------------------------------------------------------------------------
+
+
+def noise_floor(judge: pd.DataFrame, rerun: pd.DataFrame | None, boot: Dialogues, criteria) -> pd.DataFrame:
+    """Per criterion, the share of verdicts that change on a plain re-ask of the same prompt."""
+    rows = []
+    for criterion in criteria:
+        part = judge[(judge["criterion"] == criterion) & judge["status"].isin(["ok", "label"])]
+        if rerun is not None:
+            other = rerun[rerun["criterion"] == criterion]
+            both = part.merge(other, on=["item_id", "system", "criterion"], suffixes=("", "_2"))
+            both = both[both["status_2"].isin(["ok", "label"])]
+            numeric = both["score"].notna() & both["score_2"].notna()
+            changed = np.where(numeric, ~np.isclose(both["score"].fillna(0), both["score_2"].fillna(0)),
+                               both["label"].astype(str) != both["label_2"].astype(str)).astype(float)
+            source, frame = "rerun", both
+            absolute = float((both["score"] - both["score_2"]).abs().mean()) if numeric.any() else math.nan
+        else:
+            both_orders = part["swapped"].notna().to_numpy()
+            share = pd.Series([_sample_change(v, b) for v, b in zip(part["samples"], both_orders)], index=part.index)
+            frame = part[share.notna()]
+            changed, source = share[share.notna()].to_numpy(), "samples"
+            absolute = math.nan
+        if frame.empty:
+            rows.append({"criterion": criterion, "source": "none", "n": 0})
+            continue
+        index = boot.index(frame["item_id"].to_numpy())
+        value, low, high = boot.ratio(index, changed, np.ones(len(frame)))
+        rows.append({"criterion": criterion, "source": source, "n": len(frame), "changed_share": value,
+                     "ci_low": low, "ci_high": high, "mean_abs_change": absolute})
+    return pd.DataFrame(rows, columns=NOISE_COLUMNS)
+
+
+def _length_units(judge, words, human, criterion) -> pd.DataFrame:
+    part = judge[(judge["criterion"] == criterion) & (judge["status"] == "ok")][["item_id", "system", "score"]]
+    part = part.merge(words[["item_id", "system", "words"]], on=["item_id", "system"])
+    if human is not None:
+        part = part.merge(human[human["criterion"] == criterion][["item_id", "system", "human"]],
+                          on=["item_id", "system"])
+    return part
+
+
+def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
+    """The judge's, the humans' and the excess slope on within-dialogue standardised length, on the same summaries."""
+    units = _length_units(judge, words, human, criterion)
+    row = {"criterion": criterion, "n_summaries": len(units), "n_dialogues": units["item_id"].nunique()}
+    if units.empty:
+        return row
+    n = len(boot.ids)
+    index = boot.index(units["item_id"].to_numpy())
+    centred = _centred(index, units["words"].to_numpy(float), n)
+    groups = units["item_id"].nunique()
+    sd = math.sqrt((centred ** 2).sum() / max(len(units) - groups, 1))
+    row["length_sd_words"] = sd
+    if sd == 0:
+        return row
+    z = centred / sd
+    # Slope within dialogues: sum z*y / sum z^2 (z is centred within each dialogue, so y need not be).
+    row["judge_slope"], row["judge_slope_ci_low"], row["judge_slope_ci_high"] = boot.ratio(
+        index, z * units["score"].to_numpy(float), z * z)
+    tested = ("judge_slope_ci_low", "judge_slope_ci_high")
+    if human is not None:
+        h = units["human"].to_numpy(float)
+        row["human_slope"], row["human_slope_ci_low"], row["human_slope_ci_high"] = boot.ratio(index, z * h, z * z)
+        row["excess_slope"], row["excess_ci_low"], row["excess_ci_high"] = boot.ratio(
+            index, z * (units["score"].to_numpy(float) - h), z * z)
+        tested = ("excess_ci_low", "excess_ci_high")
+    row["effect"] = _excludes_zero(row[tested[0]], row[tested[1]])
+    return row
+
+
+def length_controlled_means(judge, words, human, boot: Dialogues, criterion: str) -> pd.DataFrame:
+    """Each system's mean judge score predicted at equal length, beside the raw mean (alpaca_eval's LC idea).
+
+    score = dialogue effect + system effect + beta * z, fitted by least squares within dialogues (the system
+    dummies keep a better system's extra length from being read as length); the length-controlled mean of a
+    system is its raw mean minus beta times its mean z (how much longer it is than its dialogues' other
+    summaries). Each resample refits beta from the per-dialogue normal equations: one batched solve.
+    """
+    units = _length_units(judge, words, None, criterion)
+    if units.empty:
+        return pd.DataFrame(columns=CONTROLLED_COLUMNS)
+    n = len(boot.ids)
+    index = boot.index(units["item_id"].to_numpy())
+    centred = _centred(index, units["words"].to_numpy(float), n)
+    sd = math.sqrt((centred ** 2).sum() / max(len(units) - units["item_id"].nunique(), 1)) or 1.0
+    z = centred / sd
+    systems = sorted(units["system"].unique())
+    code = units["system"].map({s: k for k, s in enumerate(systems)}).to_numpy()
+    dummies = np.eye(len(systems))[code][:, 1:]
+    design = np.column_stack([z, np.apply_along_axis(lambda col: _centred(index, col, n), 0, dummies)]
+                             if len(systems) > 1 else [z])
+    y = units["score"].to_numpy(float)
+    p = design.shape[1]
+    outer = np.einsum("ni,nj->nij", design, design).reshape(len(units), p * p)
+    xx = np.stack([boot.sums(index, outer[:, k]) for k in range(p * p)], axis=1)  # (dialogues, p*p)
+    xy = np.stack([boot.sums(index, design[:, k] * y) for k in range(p)], axis=1)
+    beta_point = (np.linalg.pinv(xx.sum(0).reshape(p, p)) @ xy.sum(0))[0]
+    beta = np.einsum("bij,bj->bi", np.linalg.pinv((boot.counts @ xx).reshape(-1, p, p)), boot.counts @ xy)[:, 0]
+    rows = []
+    for k, system in enumerate(systems):
+        mine = code == k
+        top_y, top_z = boot.sums(index[mine], y[mine]), boot.sums(index[mine], z[mine])
+        size = boot.sums(index[mine], np.ones(mine.sum()))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            raw = (boot.counts @ top_y) / (boot.counts @ size)
+            mean_z = (boot.counts @ top_z) / (boot.counts @ size)
+        raw_point, z_point = top_y.sum() / size.sum(), top_z.sum() / size.sum()
+        rows.append({"criterion": criterion, "system": system, "n": int(mine.sum()), "raw_mean": raw_point,
+                     **dict(zip(("raw_ci_low", "raw_ci_high"), boot.interval(raw))),
+                     "length_controlled": raw_point - beta_point * z_point,
+                     **dict(zip(("lc_ci_low", "lc_ci_high"), boot.interval(raw - beta * mean_z))),
+                     "mean_length_z": z_point})
+    frame = pd.DataFrame(rows)
+    frame["raw_rank"] = frame["raw_mean"].rank(ascending=False, method="min").astype(int)
+    frame["lc_rank"] = frame["length_controlled"].rank(ascending=False, method="min").astype(int)
+    frame["rank_changed"] = frame["raw_rank"] != frame["lc_rank"]
+    if human is not None:
+        means = human[human["criterion"] == criterion].groupby("system")["human"].mean()
+        frame["human_mean"] = frame["system"].map(means)
+    frame.attrs["beta"] = beta_point
+    return frame.reindex(columns=CONTROLLED_COLUMNS).sort_values("raw_rank", kind="stable")
+
+
+def _pairs(judge: pd.DataFrame, criterion: str) -> pd.DataFrame:
+    part = judge[(judge["criterion"] == criterion) & judge["system_1"].notna()].copy()
+    part["system_1"] = part["system_1"].astype(str)
+    part["system_2"] = part["system_2"].astype(str)
+    return part
+
+
+def _with_human(pairs: pd.DataFrame, human, criterion) -> pd.DataFrame:
+    if human is None:
+        return pairs.assign(human_1=np.nan, human_2=np.nan)
+    means = human[human["criterion"] == criterion].set_index(["item_id", "system"])["human"]
+    pairs = pairs.copy()
+    pairs["human_1"] = means.reindex(list(zip(pairs["item_id"], pairs["system_1"]))).to_numpy()
+    pairs["human_2"] = means.reindex(list(zip(pairs["item_id"], pairs["system_2"]))).to_numpy()
+    return pairs
+
+
+def pairwise_length(judge, words, human, boot: Dialogues, criterion: str, threshold: float) -> dict:
+    """P(the judge prefers the longer candidate | lengths differ by more than `threshold` of the longer one)."""
+    pairs = _with_human(_pairs(judge, criterion), human, criterion)
+    lengths = words.set_index(["item_id", "system"])["words"]
+    w1 = lengths.reindex(list(zip(pairs["item_id"], pairs["system_1"]))).to_numpy(float)
+    w2 = lengths.reindex(list(zip(pairs["item_id"], pairs["system_2"]))).to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        apart = np.abs(w1 - w2) / np.maximum(w1, w2) > threshold
+    first_longer = w1 > w2
+    label = pairs["label"].astype(str).to_numpy()
+    decided = apart & np.isin(label, ["1", "2"])
+    row = {"criterion": criterion, "mode": "pairwise", "n_pairs": int(decided.sum()),
+           "n_dialogues": pairs.loc[decided, "item_id"].nunique()}
+    index = boot.index(pairs["item_id"].to_numpy())
+    longer = (label == "1") == first_longer
+    row["prefers_longer"], row["prefers_longer_ci_low"], row["prefers_longer_ci_high"] = boot.ratio(
+        index, (decided & longer).astype(float), decided.astype(float))
+    h1, h2 = pairs["human_1"].to_numpy(float), pairs["human_2"].to_numpy(float)
+    human_decided = apart & np.isfinite(h1) & np.isfinite(h2) & (h1 != h2)
+    if human_decided.any():
+        human_longer = (h1 > h2) == first_longer
+        row["human_prefers_longer"], row["human_prefers_longer_ci_low"], row["human_prefers_longer_ci_high"] = \
+            boot.ratio(index, (human_decided & human_longer).astype(float), human_decided.astype(float))
+    return row
+
+
+def pairwise_position(judge, human, boot: Dialogues, criterion: str) -> list[dict]:
+    """Order flips (both orders judged, mapped back to the input's order) and the first-shown candidate's wins."""
+    pairs = _with_human(_pairs(judge, criterion), human, criterion)
+    pairs = pairs[pairs["forward"].notna() & pairs["swapped"].notna()]
+    if pairs.empty:
+        return []
+    forward, swapped = pairs["forward"].astype(str).to_numpy(), pairs["swapped"].astype(str).to_numpy()
+    flip = (forward != swapped).astype(float)
+    # In the swapped prompt the input's second candidate was shown first: "2" (read back) is a first-shown win.
+    decided = (forward != "0").astype(float) + (swapped != "0").astype(float)
+    first = (forward == "1").astype(float) + (swapped == "2").astype(float)
+    gap = np.abs(pairs["human_1"].to_numpy(float) - pairs["human_2"].to_numpy(float))
+    strata = [("all", np.ones(len(pairs), bool))]
+    if np.isfinite(gap).any():
+        strata += [(name, (gap >= low) & (gap < high)) for low, high, name in GAP_STRATA]
+    index = boot.index(pairs["item_id"].to_numpy())
+    rows = []
+    for name, mask in strata:
+        if not mask.any():
+            continue
+        row = {"criterion": criterion, "mode": "pairwise", "stratum": name, "n": int(mask.sum())}
+        row["flip_rate"], row["ci_low"], row["ci_high"] = boot.ratio(index, flip * mask, mask.astype(float))
+        row["first_shown_wins"], row["first_shown_ci_low"], row["first_shown_ci_high"] = boot.ratio(
+            index, first * mask, decided * mask)
+        low, high = row["first_shown_ci_low"] - 0.5, row["first_shown_ci_high"] - 0.5
+        row["effect"] = _excludes_zero(low, high)
+        rows.append(row)
+    return rows
+
+
+def block_position(judge, boot: Dialogues, criterion: str) -> dict | None:
+    """The score's slope on the letter a candidate was shown under (shuffled per dialogue, so identified)."""
+    part = judge[(judge["criterion"] == criterion) & (judge["status"] == "ok")]
+    shown = part["position"].map(_letter_index)
+    part, shown = part[shown.notna()], shown[shown.notna()].to_numpy(float)
+    if part.empty:
+        return None
+    index = boot.index(part["item_id"].to_numpy())
+    x = _centred(index, shown, len(boot.ids))
+    row = {"criterion": criterion, "mode": "block", "stratum": "all", "n": len(part)}
+    row["position_slope"], row["position_slope_ci_low"], row["position_slope_ci_high"] = boot.ratio(
+        index, x * part["score"].to_numpy(float), x * x)
+    row["effect"] = _excludes_zero(row["position_slope_ci_low"], row["position_slope_ci_high"])
+    return row
+
+
+def self_preference(judge, human, boot: Dialogues, criterion: str, self_systems: list[str]) -> dict:
+    """How much more the judge rates its own systems than the others, beyond what humans do, paired by dialogue.
+
+    Per dialogue: mean(own) - mean(others) of the judge's scores, of the humans', and of (judge - human); the
+    estimate is the mean of that per-dialogue difference over dialogues having both kinds of system.
+    """
+    part = judge[(judge["criterion"] == criterion) & (judge["status"] == "ok")][["item_id", "system", "score"]]
+    if human is not None:
+        part = part.merge(human[human["criterion"] == criterion][["item_id", "system", "human"]],
+                          on=["item_id", "system"])
+    row = {"criterion": criterion, "self_systems": ",".join(self_systems)}
+    mine = part["system"].isin(self_systems).to_numpy()
+    index = boot.index(part["item_id"].to_numpy())
+    n_self, n_other = boot.sums(index[mine], np.ones(mine.sum())), boot.sums(index[~mine], np.ones((~mine).sum()))
+    valid = (n_self > 0) & (n_other > 0)
+    row["n_dialogues"] = int(valid.sum())
+    if not valid.any():
+        row["note"] = "no dialogue has both an own and another system"
+        return row
+
+    def gap(values):
+        own = boot.sums(index[mine], values[mine]) / np.maximum(n_self, 1)
+        rest = boot.sums(index[~mine], values[~mine]) / np.maximum(n_other, 1)
+        per_dialogue = np.where(valid, own - rest, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            replicates = (boot.counts @ per_dialogue) / (boot.counts @ valid.astype(float))
+        return (float(per_dialogue.sum() / valid.sum()), *boot.interval(replicates))
+
+    score = part["score"].to_numpy(float)
+    row["judge_gap"], row["judge_gap_ci_low"], row["judge_gap_ci_high"] = gap(score)
+    if human is None:
+        row["note"] = NO_LABELS_NOTE
+        return row
+    h = part["human"].to_numpy(float)
+    row["human_gap"], row["human_gap_ci_low"], row["human_gap_ci_high"] = gap(h)
+    row["self_preference"], row["ci_low"], row["ci_high"] = gap(score - h)
+    row["effect"] = _excludes_zero(row["ci_low"], row["ci_high"])
+    row["note"] = ""
+    return row
+
+
+def pairwise_self_preference(judge, human, boot: Dialogues, criterion: str, self_systems: list[str]) -> dict:
+    """Pairs of an own system against another: the judge's win share of the own one (a tie counts half), minus a
+    half; with labels, minus the humans' win share on the same pairs (paired), in shares of pairs."""
+    pairs = _with_human(_pairs(judge, criterion), human, criterion)
+    own_first = pairs["system_1"].isin(self_systems).to_numpy()
+    own_second = pairs["system_2"].isin(self_systems).to_numpy()
+    label = pairs["label"].astype(str).to_numpy()
+    usable = (own_first != own_second) & np.isin(label, ["0", "1", "2"])
+    first_wins = np.where(label == "1", 1.0, np.where(label == "2", 0.0, 0.5))
+    judge_win = np.where(own_first, first_wins, 1.0 - first_wins)
+    h1, h2 = pairs["human_1"].to_numpy(float), pairs["human_2"].to_numpy(float)
+    human_first = np.where(h1 > h2, 1.0, np.where(h1 < h2, 0.0, 0.5))
+    human_win = np.where(own_first, human_first, 1.0 - human_first)
+    index = boot.index(pairs["item_id"].to_numpy())
+    row = {"criterion": criterion, "self_systems": ",".join(self_systems),
+           "n_dialogues": pairs.loc[usable, "item_id"].nunique()}
+    if not usable.any():
+        row["note"] = "no pair of an own system against another"
+        return row
+    row["judge_gap"], row["judge_gap_ci_low"], row["judge_gap_ci_high"] = boot.ratio(
+        index, np.where(usable, judge_win - 0.5, 0.0), usable.astype(float))
+    labelled = usable & np.isfinite(h1) & np.isfinite(h2)
+    if human is None or not labelled.any():
+        row["note"] = NO_LABELS_NOTE + " (gaps are win shares minus a half)"
+        return row
+    row["human_gap"], row["human_gap_ci_low"], row["human_gap_ci_high"] = boot.ratio(
+        index, np.where(labelled, human_win - 0.5, 0.0), labelled.astype(float))
+    row["self_preference"], row["ci_low"], row["ci_high"] = boot.ratio(
+        index, np.where(labelled, judge_win - human_win, 0.0), labelled.astype(float))
+    row["effect"] = _excludes_zero(row["ci_low"], row["ci_high"])
+    row["note"] = "gaps are win shares of the own systems minus a half, on pairs against other systems"
+    return row
+
+
+# -- the verb -------------------------------------------------------------------------------------------------------
+
+
+def _check(judge: pd.DataFrame, words: pd.DataFrame, self_systems, where: str) -> str:
+    """The audit's input checks; returns the mode (score, block or pairwise)."""
+    rubrics = sorted({r for r in judge["rubric"].dropna().astype(str) if r})
+    if len(rubrics) > 1:
+        raise CalibrationError(f"{where}: judgments of several rubrics ({', '.join(rubrics)}): audit one rubric's "
+                               "judgments at a time")
+    pairwise = judge["system_1"].notna()
+    if pairwise.any() and not pairwise.all():
+        raise CalibrationError(f"{where}: pairwise and single-candidate judgments mixed: audit one mode at a time")
+    keys = set(zip(words["item_id"], words["item_system"]))
+    missing = [(i, s, line) for i, s, line in zip(judge["item_id"], judge["system"], judge["line"])
+               if (i, s) not in keys]
+    if missing:
+        item, system, line = missing[0]
+        more = f" (and {len(missing) - 1} more judgments)" if len(missing) > 1 else ""
+        raise CalibrationError(f"{where}:{line}: no item with id {item!r} and system {system!r} in --items{more}: "
+                               "the items file must be the one that was judged")
+    if self_systems:
+        systems = set(judge["system"]) if not pairwise.any() else set(judge["system_1"]) | set(judge["system_2"])
+        unknown = [s for s in self_systems if s not in systems]
+        if unknown:
+            raise CalibrationError(f"--self: no system {unknown[0]!r} in {where} (its systems: "
+                                   f"{', '.join(sorted(systems)[:12])})")
+    if pairwise.any():
+        return "pairwise"
+    return "block" if judge["position"].notna().any() else "score"
+
+
+def _parse_self(value) -> list[str]:
+    if value is None:
+        return []
+    names = [s.strip() for s in (value.split(",") if isinstance(value, str) else value)]
+    if not names or not all(names):
+        raise CalibrationError("--self must name one or more systems, comma-separated")
+    return names
+
+
+def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criteria=None, bootstrap: int = 1000,
+          bootstrap_seed: int = 0, length_threshold: float = 0.1, score_column: str | None = None,
+          probes: dict | None = None) -> AuditResult:
+    """Audit a judge's scores or verdicts: noise floor, length, position and self-preference, per criterion.
+
+    `probes`: {probe name: (its judgments, the (item_id, system) keys it perturbed)}, as
+    calibration.audit.probes makes and the CLI judges them (`--probe`).
+    """
+    if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 1:
+        raise CalibrationError("--bootstrap must be a positive whole number")
+    if not 0.0 <= float(length_threshold) < 1.0:
+        raise CalibrationError("--length-threshold must be a share between 0 and 1, e.g. 0.1")
+    self_list = _parse_self(self_systems)
+    judge = read_judgments(judgments, score_column)
+    where = judge.attrs.get("path", "judgments")
+    words = read_items(items)
+    mode = _check(judge, words, self_list, where)
+    warnings: list[str] = []
+    second = None
+    if rerun is not None:
+        second = read_judgments(rerun)
+        common = judge.merge(second, on=["item_id", "system", "criterion"])
+        if common.empty:
+            raise CalibrationError(f"--rerun: {second.attrs.get('path', 'rerun')} has no judgment in common with "
+                                   f"{where} (same item, system and criterion)")
+    people = read_human(human) if human is not None else None
+    if people is not None and (judge["criterion"] == "*").any():
+        from ..alignment import expand_all_criteria  # one metric column stands for every labelled criterion
+
+        judge = expand_all_criteria(judge, sorted(set(people["criterion"])))
+        judge.attrs["path"] = where
+    present = list(dict.fromkeys(judge["criterion"]))
+    if isinstance(criteria, str):
+        criteria = [c.strip() for c in criteria.split(",") if c.strip()]
+    if criteria:
+        unknown = [c for c in criteria if c not in present]
+        if unknown:
+            raise CalibrationError(f"--criteria: no judgments for criterion {unknown[0]!r} in {where}")
+        present = list(criteria)
+    if people is not None:
+        shared = [c for c in present if c in set(people["criterion"])]
+        if not shared:
+            raise CalibrationError(f"--human: no criterion in common with {where} ({', '.join(present)})")
+        if len(shared) < len(present):
+            warnings.append("no human labels for criteria " + ", ".join(c for c in present if c not in shared)
+                            + ": their effects are the judge's alone")
+        for criterion in shared:
+            spread = judge.loc[judge["criterion"] == criterion, "score"].std()
+            human_spread = people.loc[people["criterion"] == criterion, "human"].std()
+            if spread > 0 and human_spread > 0 and not 1 / 3 <= spread / human_spread <= 3:
+                warnings.append(f"{criterion}: the judge's scores (SD {spread:.3g}) and the humans' (SD "
+                                f"{human_spread:.3g}) are on different scales: the excess slope and self-preference "
+                                "subtract points of one from points of the other; map the judge onto the human "
+                                "scale first (judge calibrate --fit-map)")
+    boot = Dialogues(judge["item_id"], bootstrap, bootstrap_seed)
+    noise = noise_floor(judge, second, boot, present)
+    length_rows, controlled, position_rows, self_rows = [], [], [], []
+    for criterion in present:
+        labelled = people if people is not None and criterion in set(people["criterion"]) else None
+        if mode == "pairwise":
+            length_rows.append(pairwise_length(judge, words, labelled, boot, criterion, length_threshold))
+            position_rows += pairwise_position(judge, labelled, boot, criterion)
+            if self_list:
+                self_rows.append(pairwise_self_preference(judge, labelled, boot, criterion, self_list))
+            continue
+        length_rows.append({"mode": mode, **length_slopes(judge, words, labelled, boot, criterion)})
+        controlled.append(length_controlled_means(judge, words, labelled, boot, criterion))
+        if mode == "block" and (row := block_position(judge, boot, criterion)):
+            position_rows.append(row)
+        if self_list:
+            self_rows.append(self_preference(judge, labelled, boot, criterion, self_list))
+    length = pd.DataFrame(length_rows).reindex(columns=LENGTH_COLUMNS)
+    controlled_frame = (pd.concat(controlled, ignore_index=True) if controlled
+                        else pd.DataFrame(columns=CONTROLLED_COLUMNS))
+    result = AuditResult(
+        mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
+        position=pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS),
+        self_preference=pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS), sentences=[], warnings=warnings,
+        n_resamples=bootstrap, seed=bootstrap_seed, has_human=people is not None)
+    if probes:
+        from .probes import probe_table
+
+        runs = {name: (read_judgments(probed), keys) for name, (probed, keys) in probes.items()}
+        result.probes = probe_table(judge, runs, noise, boot, present)
+    result.sentences = sentences(result)
+    return result
+
+
+# -- sentences ------------------------------------------------------------------------------------------------------
+
+
+def _ci(low, high, fmt="{:+.2f}") -> str:
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "[no interval]"
+    return f"[{fmt.format(low)}, {fmt.format(high)}]"
+
+
+def _noise_clause(noise: pd.DataFrame, criterion: str) -> str:
+    row = noise[noise["criterion"] == criterion]
+    if row.empty or row.iloc[0]["source"] == "none":
+        return "re-run noise unknown (judge with --samples 2 or more, or give --rerun)"
+    row = row.iloc[0]
+    how = "a second run" if row["source"] == "rerun" else "re-asked samples"
+    return f"re-run noise changes {row['changed_share']:.0%} of verdicts ({how})"
+
+
+def sentences(result: AuditResult) -> list[str]:
+    """One sentence per finding, ready to paste into a paper."""
+    out = []
+    for row in result.length.itertuples():
+        noise = _noise_clause(result.noise, row.criterion)
+        if row.mode == "pairwise":
+            if row.n_pairs == 0 or not np.isfinite(row.prefers_longer):
+                out.append(f"{row.criterion}: no decided pair whose lengths differ enough to measure a length "
+                           f"preference; {noise}")
+                continue
+            humans = "" if not np.isfinite(row.human_prefers_longer) else (
+                f" (humans {row.human_prefers_longer:.0%} {_ci(row.human_prefers_longer_ci_low, row.human_prefers_longer_ci_high, '{:.0%}')})")
+            out.append(f"{row.criterion}: the judge prefers the longer candidate in {row.prefers_longer:.0%} "
+                       f"{_ci(row.prefers_longer_ci_low, row.prefers_longer_ci_high, '{:.0%}')} of {row.n_pairs} "
+                       f"decided pairs whose lengths differ by more than a tenth{humans}; {noise}")
+            continue
+        if not np.isfinite(row.judge_slope):
+            out.append(f"{row.criterion}: length slope not measurable (no dialogue with candidates of different "
+                       f"lengths); {noise}")
+            continue
+        unit = f"per SD of length within a dialogue ({row.length_sd_words:.0f} words)"
+        if np.isfinite(row.excess_slope):
+            out.append(f"{row.criterion}: beyond what humans add, the judge adds {row.excess_slope:+.2f} points {unit} "
+                       f"{_ci(row.excess_ci_low, row.excess_ci_high)} (judge {row.judge_slope:+.2f}, humans "
+                       f"{row.human_slope:+.2f} on the same {row.n_summaries} summaries); {noise}")
+        else:
+            out.append(f"{row.criterion}: the judge's score moves {row.judge_slope:+.2f} points {unit} "
+                       f"{_ci(row.judge_slope_ci_low, row.judge_slope_ci_high)}; without human labels this cannot "
+                       f"separate a taste for length from longer summaries being better; {noise}")
+    for criterion, part in result.length_controlled.groupby("criterion", sort=False):
+        moved = part[part["rank_changed"]]
+        if moved.empty:
+            out.append(f"{criterion}: the ranking of the {len(part)} systems is the same at equal length "
+                       "(length-controlled means).")
+        else:
+            out.append(f"{criterion}: at equal length the ranking changes: " + "; ".join(
+                f"{r.system} from {r.raw_rank} to {r.lc_rank}" for r in moved.itertuples()) + ".")
+    for row in result.position.itertuples():
+        noise = _noise_clause(result.noise, row.criterion)
+        if row.mode == "block":
+            out.append(f"{row.criterion}: each later letter in the block moves the score by {row.position_slope:+.3f} "
+                       f"points {_ci(row.position_slope_ci_low, row.position_slope_ci_high, '{:+.3f}')}; {noise}")
+        elif row.stratum == "all":
+            out.append(f"{row.criterion}: the two orders disagree in {row.flip_rate:.0%} "
+                       f"{_ci(row.ci_low, row.ci_high, '{:.0%}')} of {row.n} pairs and decided verdicts choose the "
+                       f"first-shown candidate {row.first_shown_wins:.0%} "
+                       f"{_ci(row.first_shown_ci_low, row.first_shown_ci_high, '{:.0%}')} of the time (50% is "
+                       f"unbiased); {noise}")
+    unit = "of win share" if result.mode == "pairwise" else "points"
+    for row in result.self_preference.itertuples():
+        if not np.isfinite(row.judge_gap):
+            out.append(f"{row.criterion}: self-preference for {row.self_systems} not measurable: {row.note}")
+        elif np.isfinite(row.self_preference):
+            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.self_preference:+.2f} {unit} more, "
+                       f"relative to the other systems, than humans do {_ci(row.ci_low, row.ci_high)} (judge gap "
+                       f"{row.judge_gap:+.2f}, human gap {row.human_gap:+.2f}, {row.n_dialogues} dialogues); "
+                       f"{_noise_clause(result.noise, row.criterion)}")
+        else:
+            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.judge_gap:+.2f} {unit} above the "
+                       f"other systems {_ci(row.judge_gap_ci_low, row.judge_gap_ci_high)}; {NO_LABELS_NOTE}; "
+                       f"{_noise_clause(result.noise, row.criterion)}")
+    if result.probes is not None:
+        from .probes import probe_sentences
+
+        out += probe_sentences(result.probes)
+    return out

@@ -1,0 +1,141 @@
+"""The HTML section of `judge audit`: each effect as a point with its CI beside the humans' and zero, and the tables.
+
+Imported only when a report is asked for (matplotlib comes with calibration.report).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..report import STYLE, _grid, _png, _table
+
+
+def _intervals(axis, labels, rows: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]], reference: float):
+    """Several series of points with intervals on one axis, one row per label; a line at `reference`."""
+    positions = np.arange(len(labels))
+    offsets = np.linspace(-0.15, 0.15, len(rows)) if len(rows) > 1 else [0.0]
+    for offset, (name, colour, centre, low, high) in zip(offsets, rows):
+        shown = np.isfinite(centre)
+        error = np.vstack([centre - low, high - centre])[:, shown]
+        axis.errorbar(centre[shown], positions[shown] + offset, xerr=np.nan_to_num(np.abs(error)), fmt="o",
+                      capsize=3, color=colour, label=name)
+    axis.axvline(reference, color="#888", linewidth=0.8, linestyle="--")
+    axis.set_yticks(positions, labels, fontsize=8)
+    if len(rows) > 1:
+        axis.legend(fontsize=7)
+
+
+def length_figure(length: pd.DataFrame) -> str:
+    numeric = length[length["judge_slope"].notna()]
+    figure, axes = _grid(1, width=6.0, height=max(2.4, 0.6 * len(numeric) + 1.2))
+    axis = axes[0]
+    series = [("judge", "tab:orange", "judge_slope", "judge_slope_ci_low", "judge_slope_ci_high")]
+    if numeric["human_slope"].notna().any():
+        series += [("humans", "tab:blue", "human_slope", "human_slope_ci_low", "human_slope_ci_high"),
+                   ("excess (judge - humans)", "tab:red", "excess_slope", "excess_ci_low", "excess_ci_high")]
+    _intervals(axis, list(numeric["criterion"]),
+               [(name, colour, *(numeric[c].to_numpy(float) for c in columns))
+                for name, colour, *columns in series], 0.0)
+    axis.set(title="Length slope (95% CI)", xlabel="points per within-dialogue SD of length")
+    return _png(figure)
+
+
+def pairwise_figure(length: pd.DataFrame, position: pd.DataFrame) -> str:
+    figure, axes = _grid(2, width=5.0, height=max(2.4, 0.6 * len(length) + 1.2), columns=2)
+    series = [("judge", "tab:orange", "prefers_longer", "prefers_longer_ci_low", "prefers_longer_ci_high")]
+    if length["human_prefers_longer"].notna().any():
+        series.append(("humans", "tab:blue", "human_prefers_longer", "human_prefers_longer_ci_low",
+                       "human_prefers_longer_ci_high"))
+    _intervals(axes[0], list(length["criterion"]), [(name, colour, *(length[c].to_numpy(float) for c in columns))
+                                                    for name, colour, *columns in series], 0.5)
+    axes[0].set(title="Prefers the longer candidate", xlabel="share of decided pairs (95% CI)")
+    overall = position[position["stratum"] == "all"]
+    _intervals(axes[1], list(overall["criterion"]), [
+        ("order flips", "tab:purple", *(overall[c].to_numpy(float) for c in ("flip_rate", "ci_low", "ci_high"))),
+        ("first shown wins", "tab:green", *(overall[c].to_numpy(float) for c in
+                                            ("first_shown_wins", "first_shown_ci_low", "first_shown_ci_high")))],
+        0.5)
+    axes[1].set(title="Position", xlabel="share (95% CI); dashed: 50%")
+    return _png(figure)
+
+
+def effects_figure(frame: pd.DataFrame, centre: str, low: str, high: str, title: str, xlabel: str) -> str:
+    figure, axes = _grid(1, width=6.0, height=max(2.4, 0.5 * len(frame) + 1.2))
+    _intervals(axes[0], list(frame["criterion"]), [("", "tab:red", *(frame[c].to_numpy(float)
+                                                                      for c in (centre, low, high)))], 0.0)
+    axes[0].set(title=title, xlabel=xlabel)
+    return _png(figure)
+
+
+def controlled_figure(controlled: pd.DataFrame) -> str:
+    criteria = list(dict.fromkeys(controlled["criterion"]))
+    figure, axes = _grid(len(criteria), width=4.6, height=max(2.6, 0.35 * controlled.groupby("criterion").size().max()
+                                                              + 1.2), columns=2)
+    for axis, criterion in zip(axes, criteria):
+        part = controlled[controlled["criterion"] == criterion].sort_values("raw_mean")
+        _intervals(axis, list(part["system"]), [
+            ("raw", "tab:gray", *(part[c].to_numpy(float) for c in ("raw_mean", "raw_ci_low", "raw_ci_high"))),
+            ("at equal length", "tab:orange", *(part[c].to_numpy(float)
+                                                for c in ("length_controlled", "lc_ci_low", "lc_ci_high")))],
+            np.nan)
+        axis.set(title=criterion, xlabel="mean judge score (95% CI)")
+    return _png(figure)
+
+
+def audit_section(result) -> str:
+    parts = ["<h2>Audit: findings</h2>", "<ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in result.sentences)
+             + "</ul>", f"<p class=note>Every interval: 95% percentile bootstrap over dialogues "
+             f"({result.n_resamples} resamples, seed {result.seed}).</p>",
+             "<h2>Audit: re-run noise</h2>", _table(result.noise)]
+    length = result.length
+    if result.mode == "pairwise":
+        parts += ["<h2>Audit: length and position (pairwise)</h2>",
+                  f'<img alt="pairwise length and position" src="{pairwise_figure(length, result.position)}">',
+                  _table(length.dropna(axis=1, how="all")), _table(result.position.dropna(axis=1, how="all"))]
+    else:
+        parts += ["<h2>Audit: length</h2>",
+                  "<p class=note>Length: words, centred within the dialogue, per pooled within-dialogue SD. "
+                  "Excess: slope of (judge - human) on the same summaries.</p>"]
+        if length["judge_slope"].notna().any():
+            parts.append(f'<img alt="length slopes" src="{length_figure(length)}">')
+        parts.append(_table(length.dropna(axis=1, how="all")))
+        if not result.length_controlled.empty:
+            parts += ["<h2>Audit: length-controlled system means</h2>",
+                      f'<img alt="length-controlled means" src="{controlled_figure(result.length_controlled)}">',
+                      _table(result.length_controlled)]
+        block = result.position[result.position["mode"] == "block"]
+        if not block.empty:
+            parts += ["<h2>Audit: position in the block</h2>",
+                      f'<img alt="position slope" src="{effects_figure(block, "position_slope", "position_slope_ci_low", "position_slope_ci_high", "Score per later letter", "points (95% CI)")}">',
+                      _table(block.dropna(axis=1, how="all"))]
+    own = result.self_preference
+    if not own.empty:
+        centre = ("self_preference", "ci_low", "ci_high") if own["self_preference"].notna().any() else (
+            "judge_gap", "judge_gap_ci_low", "judge_gap_ci_high")
+        parts += ["<h2>Audit: self-preference</h2>"]
+        if own[centre[0]].notna().any():
+            parts.append(f'<img alt="self-preference" src="{effects_figure(own, *centre, "Self-preference", ("win share" if result.mode == "pairwise" else "points") + " (95% CI)")}">')
+        parts.append(_table(own))
+    if result.probes is not None:
+        parts.append("<h2>Audit: probes</h2>")
+        shifts = result.probes[result.probes["mean_shift"].notna()]
+        if not shifts.empty:
+            labelled = shifts.assign(criterion=shifts["probe"] + ": " + shifts["criterion"])
+            parts.append(f'<img alt="probe shifts" src="{effects_figure(labelled, "mean_shift", "ci_low", "ci_high", "Mean shift under each probe", "points (95% CI)")}">')
+        parts.append(_table(result.probes))
+    return "".join(parts)
+
+
+def write_page(section: str, path, title: str) -> Path:
+    """A self-contained page holding the section (plots embedded), written through judge.outputs."""
+    from judge.outputs import write_files
+
+    path = Path(path)
+    document = (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+                f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{section}</body></html>")
+    write_files({path: document}, verb="audit")
+    return path
