@@ -63,21 +63,42 @@ def select_inputs(folder: Path) -> tuple[Path, dict[str, Path]]:
     return labels, {m: folder / "metrics.csv" for m in METRICS}
 
 
-def select_loop(labels: Path, judges: dict[str, Path], level: str, statistic: str, resamples: int) -> np.ndarray:
-    """Every judge's statistic per resample, one resample at a time (dialogues drawn, matrices indexed)."""
+def select_matrices(labels: Path, judges: dict[str, Path]) -> list:
+    """Per criterion: the dialogues, systems, human matrix and every judge's matrix (dialogues x systems)."""
     means = aggregate_humans(load_human_labels(labels), clean=True)
     wide = pd.read_csv(next(iter(judges.values())), dtype={"item_id": str})
-    rng = np.random.default_rng(0)
-    out = np.empty((resamples, len(CRITERIA), len(judges)))
-    for c, criterion in enumerate(CRITERIA):
+    out = []
+    for criterion in CRITERIA:
         part = means[means.criterion == criterion].merge(wide, on=["item_id", "system"])
         human = part.pivot(index="item_id", columns="system", values="human")
         matrices = [part.pivot(index="item_id", columns="system", values=m).to_numpy(float) for m in judges]
-        items, systems = human.index.to_numpy(), human.columns.to_numpy()
+        out.append((human.index.to_numpy(), human.columns.to_numpy(), human.to_numpy(float), matrices))
+    return out
+
+
+def select_core(prepared: list, level: str, statistic: str, resamples: int) -> None:
+    """select's statistics from ready matrices: shared resample counts, every judge's replicates, Holm's best set."""
+    from calibration.audit.select import _holm_best, _stat_rows
+    from calibration.stats import resample_counts
+
+    for items, systems, human, matrices in prepared:
+        rng = np.random.default_rng(0)
+        weights = resample_counts(rng, len(items), resamples), resample_counts(rng, len(systems), resamples)
+        scores = {f"judge{k}": m for k, m in enumerate(matrices)}
+        _holm_best(*_stat_rows(scores, human, items, systems, level, statistic, weights))
+
+
+def select_loop(labels: Path, judges: dict[str, Path], level: str, statistic: str, resamples: int,
+                prepared: list | None = None) -> np.ndarray:
+    """Every judge's statistic per resample, one resample at a time (dialogues drawn, matrices indexed)."""
+    prepared = select_matrices(labels, judges) if prepared is None else prepared
+    rng = np.random.default_rng(0)
+    out = np.empty((resamples, len(CRITERIA), len(judges)))
+    for c, (items, systems, human, matrices) in enumerate(prepared):
         for b in range(resamples):
             drawn = rng.integers(0, len(items), len(items))
             for j, matrix in enumerate(matrices):
-                paired = PairedScores(criterion, items[drawn], systems, matrix[drawn], human.to_numpy(float)[drawn])
+                paired = PairedScores("", items[drawn], systems, matrix[drawn], human[drawn])
                 out[b, c, j] = level_statistic(paired, level, statistic)
     return out
 
@@ -152,6 +173,10 @@ def main_benchmark() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         labels, judges = select_inputs(folder)
+        prepared = select_matrices(labels, judges)
+        _, wall, cpu = timed(select_core, prepared, "summary", "pearson", args.resamples)
+        _, loop_wall, loop_cpu = timed(select_loop, labels, judges, "summary", "pearson", loop_resamples, prepared)
+        report("select's bootstrap alone, summary pearson", (wall, cpu), (loop_wall, loop_cpu), scale)
         # Files parsed and checked once beforehand, so the row times the statistics alone (the loop parses once too).
         from calibration.io import load_judge_scores
 
