@@ -25,6 +25,8 @@ _WHERE = {
     "write_report": "report",
     "ScreenResult": "study.screen", "screen": "study.screen",
     "EstimateResult": "study.estimating", "estimate": "study.estimating",
+    "DriftResult": "audit.drift", "drift": "audit.drift",
+    "SelectResult": "audit.select", "select": "audit.select",
 }
 
 __all__ = ["CalibrationError", *sorted(_WHERE)]

@@ -23,6 +23,10 @@ Faults are a script of `(kind, times)` steps consumed in order, by every request
   cut        HTTP 200, the answer's JSON cut in half, finish_reason "stop"
   hang       sleep `hang_seconds` (longer than the client's timeout), then answer
 A distinct request is identified by `request_id(messages, seed)`: the question, whatever response_format.
+
+Drift: with `changed_share` X (--changed-share X) the server answers a fixed share X of distinct questions with the
+last enum value instead of the first, and `system_fingerprint` (--system-fingerprint) is what it reports: the same
+judge name, answering differently.
 """
 
 from __future__ import annotations
@@ -60,6 +64,10 @@ class StubConfig:
     reject_json_schema: bool = False
     reject_json_object: bool = False
     gate_answer: str = "yes"
+    # A judge that changed under the same name: this share of distinct questions (by request_id) is answered with
+    # the last enum value instead of the first; `system_fingerprint` is what the server says about itself.
+    changed_share: float = 0.0
+    system_fingerprint: str = "fp_stub"
 
     @classmethod
     def from_dict(cls, data: dict) -> "StubConfig":
@@ -97,7 +105,12 @@ class Stats:
 _VERDICT_IN_PROMPT = re.compile(r'"(score|label)" one of ([^\n]+)')
 
 
-def _answer_from_schema(schema: dict, gate_answer: str) -> dict:
+def changed_question(key: str, share: float) -> bool:
+    """Whether the question `key` (a request_id) is among the `share` a changed judge now answers differently."""
+    return share > 0 and int(key[:8], 16) % 10_000 < share * 10_000
+
+
+def _answer_from_schema(schema: dict, gate_answer: str, last: bool = False) -> dict:
     props = schema.get("properties", {})
     answer: dict = {}
     for key, spec in props.items():
@@ -106,9 +119,9 @@ def _answer_from_schema(schema: dict, gate_answer: str) -> dict:
         elif key == "answer":
             answer[key] = gate_answer if gate_answer in spec.get("enum", [gate_answer]) else spec["enum"][0]
         elif "enum" in spec:
-            answer[key] = spec["enum"][0]
+            answer[key] = spec["enum"][-1 if last else 0]
         elif spec.get("type") == "object":  # a block: one answer object per candidate letter
-            answer[key] = _answer_from_schema(spec, gate_answer)
+            answer[key] = _answer_from_schema(spec, gate_answer, last)
         elif spec.get("type") == "integer":
             answer[key] = 1
         else:
@@ -116,11 +129,11 @@ def _answer_from_schema(schema: dict, gate_answer: str) -> dict:
     return answer
 
 
-def _answer_from_prompt(messages: list[dict], gate_answer: str) -> dict:
+def _answer_from_prompt(messages: list[dict], gate_answer: str, last: bool = False) -> dict:
     text = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "user")
     match = _VERDICT_IN_PROMPT.search(text)
     if match:
-        first = match.group(2).split(",")[0].strip().strip('."')
+        first = match.group(2).split(",")[-1 if last else 0].strip().strip('."')
         value = int(first) if re.fullmatch(r"-?\d+", first) else first
         return {"rationale": "ok", match.group(1): value}
     if '"answer"' in text:
@@ -148,7 +161,8 @@ def _logprobs(content: str, answer: dict) -> dict:
     return {"content": pieces}
 
 
-def _completion(body: dict, content: str, finish_reason: str, answer: dict | None) -> dict:
+def _completion(body: dict, content: str, finish_reason: str, answer: dict | None,
+                system_fingerprint: str = "fp_stub") -> dict:
     prompt_chars = sum(len(m.get("content") or "") for m in body.get("messages", []))
     choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason,
               "logprobs": None}
@@ -161,7 +175,7 @@ def _completion(body: dict, content: str, finish_reason: str, answer: dict | Non
                   "total_tokens": prompt_chars // 4 + len(content) // 4 + 2,
                   # A made-up prefix-cache share (half the prompt), in OpenAI's shape, for the token bill's tests.
                   "prompt_tokens_details": {"cached_tokens": prompt_chars // 8}},
-        "system_fingerprint": "fp_stub",
+        "system_fingerprint": system_fingerprint,
     }
 
 
@@ -257,17 +271,18 @@ class StubServer:
             return web.json_response({"object": "error", "detail": "no choices here"})
         if fault == "hang":
             await asyncio.sleep(config.hang_seconds)
+        last = changed_question(key, config.changed_share)
         if rf == "json_schema":
             schema = body["response_format"]["json_schema"]["schema"]
-            answer = _answer_from_schema(schema, config.gate_answer)
+            answer = _answer_from_schema(schema, config.gate_answer, last)
         else:
-            answer = _answer_from_prompt(messages, config.gate_answer)
+            answer = _answer_from_prompt(messages, config.gate_answer, last)
         content = json.dumps(answer, ensure_ascii=False)
         if fault in ("truncated", "cut"):
             cut = content[: len(content) // 2]
             return web.json_response(_completion(body, cut, "length" if fault == "truncated" else "stop", None))
         stats.answered[key] += 1
-        return web.json_response(_completion(body, content, "stop", answer))
+        return web.json_response(_completion(body, content, "stop", answer, config.system_fingerprint))
 
     async def get_stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats.as_dict())
@@ -359,11 +374,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reject-json-schema", action="store_true")
     p.add_argument("--reject-json-object", action="store_true")
     p.add_argument("--gate-answer", choices=["yes", "no"], default="yes")
+    p.add_argument("--changed-share", type=float, default=0.0, metavar="X",
+                   help="answer this share of distinct questions with the last enum value (a judge that drifted)")
+    p.add_argument("--system-fingerprint", default="fp_stub")
     args = p.parse_args(argv)
     config = StubConfig(
         latency_ms=args.latency_ms, faults=args.fault, per_key=args.per_key, retry_after=args.retry_after,
         hang_seconds=args.hang_seconds, reject_json_schema=args.reject_json_schema,
         reject_json_object=args.reject_json_object, gate_answer=args.gate_answer,
+        changed_share=args.changed_share, system_fingerprint=args.system_fingerprint,
     )
     server = StubServer(config, args.host, args.port)
 

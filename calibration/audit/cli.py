@@ -174,11 +174,155 @@ def _model_dests() -> list[str]:
 
 
 def register_drift(sub) -> None:
-    """`judge drift` (being built)."""
+    """`judge drift`: the anchor set judged again, compared with the reference run."""
+    import argparse
+    from pathlib import Path
+
+    parser = sub.add_parser(
+        "drift", help="Is it still the same judge? Compare a new run on an anchor set with a reference run.",
+        description="Compares the same (item, system, criterion) judgments of two runs: per criterion the paired mean "
+                    "shift with a CI, the share of verdicts changed against the re-ask noise, weighted kappa, and "
+                    "with --human the change in agreement with humans; then what changed in how the judgments were "
+                    "produced (fingerprints, the model and engine the server reported). Exit 0 when every criterion "
+                    "shows no drift, 1 otherwise, 2 on bad input.",
+        epilog=DRIFT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reference", required=True, type=Path, metavar="OLD",
+                        help="the reference run (judgments JSONL, or a CSV of scores)")
+    parser.add_argument("--judgments", required=True, type=Path, metavar="NEW", help="the new run of the same anchors")
+    parser.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels: change in agreement with them")
+    parser.add_argument("--margin", type=float, default=0.25, metavar="M",
+                        help="a mean shift within +-M score points is no drift (TOST; default 0.25)")
+    parser.add_argument("--share-margin", type=float, default=0.1, metavar="X",
+                        help="changed verdicts beyond the re-ask noise that still count as no drift (default 0.1)")
+    parser.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="resamples of dialogues (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write drift.csv and provenance.csv here")
+    parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with a plot")
+    parser.set_defaults(run=run_drift)
+
+
+DRIFT_EPILOG = """\
+examples:
+  # the anchor set judged last month and today
+  judge drift --reference anchors-2026-10.jsonl --judgments anchors-2026-11.jsonl --output-dir out/drift
+
+  # with human labels of the anchors: did agreement with humans change?
+  judge drift --reference old.jsonl --judgments new.jsonl --human anchor_labels.csv --margin 0.2
+
+verdicts: no drift = the shift is within +-margin (TOST, 90% CI) and the changed share's one-sided 95% bound is
+within the re-ask noise (from the runs' --samples) + --share-margin; drift = the shift's 95% CI excludes 0, or the
+changed share's lower bound exceeds the re-ask noise, or (labels) Stuart-Maxwell rejects; else inconclusive, with
+the number of anchor dialogues that would settle it.
+writes (with --output-dir): drift.csv (criterion, n, mean_shift, ci_low, ci_high, changed_share, kappa, verdict,
+...), provenance.csv (field, reference, new, changed)
+"""
+
+
+def _run_verb(args, verb: str, compute, inputs, exit_code) -> int:
+    """The trust verbs' CLI layer: compute, check every output path before writing any, write, print."""
+    import sys
+
+    from judge.errors import JudgeError, OutputError
+    from judge.outputs import check_writable
+
+    inputs = [p for p in inputs if p]
+    try:
+        result = compute()
+        if args.report:
+            check_writable(args.report, inputs=inputs, what="--report")
+        if args.output_dir:
+            if args.output_dir.exists() and not args.output_dir.is_dir():
+                raise OutputError(f"{args.output_dir}: --output-dir is a file; give a folder")
+            for name in result.files():
+                check_writable(args.output_dir / name, inputs=inputs, what="--output-dir file")
+        page = result.report_html() if args.report else None
+        replaced = result.write(args.output_dir, inputs) if args.output_dir else []
+        if page is not None:
+            from calibration.study.report import write_section
+
+            replaced += write_section(page, args.report, f"Judge {verb}", inputs=inputs)
+    except JudgeError as exc:  # CalibrationError and OutputError are JudgeErrors
+        print(f"judge {verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"judge {verb}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(result.text(), end="")
+    for warning in result.warnings:
+        print(f"judge {verb}: warning: {warning}", file=sys.stderr)
+    if replaced:
+        print(f"replaced (written by an earlier run): {', '.join(map(str, replaced))}", file=sys.stderr)
+    return exit_code(result)
+
+
+def run_drift(args) -> int:
+    from .drift import drift
+
+    return _run_verb(args, "drift", lambda: drift(
+        args.reference, args.judgments, args.human, margin=args.margin, share_margin=args.share_margin,
+        n_resamples=args.bootstrap, seed=args.seed), [args.reference, args.judgments, args.human],
+        lambda result: 1 if result.drifted else 0)
 
 
 # -- select ---------------------------------------------------------------------------------------------------------
 
 
 def register_select(sub) -> None:
-    """`judge select` (being built)."""
+    """`judge select`: several judges against the same human labels."""
+    import argparse
+    from pathlib import Path
+
+    parser = sub.add_parser(
+        "select", help="Which judge (model, prompt, metric, jury) agrees best with humans, with paired CIs.",
+        description="Each judge's agreement with humans at one level, with bootstrap CIs paired across judges, the "
+                    "set not significantly worse than the best (Holm), each judge's worth in human labels, and "
+                    "cross-fitted juries.",
+        epilog=SELECT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
+    parser.add_argument("--judge", required=True, action="append", type=_judge_spec, metavar="NAME=FILE",
+                        help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME); repeat")
+    parser.add_argument("--level", choices=["system", "summary", "item"], default="summary",
+                        help="system means, per-dialogue correlations averaged (summary), or every pair (item)")
+    parser.add_argument("--statistic", choices=["pearson", "spearman", "kendall"], default="pearson")
+    parser.add_argument("--clean", action="store_true",
+                        help="DialSummEval noise cleaning of the human labels before averaging annotators")
+    parser.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="resamples of dialogues (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write selection.csv here")
+    parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the CIs")
+    parser.set_defaults(run=run_select)
+
+
+SELECT_EPILOG = """\
+examples:
+  # two prompt variants of the same model
+  judge select --human labels.csv --judge short=short.jsonl --judge analyse=analyse.jsonl --output-dir out/select
+
+  # DialSummEval's metrics as judges (a wide CSV: NAME is the column), cleaned labels, Table 3's summary level
+  judge select --human annotations.csv --clean --judge rouge-1=metric_scores.csv --judge questeval=metric_scores.csv
+
+writes (with --output-dir): selection.csv (criterion, judge, kind, level, statistic, estimate, ci_low, ci_high,
+in_best_set, p_holm, label_worth, n_common, n_judged, n_dialogues). label_worth: labelled dialogues saved per 100
+by PPI++ (1 - its variance ratio, many more judged than labelled dialogues). Jury rows are cross-fitted: chosen on
+one half of the dialogues, measured on the other.
+"""
+
+
+def _judge_spec(value: str) -> tuple[str, str]:
+    import argparse
+
+    name, sep, path = value.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE, got {value!r}")
+    return name.strip(), path.strip()
+
+
+def run_select(args) -> int:
+    from pathlib import Path
+
+    from .select import select
+
+    return _run_verb(args, "select", lambda: select(
+        args.human, list(args.judge), level=args.level, statistic=args.statistic, clean=args.clean,
+        n_resamples=args.bootstrap, seed=args.seed), [args.human, *(Path(p) for _, p in args.judge)],
+        lambda result: 0)

@@ -1,0 +1,366 @@
+"""`judge drift`: is the judge that scored the anchor set today the same judge as before?
+
+The same (item, system, criterion) judgments of two runs are paired. Per criterion: the mean shift (new - reference)
+with a dialogue-bootstrap CI, the share of verdicts that changed, weighted kappa between the runs (labels: Cohen's
+kappa and the Stuart-Maxwell test of marginal homogeneity), and with human labels the change in the judge's
+agreement with them. A verdict per criterion:
+
+- no drift: the shift is shown equivalent to zero within +-margin (TOST: the 90% interval inside the margin), and
+  the share of changed verdicts is shown no larger than plain re-asks change (the re-ask noise, from the runs'
+  `samples`) plus --share-margin (its one-sided 95% bound);
+- drift: otherwise, when the shift's 95% CI excludes zero, or the changed share's 95% lower bound exceeds the
+  re-ask noise, or (labels) Stuart-Maxwell rejects at 5%: a judge that changes 30% of verdicts with its mean in
+  place has drifted;
+- inconclusive: neither shown; the number of anchor dialogues that would settle it is printed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import CalibrationError
+from ..stats import pearson, percentile_interval, resample_counts
+
+DRIFT_COLUMNS = ["criterion", "kind", "n", "n_dialogues", "mean_shift", "ci_low", "ci_high", "tost_low", "tost_high",
+                 "changed_share", "changed_ci_low", "changed_ci_high", "reask_noise", "kappa", "stuart_maxwell_p",
+                 "human_r_reference", "human_r_new", "human_r_change", "human_ci_low", "human_ci_high", "verdict",
+                 "dialogues_needed", "note"]
+KEY = ["item_id", "system", "criterion"]
+PROVENANCE_FIELDS = ("model", "system_fingerprint", "engine", "model_digest")
+# z quantiles for the sample size an inconclusive verdict needs: one-sided 5% test, 80% power.
+_Z_ALPHA, _Z_POWER = 1.6449, 0.8416
+
+
+@dataclass
+class DriftResult:
+    """What `judge drift` found: one row per criterion, what changed in how the runs were produced, warnings."""
+
+    drift: pd.DataFrame
+    provenance: pd.DataFrame
+    margin: float
+    share_margin: float
+    n_resamples: int
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def drifted(self) -> bool:
+        """True unless every criterion shows no drift (the CLI exits 1 then)."""
+        return bool((self.drift["verdict"] != "no drift").any())
+
+    def files(self) -> dict[str, str]:
+        return {"drift.csv": self.drift.to_csv(index=False), "provenance.csv": self.provenance.to_csv(index=False)}
+
+    def write(self, output_dir, inputs=()) -> list[Path]:
+        from judge.outputs import write_folder
+
+        return write_folder(output_dir, self.files(), verb="drift", inputs=inputs)
+
+    def report_html(self) -> str:
+        return drift_section(self)
+
+    def report(self, path, inputs=()) -> list[Path]:
+        from ..study.report import write_section
+
+        return write_section(self.report_html(), path, "Judge drift", inputs=inputs)
+
+    def text(self) -> str:
+        lines = [f"Drift per criterion (new - reference, paired; 95% dialogue-bootstrap CI, {self.n_resamples} "
+                 f"resamples; no drift = shift within +-{self.margin:g} by TOST and changed verdicts within re-ask "
+                 f"noise + {self.share_margin:g})"]
+        for row in self.drift.itertuples():
+            shift = ("" if not np.isfinite(row.mean_shift) else
+                     f"mean shift {row.mean_shift:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}], ")
+            human = ("" if not np.isfinite(row.human_r_change) else
+                     f", agreement with humans {row.human_r_change:+.3f} [{row.human_ci_low:+.3f}, "
+                     f"{row.human_ci_high:+.3f}]")
+            kappa = "-" if not np.isfinite(row.kappa) else f"{row.kappa:.2f}"
+            lines.append(f"{row.criterion}: {row.verdict.upper()}: {shift}{100 * row.changed_share:.1f}% of "
+                         f"{row.n} verdicts changed (re-ask noise {100 * row.reask_noise:.1f}%), kappa {kappa}"
+                         f"{human}" + (f"; {row.note}" if row.note else ""))
+        changed = self.provenance[self.provenance["changed"]]
+        if changed.empty:
+            lines.append("How the judgments were produced: nothing recorded changed (fingerprints and served "
+                         "provenance the same, where recorded).")
+        else:
+            lines.append("How the judgments were produced, what changed:")
+            for row in changed.itertuples():
+                lines.append(f"  {row.field}: {row.reference} -> {row.new}")
+        return "\n".join(lines) + "\n"
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+# -- reading ------------------------------------------------------------------------------------------------------
+
+
+def _run(source, what: str) -> tuple[pd.DataFrame, dict, str]:
+    """The run's scores (load_judge_scores shape plus `samples`), its production record, and where it came from."""
+    from ..io import read_judge_scores
+
+    frame, where = read_judge_scores(source)
+    record: dict[str, set] = {name: set() for name in ("fingerprint", *PROVENANCE_FIELDS)}
+    samples = frame["samples"] if "samples" in frame.columns else pd.Series([None] * len(frame))
+    path = Path(where) if not isinstance(source, pd.DataFrame) else None
+    if path is not None and path.suffix.lower() in (".jsonl", ".json"):
+        from judge.judgment import read_judgments
+
+        by_line = {}
+        for number, judgment in read_judgments(path):
+            by_line[number] = judgment.samples or None
+            if judgment.fingerprint:
+                digest = hashlib.sha256(json.dumps(judgment.fingerprint, sort_keys=True).encode()).hexdigest()[:12]
+                record["fingerprint"].add(digest)
+            for name in PROVENANCE_FIELDS:
+                value = (judgment.served or {}).get(name)
+                if value:
+                    record[name].add(str(value))
+        samples = frame["line"].map(by_line)
+    frame = frame.assign(samples=list(samples))
+    if frame.empty:
+        raise CalibrationError(f"{where}: no judgments in the {what}")
+    return frame, record, str(where)
+
+
+def _verdict_value(row) -> object:
+    return row.score if row.status == "ok" else (row.label if row.status == "label" else None)
+
+
+def _sample_disagreement(samples) -> tuple[float, float]:
+    """(pairs of re-asks that disagree, pairs) of one judgment's samples (numbers or labels)."""
+    values = [json.dumps(s, sort_keys=True) if isinstance(s, (dict, list)) else str(s) for s in samples or []]
+    n = len(values)
+    if n < 2:
+        return 0.0, 0.0
+    pairs = n * (n - 1) / 2
+    return pairs - sum(c * (c - 1) / 2 for c in Counter(values).values()), pairs
+
+
+def _provenance(reference: dict, new: dict) -> pd.DataFrame:
+    rows = []
+    for name in ("fingerprint", *PROVENANCE_FIELDS):
+        old, now = reference[name], new[name]
+        rows.append({"field": name if name == "fingerprint" else f"served.{name}",
+                     "reference": ", ".join(sorted(old)) or "(not recorded)", "new": ", ".join(sorted(now)) or
+                     "(not recorded)", "changed": bool(old and now and old != now)})
+    return pd.DataFrame(rows)
+
+
+# -- statistics ---------------------------------------------------------------------------------------------------
+
+
+def _cluster_sums(frame: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per dialogue: the number of pairs and the sum of each column (the bootstrap resamples dialogues)."""
+    grouped = frame.groupby("item_id", sort=True)
+    return grouped.size().to_numpy(float), grouped[columns].sum().to_numpy(float)
+
+
+def _ratio_replicates(counts: np.ndarray, sizes: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (counts @ sums) / (counts @ sizes)[:, None]
+
+
+def _kappa(reference, new, numeric: bool) -> float:
+    from sklearn.metrics import cohen_kappa_score
+
+    if numeric:
+        reference = np.floor(np.asarray(reference, float) + 0.5).astype(int)
+        new = np.floor(np.asarray(new, float) + 0.5).astype(int)
+    if len(set(reference) | set(new)) < 2:
+        return float("nan")
+    return float(cohen_kappa_score(reference, new, weights="quadratic" if numeric else None))
+
+
+def _stuart_maxwell(reference, new) -> float:
+    from statsmodels.stats.contingency_tables import SquareTable
+
+    categories = sorted(set(reference) | set(new))
+    if len(categories) < 2:
+        return float("nan")
+    table = pd.crosstab(pd.Categorical(reference, categories), pd.Categorical(new, categories), dropna=False)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a singular covariance (one-sided changes) falls back to a pseudo-inverse
+        try:
+            return float(SquareTable(table.to_numpy(float), shift_zeros=False).homogeneity().pvalue)
+        except (np.linalg.LinAlgError, ValueError):
+            return float("nan")
+
+
+def _needed(sd: float, margin: float) -> int:
+    """Dialogues for an equivalence test at 80% power when the truth is no change (normal approximation); `sd`:
+    of the per-dialogue mean shift."""
+    if not (np.isfinite(sd) and margin > 0):
+        return 0
+    return int(math.ceil(((_Z_ALPHA + _Z_POWER) * sd / margin) ** 2))
+
+
+def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float, margin: float,
+                   share_margin: float, n_resamples: int, seed: int, confidence: float) -> dict:
+    numeric = bool((part["status_ref"] == "ok").all() and (part["status_new"] == "ok").all())
+    part = part.assign(changed=(part["value_ref"].astype(str) != part["value_new"].astype(str)).astype(float))
+    if numeric:
+        part = part.assign(shift=part["score_new"] - part["score_ref"])
+    columns = ["changed"] + (["shift"] if numeric else [])
+    sizes, sums = _cluster_sums(part, columns)
+    counts = resample_counts(np.random.default_rng(seed), len(sizes), n_resamples)
+    replicates = _ratio_replicates(counts, sizes, sums)
+    n, dialogues = len(part), len(sizes)
+    changed = float(part["changed"].mean())
+    changed_low, changed_high = percentile_interval(replicates[:, 0], confidence)
+    one_sided_high = float(np.nanpercentile(replicates[:, 0], 95))
+    row = {"criterion": part["criterion"].iloc[0], "kind": "scores" if numeric else "labels", "n": n,
+           "n_dialogues": dialogues, "changed_share": changed, "changed_ci_low": changed_low,
+           "changed_ci_high": changed_high, "reask_noise": noise, "mean_shift": np.nan, "ci_low": np.nan,
+           "ci_high": np.nan, "tost_low": np.nan, "tost_high": np.nan, "stuart_maxwell_p": np.nan,
+           "human_r_reference": np.nan, "human_r_new": np.nan, "human_r_change": np.nan, "human_ci_low": np.nan,
+           "human_ci_high": np.nan, "dialogues_needed": 0, "note": ""}
+    share_equivalent = one_sided_high <= noise + share_margin
+    share_drift = changed_low > noise
+    needed = 0
+    per_dialogue = n / dialogues
+    if share_margin > 0:
+        p = max(noise + share_margin / 2, 0.01)
+        needed = int(math.ceil((_Z_ALPHA + _Z_POWER) ** 2 * p * (1 - p) / share_margin ** 2 / per_dialogue))
+    if numeric:
+        shift = float(part["shift"].mean())
+        low, high = percentile_interval(replicates[:, 1], confidence)
+        tost_low, tost_high = percentile_interval(replicates[:, 1], 2 * confidence - 1)  # TOST at 5%: the 90% CI
+        row.update(mean_shift=shift, ci_low=low, ci_high=high, tost_low=tost_low, tost_high=tost_high,
+                   kappa=_kappa(part["score_ref"], part["score_new"], True))
+        shift_equivalent = -margin < tost_low and tost_high < margin
+        shift_drift = low > 0 or high < 0
+        per_item = part.groupby("item_id")["shift"].mean()
+        needed = max(needed, _needed(float(per_item.std(ddof=1)), margin))
+    else:
+        row["kappa"] = _kappa(part["value_ref"].astype(str), part["value_new"].astype(str), False)
+        row["stuart_maxwell_p"] = _stuart_maxwell(part["value_ref"].astype(str), part["value_new"].astype(str))
+        shift_equivalent = True
+        shift_drift = bool(row["stuart_maxwell_p"] < 0.05)
+    if human is not None and numeric:
+        row.update(_human_change(part, human, counts, confidence))
+    if shift_equivalent and share_equivalent:
+        row["verdict"] = "no drift"
+    elif shift_drift or share_drift:
+        row["verdict"] = "drift"
+    else:
+        row["verdict"] = "inconclusive"
+        row["dialogues_needed"] = max(needed, dialogues + 1)
+        row["note"] = f"about {row['dialogues_needed']} anchor dialogues would settle it ({dialogues} now)"
+    return row
+
+
+def _human_change(part: pd.DataFrame, human: pd.DataFrame, counts: np.ndarray, confidence: float) -> dict:
+    """Change in the judge's item-level Pearson r with the human mean, paired over resampled dialogues."""
+    merged = part.merge(human, on=KEY, how="inner")
+    if len(merged) < 3:
+        return {}
+    dialogues = pd.Index(sorted(part["item_id"].unique()))
+    weights = counts[:, dialogues.get_indexer(merged["item_id"])]
+    ref = pearson(merged["score_ref"].to_numpy(), merged["human"].to_numpy())
+    new = pearson(merged["score_new"].to_numpy(), merged["human"].to_numpy())
+    change = pearson(merged["score_new"].to_numpy(), merged["human"].to_numpy(), weights) - pearson(
+        merged["score_ref"].to_numpy(), merged["human"].to_numpy(), weights)
+    low, high = percentile_interval(change, confidence)
+    return {"human_r_reference": float(ref), "human_r_new": float(new), "human_r_change": float(new - ref),
+            "human_ci_low": low, "human_ci_high": high}
+
+
+# -- the verb -----------------------------------------------------------------------------------------------------
+
+
+def _check_options(margin, share_margin, n_resamples, confidence) -> None:
+    if not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin > 0):
+        raise CalibrationError(f"--margin must be a positive number of score points, got {margin!r}")
+    if not (isinstance(share_margin, (int, float)) and 0 < share_margin < 1):
+        raise CalibrationError(f"--share-margin must be between 0 and 1, got {share_margin!r}")
+    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 100:
+        raise CalibrationError(f"--bootstrap must be a whole number of at least 100, got {n_resamples!r}")
+    if not 0.5 <= confidence < 1.0:
+        raise CalibrationError(f"--confidence must be between 0.5 and 1, got {confidence!r}")
+
+
+def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margin: float = 0.1, criteria=None,
+          n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> DriftResult:
+    """Compare a new run of the judge (`judgments`) with a reference run on the same anchor judgments.
+
+    `reference`, `judgments`: paths or DataFrames as `judge calibrate` reads them (a `samples` column of lists is
+    used as re-asks when present); `human`: labels (path or DataFrame) for the change in agreement with humans.
+    `margin`: the mean shift (score points) that counts as no drift; `share_margin`: the share of changed verdicts
+    beyond the re-ask noise that still counts as no drift.
+    """
+    _check_options(margin, share_margin, n_resamples, confidence)
+    old, old_record, old_where = _run(reference, "reference")
+    new, new_record, new_where = _run(judgments, "new run")
+    rubrics = (set(old["rubric"].fillna("")) - {""}, set(new["rubric"].fillna("")) - {""})
+    if rubrics[0] and rubrics[1] and rubrics[0] != rubrics[1]:
+        raise CalibrationError(f"{new_where}: judged with rubric {', '.join(sorted(rubrics[1]))}, the reference "
+                               f"{old_where} with {', '.join(sorted(rubrics[0]))}: drift compares the same rubric")
+    notes = []
+    for frame in (old, new):
+        frame["value"] = [_verdict_value(r) for r in frame.itertuples()]
+    paired = old.merge(new, on=KEY, suffixes=("_ref", "_new"))
+    if paired.empty:
+        raise CalibrationError(f"{new_where}: no (item, system, criterion) in common with the reference {old_where}: "
+                               f"e.g. {'/'.join(old[KEY].iloc[0].astype(str))} there, "
+                               f"{'/'.join(new[KEY].iloc[0].astype(str))} here")
+    usable = paired["value_ref"].notna() & paired["value_new"].notna()
+    lost = len(old) - len(paired), len(new) - len(paired), int((~usable).sum())
+    if any(lost):
+        notes.append(f"compared {int(usable.sum())} judgments in common; left out {lost[0]} only in the reference, "
+                        f"{lost[1]} only in the new run, {lost[2]} failed, N/A or abstained in either")
+    paired = paired[usable]
+    if criteria is not None:
+        paired = paired[paired["criterion"].isin(criteria)]
+    labels = None
+    if human is not None:
+        from ..humans import aggregate_humans
+        from ..io import read_human_labels
+
+        labels = aggregate_humans(read_human_labels(human))[KEY + ["human"]]
+    rows = []
+    for criterion, part in paired.groupby("criterion", sort=True):
+        disagree = pairs = 0.0
+        for samples in list(part["samples_ref"]) + list(part["samples_new"]):
+            d, p = _sample_disagreement(samples)
+            disagree, pairs = disagree + d, pairs + p
+        noise = disagree / pairs if pairs else 0.0
+        row = _criterion_row(part, labels, noise, margin, share_margin, n_resamples, seed, confidence)
+        if not pairs:
+            row["note"] = ("; ".join(filter(None, [row["note"], "no re-asks in either run: noise taken as 0 "
+                                                   "(judge the anchor set with --samples 3 to measure it)"])))
+        rows.append(row)
+    if not rows:
+        raise CalibrationError(f"{new_where}: no judgment with a verdict in both runs")
+    table = pd.DataFrame(rows).reindex(columns=DRIFT_COLUMNS)
+    return DriftResult(table, _provenance(old_record, new_record), margin, share_margin, n_resamples, notes)
+
+
+def drift_section(result: DriftResult) -> str:
+    """The HTML section: each criterion's mean shift with its CI against the margin, then the tables."""
+    import html
+
+    from ..report import _table  # matplotlib comes with these: only when a report is asked for
+    from ..study.report import intervals_figure
+
+    table = result.drift.assign(what=[f"{v} ({100 * s:.0f}% changed)" for v, s in
+                                      zip(result.drift["verdict"], result.drift["changed_share"])])
+    numeric = table[table["mean_shift"].notna()]
+    parts = ["<h2>Drift: the same judge, still the same?</h2>",
+             f"<p class=note>Mean shift (new − reference, paired) with a 95% dialogue-bootstrap CI; no drift = within "
+             f"±{result.margin:g} by TOST and changed verdicts within the re-ask noise + {result.share_margin:g}.</p>"]
+    if len(numeric):
+        figure = intervals_figure(numeric, "what", "mean_shift", "ci_low", "ci_high", xlabel="mean shift (CI)",
+                                  zero=True)
+        parts.append(f'<img alt="mean shift with CIs" src="{figure}">')
+    parts += [_table(result.drift), "<h2>Drift: how the judgments were produced</h2>", _table(result.provenance)]
+    parts += [f"<p class=note>Warning: {html.escape(w)}</p>" for w in result.warnings]
+    return "".join(parts)

@@ -1,0 +1,272 @@
+"""`judge select`: which judge (model, prompt variant, metric, jury) agrees best with humans, with intervals.
+
+Every judge is measured on the same labelled summaries (those all judges scored), with the same bootstrap
+resamples of dialogues (and of systems at the system level), so differences between judges are paired. The best
+set is every judge not significantly worse than the best (Holm over the comparisons with the best). A jury (mean of
+standardised scores) and the pick of the best single judge are measured with cross-fitting: chosen on one half of
+the dialogues, measured on the other, so the optimism of picking the best of many shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, level_statistic
+from ..errors import CalibrationError
+from ..stats import percentile_interval, resample_counts
+
+SELECTION_COLUMNS = ["criterion", "judge", "kind", "level", "statistic", "estimate", "ci_low", "ci_high",
+                     "in_best_set", "p_holm", "label_worth", "n_common", "n_judged", "n_dialogues"]
+JURY_ALL, JURY_BEST, BEST_PICKED = "jury (all judges)", "jury (best set)", "best judge (cross-fitted)"
+
+
+@dataclass
+class SelectResult:
+    """What `judge select` found: one row per (criterion, judge) and the jury rows, with the settings."""
+
+    selection: pd.DataFrame
+    level: str
+    statistic: str
+    n_resamples: int
+    seed: int
+    judges: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    def files(self) -> dict[str, str]:
+        return {"selection.csv": self.selection.to_csv(index=False)}
+
+    def write(self, output_dir, inputs=()) -> list[Path]:
+        from judge.outputs import write_folder
+
+        return write_folder(output_dir, self.files(), verb="select", inputs=inputs)
+
+    def report_html(self) -> str:
+        return select_section(self)
+
+    def report(self, path, inputs=()) -> list[Path]:
+        from ..study.report import write_section
+
+        return write_section(self.report_html(), path, "Judge select", inputs=inputs)
+
+    def best_set(self, criterion: str) -> list[str]:
+        part = self.selection[(self.selection["criterion"] == criterion) & self.selection["in_best_set"]]
+        return part.sort_values("estimate", ascending=False)["judge"].tolist()
+
+    def text(self) -> str:
+        lines = [f"Agreement with humans: {self.statistic} at {self.level} level, 95% percentile bootstrap CI "
+                 f"({self.n_resamples} resamples of dialogues, the same for every judge); best set = not "
+                 "significantly worse than the best (paired, Holm, 5%); label_worth = labelled dialogues saved per "
+                 "100 in a study (PPI++ variance ratio)"]
+        for criterion, part in self.selection.groupby("criterion", sort=False):
+            judges = part[part["kind"] == "judge"]
+            common = int(judges["n_common"].iloc[0])
+            lines.append(f"\n{criterion}: {common} summaries judged by every judge")
+            for row in part.itertuples():
+                mark = "*" if row.in_best_set else " "
+                p = "" if not np.isfinite(row.p_holm) else f"  p_holm {row.p_holm:.3f}"
+                worth = "" if not np.isfinite(row.label_worth) else f"  saves {row.label_worth:.0f}/100 labels"
+                gap = "" if row.kind != "judge" or row.n_judged == row.n_common else f"  (judged {row.n_judged})"
+                lines.append(f" {mark} {row.judge:<28} {row.estimate:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
+                             f"{p}{worth}{gap}")
+            lines.append(f"  best set: {', '.join(self.best_set(criterion))}")
+        return "\n".join(lines) + "\n"
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _read_judge(name: str, source) -> pd.DataFrame:
+    """A judge's scores: any file `calibrate` reads; a wide CSV (metric_scores.csv) gives the column named NAME."""
+    from ..io import read_judge_scores
+
+    if isinstance(source, pd.DataFrame):
+        return read_judge_scores(source)[0]
+    path = Path(source)
+    if path.suffix.lower() == ".csv" and path.is_file():
+        with path.open(encoding="utf-8-sig") as handle:
+            header = [c.strip() for c in handle.readline().split(",")]
+        if "score" not in header and name in header:
+            return read_judge_scores(path, score_column=name)[0]
+    return read_judge_scores(path)[0]
+
+
+def _check_options(level: str, statistic: str, n_resamples: int, confidence: float) -> None:
+    if level not in LEVELS:
+        raise CalibrationError(f"--level must be one of {', '.join(LEVELS)}, got {level!r}")
+    if statistic not in STATISTIC_NAMES:
+        raise CalibrationError(f"--statistic must be one of {', '.join(STATISTIC_NAMES)}, got {statistic!r}")
+    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 100:
+        raise CalibrationError(f"--bootstrap must be a whole number of at least 100, got {n_resamples!r}")
+    if not 0.5 <= confidence < 1.0:
+        raise CalibrationError(f"--confidence must be between 0.5 and 1, got {confidence!r}")
+
+
+def _judge_list(judges) -> list[tuple[str, object]]:
+    items = list(judges.items()) if isinstance(judges, dict) else list(judges)
+    names = [str(name) for name, _ in items]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise CalibrationError(f"--judge name {repeated[0]!r} is given twice: give each judge its own NAME")
+    if len(items) < 2:
+        raise CalibrationError("select needs at least two --judge NAME=FILE to compare")
+    for name in names:
+        if not name.strip():
+            raise CalibrationError("--judge needs NAME=FILE with a non-empty NAME")
+    return [(str(name), source) for name, source in items]
+
+
+def _standardise(matrix: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (matrix - np.nanmean(matrix)) / np.nanstd(matrix)
+
+
+def _worth(judge: np.ndarray, human: np.ndarray) -> float:
+    """Labelled dialogues saved per 100 at equal precision by PPI++ with many more judged than labelled dialogues.
+
+    Per system, dialogues are the units (as in `judge estimate`): PPI++'s variance ratio tends to 1 - rho^2 (rho:
+    the judge-human correlation over dialogues) when the judged dialogues far outnumber the labelled ones; the
+    saving is 100 (1 - ratio), averaged over systems.
+    """
+    from ..stats import pearson
+
+    rho = pearson(judge.T, human.T)  # one per system, over dialogues
+    rho = rho[np.isfinite(rho)]
+    return float(100.0 * np.mean(rho * rho)) if rho.size else float("nan")
+
+
+def _stat_rows(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic, weights):
+    """Point estimates and (B,) replicates of every judge's statistic with the same resample weights."""
+    estimates, replicates = {}, {}
+    for name, matrix in scores.items():
+        paired = PairedScores("", items, systems, matrix, human)
+        estimates[name] = float(level_statistic(paired, level, statistic))
+        replicates[name] = bootstrap_replicates(paired, level, statistic, *weights)
+    return estimates, replicates
+
+
+def _holm_best(estimates: dict, replicates: dict) -> tuple[str, dict, dict]:
+    from ..study.screen import bootstrap_p_value, holm
+
+    best = max(estimates, key=lambda n: -np.inf if np.isnan(estimates[n]) else estimates[n])
+    others = [n for n in estimates if n != best]
+    observed = np.array([estimates[best] - estimates[n] for n in others])
+    differences = np.column_stack([replicates[best] - replicates[n] for n in others])
+    p_adjusted = holm(bootstrap_p_value(differences, observed)) if others else np.array([])
+    p_holm = {best: float("nan"), **dict(zip(others, map(float, p_adjusted)))}
+    in_set = {name: name == best or p_holm[name] >= 0.05 for name in estimates}
+    return best, p_holm, in_set
+
+
+def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic,
+                  seed: int) -> dict[str, np.ndarray]:
+    """Score matrices whose rows (dialogues) in each half come from the choice made on the other half."""
+    rng = np.random.default_rng(seed + 1)
+    half = np.zeros(len(items), dtype=bool)
+    half[rng.permutation(len(items))[: len(items) // 2]] = True
+    out = {JURY_ALL: np.full_like(human, np.nan), JURY_BEST: np.full_like(human, np.nan),
+           BEST_PICKED: np.full_like(human, np.nan)}
+    standardised = {name: _standardise(matrix) for name, matrix in scores.items()}
+    for fit in (half, ~half):
+        measure = ~fit
+        fitted = {name: float(level_statistic(PairedScores("", items[fit], systems, m[fit], human[fit]), level,
+                                              statistic)) for name, m in scores.items()}
+        fitted = {n: (0.0 if np.isnan(v) else v) for n, v in fitted.items()}
+        best = max(fitted, key=fitted.get)
+        # Each judge enters the jury pointed the way it agrees with humans on the fitting half (ppl: lower = better).
+        signs = {n: (1.0 if v >= 0 else -1.0) for n, v in fitted.items()}
+        # The best set on the fitting half: the judges within 0.05 of its best (deterministic and cheap; the
+        # bootstrap's best set is for reporting, this one only has to be chosen without the measuring half).
+        chosen = [n for n, v in fitted.items() if v >= fitted[best] - 0.05]
+        stacked = np.stack([signs[n] * standardised[n][measure] for n in scores])
+        out[JURY_ALL][measure] = np.nanmean(stacked, axis=0)
+        out[JURY_BEST][measure] = np.nanmean(np.stack([standardised[n][measure] for n in chosen]), axis=0)
+        out[BEST_PICKED][measure] = standardised[best][measure]
+    return out
+
+
+def select(human, judges, *, level: str = "summary", statistic: str = "pearson", criteria=None, clean: bool = False,
+           n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> SelectResult:
+    """Compare judges (name -> path or DataFrame) against human labels (path or DataFrame) at one level."""
+    from ..alignment import align
+    from ..humans import aggregate_humans
+    from ..io import read_human_labels
+
+    _check_options(level, statistic, n_resamples, confidence)
+    listed = _judge_list(judges)
+    labels = read_human_labels(human)
+    means = aggregate_humans(labels, clean=clean)
+    pairs = {name: align(_read_judge(name, source), means)[0] for name, source in listed}
+    names = [name for name, _ in listed]
+    wanted = sorted(means["criterion"].unique()) if criteria is None else list(criteria)
+    warnings, rows = [], []
+    for criterion in wanted:
+        tables = {n: p[p["criterion"] == criterion].set_index(["item_id", "system"]) for n, p in pairs.items()}
+        empty = [n for n, t in tables.items() if t.empty]
+        if empty:
+            warnings.append(f"{criterion}: left out: judge {empty[0]} has no score paired with a human label")
+            continue
+        common = sorted(set.intersection(*(set(t.index) for t in tables.values())))
+        if not common:
+            warnings.append(f"{criterion}: left out: no summary is judged by every judge")
+            continue
+        index = pd.MultiIndex.from_tuples(common, names=["item_id", "system"])
+        grid = lambda column, table: table[column].reindex(index).unstack("system")  # noqa: E731
+        first = grid("human", tables[names[0]])
+        items, systems = first.index.to_numpy(), first.columns.to_numpy()
+        human_matrix = first.to_numpy(float)
+        scores = {n: grid("judge", t).reindex(index=first.index, columns=first.columns).to_numpy(float)
+                  for n, t in tables.items()}
+        rng = np.random.default_rng(seed)
+        weights = (resample_counts(rng, len(items), n_resamples), resample_counts(rng, len(systems), n_resamples))
+        estimates, replicates = _stat_rows(scores, human_matrix, items, systems, level, statistic, weights)
+        best, p_holm, in_set = _holm_best(estimates, replicates)
+        for name in names:
+            low, high = percentile_interval(replicates[name], confidence)
+            rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
+                         "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]), "p_holm": p_holm[name],
+                         "label_worth": _worth(scores[name], human_matrix), "n_common": len(common),
+                         "n_judged": len(tables[name]), "n_dialogues": len(items)})
+        juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed)
+        jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
+        for name in juries:
+            low, high = percentile_interval(jury_replicates[name], confidence)
+            rows.append({"criterion": criterion, "judge": name, "kind": "cross-fitted",
+                         "estimate": jury_estimates[name], "ci_low": low, "ci_high": high, "in_best_set": False,
+                         "p_holm": float("nan"), "label_worth": _worth(juries[name], human_matrix),
+                         "n_common": len(common), "n_judged": len(common), "n_dialogues": len(items)})
+        gaps = {n: len(t) - len(common) for n, t in tables.items() if len(t) > len(common)}
+        if gaps:
+            warnings.append(f"{criterion}: judges compared on the {len(common)} summaries all of them judged; left out "
+                            + ", ".join(f"{n} {g}" for n, g in gaps.items()))
+    if not rows:
+        raise CalibrationError("no criterion has summaries judged by every judge and labelled by humans: "
+                               + (warnings[0] if warnings else "check the item ids and systems of the files"))
+    selection = pd.DataFrame(rows).assign(level=level, statistic=statistic)[SELECTION_COLUMNS]
+    return SelectResult(selection, level, statistic, n_resamples, seed, names, warnings)
+
+
+def select_section(result: SelectResult) -> str:
+    """The HTML section: every judge (and the cross-fitted rows) with its CI per criterion, then the table."""
+    import html
+
+    from ..report import _table  # matplotlib comes with these: only when a report is asked for
+    from ..study.report import intervals_figure
+
+    table = result.selection.assign(judge=[f"{j}{' *' if b else ''}" for j, b in
+                                           zip(result.selection["judge"], result.selection["in_best_set"])])
+    figure = intervals_figure(table, "judge", "estimate", "ci_low", "ci_high",
+                              xlabel=f"{result.statistic} with humans, {result.level} level (CI)", zero=True)
+    best = "; ".join(f"{c}: {', '.join(result.best_set(c))}" for c in dict.fromkeys(result.selection["criterion"]))
+    parts = ["<h2>Select: judges against humans</h2>",
+             f"<p class=note>{html.escape(result.statistic)} at {html.escape(result.level)} level with a 95% percentile "
+             f"bootstrap CI ({result.n_resamples} resamples of dialogues, the same for every judge, on the summaries "
+             "every judge scored). * = in the best set: not significantly worse than the best (paired, Holm, 5%). "
+             "Jury rows and the best judge's row are cross-fitted: chosen on one half of the dialogues, measured on "
+             "the other.</p>", f'<img alt="judges with CIs" src="{figure}">',
+             f"<p>Best set: {html.escape(best)}</p>", _table(result.selection)]
+    parts += [f"<p class=note>Warning: {html.escape(w)}</p>" for w in result.warnings]
+    return "".join(parts)
