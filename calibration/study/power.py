@@ -53,7 +53,9 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
     def reaches(n: int) -> bool:
         if rho is None or n < MIN_TUNED:
             return bool(paired_power(effect, n, alpha) >= power)
-        share = 1.0 - rho * rho * (n_judged - n) / n_judged
+        # lambda's own error adds about (1 - rho^2) / (n - 1) of the residual variance (the expected leverage of
+        # the unlabelled mean, E[(mean_U f - mean_L f)^2 / S_ff] ~ 1 / (n (n - 1))).
+        share = 1.0 - rho * rho * (n_judged - n) / n_judged + (1.0 - rho * rho) / (n - 1)
         return bool(paired_power(effect, n, alpha, share, df_spent=2) >= power)
 
     # Power grows with n (more dialogues, more degrees of freedom, less variance left): bisect.
