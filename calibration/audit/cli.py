@@ -19,11 +19,12 @@ def register(sub) -> None:
 AUDIT_EPILOG = """\
 examples:
   # scores with human labels: length slopes of the judge and the humans, the excess, position, noise
-  judge audit --judgments judgments.jsonl --items items.jsonl --human labels.csv --output-dir out/audit
+  judge audit --judgments examples/study/judgments.jsonl --items examples/study/items.jsonl \\
+      --human examples/study/labels.csv --output-dir out/audit
 
-  # the systems written by the judge's own model family; a second plain run as the noise floor
-  judge audit --judgments judgments.jsonl --items items.jsonl --human labels.csv --self gpt-4o,gpt-4o-mini \\
-      --rerun judgments_again.jsonl --report audit.html
+  # a system written by the judge's own model family (here: alpha); a second plain run as the noise floor
+  judge audit --judgments examples/study/judgments.jsonl --items examples/study/items.jsonl \\
+      --human examples/study/labels.csv --self alpha --rerun examples/study/judgments_rerun.jsonl --report audit.html
 
 length: words of the candidate, centred within its dialogue and divided by the pooled within-dialogue SD
 (reported in words), so a slope is points per typical length difference between summaries of one dialogue.
@@ -203,11 +204,13 @@ def register_drift(sub) -> None:
 
 DRIFT_EPILOG = """\
 examples:
-  # the anchor set judged last month and today
-  judge drift --reference anchors-2026-10.jsonl --judgments anchors-2026-11.jsonl --output-dir out/drift
+  # the anchor set judged once, and judged again (a re-run of the same judge)
+  judge drift --reference examples/study/judgments.jsonl --judgments examples/study/judgments_rerun.jsonl \\
+      --output-dir out/drift
 
   # with human labels of the anchors: did agreement with humans change?
-  judge drift --reference old.jsonl --judgments new.jsonl --human anchor_labels.csv --margin 0.2
+  judge drift --reference examples/study/judgments.jsonl --judgments examples/study/judgments_rerun.jsonl \\
+      --human examples/study/labels.csv --margin 0.2
 
 verdicts: no drift = the shift is within +-margin (TOST, 90% CI) and the changed share's one-sided 95% bound is
 within the re-ask noise (from the runs' --samples) + --share-margin; drift = the shift's 95% CI excludes 0, or the
@@ -295,11 +298,14 @@ def register_select(sub) -> None:
 
 SELECT_EPILOG = """\
 examples:
-  # two prompt variants of the same model
-  judge select --human labels.csv --judge short=short.jsonl --judge analyse=analyse.jsonl --output-dir out/select
+  # two runs of a judge (or two prompt variants, two models)
+  judge select --human examples/study/labels.csv --judge llm=examples/study/judgments.jsonl \\
+      --judge rerun=examples/study/judgments_rerun.jsonl --output-dir out/select
 
-  # DialSummEval's metrics as judges (a wide CSV: NAME is the column), cleaned labels, Table 3's summary level
-  judge select --human annotations.csv --clean --judge rouge-1=metric_scores.csv --judge questeval=metric_scores.csv
+  # metrics of a wide CSV as judges (NAME is the column) beside the LLM judge, at DialSummEval's summary level
+  judge select --human examples/study/labels.csv --level summary --statistic spearman \\
+      --judge llm=examples/study/judgments.jsonl --judge rouge-1=examples/study/metric_scores.csv \\
+      --judge bartscore_s_h=examples/study/metric_scores.csv
 
 writes (with --output-dir): selection.csv (criterion, judge, kind, level, statistic, estimate, ci_low, ci_high,
 in_best_set, p_holm, label_worth, n_common, n_judged, n_dialogues). label_worth: labelled dialogues saved per 100
