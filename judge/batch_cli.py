@@ -12,8 +12,12 @@ def register(sub) -> None:
     p = sub.add_parser(
         "batch", help="List or cancel the Batch API batches of a `--batch` run (from the manifest next to --output).",
         description="List or cancel the Batch API batches of a `--batch` run (from the manifest next to --output).",
-        epilog="example:\n" + textwrap.indent("judge batch status --output out.jsonl\n"
-                                              "judge batch cancel --output out.jsonl", "  "),
+        epilog="examples:\n" + textwrap.indent(
+            "# a run on a provider's Batch API (half price; answers within 24 h), then its batches\n"
+            "judge score --rubric dialsummeval --input examples/items.jsonl --output out.jsonl --criteria fluency \\\n"
+            "    --batch --base-url https://api.openai.com/v1 --model gpt-4o-mini\n"
+            "judge batch status --output out.jsonl\n"
+            "judge batch cancel --output out.jsonl", "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=["status", "cancel"], help="status: each batch's state and counts; cancel: "
                    "cancel those not finished (their finished answers are kept: the rerun collects them)")
