@@ -52,11 +52,11 @@ class CalibrationResults:
             files["calibrated_scores.csv"] = self.calibrated_scores.to_csv(index=False)
         return files
 
-    def write(self, output_dir) -> None:
-        """Write `files()` into `output_dir` (replacing only files this tool wrote there)."""
+    def write(self, output_dir, inputs=()) -> list:
+        """Write `files()` into `output_dir` (replacing only files this tool wrote there); the files replaced."""
         from judge.outputs import write_folder
 
-        write_folder(output_dir, self.files(), verb="calibrate")
+        return write_folder(output_dir, self.files(), verb="calibrate", inputs=inputs)
 
     def report_html(self) -> str:
         """The HTML report page (matplotlib is imported here, not before)."""
@@ -64,11 +64,11 @@ class CalibrationResults:
 
         return report_html(self)
 
-    def report(self, path) -> None:
-        """Write the report page to `path` (a new file, or one this tool wrote)."""
+    def report(self, path, inputs=()) -> list:
+        """Write the report page to `path` (a new file, or one this tool wrote); the files replaced."""
         from judge.outputs import write_files
 
-        write_files({path: self.report_html()}, verb="calibrate")
+        return write_files({path: self.report_html()}, verb="calibrate", inputs=inputs)
 
     def text(self) -> str:
         """Exactly what `judge calibrate` prints on stdout."""

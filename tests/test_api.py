@@ -47,8 +47,9 @@ def test_judging_equals_the_cli_inside_and_outside_a_loop(stub_server, tmp_path,
                  "--base-url", stub_server.base_url, "--model", "M", "--no-cache", "--no-progress", *flags])
     assert code == 0
     function = getattr(judge, verb)
+    # with an answer cache of its own each: the cache is opened in this thread and used in the engine's
     frames = both(lambda where: function(rubric, items, output=tmp_path / f"{where}.jsonl", base_url=stub_server.base_url,
-                                         model="M", no_cache=True, progress=False, **extra))
+                                         model="M", cache=tmp_path / f"cache-{where}", progress=False, **extra))
     expected = scores(tmp_path / "cli.jsonl")
     for where, frame in zip(("outside", "inside"), frames):
         assert scores(tmp_path / f"{where}.jsonl") == expected
