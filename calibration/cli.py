@@ -224,20 +224,6 @@ def _progress(message: str) -> None:
     print(f"judge calibrate: {message}", file=sys.stderr, flush=True)
 
 
-def _sources(args, judge) -> dict[str, str]:
-    models = sorted(m for m in judge["model"].dropna().unique() if m)
-    rubrics = sorted(r for r in judge["rubric"].dropna().unique() if r)
-    out = {"Judge model": ", ".join(models) or "(not named in the file)",
-           "Rubric": ", ".join(rubrics) or "(not named in the file)",
-           "Judgments": str(args.judgments) + (f" (column {args.score_column})" if args.score_column else ""),
-           "Human labels": str(args.human)}
-    if args.compare:
-        out["Compared with"] = str(args.compare)
-    if args.apply_map:
-        out["Calibration map"] = str(args.apply_map)
-    return out
-
-
 def _inputs(args) -> list:
     return [args.judgments, args.human, getattr(args, "compare", None), getattr(args, "apply_map", None)]
 
@@ -251,7 +237,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         _check_outputs(args)
         from .analysis import calibrate
-        from .errors import CalibrationError  # noqa: F401 - a JudgeError, caught below
 
         _progress(f"reading {args.judgments} and {args.human}; {args.bootstrap} bootstrap resamples per statistic")
         results = calibrate(args.judgments, args.human, score_column=args.score_column, scale=args.scale,
