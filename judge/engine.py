@@ -128,9 +128,15 @@ class Progress:
         self.started = self.last = time.monotonic()
         self.bar = None
         if enabled and total and watched():
-            from tqdm.auto import tqdm
+            options = {"total": total, "unit": "judgment", "dynamic_ncols": True, "smoothing": 0}
+            try:
+                from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, unit="judgment", dynamic_ncols=True, smoothing=0)
+                self.bar = tqdm(**options)
+            except ImportError:  # a Jupyter kernel without ipywidgets: a text bar there
+                from tqdm import tqdm
+
+                self.bar = tqdm(**options)
         elif enabled and total:
             print(f"judging {total} (item, criterion) pairs", file=sys.stderr, flush=True)
 

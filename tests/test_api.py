@@ -96,6 +96,8 @@ def test_calibrate_equals_the_cli_inside_and_outside_a_loop(tmp_path, capsys):
         result.write(tmp_path / where)
         for name in result.files():
             assert (tmp_path / where / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    frames = both(lambda where: judge.judgments_frame(judge.read_judgments(judgments)))
+    assert frames[0].equals(frames[1]) and len(frames[0]) == len(judge.read_judgments(judgments))
     # a frame from judge.judgments_frame is accepted as the judgments
     frame = calibration.calibrate(judge.judgments_frame(judgments), labels, bootstrap=50).files()
     assert frame.pop("summary.json") != results[0].files()["summary.json"]  # names its source "(judgments DataFrame)"
