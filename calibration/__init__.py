@@ -12,7 +12,7 @@ _WHERE = {
     "agreement": "agreement", "krippendorff_alpha": "agreement", "label_agreement": "agreement",
     "pairwise_agreement": "agreement", "score_agreement": "agreement",
     "align": "alignment", "check_overlap": "alignment",
-    "CalibrationResults": "analysis", "analyse": "analysis",
+    "CalibrationResults": "analysis", "analyse": "analysis", "calibrate": "analysis",
     "alpha_with_judge": "ceiling", "human_ceiling": "ceiling",
     "compare_judges": "compare",
     "PairedScores": "correlation", "bootstrap_ci": "correlation", "correlations": "correlation",

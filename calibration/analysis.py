@@ -38,8 +38,49 @@ class CalibrationResults:
     comparison: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Numeric criteria with one annotator per summary (mean-only releases): no human agreement nor ceiling.
     single_annotator: list[str] = field(default_factory=list)
-    # What the report names: judge model(s), rubric(s), input files; filled in by the CLI.
+    # What the report names: judge model(s), rubric(s), input files; filled in by `calibrate`.
     sources: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # notes for stderr (the CLI prints them)
+    calibrated_scores: pd.DataFrame = field(default_factory=pd.DataFrame)  # with --apply-map
+
+    def files(self) -> dict[str, str]:
+        """The exact files of `--output-dir` (name -> CSV or JSON text)."""
+        from .cli import table_files
+
+        files = table_files(self)
+        if not self.calibrated_scores.empty:
+            files["calibrated_scores.csv"] = self.calibrated_scores.to_csv(index=False)
+        return files
+
+    def write(self, output_dir, inputs=()) -> list:
+        """Write `files()` into `output_dir` (replacing only files this tool wrote there); the files replaced."""
+        from judge.outputs import write_folder
+
+        return write_folder(output_dir, self.files(), verb="calibrate", inputs=inputs)
+
+    def report_html(self) -> str:
+        """The HTML report page (matplotlib is imported here, not before)."""
+        from .report import report_html
+
+        return report_html(self)
+
+    def report(self, path, inputs=()) -> list:
+        """Write the report page to `path` (a new file, or one this tool wrote); the files replaced."""
+        from judge.outputs import write_files
+
+        return write_files({path: self.report_html()}, verb="calibrate", inputs=inputs)
+
+    def text(self) -> str:
+        """Exactly what `judge calibrate` prints on stdout."""
+        import io
+
+        from .cli import print_results
+
+        out = io.StringIO()
+        print_results(self, out)
+        return out.getvalue()
+
+    __str__ = text
 
 
 def system_means_with_ci(pairs: pd.DataFrame, n_resamples: int = 1000, seed: int | None = 0,
@@ -174,3 +215,99 @@ def _with_judge_ci(ceiling: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     merged = ceiling.merge(ci, on=["criterion", "level", "statistic"], how="left")
     first = ["criterion", "level", "statistic", "judge", "judge_ci_low", "judge_ci_high"]
     return merged[first + [c for c in merged.columns if c not in first]]
+
+
+def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple[float, float] | None = None,
+              criteria=None, clean: bool = False, bootstrap: int = 1000, seed: int = 0, compare=None,
+              compare_score_column: str | None = None, fit_map=False, apply_map=None) -> CalibrationResults:
+    """`judge calibrate` as a function: the judge's agreement and correlation with human labels, the human
+    ceiling, Krippendorff's alpha, and optionally isotonic maps. Keyword arguments are the CLI's flags.
+
+    `judgments`: a judgments JSONL or a CSV of scores (path), a frame from `judge.score` / `judge.judgments_frame`,
+    or one in the shape `calibration.io.load_judge_scores` returns. `human`: a long labels CSV (path) or a frame in
+    the shape `load_human_labels` returns. `fit_map`: fit maps (`result.maps`; the CLI saves them to its path);
+    `apply_map`: a saved map file applied to the judge scores first. Raises CalibrationError with the CLI's message.
+
+    >>> import calibration
+    >>> result = calibration.calibrate("examples/study/judgments.jsonl", "examples/study/labels.csv", bootstrap=0)
+    >>> sorted(result.files())[:2]
+    ['agreement.csv', 'ceiling.csv']
+    >>> "Correlation, system level" in result.text()
+    True
+    """
+    from pathlib import Path
+
+    from .alignment import check_overlap
+    from .io import load_human_labels, load_judge_scores, range_scale, rubric_scales
+    from .maps import apply_maps, load_maps
+
+    if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 0:
+        raise CalibrationError(f"--bootstrap must be 0 (no bootstrap) or a positive number of resamples, got {bootstrap!r}")
+    if scale is not None:
+        low, high = (float(v) for v in scale)
+        if not low < high:
+            raise CalibrationError(f"--scale: MIN must be below MAX, got {low:g},{high:g}")
+    if isinstance(criteria, str):
+        criteria = [c.strip() for c in criteria.split(",") if c.strip()]
+    judge, judgments_name = _judge_frame(judgments, score_column)
+    warnings = []
+    if scale is not None:
+        scales = {"*": range_scale(low, high)}
+    else:
+        scales, notes = rubric_scales(judge["rubric"].dropna().unique())
+        warnings += [f"note: {note}" for note in notes]
+    if isinstance(human, pd.DataFrame):
+        labels, human_name = human, "(a DataFrame)"
+    else:
+        labels, human_name = load_human_labels(human, scales), str(human)
+    from .cli import _observed_ranges
+
+    if unbounded := _observed_ranges(labels, scales):
+        warnings.append(f"note: no scale known for {unbounded}: the scores are not range-checked "
+                        "(--scale MIN,MAX checks them)")
+    check_overlap(judge, labels, judgments_name, human_name)
+    other = None
+    if compare is not None:
+        other, compare_name = _judge_frame(compare, compare_score_column)
+        check_overlap(other, labels, compare_name, human_name)
+    if apply_map is not None:
+        judge = apply_maps(judge, load_maps(Path(apply_map)))
+    results = analyse(judge, labels, criteria, clean, bootstrap, seed, fit_map=bool(fit_map), other_judge=other,
+                      scales=scales)
+    models = sorted(m for m in judge["model"].dropna().unique() if m)
+    rubrics = sorted(r for r in judge["rubric"].dropna().unique() if r)
+    results.sources = {"Judge model": ", ".join(models) or "(not named in the file)",
+                       "Rubric": ", ".join(rubrics) or "(not named in the file)",
+                       "Judgments": judgments_name + (f" (column {score_column})" if score_column else ""),
+                       "Human labels": human_name}
+    if compare is not None:
+        results.sources["Compared with"] = compare_name
+    if apply_map is not None:
+        results.sources["Calibration map"] = str(apply_map)
+        results.calibrated_scores = judge[["item_id", "system", "criterion", "score", "score_raw", "status"]]
+    if fit_map and not results.maps:
+        raise CalibrationError("--fit-map: no criterion has numeric (judge, human) pairs to fit")
+    results.warnings = warnings
+    return results
+
+
+def _judge_frame(judgments, score_column) -> tuple[pd.DataFrame, str]:
+    """Judge scores in load_judge_scores's shape, and how to name them."""
+    from .io import load_judge_scores
+
+    if not isinstance(judgments, pd.DataFrame):
+        return load_judge_scores(judgments, score_column), str(judgments)
+    if "fingerprint" in judgments.columns and "id" in judgments.columns:  # judge.score's frame: its lines, read back
+        import tempfile
+        from pathlib import Path
+
+        from judge.judgment import Judgment
+
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / "judgments.jsonl"
+            fields = list(Judgment.model_fields)
+            path.write_text("".join(Judgment.model_validate({k: v for k, v in row.items() if k in fields
+                                                             and not (isinstance(v, float) and np.isnan(v))})
+                                    .to_line() + "\n" for row in judgments.to_dict("records")), encoding="utf-8")
+            return load_judge_scores(path), "(judgments DataFrame)"
+    return judgments, "(a DataFrame)"

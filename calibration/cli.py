@@ -224,20 +224,6 @@ def _progress(message: str) -> None:
     print(f"judge calibrate: {message}", file=sys.stderr, flush=True)
 
 
-def _sources(args, judge) -> dict[str, str]:
-    models = sorted(m for m in judge["model"].dropna().unique() if m)
-    rubrics = sorted(r for r in judge["rubric"].dropna().unique() if r)
-    out = {"Judge model": ", ".join(models) or "(not named in the file)",
-           "Rubric": ", ".join(rubrics) or "(not named in the file)",
-           "Judgments": str(args.judgments) + (f" (column {args.score_column})" if args.score_column else ""),
-           "Human labels": str(args.human)}
-    if args.compare:
-        out["Compared with"] = str(args.compare)
-    if args.apply_map:
-        out["Calibration map"] = str(args.apply_map)
-    return out
-
-
 def _inputs(args) -> list:
     return [args.judgments, args.human, getattr(args, "compare", None), getattr(args, "apply_map", None)]
 
@@ -250,63 +236,36 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         _check_outputs(args)
-        from .alignment import check_overlap
-        from .analysis import analyse
-        from .errors import CalibrationError
-        from .io import load_human_labels, load_judge_scores, range_scale, rubric_scales
-        from .maps import apply_maps, load_maps, save_maps
+        from .analysis import calibrate
 
-        _progress(f"reading {args.judgments} and {args.human}")
-        judge = load_judge_scores(args.judgments, args.score_column)
-        if args.scale:
-            scales, notes = {"*": range_scale(*args.scale)}, []
-        else:
-            scales, notes = rubric_scales(judge["rubric"].dropna().unique())
-        for note in notes:
-            _progress(f"note: {note}")
-        labels = load_human_labels(args.human, scales)
-        if unbounded := _observed_ranges(labels, scales):
-            _progress(f"note: no scale known for {unbounded}: the scores are not range-checked "
-                      "(--scale MIN,MAX checks them)")
-        check_overlap(judge, labels, str(args.judgments), str(args.human))
-        other = load_judge_scores(args.compare, args.compare_score_column) if args.compare else None
-        if other is not None:
-            check_overlap(other, labels, str(args.compare), str(args.human))
-        if args.apply_map:
-            judge = apply_maps(judge, load_maps(args.apply_map))
-        _progress(f"analysing, {args.bootstrap} bootstrap resamples per statistic")
-        results = analyse(judge, labels, args.criteria, args.clean, args.bootstrap, args.seed,
-                          fit_map=args.fit_map is not None, other_judge=other,
-                          scales=scales)
-        results.sources = _sources(args, judge)
-        if args.fit_map and not results.maps:
-            raise CalibrationError("--fit-map: no criterion has numeric (judge, human) pairs to fit")
+        _progress(f"reading {args.judgments} and {args.human}; {args.bootstrap} bootstrap resamples per statistic")
+        results = calibrate(args.judgments, args.human, score_column=args.score_column, scale=args.scale,
+                            criteria=args.criteria, clean=args.clean, bootstrap=args.bootstrap, seed=args.seed,
+                            compare=args.compare, compare_score_column=args.compare_score_column,
+                            fit_map=args.fit_map is not None, apply_map=args.apply_map)
+        for warning in results.warnings:
+            _progress(warning)
         # Everything is computed and rendered before the first byte is written: an error leaves no half output.
-        files = table_files(results) if args.output_dir else {}
-        if args.output_dir and args.apply_map:
-            files["calibrated_scores.csv"] = judge[["item_id", "system", "criterion", "score", "score_raw",
-                                                    "status"]].to_csv(index=False)
+        files = results.files() if args.output_dir else {}
         page = None
         if args.report:
-            from .report import report_html  # matplotlib is imported only when a report is asked for
-
             _progress("drawing the report")
-            page = report_html(results)
+            page = results.report_html()
+        from judge.outputs import check_writable, write_files
+
+        for path in written_paths(args, files, page):
+            check_writable(path, inputs=_inputs(args))
         if args.fit_map:
-            from judge.outputs import check_writable
+            from .maps import save_maps
 
             check_writable(args.fit_map, inputs=_inputs(args), what="--fit-map")
-            for path in written_paths(args, files, page):
-                check_writable(path, inputs=_inputs(args))
             save_maps(results.maps, args.fit_map)
-        from judge.outputs import write_files
-
         written = {args.output_dir / name: text for name, text in files.items()}
         if page is not None:
             written[args.report] = page
         write_files(written, verb="calibrate", inputs=_inputs(args))
         # Printed after the files are written: a reader that stops early (`| head`) costs no output file.
-        print_results(results)
+        print(results.text(), end="")
     except JudgeError as exc:
         print(f"judge calibrate: error: {exc}", file=sys.stderr)
         return 2

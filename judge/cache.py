@@ -30,7 +30,9 @@ class AnswerCache:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / "answers.sqlite"
-        self._db = sqlite3.connect(self.path, isolation_level=None)  # autocommit: each answer is durable at once
+        # autocommit: each answer is durable at once. Opened in the caller's thread, used by the engine's, which is
+        # another one inside a running event loop (judge.engine.run_coroutine); never by two at once.
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, value TEXT NOT NULL)")

@@ -90,9 +90,36 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         or _csv_list(os.environ.get("OPENAI_BASE_URL")))
 
 
+def _check_url(url: str, what: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise JudgeError(f"{what}: not a server URL; give it as http://HOST:PORT/v1 (or https://...)")
+
+
+def _env_urls(value: str) -> list[str]:
+    """$JUDGE_BASE_URLS, comma-separated; blank, another separator or a bad URL is an error naming the value (a
+    blank one must not fall back to the hosted API)."""
+    what = f"$JUDGE_BASE_URLS={value!r}"
+    if not value.strip():
+        raise JudgeError(f"{what} is blank: set it to server URLs separated by commas, or unset it")
+    urls = _csv_list(value)
+    if any(";" in url or any(c.isspace() for c in url) for url in urls):
+        raise JudgeError(f"{what}: separate the URLs with commas (e.g. http://a:8000/v1,http://b:8000/v1)")
+    for url in urls:
+        _check_url(url, what)
+    return urls
+
+
 def check_model_arguments(args) -> None:
     """Refuse contradictory or meaningless model flags before anything starts; fill in the defaults that depend on
     the backend."""
+    from_env = os.environ.get("JUDGE_BASE_URLS")
+    if from_env is not None and not args.base_url:
+        args.base_urls_from_env = _env_urls(from_env)
+    for url in args.base_url or []:
+        _check_url(url, f"--base-url {url}")
     if args.backend is None:
         # A URL given for this tool (the flag, or $JUDGE_BASE_URLS) means a server; $OPENAI_BASE_URL alone may be
         # set for other tools, so it does not replace the zero-setup default, but it is not ignored silently.
@@ -114,6 +141,11 @@ def check_model_arguments(args) -> None:
         (args.max_tokens is not None and args.max_tokens < 1, "--max-tokens must be at least 1, got {max_tokens}"),
         (args.temperature is not None and not 0 <= args.temperature <= 2,
          "--temperature must be between 0 and 2, got {temperature:g}"),
+        (args.tensor_parallel_size < 1, "--tensor-parallel-size must be at least 1, got {tensor_parallel_size}"),
+        (args.max_model_len is not None and args.max_model_len < 1,
+         "--max-model-len must be at least 1 token, got {max_model_len}"),
+        (args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1,
+         "--gpu-memory-utilization must be a fraction above 0 and at most 1, got {gpu_memory_utilization:g}"),
     ]
     for bad, message in problems:
         if bad:
@@ -234,13 +266,23 @@ def _preflight(args, rubric, criteria, items, mode: str) -> None:
               file=sys.stderr)
 
 
-def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = True):
-    """Run the engine over items into `output`; returns the tally, or None when interrupted."""
-    import asyncio
+def _planned_model(args) -> str | None:
+    """The model id the judgments will carry, known before any server starts (None: known only once opened)."""
+    if getattr(args, "batch", False) or getattr(args, "batch_dir", None) or args.backend != "local":
+        return args.model
+    from judge.backends import local
 
+    return local.model_id(local.resolve_model(args.model))
+
+
+def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = True):
+    """Run the engine over items into `output`; returns the tally, or None when interrupted.
+
+    Everything that can refuse the run (flags, template, the results file, stale judgments) is checked and the
+    work is planned before a backend is opened: a rerun with nothing left to do starts no server."""
     from judge.backends import open_backend
     from judge.backends.batch import BatchPending
-    from judge.engine import Engine
+    from judge.engine import Engine, Tally, run_coroutine
     from judge.errors import OutputError, ServerUnusable
     from judge.results import ResultsFile
     from judge.secrets import Redactor
@@ -250,12 +292,25 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
         raise OutputError(f"{output}: --output is the --input file; choose another --output")
     _preflight(args, rubric, criteria, items, mode)
     results = ResultsFile(output)  # refuses a file that is not ours before any server starts
+    redact = Redactor(os.environ.get(args.api_key_env))
+
+    def plan(client, model: str, backend: str, where: str):
+        engine = Engine(client, _settings(args, model, backend, mode, swap, where), cache, rubric, redact)
+        return engine, *engine.plan(criteria, items)
+
     cache = _cache(args)
     try:
+        model = _planned_model(args)
+        if model is not None:
+            _, units, fingerprints = plan(None, model, args.backend, "")
+            # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
+            # own flags (a bad --model is reported before a stale file).
+            if not results.stale(fingerprints) and all(key in results.done for key in fingerprints):
+                results.start()
+                print(f"nothing to do: all {len(fingerprints)} judgments are in {output}", file=sys.stderr)
+                return Tally(planned=len(fingerprints), already_done=len(fingerprints), keys=list(fingerprints))
         with open_backend(args) as opened:
-            settings = _settings(args, opened.model, opened.backend, mode, swap, opened.where)
-            engine = Engine(opened.client, settings, cache, rubric, Redactor(os.environ.get(args.api_key_env)))
-            units, fingerprints = engine.plan(criteria, items)
+            engine, units, fingerprints = plan(opened.client, opened.model, opened.backend, opened.where)
             stale = results.stale(fingerprints)
             if stale and not args.redo_changed:
                 raise OutputError(_stale_message(output, stale))
@@ -270,7 +325,7 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
                     await opened.client.aclose()
 
             try:
-                tally = asyncio.run(go())
+                tally = run_coroutine(go)
             except KeyboardInterrupt:
                 print(f"\ninterrupted: finished judgments are saved in {output}; run the same command to resume",
                       file=sys.stderr)
@@ -281,6 +336,7 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
             except ServerUnusable as exc:
                 raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {output}: run the same "
                                      "command to resume once the server is fixed") from None
+            tally.keys = list(fingerprints)
     finally:
         results.close()
         cache.close()
@@ -300,32 +356,36 @@ def _exit_code(tally) -> int:
     return EXIT_INTERRUPTED if tally is None else EXIT_FAILED if tally.failed else 0
 
 
-def run_score(args) -> int:
+def judge_items(args):
+    """`judge score` and `judge compare` (args.command), for the CLI and for judge.score / judge.compare alike:
+    the tally, None when interrupted, or the BatchPending note."""
     from judge.items import load_items
     from judge.rubric import load_rubric
 
     rubric = load_rubric(args.rubric)
-    if rubric.task == "pairwise":
+    pairwise = args.command == "compare"
+    if rubric.task == "pairwise" and not pairwise:
         raise JudgeError(f"rubric {rubric.name!r} compares pairs: use `judge compare`")
-    criteria = rubric.select(_csv_list(args.criteria))
+    if rubric.task != "pairwise" and pairwise:
+        raise JudgeError(f"rubric {rubric.name!r} is not a pairwise rubric: use `judge score`")
+    if not pairwise:
+        criteria = rubric.select(_csv_list(args.criteria))
     items = load_items(args.input, rubric.inputs)
+    if pairwise:
+        if single := next((i for i in items if not i.is_pair), None):
+            raise JudgeError(f"{args.input}:{single.line}: item {single.id!r} has no candidate_1/candidate_2 pair")
+        criteria = rubric.select(_csv_list(args.criteria))
+        return _run(args, rubric, criteria, items, args.output, "pairwise", swap=not args.no_swap)
     if args.mode == "block" and args.logprobs:
         raise JudgeError("--logprobs needs --mode pointwise: a block answer holds many score tokens")
-    return _exit_code(_run(args, rubric, criteria, items, args.output, args.mode))
+    return _run(args, rubric, criteria, items, args.output, args.mode)
 
 
-def run_compare(args) -> int:
-    from judge.items import load_items
-    from judge.rubric import load_rubric
+def run_score(args) -> int:
+    return _exit_code(judge_items(args))
 
-    rubric = load_rubric(args.rubric)
-    if rubric.task != "pairwise":
-        raise JudgeError(f"rubric {rubric.name!r} is not a pairwise rubric: use `judge score`")
-    items = load_items(args.input, rubric.inputs)
-    if single := next((i for i in items if not i.is_pair), None):
-        raise JudgeError(f"{args.input}:{single.line}: item {single.id!r} has no candidate_1/candidate_2 pair")
-    criteria = rubric.select(_csv_list(args.criteria))
-    return _exit_code(_run(args, rubric, criteria, items, args.output, "pairwise", swap=not args.no_swap))
+
+run_compare = run_score
 
 
 def run_qualify(args) -> int:

