@@ -105,6 +105,15 @@ def write_files(files: dict[str | Path, str | bytes], *, verb: str, inputs=()) -
     return replaced
 
 
+def check_folder(directory: str | Path, names, *, inputs=()) -> None:
+    """Refuse, before anything is written, an --output-dir that is a file or any of `names` in it not ours."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise OutputError(f"{directory}: --output-dir is a file; give a folder")
+    for name in names:
+        check_writable(directory / name, inputs=inputs, what="--output-dir file")
+
+
 def write_folder(directory: str | Path | None, files: dict[str, str | bytes], *, verb: str, inputs=()) -> list[Path]:
     """`write_files` for the tables a verb writes into its --output-dir (None: nothing is written)."""
     if directory is None:

@@ -225,8 +225,8 @@ def _run_verb(args, verb: str, compute, inputs, exit_code) -> int:
     """The trust verbs' CLI layer: compute, check every output path before writing any, write, print."""
     import sys
 
-    from judge.errors import JudgeError, OutputError
-    from judge.outputs import check_writable
+    from judge.errors import JudgeError
+    from judge.outputs import check_folder, check_writable
 
     inputs = [p for p in inputs if p]
     try:
@@ -234,10 +234,7 @@ def _run_verb(args, verb: str, compute, inputs, exit_code) -> int:
         if args.report:
             check_writable(args.report, inputs=inputs, what="--report")
         if args.output_dir:
-            if args.output_dir.exists() and not args.output_dir.is_dir():
-                raise OutputError(f"{args.output_dir}: --output-dir is a file; give a folder")
-            for name in result.files():
-                check_writable(args.output_dir / name, inputs=inputs, what="--output-dir file")
+            check_folder(args.output_dir, result.files(), inputs=inputs)
         page = result.report_html() if args.report else None
         replaced = result.write(args.output_dir, inputs) if args.output_dir else []
         if page is not None:

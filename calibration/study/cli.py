@@ -149,8 +149,8 @@ def _error(verb: str, exc) -> int:
 
 def _run(args: argparse.Namespace, verb: str, compute) -> int:
     """Compute, check every output path, write the tables then the report, print; 2 on any error."""
-    from judge.errors import JudgeError, OutputError
-    from judge.outputs import check_writable
+    from judge.errors import JudgeError
+    from judge.outputs import check_folder, check_writable
 
     started = time.perf_counter()
     inputs = [p for p in (args.judgments, getattr(args, "human", None), getattr(args, "key", None)) if p]
@@ -164,11 +164,8 @@ def _run(args: argparse.Namespace, verb: str, compute) -> int:
         if args.output_dir:
             if verb == "screen":
                 result.check_output_dir(args.output_dir, inputs)
-            elif args.output_dir.exists() and not args.output_dir.is_dir():
-                raise OutputError(f"{args.output_dir}: --output-dir is a file; give a folder")
             else:
-                for name in result.files():
-                    check_writable(args.output_dir / name, inputs=inputs, what="--output-dir file")
+                check_folder(args.output_dir, result.files(), inputs=inputs)
         page = result.report_html() if args.report else None
         replaced = result.write(args.output_dir, inputs) if args.output_dir else []
         if page is not None:
