@@ -54,7 +54,9 @@ def test_score_with_the_embedded_model_then_rerun_from_results(tmp_path):
     assert "judged 6 (0 from cache)" in first.stderr and "prefix-cache hit rate" in first.stderr
 
     again = judge(*args)
-    assert again.returncode == 0 and "skipped 6 already done; 0 requests" in again.stderr
+    # Everything is already in the results file: decided before the model is even loaded.
+    assert again.returncode == 0 and f"nothing to do: all 6 judgments are in {out}" in again.stderr
+    assert "starting the embedded" not in again.stderr
     assert len(read(out)) == 6
 
     # Same questions into a new file: answered from the cache, no model request.

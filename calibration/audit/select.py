@@ -161,6 +161,14 @@ def _holm_best(estimates: dict, replicates: dict) -> tuple[str, dict, dict]:
     return best, p_holm, in_set
 
 
+def _mean_of_present(stacked: np.ndarray) -> np.ndarray:
+    """The jury's score per cell: the mean of the judges that scored it; NaN (silently) where none did."""
+    present = ~np.isnan(stacked)
+    count = present.sum(axis=0)
+    total = np.where(present, stacked, 0.0).sum(axis=0)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
 def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic,
                   seed: int) -> dict[str, np.ndarray]:
     """Score matrices whose rows (dialogues) in each half come from the choice made on the other half."""
@@ -182,8 +190,8 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
         # bootstrap's best set is for reporting, this one only has to be chosen without the measuring half).
         chosen = [n for n, v in fitted.items() if v >= fitted[best] - 0.05]
         stacked = np.stack([signs[n] * standardised[n][measure] for n in scores])
-        out[JURY_ALL][measure] = np.nanmean(stacked, axis=0)
-        out[JURY_BEST][measure] = np.nanmean(np.stack([standardised[n][measure] for n in chosen]), axis=0)
+        out[JURY_ALL][measure] = _mean_of_present(stacked)
+        out[JURY_BEST][measure] = _mean_of_present(np.stack([standardised[n][measure] for n in chosen]))
         out[BEST_PICKED][measure] = standardised[best][measure]
     return out
 
