@@ -78,7 +78,7 @@ def select_matrices(labels: Path, judges: dict[str, Path]) -> list:
 
 def select_core(prepared: list, level: str, statistic: str, resamples: int) -> None:
     """select's statistics from ready matrices: shared resample counts, every judge's replicates, Holm's best set."""
-    from calibration.audit.select import _holm_best, _stat_rows
+    from calibration.trust.select import _holm_best, _stat_rows
     from calibration.stats import resample_counts
 
     for items, systems, human, matrices in prepared:
@@ -164,7 +164,7 @@ def main_benchmark() -> None:
     parser.add_argument("--loop-share", type=float, default=0.1,
                         help="run the slow loops on this share of the resamples and extrapolate (default 0.1)")
     args = parser.parse_args()
-    from calibration.audit.select import select
+    from calibration.trust.select import select
 
     loop_resamples = max(1, int(args.resamples * args.loop_share))
     scale = args.resamples / loop_resamples
@@ -182,18 +182,18 @@ def main_benchmark() -> None:
 
         frames = {m: load_judge_scores(path, score_column=m) for m, path in judges.items()}
         human = load_human_labels(labels)
-        _, wall, cpu = timed(select, human, frames, clean=True, n_resamples=args.resamples)
+        _, wall, cpu = timed(select, human, frames, clean=True, bootstrap=args.resamples)
         _, loop_wall, loop_cpu = timed(select_loop, labels, judges, "summary", "pearson", loop_resamples)
         report("select 8 judges, summary pearson, inputs loaded", (wall, cpu), (loop_wall, loop_cpu), scale)
         for level, statistic in (("summary", "pearson"), ("item", "kendall")):
             _, wall, cpu = timed(select, labels, judges, level=level, statistic=statistic, clean=True,
-                                 n_resamples=args.resamples)
+                                 bootstrap=args.resamples)
             _, loop_wall, loop_cpu = timed(select_loop, labels, judges, level, statistic, loop_resamples)
             report(f"select 8 judges, {level} {statistic}, from the files", (wall, cpu), (loop_wall, loop_cpu), scale)
         try:
-            from calibration.audit.audit import audit
+            from calibration.trust.audit import audit
         except ImportError:
-            print("audit: calibration.audit.audit not found on this branch: merge main to time it")
+            print("audit: calibration.trust.audit not found on this branch: merge main to time it")
             return
         judge_path, items_path, audit_labels = audit_inputs(folder)
         _, wall, cpu = timed(audit, judge_path, items_path, audit_labels, bootstrap=args.resamples)

@@ -1,4 +1,5 @@
-"""Judge-versus-human calibration: agreement, correlation, calibration maps and reports.
+"""Judge-versus-human calibration: agreement, correlation, calibration maps and reports; the human study
+(`study/`: screen, estimate) and whether the judge can be trusted without humans (`trust/`: audit, drift, select).
 
 Names are imported on first use: `judge --help` imports `calibration.cli`, which must not pull in pandas, scipy
 or scikit-learn through this package.
@@ -25,8 +26,9 @@ _WHERE = {
     "write_report": "report",
     "ScreenResult": "study.screen", "screen": "study.screen",
     "EstimateResult": "study.estimating", "estimate": "study.estimating",
-    "DriftResult": "audit.drift", "drift": "audit.drift",
-    "SelectResult": "audit.select", "select": "audit.select",
+    "AuditResult": "trust.audit", "audit": "trust.audit",
+    "DriftResult": "trust.drift", "drift": "trust.drift",
+    "SelectResult": "trust.select", "select": "trust.select",
 }
 
 __all__ = ["CalibrationError", *sorted(_WHERE)]

@@ -15,7 +15,7 @@ EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 EXIT_BATCH_PENDING = 3  # --batch-dir: batch files await a runner; the same command resumes
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
-VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.audit.cli", "judge.annotation.cli",
+VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.trust.cli", "judge.annotation.cli",
                 "judge.batch_cli")
 
 

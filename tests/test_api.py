@@ -1,4 +1,5 @@
-"""The Python API (judge.score, judge.compare, judge.read_judgments, judge.judgments_frame, calibration.calibrate):
+"""The Python API (judge.score, judge.compare, judge.read_judgments, judge.judgments_frame, calibration.calibrate and
+every other statistics verb):
 the same results as the CLI on the same inputs, inside a running event loop and outside one; an interrupted call
 keeps its finished judgments; bad input raises the project's exceptions with the CLI's messages (the CLI's rows)."""
 
@@ -102,6 +103,34 @@ def test_calibrate_equals_the_cli_inside_and_outside_a_loop(tmp_path, capsys):
     frame = calibration.calibrate(judge.judgments_frame(judgments), labels, bootstrap=50).files()
     assert frame.pop("summary.json") != results[0].files()["summary.json"]  # names its source "(judgments DataFrame)"
     assert frame == {k: v for k, v in results[0].files().items() if k != "summary.json"}
+
+
+J, RERUN, LABELS, ITEMS_S = (str(STUDY / n) for n in ("judgments.jsonl", "judgments_rerun.jsonl", "labels.csv",
+                                                         "items.jsonl"))
+
+
+@pytest.mark.parametrize("argv, call", [
+    (["screen", "--judgments", J, "--bootstrap", "200"], lambda: calibration.screen(J, bootstrap=200)),
+    (["estimate", "--judgments", J, "--human", LABELS], lambda: calibration.estimate(J, LABELS)),
+    (["audit", "--judgments", J, "--items", ITEMS_S, "--human", LABELS, "--self", "alpha", "--rerun", RERUN,
+      "--bootstrap", "200"],
+     lambda: calibration.audit(J, ITEMS_S, LABELS, self_systems=["alpha"], rerun=RERUN, bootstrap=200)),
+    (["drift", "--reference", J, "--judgments", RERUN, "--human", LABELS, "--bootstrap", "200"],
+     lambda: calibration.drift(J, RERUN, LABELS, bootstrap=200)),
+    (["select", "--human", LABELS, "--judge", f"llm={J}", "--judge", f"rerun={RERUN}", "--bootstrap", "200"],
+     lambda: calibration.select(LABELS, {"llm": J, "rerun": RERUN}, bootstrap=200)),
+], ids=["screen", "estimate", "audit", "drift", "select"])
+def test_every_statistics_verb_is_a_function_writing_what_the_cli_writes(tmp_path, capsys, argv, call):
+    main([*argv, "--output-dir", str(tmp_path / "cli")])
+    capsys.readouterr()
+    result = call()
+    assert result.text().strip() and set(result.files()) <= {p.name for p in (tmp_path / "cli").iterdir()}
+    result.write(tmp_path / "api")
+    for name in result.files():
+        if name.endswith(".csv"):  # the JSON summaries name their sources (paths from the CLI, the same here)
+            assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    result.report(tmp_path / "r.html")
+    assert "<html" in (tmp_path / "r.html").read_text()[:500].lower()
 
 
 def test_calibrate_report_is_ours_and_refuses_a_foreign_file(tmp_path):

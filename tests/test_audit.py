@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.audit.audit import (Dialogues, block_position, length_controlled_means, length_slopes,
+from calibration.trust.audit import (Dialogues, block_position, length_controlled_means, length_slopes,
                                      pairwise_position, self_preference)
 
 REPETITIONS = 200

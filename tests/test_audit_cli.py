@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.audit.audit import audit
-from calibration.audit.probes import FILLER
+from calibration.trust.audit import audit
+from calibration.trust.probes import FILLER
 from calibration.errors import CalibrationError
 from conftest import browser_dom, needs_chromium
 from judge.cli import main

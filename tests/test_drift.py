@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.audit.drift import drift
+from calibration.trust.drift import drift
 from calibration.errors import CalibrationError
 from judge.cli import main
 
@@ -57,7 +57,7 @@ def test_plant_and_recover(planted):
     verdicts, covered = [], 0
     for repetition in range(REPETITIONS):
         reference, new = simulated_runs(rng, **planted)
-        row = drift(reference, new, n_resamples=300, seed=repetition).drift.iloc[0]
+        row = drift(reference, new, bootstrap=300, seed=repetition).drift.iloc[0]
         verdicts.append(row.verdict)
         covered += row.ci_low <= planted.get("shift", 0.0) <= row.ci_high
     expected = "no drift" if not planted else "drift"

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.audit.select import JURY_ALL, select
+from calibration.trust.select import JURY_ALL, select
 from calibration.errors import CalibrationError
 from judge.cli import main
 
@@ -39,7 +39,7 @@ def toy(rng, n_items=40, n_systems=5, noise=(0.3, 1.0, 3.0)):
 @pytest.mark.parametrize("statistic", ["pearson", "spearman", "kendall"])
 def test_estimates_against_scipy(level, statistic):
     human, judges = toy(np.random.default_rng(1), n_items=15, n_systems=4)
-    result = select(human, judges, level=level, statistic=statistic, n_resamples=200)
+    result = select(human, judges, level=level, statistic=statistic, bootstrap=200)
     function = {"pearson": stats.pearsonr, "spearman": stats.spearmanr,
                 "kendall": lambda x, y: stats.kendalltau(x, y, variant="b")}[statistic]
     for name, frame in judges.items():
@@ -59,7 +59,7 @@ def test_estimates_against_scipy(level, statistic):
 def test_the_best_set_the_paired_test_and_the_gaps():
     human, judges = toy(np.random.default_rng(2))
     judges["judge1"] = judges["judge1"].iloc[10:]  # a judge with gaps: 10 summaries missing
-    result = select(human, judges, n_resamples=500)
+    result = select(human, judges, bootstrap=500)
     table = result.selection.set_index("judge")
     assert table.loc["judge0", "in_best_set"] and not table.loc["judge2", "in_best_set"]
     assert table.loc["judge2", "p_holm"] < 0.05 and np.isnan(table.loc["judge0", "p_holm"])
@@ -91,7 +91,7 @@ def test_label_worth_matches_the_ppi_variance_ratio_of_estimate():
 
 def test_cross_fitted_jury_is_measured_on_the_other_half():
     human, judges = toy(np.random.default_rng(3), noise=(1.0, 1.0, 1.0))
-    result = select(human, judges, n_resamples=200)
+    result = select(human, judges, bootstrap=200)
     table = result.selection.set_index("judge")
     # Three equally noisy judges: their mean agrees better with humans than any one of them.
     assert table.loc[JURY_ALL, "estimate"] > table.loc[["judge0", "judge1", "judge2"], "estimate"].max()
@@ -139,7 +139,7 @@ def test_report_renders_in_a_real_browser(tmp_path):
         pytest.skip("headless browser check needs Debian's chromium at /usr/bin/chromium")
     human, judges = toy(np.random.default_rng(5))
     page = tmp_path / "select.html"
-    select(human, judges, n_resamples=200).report(page)
+    select(human, judges, bootstrap=200).report(page)
     dom, images = browser_dom(page, tmp_path)
     assert images == 1 and 'data-images-rendered="1/1"' in dom
     assert "Select: judges against humans" in dom and "Best set: quality: judge0" in dom

@@ -575,12 +575,12 @@ def _parse_self(value) -> list[str]:
 
 
 def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criteria=None, bootstrap: int = 1000,
-          bootstrap_seed: int = 0, length_threshold: float = 0.1, score_column: str | None = None,
+          seed: int = 0, length_threshold: float = 0.1, score_column: str | None = None,
           probes: dict | None = None) -> AuditResult:
     """Audit a judge's scores or verdicts: noise floor, length, position and self-preference, per criterion.
 
     `probes`: {probe name: (its judgments, the (item_id, system) keys it perturbed)}, as
-    calibration.audit.probes makes and the CLI judges them (`--probe`).
+    calibration.trust.probes makes and the CLI judges them (`--probe`).
     """
     if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 1:
         raise CalibrationError("--bootstrap must be a positive whole number")
@@ -628,7 +628,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
                                 f"{human_spread:.3g}) are on different scales: the excess slope and self-preference "
                                 "subtract points of one from points of the other; map the judge onto the human "
                                 "scale first (judge calibrate --fit-map)")
-    boot = Dialogues(judge["item_id"], bootstrap, bootstrap_seed)
+    boot = Dialogues(judge["item_id"], bootstrap, seed)
     noise = noise_floor(judge, second, boot, present)
     length_rows, controlled, position_rows, self_rows = [], [], [], []
     for criterion in present:
@@ -652,7 +652,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
         position=pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS),
         self_preference=pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS), sentences=[], warnings=warnings,
-        n_resamples=bootstrap, seed=bootstrap_seed, has_human=people is not None)
+        n_resamples=bootstrap, seed=seed, has_human=people is not None)
     if probes:
         from .probes import probe_table
 

@@ -197,13 +197,13 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
 
 
 def select(human, judges, *, level: str = "summary", statistic: str = "pearson", criteria=None, clean: bool = False,
-           n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> SelectResult:
+           bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95) -> SelectResult:
     """Compare judges (name -> path or DataFrame) against human labels (path or DataFrame) at one level."""
     from ..alignment import align
     from ..humans import aggregate_humans
     from ..io import read_human_labels
 
-    _check_options(level, statistic, n_resamples, confidence)
+    _check_options(level, statistic, bootstrap, confidence)
     listed = _judge_list(judges)
     labels = read_human_labels(human)
     means = aggregate_humans(labels, clean=clean)
@@ -229,7 +229,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
         scores = {n: grid("judge", t).reindex(index=first.index, columns=first.columns).to_numpy(float)
                   for n, t in tables.items()}
         rng = np.random.default_rng(seed)
-        weights = (resample_counts(rng, len(items), n_resamples), resample_counts(rng, len(systems), n_resamples))
+        weights = (resample_counts(rng, len(items), bootstrap), resample_counts(rng, len(systems), bootstrap))
         estimates, replicates = _stat_rows(scores, human_matrix, items, systems, level, statistic, weights)
         best, p_holm, in_set = _holm_best(estimates, replicates)
         for name in names:
@@ -254,7 +254,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
         raise CalibrationError("no criterion has summaries judged by every judge and labelled by humans: "
                                + (warnings[0] if warnings else "check the item ids and systems of the files"))
     selection = pd.DataFrame(rows).assign(level=level, statistic=statistic)[SELECTION_COLUMNS]
-    return SelectResult(selection, level, statistic, n_resamples, seed, names, warnings)
+    return SelectResult(selection, level, statistic, bootstrap, seed, names, warnings)
 
 
 def select_section(result: SelectResult) -> str:

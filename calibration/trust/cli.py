@@ -1,5 +1,5 @@
 """`judge audit`, `judge drift` and `judge select`: the argument parsers and the thin CLI layer over
-calibration.audit.audit, calibration.audit.drift and calibration.audit.select.
+calibration.trust.audit, calibration.trust.drift and calibration.trust.select.
 
 Nothing heavy is imported at module level: every `judge` command builds the whole parser.
 """
@@ -57,7 +57,7 @@ def register_audit(sub) -> None:
                    help="pairwise: lengths differ when by more than this share of the longer (default 0.1)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="resamples of dialogues (default 1000)")
     p.add_argument("--bootstrap-seed", type=int, default=0, metavar="N",
-                   help="seed of the bootstrap and of the probes' sample (default 0)")
+                   help="seed of the bootstrap and of the probes' sample (default 0; --seed is the model's)")
     p.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables here (and the probes' judgments)")
     p.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with plots")
     probes = p.add_argument_group("probes (judge perturbed copies through the engine, with the cache and resume)")
@@ -83,7 +83,7 @@ def run_audit(args) -> int:
 
     inputs = [args.judgments, args.items, args.human, args.rerun]
     options = dict(self_systems=args.self_systems, rerun=args.rerun, criteria=args.criteria,
-                   bootstrap=args.bootstrap, bootstrap_seed=args.bootstrap_seed,
+                   bootstrap=args.bootstrap, seed=args.bootstrap_seed,
                    length_threshold=args.length_threshold, score_column=args.score_column)
     try:
         if args.report:
@@ -260,7 +260,7 @@ def run_drift(args) -> int:
 
     return _run_verb(args, "drift", lambda: drift(
         args.reference, args.judgments, args.human, margin=args.margin, share_margin=args.share_margin,
-        n_resamples=args.bootstrap, seed=args.seed), [args.reference, args.judgments, args.human],
+        bootstrap=args.bootstrap, seed=args.seed), [args.reference, args.judgments, args.human],
         lambda result: 1 if result.drifted else 0)
 
 
@@ -327,5 +327,5 @@ def run_select(args) -> int:
 
     return _run_verb(args, "select", lambda: select(
         args.human, list(args.judge), level=args.level, statistic=args.statistic, clean=args.clean,
-        n_resamples=args.bootstrap, seed=args.seed), [args.human, *(Path(p) for _, p in args.judge)],
+        bootstrap=args.bootstrap, seed=args.seed), [args.human, *(Path(p) for _, p in args.judge)],
         lambda result: 0)

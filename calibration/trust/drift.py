@@ -289,7 +289,7 @@ def _check_options(margin, share_margin, n_resamples, confidence) -> None:
 
 
 def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margin: float = 0.1, criteria=None,
-          n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> DriftResult:
+          bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95) -> DriftResult:
     """Compare a new run of the judge (`judgments`) with a reference run on the same anchor judgments.
 
     `reference`, `judgments`: paths or DataFrames as `judge calibrate` reads them (a `samples` column of lists is
@@ -297,7 +297,7 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     `margin`: the mean shift (score points) that counts as no drift; `share_margin`: the share of changed verdicts
     beyond the re-ask noise that still counts as no drift.
     """
-    _check_options(margin, share_margin, n_resamples, confidence)
+    _check_options(margin, share_margin, bootstrap, confidence)
     old, old_record, old_where = _run(reference, "reference")
     new, new_record, new_where = _run(judgments, "new run")
     rubrics = (set(old["rubric"].fillna("")) - {""}, set(new["rubric"].fillna("")) - {""})
@@ -333,7 +333,7 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
             d, p = _sample_disagreement(samples)
             disagree, pairs = disagree + d, pairs + p
         noise = disagree / pairs if pairs else 0.0
-        row = _criterion_row(part, labels, noise, margin, share_margin, n_resamples, seed, confidence)
+        row = _criterion_row(part, labels, noise, margin, share_margin, bootstrap, seed, confidence)
         if not pairs:
             row["note"] = ("; ".join(filter(None, [row["note"], "no re-asks in either run: noise taken as 0 "
                                                    "(judge the anchor set with --samples 3 to measure it)"])))
@@ -341,7 +341,7 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     if not rows:
         raise CalibrationError(f"{new_where}: no judgment with a verdict in both runs")
     table = pd.DataFrame(rows).reindex(columns=DRIFT_COLUMNS)
-    return DriftResult(table, _provenance(old_record, new_record), margin, share_margin, n_resamples, notes)
+    return DriftResult(table, _provenance(old_record, new_record), margin, share_margin, bootstrap, notes)
 
 
 def drift_section(result: DriftResult) -> str:
