@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from .stats import STATISTICS, percentile_interval, resample_counts
+from .stats import STATISTICS, kendall_tau_b, percentile_interval, resample_counts
 
 LEVELS = ("system", "summary", "item")
 STATISTIC_NAMES = tuple(STATISTICS)
@@ -73,8 +73,11 @@ def level_statistic(paired: PairedScores, level: str, statistic: str, item_weigh
             return (item_weights @ np.where(defined, per_item, 0.0)) / (item_weights @ defined)
     if level == "item":
         rows, _ = np.nonzero(paired.mask)
-        weights = None if item_weights is None else item_weights[..., rows]
-        return function(paired.judge[paired.mask], paired.human[paired.mask], weights)
+        judge, human = paired.judge[paired.mask], paired.human[paired.mask]
+        if item_weights is not None and statistic == "kendall":
+            # Whole dialogues are resampled: pairs of summaries are summed per pair of dialogues once.
+            return kendall_tau_b(judge, human, item_weights, groups=rows)
+        return function(judge, human, None if item_weights is None else item_weights[..., rows])
     raise ValueError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}")
 
 
@@ -88,8 +91,11 @@ def bootstrap_weights(paired: PairedScores, n_resamples: int, seed: int | None):
 def bootstrap_replicates(paired: PairedScores, level: str, statistic: str, item_weights, system_weights,
                          per_item=None) -> np.ndarray:
     out = []
-    for start in range(0, item_weights.shape[0], _BATCH):
-        batch = slice(start, start + _BATCH)
+    # Batches bound the (B, summaries) arrays; grouped Kendall at item level holds only (B, dialogues): one batch,
+    # so its pair sums are built once.
+    size = item_weights.shape[0] if (level, statistic) == ("item", "kendall") else _BATCH
+    for start in range(0, item_weights.shape[0], size):
+        batch = slice(start, start + size)
         out.append(np.atleast_1d(level_statistic(
             paired, level, statistic, item_weights[batch],
             system_weights[batch] if level == "system" else None, per_item)))

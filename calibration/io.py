@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,7 +94,31 @@ def read_text(path: Path, what: str) -> str:
     return text
 
 
+_PARSED: ContextVar[dict | None] = ContextVar("calibration_parsed_csv", default=None)
+
+
+@contextmanager
+def each_csv_parsed_once():
+    """Within this block a CSV is parsed once however often it is read (the metric columns of one wide file given
+    as several judges); the parse is kept only for the block, so a file edited later is read afresh."""
+    token = _PARSED.set({})
+    try:
+        yield
+    finally:
+        _PARSED.reset(token)
+
+
 def _read_csv(path: Path, what: str) -> pd.DataFrame:
+    parsed = _PARSED.get()
+    if parsed is None:
+        return _parse_csv(path, what)
+    key = (str(Path(path).resolve()), what)
+    if key not in parsed:
+        parsed[key] = _parse_csv(path, what)
+    return parsed[key].copy()
+
+
+def _parse_csv(path: Path, what: str) -> pd.DataFrame:
     """All cells as stripped strings ("" when blank), plus `line`: the physical line each record starts on.
 
     Read with the csv module rather than pandas so that line numbers stay right when a quoted cell spans

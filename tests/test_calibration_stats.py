@@ -51,6 +51,28 @@ def test_kendall_large_shared_values_uses_blocked_path_consistently():
     np.testing.assert_allclose(batched, one_by_one, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_kendall_with_group_weights_equals_the_expanded_sample(seed):
+    """Resampling whole dialogues: weights per dialogue (groups=) give what weights per summary give, and each
+    replicate equals scipy's tau-b on the expanded sample (ties, a missing value, a dialogue never drawn)."""
+    rng = np.random.default_rng(seed)
+    dialogues, per = 9, 4
+    groups = rng.permutation(np.repeat(np.arange(dialogues), per))  # units in any order
+    x = rng.integers(0, 4, groups.size).astype(float)
+    y = np.round(x / 2 + rng.integers(0, 3, groups.size))
+    x[rng.integers(groups.size)] = np.nan
+    counts = resample_counts(rng, dialogues, 40)
+    grouped = kendall_tau_b(x, y, counts, groups=groups)
+    assert np.allclose(grouped, kendall_tau_b(x, y, counts[:, groups]), equal_nan=True)
+    keep = ~np.isnan(x)
+    for b in range(5):
+        repeat = counts[b, groups].astype(int)[keep]
+        expected = scipy_stats.kendalltau(np.repeat(x[keep], repeat), np.repeat(y[keep], repeat), variant="b")
+        assert grouped[b] == pytest.approx(expected.statistic, abs=1e-12)
+    assert kendall_tau_b(x, y, groups=groups) == pytest.approx(kendall_tau_b(x, y))
+    assert np.isnan(kendall_tau_b(x, np.ones_like(y), counts, groups=groups)).all()  # a constant side
+
+
 def test_missing_values_are_left_out():
     x = np.array([1.0, 2.0, np.nan, 4.0, 5.0])
     y = np.array([2.0, 1.0, 3.0, np.nan, 5.0])

@@ -201,13 +201,14 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
     """Compare judges (name -> path or DataFrame) against human labels (path or DataFrame) at one level."""
     from ..alignment import align
     from ..humans import aggregate_humans
-    from ..io import read_human_labels
+    from ..io import each_csv_parsed_once, read_human_labels
 
     _check_options(level, statistic, bootstrap, confidence)
     listed = _judge_list(judges)
     labels = read_human_labels(human)
     means = aggregate_humans(labels, clean=clean)
-    pairs = {name: align(_read_judge(name, source), means)[0] for name, source in listed}
+    with each_csv_parsed_once():
+        pairs = {name: align(_read_judge(name, source), means)[0] for name, source in listed}
     names = [name for name, _ in listed]
     wanted = sorted(means["criterion"].unique()) if criteria is None else list(criteria)
     warnings, rows = [], []
