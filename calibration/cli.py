@@ -19,15 +19,17 @@ examples:
   judge calibrate --judgments judgments.jsonl --human examples/labels.csv --report report.html
 
   # DialSummEval noise cleaning, tables for a paper, 2,000 resamples
-  judge calibrate --judgments judgments.jsonl --human labels.csv --clean --bootstrap 2000 --seed 1 \\
+  judge calibrate --judgments judgments.jsonl --human examples/labels.csv --clean --bootstrap 2000 --seed 1 \
       --report out/report.html --output-dir out/calibration
 
   # any metric column of a wide CSV (one column applied to every criterion); --scale bounds the human scores
-  judge calibrate --judgments metric_scores.csv --score-column rouge-1 --human annotations.csv --scale 1,5
+  judge calibrate --judgments examples/study/metric_scores.csv --score-column rouge-1 \
+      --human examples/study/labels.csv --scale 1,5
 
-  # fit an isotonic map from judge scores to the human scale, then apply it to new judgments
-  judge calibrate --judgments dev.jsonl --human dev_labels.csv --fit-map map.json
-  judge calibrate --judgments test.jsonl --human test_labels.csv --apply-map map.json --output-dir out
+  # fit an isotonic map from judge scores to the human scale, then apply it to new judgments (here a re-run)
+  judge calibrate --judgments examples/study/judgments.jsonl --human examples/study/labels.csv --fit-map map.json
+  judge calibrate --judgments examples/study/judgments_rerun.jsonl --human examples/study/labels.csv \
+      --apply-map map.json --output-dir out/mapped
 
 input formats:
   --human      long CSV: item_id,system,annotator,criterion,score (extra columns allowed). Per criterion the
