@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -15,11 +16,15 @@ from .correlation import LEVELS, STATISTIC_NAMES, PairedScores, correlations
 from .errors import CalibrationError
 from .humans import aggregate_humans, clean_noise
 from .maps import IsotonicCalibrationMap, cross_validate_maps, fit_maps
+from .result import Result
 from .stats import percentile_interval, resample_counts
 
 
 @dataclass
-class CalibrationResults:
+class CalibrationResults(Result):
+    """What `judge calibrate` found; its report is a whole page of its own (several sections)."""
+
+    verb: ClassVar[str] = "calibrate"
     criteria: list[str]
     cleaned: bool
     n_resamples: int
@@ -52,23 +57,14 @@ class CalibrationResults:
             files["calibrated_scores.csv"] = self.calibrated_scores.to_csv(index=False)
         return files
 
-    def write(self, output_dir, inputs=()) -> list:
-        """Write `files()` into `output_dir` (replacing only files this tool wrote there); the files replaced."""
-        from judge.outputs import write_folder
-
-        return write_folder(output_dir, self.files(), verb="calibrate", inputs=inputs)
-
     def report_html(self) -> str:
         """The HTML report page (matplotlib is imported here, not before)."""
         from .report import report_html
 
         return report_html(self)
 
-    def report(self, path, inputs=()) -> list:
-        """Write the report page to `path` (a new file, or one this tool wrote); the files replaced."""
-        from judge.outputs import write_files
-
-        return write_files({path: self.report_html()}, verb="calibrate", inputs=inputs)
+    def page(self) -> str:
+        return self.report_html()
 
     def text(self) -> str:
         """Exactly what `judge calibrate` prints on stdout."""
@@ -79,8 +75,6 @@ class CalibrationResults:
         out = io.StringIO()
         print_results(self, out)
         return out.getvalue()
-
-    __str__ = text
 
 
 def system_means_with_ci(pairs: pd.DataFrame, n_resamples: int = 1000, seed: int | None = 0,
@@ -238,7 +232,7 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     from pathlib import Path
 
     from .alignment import check_overlap
-    from .io import load_human_labels, load_judge_scores, range_scale, rubric_scales
+    from .io import load_human_labels, range_scale, rubric_scales
     from .maps import apply_maps, load_maps
 
     if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 0:

@@ -142,53 +142,25 @@ def register(sub) -> None:
 # -- running: the functions do the work, the CLI checks every path, writes, prints ------------------------------
 
 
-def _error(verb: str, exc) -> int:
-    print(f"judge {verb}: error: {exc}", file=sys.stderr)
-    return 2
-
-
 def _run(args: argparse.Namespace, verb: str, compute) -> int:
-    """Compute, check every output path, write the tables then the report, print; 2 on any error."""
-    from judge.errors import JudgeError
-    from judge.outputs import check_folder, check_writable
+    from ..result import run_verb
 
     started = time.perf_counter()
     inputs = [p for p in (args.judgments, getattr(args, "human", None), getattr(args, "key", None)) if p]
     plan = getattr(args, "plan", None)
     if plan is not None:
         inputs += [Path(plan) / "plan.csv", Path(plan) / "plan.json"]
-    try:
-        result = compute()
-        if args.report:
-            check_writable(args.report, inputs=inputs, what="--report")
-        if args.output_dir:
-            if verb == "screen":
-                result.check_output_dir(args.output_dir, inputs)
-            else:
-                check_folder(args.output_dir, result.files(), inputs=inputs)
-        page = result.report_html() if args.report else None
-        replaced = result.write(args.output_dir, inputs) if args.output_dir else []
-        if page is not None:
-            from .report import write_section
 
-            replaced += write_section(page, args.report, f"Judge {verb}", inputs=inputs)
-    except JudgeError as exc:  # CalibrationError and OutputError are JudgeErrors
-        return _error(verb, exc)
-    except OSError as exc:
-        return _error(verb, f"{exc.filename or ''}: {exc.strerror or exc}")
-    print(result.text(), end="")
-    for warning in result.warnings:
-        print(f"judge {verb}: warning: {warning}", file=sys.stderr)
-    if replaced:
-        print(f"replaced (written by an earlier run): {', '.join(map(str, replaced))}", file=sys.stderr)
-    systems = (result.systems if verb == "screen" else result.estimates)["system"].nunique()
-    detail = (f"{len(result.items)} dialogues, {result.n_resamples} resamples" if verb == "screen"
-              else f"from {result.n_random} random-sample dialogues")
-    planned = "" if verb != "screen" or result.plan is None else (
-        f", plan {result.plan_info['n_random']} random + {result.plan_info['n_targeted']} targeted dialogues")
-    print(f"\n{verb}: {len(result.criteria)} criteria, {systems} systems, {detail}{planned}, "
-          f"{time.perf_counter() - started:.1f}s", file=sys.stderr)
-    return 0
+    def footer(result) -> str:
+        systems = (result.systems if verb == "screen" else result.estimates)["system"].nunique()
+        detail = (f"{len(result.items)} dialogues, {result.n_resamples} resamples" if verb == "screen"
+                  else f"from {result.n_random} random-sample dialogues")
+        planned = "" if verb != "screen" or result.plan is None else (
+            f", plan {result.plan_info['n_random']} random + {result.plan_info['n_targeted']} targeted dialogues")
+        return (f"\n{verb}: {len(result.criteria)} criteria, {systems} systems, {detail}{planned}, "
+                f"{time.perf_counter() - started:.1f}s")
+
+    return run_verb(verb, compute, output_dir=args.output_dir, report=args.report, inputs=inputs, footer=footer)
 
 
 def _format(frame, float_format="{:.3f}") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,7 @@ import pandas as pd
 from judge.resources import file_sha256
 
 from ..errors import CalibrationError
+from ..result import Result
 from .estimate import Estimates
 
 METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
@@ -25,8 +27,10 @@ METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's e
 
 
 @dataclass
-class EstimateResult(Estimates):
+class EstimateResult(Estimates, Result):
     """Each system's mean human score and the paired differences (estimate.py's tables), with what went in."""
+
+    verb: ClassVar[str] = "estimate"
 
     warnings: list[str] = field(default_factory=list)
     provenance: dict = field(default_factory=dict)
@@ -47,20 +51,10 @@ class EstimateResult(Estimates):
                 "targeted.csv": self.targeted.to_csv(index=False),
                 "summary.json": json.dumps(self.summary(), indent=2, default=str) + "\n"}
 
-    def write(self, output_dir, inputs=()) -> list[Path]:
-        from judge.outputs import write_folder
-
-        return write_folder(output_dir, self.files(), verb="estimate", inputs=inputs)
-
     def report_html(self) -> str:
         from .report import estimate_section  # matplotlib: only when a report is asked for
 
         return estimate_section(self)
-
-    def report(self, path, inputs=()) -> list[Path]:
-        from .report import write_section
-
-        return write_section(self.report_html(), path, "Judge estimate", inputs=inputs)
 
     def text(self) -> str:
         from io import StringIO
@@ -70,9 +64,6 @@ class EstimateResult(Estimates):
         out = StringIO()
         print_estimate(self, out)
         return out.getvalue()
-
-    def __str__(self) -> str:
-        return self.text()
 
 
 def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_column: str | None = None,

@@ -30,6 +30,7 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -38,10 +39,11 @@ from judge.resources import file_sha256
 
 from ..alignment import expand_all_criteria
 from ..errors import CalibrationError
-from .estimate import judge_matrices, ppi_mean
 from ..humans import aggregate_humans
-from .power import dialogues_needed
+from ..result import Result
 from ..stats import resample_counts
+from .estimate import judge_matrices, ppi_mean
+from .power import dialogues_needed
 
 SYSTEM_COLUMNS = ["criterion", "system", "mean", "ci_low", "ci_high", "n", "rank", "difference_from_best",
                   "p_holm", "tied_with_best", "dominated_by"]
@@ -52,8 +54,10 @@ FAILED, NOT_APPLICABLE = 1.0, 0.5
 
 
 @dataclass
-class ScreenResult:
+class ScreenResult(Result):
     """What `judge screen` found: the tables, the plan (with --budget), warnings, and where it all came from."""
+
+    verb: ClassVar[str] = "screen"
 
     criteria: list[str]
     systems: pd.DataFrame
@@ -90,21 +94,10 @@ class ScreenResult:
         for name in self.files():
             check_writable(folder / name, inputs=inputs, what="--output-dir file")
 
-    def write(self, output_dir, inputs=()) -> list[Path]:
-        from judge.outputs import write_folder
-
-        self.check_output_dir(output_dir, inputs)
-        return write_folder(output_dir, self.files(), verb="screen", inputs=inputs)
-
     def report_html(self) -> str:
         from .report import screen_section  # matplotlib: only when a report is asked for
 
         return screen_section(self)
-
-    def report(self, path, inputs=()) -> list[Path]:
-        from .report import write_section
-
-        return write_section(self.report_html(), path, "Judge screen", inputs=inputs)
 
     def text(self) -> str:
         from io import StringIO
@@ -114,9 +107,6 @@ class ScreenResult:
         out = StringIO()
         print_screen(self, out)
         return out.getvalue()
-
-    def __str__(self) -> str:
-        return self.text()
 
 
 # -- systems ------------------------------------------------------------------------------------------------------

@@ -18,11 +18,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
 from ..errors import CalibrationError
+from ..result import Result
 from ..stats import resample_counts
 
 NOISE_COLUMNS = ["criterion", "source", "n", "changed_share", "ci_low", "ci_high", "mean_abs_change"]
@@ -47,7 +49,9 @@ NO_LABELS_NOTE = ("without human labels the gap cannot separate the judge's bias
 
 
 @dataclass
-class AuditResult:
+class AuditResult(Result):
+
+    verb: ClassVar[str] = "audit"
     mode: str  # "score" (pointwise or a CSV), "block" or "pairwise"
     criteria: list[str]
     noise: pd.DataFrame
@@ -69,26 +73,13 @@ class AuditResult:
             files["probes.csv"] = self.probes
         return {name: frame.to_csv(index=False) for name, frame in files.items()}
 
-    def write(self, output_dir, inputs=()) -> list[Path]:
-        from judge.outputs import write_folder
-
-        return write_folder(output_dir, self.files(), verb="audit", inputs=inputs)
-
     def report_html(self) -> str:
         from .report import audit_section  # matplotlib: only when a report is asked for
 
         return audit_section(self)
 
-    def report(self, path) -> Path:
-        from .report import write_page
-
-        return write_page(self.report_html(), path, "Judge audit")
-
     def text(self) -> str:
         return "\n".join(self.sentences) + "\n"
-
-    def __str__(self) -> str:
-        return self.text()
 
 
 # -- reading --------------------------------------------------------------------------------------------------------

@@ -74,40 +74,22 @@ def register_audit(sub) -> None:
 
 
 def run_audit(args) -> int:
-    import sys
-
-    from judge.errors import JudgeError
-    from judge.outputs import check_writable
-
+    from ..result import run_verb
     from .audit import audit
 
-    inputs = [args.judgments, args.items, args.human, args.rerun]
     options = dict(self_systems=args.self_systems, rerun=args.rerun, criteria=args.criteria,
                    bootstrap=args.bootstrap, seed=args.bootstrap_seed,
                    length_threshold=args.length_threshold, score_column=args.score_column)
-    try:
-        if args.report:
-            check_writable(args.report, inputs=inputs, what="--report")
+
+    def compute():
         result = audit(args.judgments, args.items, args.human, **options)
         if args.probe:
             runs = _run_probes(args, result)
             result = audit(args.judgments, args.items, args.human, probes=runs, **options)
-        page = result.report_html() if args.report else None
-        result.write(args.output_dir, inputs=inputs)
-        if page is not None:
-            from .report import write_page
+        return result
 
-            write_page(page, args.report, "Judge audit")
-    except JudgeError as exc:  # CalibrationError and OutputError are JudgeErrors
-        print(f"judge audit: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"judge audit: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    print(result.text(), end="")
-    for warning in result.warnings:
-        print(f"judge audit: warning: {warning}", file=sys.stderr)
-    return 0
+    return run_verb("audit", compute, output_dir=args.output_dir, report=args.report,
+                    inputs=[args.judgments, args.items, args.human, args.rerun])
 
 
 def _run_probes(args, result) -> dict:
@@ -221,47 +203,14 @@ writes (with --output-dir): drift.csv (criterion, n, mean_shift, ci_low, ci_high
 """
 
 
-def _run_verb(args, verb: str, compute, inputs, exit_code) -> int:
-    """The trust verbs' CLI layer: compute, check every output path before writing any, write, print."""
-    import sys
-
-    from judge.errors import JudgeError
-    from judge.outputs import check_folder, check_writable
-
-    inputs = [p for p in inputs if p]
-    try:
-        result = compute()
-        if args.report:
-            check_writable(args.report, inputs=inputs, what="--report")
-        if args.output_dir:
-            check_folder(args.output_dir, result.files(), inputs=inputs)
-        page = result.report_html() if args.report else None
-        replaced = result.write(args.output_dir, inputs) if args.output_dir else []
-        if page is not None:
-            from calibration.study.report import write_section
-
-            replaced += write_section(page, args.report, f"Judge {verb}", inputs=inputs)
-    except JudgeError as exc:  # CalibrationError and OutputError are JudgeErrors
-        print(f"judge {verb}: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"judge {verb}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    print(result.text(), end="")
-    for warning in result.warnings:
-        print(f"judge {verb}: warning: {warning}", file=sys.stderr)
-    if replaced:
-        print(f"replaced (written by an earlier run): {', '.join(map(str, replaced))}", file=sys.stderr)
-    return exit_code(result)
-
-
 def run_drift(args) -> int:
+    from ..result import run_verb
     from .drift import drift
 
-    return _run_verb(args, "drift", lambda: drift(
+    return run_verb("drift", lambda: drift(
         args.reference, args.judgments, args.human, margin=args.margin, share_margin=args.share_margin,
-        bootstrap=args.bootstrap, seed=args.seed), [args.reference, args.judgments, args.human],
-        lambda result: 1 if result.drifted else 0)
+        bootstrap=args.bootstrap, seed=args.seed), output_dir=args.output_dir, report=args.report,
+        inputs=[args.reference, args.judgments, args.human], exit_code=lambda result: 1 if result.drifted else 0)
 
 
 # -- select ---------------------------------------------------------------------------------------------------------
@@ -323,9 +272,10 @@ def _judge_spec(value: str) -> tuple[str, str]:
 def run_select(args) -> int:
     from pathlib import Path
 
+    from ..result import run_verb
     from .select import select
 
-    return _run_verb(args, "select", lambda: select(
+    return run_verb("select", lambda: select(
         args.human, list(args.judge), level=args.level, statistic=args.statistic, clean=args.clean,
-        bootstrap=args.bootstrap, seed=args.seed), [args.human, *(Path(p) for _, p in args.judge)],
-        lambda result: 0)
+        bootstrap=args.bootstrap, seed=args.seed), output_dir=args.output_dir, report=args.report,
+        inputs=[args.human, *(Path(p) for _, p in args.judge)])

@@ -23,11 +23,13 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
 from ..errors import CalibrationError
+from ..result import Result
 from ..stats import pearson, percentile_interval, resample_counts
 
 DRIFT_COLUMNS = ["criterion", "kind", "n", "n_dialogues", "mean_shift", "ci_low", "ci_high", "tost_low", "tost_high",
@@ -41,8 +43,10 @@ _Z_ALPHA, _Z_POWER = 1.6449, 0.8416
 
 
 @dataclass
-class DriftResult:
+class DriftResult(Result):
     """What `judge drift` found: one row per criterion, what changed in how the runs were produced, warnings."""
+
+    verb: ClassVar[str] = "drift"
 
     drift: pd.DataFrame
     provenance: pd.DataFrame
@@ -59,18 +63,8 @@ class DriftResult:
     def files(self) -> dict[str, str]:
         return {"drift.csv": self.drift.to_csv(index=False), "provenance.csv": self.provenance.to_csv(index=False)}
 
-    def write(self, output_dir, inputs=()) -> list[Path]:
-        from judge.outputs import write_folder
-
-        return write_folder(output_dir, self.files(), verb="drift", inputs=inputs)
-
     def report_html(self) -> str:
         return drift_section(self)
-
-    def report(self, path, inputs=()) -> list[Path]:
-        from ..study.report import write_section
-
-        return write_section(self.report_html(), path, "Judge drift", inputs=inputs)
 
     def text(self) -> str:
         lines = [f"Drift per criterion (new - reference, paired; 95% dialogue-bootstrap CI, {self.n_resamples} "

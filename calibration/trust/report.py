@@ -6,12 +6,11 @@ Imported only when a report is asked for (matplotlib comes with calibration.repo
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..report import STYLE, _grid, _png, _table
+from ..report import _grid, _png, _table
 
 
 def _intervals(axis, labels, rows: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]], reference: float):
@@ -128,14 +127,3 @@ def audit_section(result) -> str:
             parts.append(f'<img alt="probe shifts" src="{effects_figure(labelled, "mean_shift", "ci_low", "ci_high", "Mean shift under each probe", "points (95% CI)")}">')
         parts.append(_table(result.probes))
     return "".join(parts)
-
-
-def write_page(section: str, path, title: str) -> Path:
-    """A self-contained page holding the section (plots embedded), written through judge.outputs."""
-    from judge.outputs import write_files
-
-    path = Path(path)
-    document = (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-                f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>{section}</body></html>")
-    write_files({path: document}, verb="audit")
-    return path

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
 from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, level_statistic
 from ..errors import CalibrationError
+from ..result import Result
 from ..stats import percentile_interval, resample_counts
 
 SELECTION_COLUMNS = ["criterion", "judge", "kind", "level", "statistic", "estimate", "ci_low", "ci_high",
@@ -25,8 +27,10 @@ JURY_ALL, JURY_BEST, BEST_PICKED = "jury (all judges)", "jury (best set)", "best
 
 
 @dataclass
-class SelectResult:
+class SelectResult(Result):
     """What `judge select` found: one row per (criterion, judge) and the jury rows, with the settings."""
+
+    verb: ClassVar[str] = "select"
 
     selection: pd.DataFrame
     level: str
@@ -39,18 +43,8 @@ class SelectResult:
     def files(self) -> dict[str, str]:
         return {"selection.csv": self.selection.to_csv(index=False)}
 
-    def write(self, output_dir, inputs=()) -> list[Path]:
-        from judge.outputs import write_folder
-
-        return write_folder(output_dir, self.files(), verb="select", inputs=inputs)
-
     def report_html(self) -> str:
         return select_section(self)
-
-    def report(self, path, inputs=()) -> list[Path]:
-        from ..study.report import write_section
-
-        return write_section(self.report_html(), path, "Judge select", inputs=inputs)
 
     def best_set(self, criterion: str) -> list[str]:
         part = self.selection[(self.selection["criterion"] == criterion) & self.selection["in_best_set"]]

@@ -1,0 +1,93 @@
+"""What every statistics function returns (calibrate, screen, estimate, audit, drift, select), and the one CLI
+layer over them: tables as DataFrames on the result; `files()` the exact --output-dir files, `text()` what the
+CLI prints, `report_html()` its HTML section; `write()` and `report()` replace only files this tool wrote.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+from pathlib import Path
+from typing import Callable, ClassVar
+
+
+class Result:
+    verb: ClassVar[str]  # the CLI verb: names the writer of its files and the page title
+    warnings: list[str]
+
+    def files(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def report_html(self) -> str:
+        """The report's HTML section (matplotlib is imported only here)."""
+        raise NotImplementedError
+
+    def page(self) -> str:
+        """The self-contained report page: the section, its plots embedded as data URIs."""
+        from .report import STYLE
+
+        title = html.escape(f"Judge {self.verb}")
+        return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+                f"<style>{STYLE}</style></head><body><h1>{title}</h1>{self.report_html()}</body></html>")
+
+    def check_output_dir(self, output_dir, inputs=()) -> None:
+        """Refuse, before anything is written, a folder where one of `files()` is not ours (or is an input)."""
+        from judge.outputs import check_folder
+
+        check_folder(output_dir, self.files(), inputs=inputs)
+
+    def write(self, output_dir, inputs=()) -> list[Path]:
+        """Write `files()` into `output_dir`; returns the files replaced (written by an earlier run)."""
+        from judge.outputs import write_folder
+
+        self.check_output_dir(output_dir, inputs)
+        return write_folder(output_dir, self.files(), verb=self.verb, inputs=inputs)
+
+    def report(self, path, inputs=()) -> list[Path]:
+        """Write the report page to `path` (a new file, or one this tool wrote); returns the files replaced."""
+        from judge.outputs import write_files
+
+        return write_files({Path(path): self.page()}, verb=self.verb, inputs=inputs)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def run_verb(verb: str, compute: Callable[[], Result], *, output_dir, report, inputs,
+             exit_code: Callable[[Result], int] = lambda result: 0,
+             footer: Callable[[Result], str] | None = None) -> int:
+    """The CLI of a statistics verb: every output path checked before any is written, then the tables and the
+    report, then what the verb prints (and `footer` on stderr); one line and exit 2 on bad input."""
+    from judge.errors import JudgeError
+    from judge.outputs import check_writable
+
+    inputs = [p for p in inputs if p]
+    try:
+        if report:
+            check_writable(report, inputs=inputs, what="--report")  # before a long computation, not after
+        result = compute()
+        if output_dir:
+            result.check_output_dir(output_dir, inputs)
+        page = result.page() if report else None
+        replaced = result.write(output_dir, inputs) if output_dir else []
+        if page is not None:
+            from judge.outputs import write_files
+
+            replaced += write_files({Path(report): page}, verb=verb, inputs=inputs)
+    except JudgeError as exc:  # CalibrationError and OutputError are JudgeErrors
+        print(f"judge {verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"judge {verb}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(result.text(), end="")
+    for warning in result.warnings:
+        print(f"judge {verb}: warning: {warning}", file=sys.stderr)
+    if replaced:
+        print(f"replaced (written by an earlier run): {', '.join(map(str, replaced))}", file=sys.stderr)
+    if footer is not None:
+        print(footer(result), file=sys.stderr)
+    return exit_code(result)
