@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     """`python tests/batch_server.py --port 0 [--instant]`: prints `listening on URL` and serves until its parent
     exits (benchmarks measure the client alone)."""
     import argparse
-    import asyncio
-    import os
+
+    from stub_server import serve_until_parent_exits
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=0)
@@ -294,21 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     server = BatchServer(port=args.port)
     server.batch.instant = args.instant
-    parent = os.getppid()
-
-    async def run() -> None:
-        await server.serve()
-        print(f"listening on {server.base_url}", flush=True)
-        try:
-            while os.getppid() == parent:
-                await asyncio.sleep(0.5)
-        finally:
-            await server.shutdown()
-
-    try:
-        asyncio.run(run())
-    except KeyboardInterrupt:
-        pass
+    serve_until_parent_exits(server)
 
 
 if __name__ == "__main__":

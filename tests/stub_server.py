@@ -384,15 +384,19 @@ def main(argv: list[str] | None = None) -> None:
         reject_json_object=args.reject_json_object, gate_answer=args.gate_answer,
         changed_share=args.changed_share, system_fingerprint=args.system_fingerprint,
     )
-    server = StubServer(config, args.host, args.port)
+    serve_until_parent_exits(StubServer(config, args.host, args.port))
 
+
+def serve_until_parent_exits(server) -> None:
+    """Run a server as its own process: say where it listens, and exit with the test or benchmark that started it,
+    even on a crash."""
     parent = os.getppid()
 
     async def run() -> None:
         await server.serve()
         print(f"listening on {server.base_url}", flush=True)
         try:
-            while os.getppid() == parent:  # exit with the test or benchmark that started it, even on a crash
+            while os.getppid() == parent:
                 await asyncio.sleep(0.5)
         finally:
             await server.shutdown()
