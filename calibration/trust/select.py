@@ -163,8 +163,8 @@ def _mean_of_present(stacked: np.ndarray) -> np.ndarray:
     return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
-def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic,
-                  seed: int) -> dict[str, np.ndarray]:
+def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic, seed: int,
+                  bootstrap: int) -> dict[str, np.ndarray]:
     """Score matrices whose rows (dialogues) in each half come from the choice made on the other half."""
     rng = np.random.default_rng(seed + 1)
     half = np.zeros(len(items), dtype=bool)
@@ -174,18 +174,18 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
     standardised = {name: _standardise(matrix) for name, matrix in scores.items()}
     for fit in (half, ~half):
         measure = ~fit
-        fitted = {name: float(level_statistic(PairedScores("", items[fit], systems, m[fit], human[fit]), level,
-                                              statistic)) for name, m in scores.items()}
+        # The choice is made on the fitting half exactly as the reported one is on all dialogues: the best judge and
+        # the set not significantly worse (paired bootstrap, Holm), with resamples of the fitting half only.
+        weights = (resample_counts(rng, int(fit.sum()), bootstrap), resample_counts(rng, len(systems), bootstrap))
+        fitted, replicates = _stat_rows({n: m[fit] for n, m in scores.items()}, human[fit], items[fit], systems,
+                                        level, statistic, weights)
         fitted = {n: (0.0 if np.isnan(v) else v) for n, v in fitted.items()}
-        best = max(fitted, key=fitted.get)
+        best, _, in_set = _holm_best(fitted, replicates)
         # Each judge enters the jury pointed the way it agrees with humans on the fitting half (ppl: lower = better).
         signs = {n: (1.0 if v >= 0 else -1.0) for n, v in fitted.items()}
-        # The best set on the fitting half: the judges within 0.05 of its best (deterministic and cheap; the
-        # bootstrap's best set is for reporting, this one only has to be chosen without the measuring half).
-        chosen = [n for n, v in fitted.items() if v >= fitted[best] - 0.05]
         stacked = np.stack([signs[n] * standardised[n][measure] for n in scores])
         out[JURY_ALL][measure] = _mean_of_present(stacked)
-        out[JURY_BEST][measure] = _mean_of_present(np.stack([standardised[n][measure] for n in chosen]))
+        out[JURY_BEST][measure] = _mean_of_present(np.stack([standardised[n][measure] for n in scores if in_set[n]]))
         out[BEST_PICKED][measure] = standardised[best][measure]
     return out
 
@@ -233,7 +233,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
                          "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]), "p_holm": p_holm[name],
                          "label_worth": _worth(scores[name], human_matrix), "n_common": len(common),
                          "n_judged": len(tables[name]), "n_dialogues": len(items)})
-        juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed)
+        juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap)
         jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
         for name in juries:
             low, high = percentile_interval(jury_replicates[name], confidence)
