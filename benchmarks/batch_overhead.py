@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,32 +39,10 @@ from judge.rubric import load_rubric  # noqa: E402
 from judge.secrets import Redactor  # noqa: E402
 from judge.settings import Settings  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from engine_throughput import start_server, write_items  # noqa: E402
+
 RUBRIC = "dialsummeval"
-
-
-def write_items(path: Path, n: int) -> Path:
-    """n items with distinct dialogues of a realistic length (~1.2 kB) and short candidates."""
-    import json
-
-    with path.open("w", encoding="utf-8") as f:
-        for k in range(n):
-            turns = [{"speaker": "agent" if t % 2 else "customer",
-                      "text": f"turn {t} of call {k}: my monthly pass was charged twice and I need a refund"}
-                     for t in range(14)]
-            f.write(json.dumps({"id": f"c{k}", "system": "sys", "dialogue": turns,
-                                "candidate": f"Customer {k} was charged twice for a monthly pass; the agent refunds it."})
-                    + "\n")
-    return path
-
-
-def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "batch_server.py"), "--port", "0", "--instant"],
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise SystemExit(f"batch server did not start: {line!r}")
-    return proc, line.split()[-1]
 
 
 def run(client, concurrency: int, items_path: Path, work: Path) -> tuple[float, float, object]:
@@ -101,11 +78,11 @@ def main() -> int:
     p.add_argument("--judgments", type=int, default=10_000)
     args = p.parse_args()
     n_items = args.judgments // 4
-    proc, base_url = start_server()
+    proc, base_url = start_server("batch_server.py", "--instant")
     try:
         with tempfile.TemporaryDirectory() as scratch:
             scratch = Path(scratch)
-            items = write_items(scratch / "items.jsonl", n_items)
+            items = write_items(scratch / "items.jsonl", n_items, "c")
             online_dir, batch_dir, files_dir = (scratch / name for name in ("online", "batch", "dir"))
             for d in (online_dir, batch_dir, files_dir):
                 d.mkdir()

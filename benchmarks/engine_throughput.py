@@ -71,14 +71,19 @@ def write_items(path: Path, n: int, prefix: str) -> Path:
     return path
 
 
-def start_stub(latency_ms: float) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "stub_server.py"), "--port", "0",
-                             "--latency-ms", str(latency_ms)], stdout=subprocess.PIPE, text=True)
+def start_server(script: str, *flags: str) -> tuple[subprocess.Popen, str]:
+    """A test server (tests/SCRIPT: the stub chat server or the Batch API one) in its own process, and its URL."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / script), "--port", "0", *flags],
+                            stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if not line.startswith("listening on "):
         proc.kill()
-        raise SystemExit(f"stub server did not start: {line!r}")
+        raise SystemExit(f"{script} did not start: {line!r}")
     return proc, line.split()[-1]
+
+
+def start_stub(latency_ms: float) -> tuple[subprocess.Popen, str]:
+    return start_server("stub_server.py", "--latency-ms", str(latency_ms))
 
 
 def stub_total(base_url: str) -> int:

@@ -42,25 +42,15 @@ from judge.prompting import criterion_messages  # noqa: E402
 from judge.rubric import load_rubric  # noqa: E402
 from judge.settings import Settings  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from engine_throughput import write_items  # noqa: E402
+
 RUBRIC = "dialsummeval"
-
-
-def write_items(path: Path, n: int) -> Path:
-    """n dialogues of ~14 turns with one candidate summary each."""
-    with path.open("w", encoding="utf-8") as f:
-        for k in range(n):
-            turns = [{"speaker": "agent" if t % 2 else "customer",
-                      "text": f"turn {t} of call {k}: my monthly pass was charged twice and I need a refund"}
-                     for t in range(14)]
-            f.write(json.dumps({"id": f"call{k}", "system": "sys", "dialogue": turns,
-                                "candidate": f"Customer {k} was charged twice for a monthly pass; the agent refunds it."})
-                    + "\n")
-    return path
 
 
 def plan(model: str, judgments: int, workdir: Path) -> list[dict]:
     rubric = load_rubric(RUBRIC)
-    items = load_items(write_items(workdir / "items.jsonl", (judgments + 3) // 4), rubric.inputs)
+    items = load_items(write_items(workdir / "items.jsonl", (judgments + 3) // 4, "call"), rubric.inputs)
     asker = Asker(None, Settings(model=model), NoCache(), rubric.language)
     bodies = [asker.body(criterion_messages(rubric, criterion, item), AnswerFormat.for_criterion(criterion), 0)
               for item in items for criterion in rubric.criteria]
