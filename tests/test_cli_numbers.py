@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 
 from judge.cli import main
+from test_estimate import reference_ppi  # PPI++ written out from the formulas, one place
 
 STUDY = Path(__file__).resolve().parents[1] / "examples" / "study"
 
@@ -63,11 +64,7 @@ def ppi_by_hand(y: np.ndarray, f: np.ndarray, confidence=0.95) -> dict:
     human_se = np.std(yl, ddof=1) / np.sqrt(n)
     tuned = n >= 10 and m >= 2 and np.var(fl, ddof=1) >= 0.25 * var_f and np.var(fl, ddof=1) > 0
     if tuned:
-        lam = np.cov(yl, fl, ddof=1)[0, 1] / (np.var(fl, ddof=1) + n / m * var_f)
-        estimate = yl.mean() + lam * (fu.mean() - fl.mean())
-        residual = np.sum((yl - yl.mean() - lam * (fl - fl.mean())) ** 2) / (n - 2)
-        leverage = (fu.mean() - fl.mean()) ** 2 / np.sum((fl - fl.mean()) ** 2)
-        se = np.sqrt(lam ** 2 * var_f / m + residual * (1 / n + leverage))
+        estimate, lam, se, _ = reference_ppi(y[unit], f[unit], labelled[unit], confidence)
         q = stats.t.ppf(0.5 + confidence / 2, n - 2)
     else:
         lam, estimate, se = 0.0, yl.mean(), human_se
