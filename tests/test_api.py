@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,15 @@ def test_calibrate_report_is_ours_and_refuses_a_foreign_file(tmp_path):
 def test_an_interrupted_call_keeps_finished_judgments_and_raises_keyboard_interrupt(stub_server, tmp_path):
     stub_server.configure(latency_ms=150)
     output = tmp_path / "out.jsonl"
-    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+
+    def ctrl_c_once_judging() -> None:
+        # Not a fixed delay: on a loaded machine the call's start-up alone can outlast one.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (output.exists() and output.read_text().count("\n") >= 2):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=ctrl_c_once_judging, daemon=True)
 
     async def in_a_cell():  # a running loop: the engine runs in its worker thread, Ctrl-C reaches this one
         timer.start()

@@ -123,7 +123,8 @@ def test_a_results_file_cut_in_the_middle_resumes_from_the_finished_batches(serv
 
 # -- nothing paid twice ----------------------------------------------------------------------------------------
 def start_cli(base_url: str, tmp_path: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "JUDGE_BATCH_POLL_SECONDS": "0.05"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "JUDGE_BATCH_POLL_SECONDS": "0.05",
+           "PYTHONFAULTHANDLER": "1"}
     argv = [a for a in args(base_url, tmp_path, "--batch", *extra) if a != "--no-progress"]
     return subprocess.Popen([sys.executable, "-m", "judge.cli", *argv], env=env, stderr=subprocess.PIPE, text=True)
 
@@ -144,7 +145,12 @@ def test_a_run_killed_while_polling_resumes_without_submitting_again(server, tmp
     wait_for(lambda: server.created == 1 and manifest.exists() and '"batch_id": "batch_' in manifest.read_text())
     time.sleep(0.3)  # a few polls
     proc.send_signal(how)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # a hang: its threads' stacks (faulthandler, on SIGABRT) say where
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"the run did not stop within 30 s of {how.name}; its stderr:\n{err[-6000:]}")
     assert "batch round 1: 1 of 1 batch(es) in_progress; 0/12 requests completed" in err  # progress while waiting
     server.batch.hold = False
     assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0

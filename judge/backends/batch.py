@@ -254,8 +254,11 @@ class Batcher:
     price_note = ""
 
     async def aclose(self) -> None:
+        """Stop the rounds (a Ctrl-C, a failed run) and wait until they have: no request is left in flight on a
+        client about to be closed."""
         if self._runner is not None and not self._runner.done():
             self._runner.cancel()
+            await asyncio.wait([self._runner], timeout=10)
 
 
 # -- a provider's Batch API -----------------------------------------------------------------------------------
