@@ -144,7 +144,17 @@ def test_calibrate_report_is_ours_and_refuses_a_foreign_file(tmp_path):
     assert (tmp_path / "mine.html").read_text() == "my notes"
 
 
-def test_an_interrupted_call_keeps_finished_judgments_and_raises_keyboard_interrupt(stub_server, tmp_path):
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a kernel, even when the tests run from a background job (which ignores
+    SIGINT)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_call_keeps_finished_judgments_and_raises_keyboard_interrupt(stub_server, tmp_path,
+                                                                                     ctrl_c_raises):
     stub_server.configure(latency_ms=150)
     output = tmp_path / "out.jsonl"
 
@@ -170,6 +180,7 @@ def test_an_interrupted_call_keeps_finished_judgments_and_raises_keyboard_interr
     kept = judge.read_judgments(output)
     assert 0 < len(kept) < 16  # some finished (4 items x 4 criteria), not all
     assert not [t for t in threading.enumerate() if t.name == "judge-engine" and t.is_alive()]  # the engine's loop has stopped
+    time.sleep(0.5)  # the request in flight at Ctrl-C (150 ms of latency) reaches the server's count first
     stub_server.configure(latency_ms=0)
     before = stub_server.stats.total
     frame = judge.score("dialsummeval", ITEMS, output=output, base_url=stub_server.base_url, model="M",

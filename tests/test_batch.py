@@ -126,7 +126,9 @@ def start_cli(base_url: str, tmp_path: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "JUDGE_BATCH_POLL_SECONDS": "0.05",
            "PYTHONFAULTHANDLER": "1"}
     argv = [a for a in args(base_url, tmp_path, "--batch", *extra) if a != "--no-progress"]
-    return subprocess.Popen([sys.executable, "-m", "judge.cli", *argv], env=env, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as a user's terminal delivers it, even when these tests run from a background job (which ignores it).
+    return subprocess.Popen([sys.executable, "-m", "judge.cli", *argv], env=env, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for(condition, seconds: float = 30) -> None:
