@@ -73,6 +73,33 @@ def bodies(model: str, rubric_name: str = "dialsummeval", criteria=("coherence",
     return out
 
 
+def is_json_prefix(text: str) -> bool:
+    """Whether `text` is the start of some JSON document: closed by guessing the missing tail (a string's quote,
+    a literal's rest, a value after a key or comma, then the open brackets) and parsed."""
+    def closers(prefix: str) -> str:
+        stack, in_string, escaped = [], False, False
+        for char in prefix:
+            if in_string:
+                escaped, in_string = (not escaped and char == "\\"), in_string and (escaped or char != '"')
+            elif char == '"':
+                in_string = True
+            elif char in "[{":
+                stack.append("]" if char == "[" else "}")
+            elif char in "]}" and stack:
+                stack.pop()
+        return "".join(reversed(stack))
+
+    for end_of_token in ["", '"', "0", "e", "ue", "rue", "l", "ll", "ull", "se", "lse", "alse"]:
+        for missing_value in ["", "0", ":0", '"":0']:
+            guess = text + end_of_token + missing_value
+            try:
+                json.loads(guess + closers(guess))
+                return True
+            except json.JSONDecodeError:
+                continue
+    return False
+
+
 def judge(*args: str, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "judge.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
@@ -139,14 +166,24 @@ class TestEngine:
             assert max(probs, key=probs.get) == str(fmt.parse(completion["content"])["score"])
 
     def test_json_object_mode_gives_json(self, engine):
-        # A prompt that asks for anything but JSON: only the json_object constraint can make the answer one.
+        # Prompts that ask for anything but JSON: only the json_object constraint can make the answers JSON. The
+        # grammar does not make a 135M model stop: it may nest objects until max_tokens (it does on "hello"), so
+        # an answer cut by the budget must be the start of a JSON document, a finished one a whole JSON object.
         body, _ = bodies(engine.model)[0]
-        body = {**body, "messages": [{"role": "user", "content": "Say hello in one plain word, nothing else."}],
-                "response_format": {"type": "json_object"}}
-        [completion] = self.ask_all(engine.client, [body])
-        assert not isinstance(completion, Exception), completion
-        assert completion["content"].lstrip().startswith("{"), completion["content"]
-        assert isinstance(json.loads(completion["content"]), dict), completion["content"]
+        prompts = ["Say hello in one plain word, nothing else.", "What is 2 + 2?"]
+        asked = [{**body, "messages": [{"role": "user", "content": prompt}], "response_format": {"type": "json_object"}}
+                 for prompt in prompts]
+        free = {k: v for k, v in asked[0].items() if k != "response_format"}
+        *constrained, unconstrained = self.ask_all(engine.client, [*asked, free])
+        assert not unconstrained["content"].lstrip().startswith("{"), "the control prompt should not give JSON unasked"
+        for completion in constrained:
+            assert not isinstance(completion, Exception), completion
+            content = completion["content"]
+            if completion["finish_reason"] == "stop":
+                assert isinstance(json.loads(content), dict), content
+            else:
+                assert completion["finish_reason"] == "length" and is_json_prefix(content), content
+            assert content.lstrip().startswith("{"), content
 
     def test_a_prompt_longer_than_the_context_fails_alone(self, engine):
         (body, fmt), (other, _) = bodies(engine.model)[:2]
