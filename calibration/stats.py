@@ -205,11 +205,25 @@ def resample_counts(rng: np.random.Generator, n: int, n_resamples: int) -> np.nd
     return np.bincount((draws + offsets).ravel(), minlength=n_resamples * n).reshape(n_resamples, n).astype(float)
 
 
-def percentile_interval(replicates: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval over the replicates that are defined (NaN ones are left out)."""
+def expanded_tail(confidence: float, n: int) -> float:
+    """The percent cut off each side of the bootstrap distribution of a mean over n resampled units: the expanded
+    percentile interval (Hesterberg, "What teachers should know about the bootstrap", 2015), which replaces the
+    normal quantile by sqrt(n / (n - 1)) t_{n-1}. The plain percentile interval is too narrow at small n, as a z
+    interval with the biased variance would be: 0.908-0.928 coverage per system for screen's means at 16
+    dialogues, 0.88 for the summary-level correlation at 20 dialogues (tests/test_bootstrap_coverage.py)."""
+    from scipy import stats
+
+    quantile = np.sqrt(n / (n - 1.0)) * stats.t.ppf(0.5 + confidence / 2.0, n - 1)
+    return float(stats.norm.sf(quantile)) * 100.0
+
+
+def percentile_interval(replicates: np.ndarray, confidence: float = 0.95, units: int | None = None
+                        ) -> tuple[float, float]:
+    """Percentile bootstrap interval over the replicates that are defined (NaN ones are left out); expanded
+    (`expanded_tail`) when the statistic is a mean over `units` resampled dialogues."""
     defined = replicates[~np.isnan(replicates)]
     if defined.size == 0:
         return float("nan"), float("nan")
-    tail = (1.0 - confidence) / 2.0 * 100.0
+    tail = expanded_tail(confidence, units) if units and units >= 2 else (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(defined, [tail, 100.0 - tail])
     return float(low), float(high)

@@ -1,7 +1,7 @@
 """What the judge already says before a human study, and what the study needs: `judge screen`.
 
 Systems: each system's mean judge score per criterion with an expanded percentile bootstrap CI (see
-`expanded_tail`) that resamples dialogues,
+`calibration.stats.expanded_tail`) that resamples dialogues,
 the same resampled dialogues for every system and criterion (paired), so differences between systems keep the
 correlation of summaries of one dialogue. The best system is compared with each other one by a paired bootstrap
 p-value, Holm-corrected over the comparisons; those not separated at 5% are "tied with the best". A system is
@@ -41,7 +41,7 @@ from ..alignment import expand_all_criteria
 from ..errors import CalibrationError
 from ..humans import aggregate_humans
 from ..result import Result
-from ..stats import resample_counts
+from ..stats import expanded_tail, resample_counts
 from .estimate import judge_matrices, ppi_mean
 from .power import dialogues_needed
 
@@ -170,17 +170,6 @@ def weighted_means(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     present = ~np.isnan(values)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (counts @ np.where(present, values, 0.0)) / (counts @ present)
-
-
-def expanded_tail(confidence: float, n: int) -> float:
-    """The percent cut off each side of the bootstrap distribution: the expanded percentile interval (Hesterberg,
-    "What teachers should know about the bootstrap", 2015), which replaces the normal quantile by
-    sqrt(n / (n - 1)) t_{n-1}: the plain percentile interval is too narrow at small n (0.908-0.928 coverage per
-    system at 16 dialogues, tests/test_bootstrap_coverage.py), as a z interval with the biased variance would be."""
-    from scipy import stats
-
-    quantile = np.sqrt(n / (n - 1.0)) * stats.t.ppf(0.5 + confidence / 2.0, n - 1)
-    return float(stats.norm.sf(quantile)) * 100.0
 
 
 def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: int = 0,

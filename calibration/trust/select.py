@@ -227,8 +227,9 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
         weights = (resample_counts(rng, len(items), bootstrap), resample_counts(rng, len(systems), bootstrap))
         estimates, replicates = _stat_rows(scores, human_matrix, items, systems, level, statistic, weights)
         best, p_holm, in_set = _holm_best(estimates, replicates)
+        units = len(items) if level == "summary" else None  # a mean over dialogues: the expanded interval
         for name in names:
-            low, high = percentile_interval(replicates[name], confidence)
+            low, high = percentile_interval(replicates[name], confidence, units)
             rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
                          "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]), "p_holm": p_holm[name],
                          "label_worth": _worth(scores[name], human_matrix), "n_common": len(common),
@@ -236,7 +237,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
         juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap)
         jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
         for name in juries:
-            low, high = percentile_interval(jury_replicates[name], confidence)
+            low, high = percentile_interval(jury_replicates[name], confidence, units)
             rows.append({"criterion": criterion, "judge": name, "kind": "cross-fitted",
                          "estimate": jury_estimates[name], "ci_low": low, "ci_high": high, "in_best_set": False,
                          "p_holm": float("nan"), "label_worth": _worth(juries[name], human_matrix),
