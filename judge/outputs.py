@@ -45,30 +45,50 @@ def _registry(folder: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def is_ours(path: Path) -> bool:
-    """True when `path` holds exactly what this tool wrote there."""
+def is_page(content: str | bytes) -> bool:
+    """An HTML report page (every page the tool writes starts with its doctype or <html>)."""
+    head = (content[:64] if isinstance(content, str) else content[:64].decode("utf-8", "replace")).lstrip().lower()
+    return head.startswith(("<!doctype html", "<html"))
+
+
+def ours_as(path: Path) -> str | None:
+    """"page" for a report page this tool wrote there, "file" for any other file it wrote, None otherwise."""
     try:
         data = path.read_bytes()
     except OSError:
-        return False
+        return None
     match = _HTML_PROOF.match(data[:200].decode("utf-8", "replace"))
     if match and _digest(data[match.end():]) == match.group(2):
-        return True
+        return "page"
     entry = _registry(path.parent).get(path.name)
-    return isinstance(entry, dict) and entry.get("sha256") == _digest(data)
+    return "file" if isinstance(entry, dict) and entry.get("sha256") == _digest(data) else None
 
 
-def check_writable(path: str | Path, *, inputs=(), what: str = "output") -> Path:
-    """Refuse, before anything is written, a path that is an input, a folder, or a file that is not ours."""
+def is_ours(path: Path) -> bool:
+    """True when `path` holds exactly what this tool wrote there."""
+    return ours_as(path) is not None
+
+
+def check_writable(path: str | Path, *, inputs=(), what: str = "output", page: bool | None = None) -> Path:
+    """Refuse, before anything is written, a path that is an input, a folder, or a file that is not ours; with
+    `page` given, also one of ours of the other kind (a report never replaces a plan or a table, nor the reverse)."""
     path = Path(path)
     for given in inputs:
         if given is not None and path.exists() and Path(given).exists() and os.path.samefile(path, given):
             raise OutputError(f"{path}: the {what} would replace an input ({given}); choose another path")
     if path.is_dir():
         raise OutputError(f"{path}: the {what} is a folder; give a file name")
-    if path.exists() and not is_ours(path):
+    if not path.exists():
+        return path
+    kind = ours_as(path)
+    if kind is None:
         raise OutputError(f"{path}: exists and was not written by this tool (or was edited since): it is left "
                           f"untouched; choose another {what} path, or move the file away")
+    if page is not None and kind != ("page" if page else "file"):
+        held = "a report page" if kind == "page" else "a table, plan or key"
+        raise OutputError(f"{path}: holds {held} this tool wrote, which the {what} would replace with "
+                          f"{'a report page' if page else 'another kind of file'}; it is left untouched: choose "
+                          f"another {what} path")
     return path
 
 
@@ -92,9 +112,9 @@ def write_files(files: dict[str | Path, str | bytes], *, verb: str, inputs=()) -
     (ours, from an earlier run), so the caller can say so. HTML pages are given their proof line; other files are
     recorded in their folder's registry."""
     paths = {Path(p): content for p, content in files.items()}
-    replaced = [check_writable(p, inputs=inputs) for p in paths if p.exists()]
+    replaced = [check_writable(p, inputs=inputs, page=is_page(c)) for p, c in paths.items() if p.exists()]
     for path, content in paths.items():
-        if path.suffix.lower() in (".html", ".htm") and isinstance(content, str):
+        if is_page(content) and isinstance(content, str):  # the page proves itself ours, whatever its name
             _atomic(path, html_with_proof(content, verb).encode("utf-8"))
             continue
         data = _bytes(content)

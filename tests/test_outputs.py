@@ -67,8 +67,15 @@ def _folder(tmp_path):
     return path, {}
 
 
+def _our_plan(tmp_path):
+    path = tmp_path / "plan.csv"
+    write_files({path: "item_id,part\nd1,random\n"}, verb="screen")
+    return path, {}
+
+
 # Each row: a file a user could name as an output, what the refusal says, and that it stays byte-identical.
 REFUSED = [
+    (_our_plan, "holds a table, plan or key this tool wrote"),  # ours, but a page must not replace a plan
     (_foreign, "was not written by this tool"),
     (_edited_page, "was not written by this tool (or was edited since)"),
     (_edited_table, "was not written by this tool (or was edited since)"),
@@ -83,7 +90,7 @@ def test_refused_untouched(tmp_path, make, message):
     before = path.read_bytes() if path.is_file() else None
     sibling = tmp_path / "new-table.csv"
     with pytest.raises(OutputError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        write_files({sibling: "fresh\n", path: "<html>new</html>"}, verb="calibrate", **extra)
+        write_files({sibling: "fresh\n", path: "<!DOCTYPE html><html>new</html>"}, verb="calibrate", **extra)
     assert (path.read_bytes() if path.is_file() else None) == before
     assert not sibling.exists(), "a refusal writes nothing, not even the files that could have been written"
     assert issubclass(OutputError, JudgeError)
@@ -102,3 +109,13 @@ def test_output_dir_that_is_a_file_is_refused(tmp_path):
     with pytest.raises(OutputError, match="--output-dir is a file"):
         write_folder(path, {"a.csv": "1\n"}, verb="screen")
     assert path.read_text() == "not a folder"
+
+
+def test_a_table_never_replaces_a_report_page_of_ours(tmp_path):
+    page = tmp_path / "systems.csv"  # a report once written under a table's name
+    write_files({page: "<!DOCTYPE html><p>report</p>"}, verb="screen")
+    before = page.read_bytes()
+    with pytest.raises(OutputError, match="holds a report page this tool wrote"):
+        write_folder(tmp_path, {"systems.csv": "system,mean\n"}, verb="screen")
+    assert page.read_bytes() == before
+    assert write_files({page: "<!DOCTYPE html><p>again</p>"}, verb="screen") == [page]  # a page replaces a page

@@ -216,6 +216,8 @@ SCREEN_BAD = [
     ("--output-dir holds a plan, no budget", ["--output-dir", "{plan}"], "a plan is never replaced"),
     ("--report over an input", ["--report", "{judgments}"], "would replace an input"),
     ("--report over a foreign file", ["--report", "{foreign}"], "was not written by this tool"),
+    ("--report over the plan screen wrote", ["--report", "{plan}/plan.csv"],
+     "holds a table, plan or key this tool wrote"),
 ]
 
 
@@ -340,6 +342,17 @@ def test_screen_and_estimate_take_dataframes_and_agree_with_paths(study):
     spoiled.loc[3, "score"] = 7.0
     with pytest.raises(CalibrationError, match="off the scale of rubric dialsummeval@1"):
         estimate(judge, spoiled)
+
+
+def test_estimate_without_plan_keeps_the_plan_its_report_would_replace(study, capsys):
+    # Without --plan the plan is not an input: only the kind of file protects it (a report replaces only a page).
+    before = snapshot(study["dir"])
+    capsys.readouterr()
+    assert main(["estimate", "--judgments", str(study["judgments"]), "--human", str(study["labels"]),
+                 "--report", str(study["plan"] / "plan.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "plan.csv: holds a table, plan or key this tool wrote" in err[-1], err[-1]
+    assert snapshot(study["dir"]) == before
 
 
 def test_reruns_replace_our_files_and_say_so_and_an_edited_file_is_kept(study, capsys):
