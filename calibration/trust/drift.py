@@ -1,13 +1,22 @@
 """`judge drift`: is the judge that scored the anchor set today the same judge as before?
 
-The same (item, system, criterion) judgments of two runs are paired. Per criterion: the mean shift (new - reference)
-with a dialogue-bootstrap CI, the share of verdicts that changed, weighted kappa between the runs (labels: Cohen's
-kappa and the Stuart-Maxwell test of marginal homogeneity), and with human labels the change in the judge's
-agreement with them. A verdict per criterion:
+The same (item, system, criterion) judgments of two runs are paired. Per criterion: the mean shift (new - reference,
+of the scores: with `--samples k` each is the mean of k samples) with a dialogue-bootstrap CI, the share of verdicts
+that changed, weighted kappa between the runs (labels: Cohen's kappa and the Stuart-Maxwell test of marginal
+homogeneity), and with human labels the change in the judge's agreement with them.
 
-- no drift: the shift is shown equivalent to zero within +-margin (TOST: the 90% interval inside the margin), and
-  the share of changed verdicts is shown no larger than plain re-asks change (the re-ask noise, from the runs'
-  `samples`) plus --share-margin (its one-sided 95% bound);
+The changed share and the re-ask noise are in one unit, a single sample: when both runs kept their `samples`, the
+changed share of a judgment is the share of (reference sample, new sample) pairs that differ, and the re-ask noise
+is the share of pairs of samples within the reference run that differ (the new run's only when the reference has
+no re-asks: a noisier new judge must not widen its own allowance). An unchanged judge has the same expected share
+in both, whatever k. A pair judged in both orders holds the forward samples, then the swapped ones: samples are
+compared within one order only (a position flip is not a re-ask). Without samples, the verdicts are compared.
+
+A verdict per criterion:
+
+- no drift: the shift is shown equivalent to zero within +-margin (TOST: the 90% interval inside the margin; labels:
+  Stuart-Maxwell does not reject at 5%), and the share of changed verdicts is shown no larger than the re-ask noise
+  plus --share-margin (its one-sided 95% bound);
 - drift: otherwise, when the shift's 95% CI excludes zero, or the changed share's 95% lower bound exceeds the
   re-ask noise, or (labels) Stuart-Maxwell rejects at 5%: a judge that changes 30% of verdicts with its mean in
   place has drifted;
@@ -98,19 +107,27 @@ class DriftResult(Result):
 
 
 def _run(source, what: str) -> tuple[pd.DataFrame, dict, str]:
-    """The run's scores (load_judge_scores shape plus `samples`), its production record, and where it came from."""
+    """The run's scores (load_judge_scores shape plus `samples` and `both_orders`), its production record, and where
+    it came from."""
     from ..io import read_judge_scores
 
     frame, where = read_judge_scores(source)
     record: dict[str, set] = {name: set() for name in ("fingerprint", *PROVENANCE_FIELDS)}
     samples = frame["samples"] if "samples" in frame.columns else pd.Series([None] * len(frame))
+    if "orders" in frame.columns:  # a DataFrame of judgments: `orders` set when both orders were judged
+        both = frame["orders"].map(lambda o: isinstance(o, dict) and bool(o))
+    elif "swapped" in frame.columns:  # calibration.trust.audit.read_judgments' shape
+        both = frame["swapped"].notna()
+    else:
+        both = pd.Series([False] * len(frame))
     path = Path(where) if not isinstance(source, pd.DataFrame) else None
     if path is not None and path.suffix.lower() in (".jsonl", ".json"):
         from judge.judgment import read_judgments
 
-        by_line = {}
+        by_line, orders = {}, {}
         for number, judgment in read_judgments(path):
             by_line[number] = judgment.samples or None
+            orders[number] = judgment.orders is not None
             if judgment.fingerprint:
                 digest = hashlib.sha256(json.dumps(judgment.fingerprint, sort_keys=True).encode()).hexdigest()[:12]
                 record["fingerprint"].add(digest)
@@ -119,7 +136,8 @@ def _run(source, what: str) -> tuple[pd.DataFrame, dict, str]:
                 if value:
                     record[name].add(str(value))
         samples = frame["line"].map(by_line)
-    frame = frame.assign(samples=list(samples))
+        both = frame["line"].map(orders).fillna(False)
+    frame = frame.assign(samples=list(samples), both_orders=[bool(b) for b in both])
     if frame.empty:
         raise CalibrationError(f"{where}: no judgments in the {what}")
     return frame, record, str(where)
@@ -129,14 +147,51 @@ def _verdict_value(row) -> object:
     return row.score if row.status == "ok" else (row.label if row.status == "label" else None)
 
 
-def _sample_disagreement(samples) -> tuple[float, float]:
-    """(pairs of re-asks that disagree, pairs) of one judgment's samples (numbers or labels)."""
-    values = [json.dumps(s, sort_keys=True) if isinstance(s, (dict, list)) else str(s) for s in samples or []]
-    n = len(values)
-    if n < 2:
-        return 0.0, 0.0
-    pairs = n * (n - 1) / 2
-    return pairs - sum(c * (c - 1) / 2 for c in Counter(values).values()), pairs
+def _comparable(value) -> str:
+    """A sample or verdict as text that compares equal when the verdicts are: 3, 3.0 and "3" alike."""
+    if isinstance(value, (bool, np.bool_)):
+        return str(value)
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return repr(float(value))
+    if isinstance(value, str):
+        try:
+            return repr(float(value))
+        except ValueError:
+            return value
+    return json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+
+
+def _orders(samples, both_orders: bool) -> dict[str, list[str]]:
+    """A judgment's samples by the order they were asked in: re-asks of one prompt. A pair judged in both orders
+    holds the forward samples, then the swapped ones (judge.judging); anything else is one prompt."""
+    if not isinstance(samples, (list, tuple, np.ndarray)):
+        return {}
+    values = [_comparable(s) for s in samples]
+    if both_orders and len(values) >= 2:
+        half = len(values) // 2
+        return {"forward": values[:half], "swapped": values[half:]}
+    return {"forward": values} if values else {}
+
+
+def _within(groups: dict[str, list[str]]) -> tuple[float, float]:
+    """(pairs of re-asks that disagree, pairs) of one judgment, within each order."""
+    disagree = pairs = 0.0
+    for values in groups.values():
+        n = len(values)
+        pairs += n * (n - 1) / 2
+        disagree += n * (n - 1) / 2 - sum(c * (c - 1) / 2 for c in Counter(values).values())
+    return disagree, pairs
+
+
+def _across(reference: dict[str, list[str]], new: dict[str, list[str]]) -> tuple[float, float]:
+    """(pairs of a reference sample and a new sample that disagree, pairs), within each order."""
+    disagree = pairs = 0.0
+    for order in reference.keys() & new.keys():
+        a, b = Counter(reference[order]), Counter(new[order])
+        both = len(reference[order]) * len(new[order])
+        pairs += both
+        disagree += both - sum(count * b[value] for value, count in a.items())
+    return disagree, pairs
 
 
 def _provenance(reference: dict, new: dict) -> pd.DataFrame:
@@ -200,7 +255,6 @@ def _needed(sd: float, margin: float) -> int:
 def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float, margin: float,
                    share_margin: float, n_resamples: int, seed: int, confidence: float) -> dict:
     numeric = bool((part["status_ref"] == "ok").all() and (part["status_new"] == "ok").all())
-    part = part.assign(changed=(part["value_ref"].astype(str) != part["value_new"].astype(str)).astype(float))
     if numeric:
         part = part.assign(shift=part["score_new"] - part["score_ref"])
     columns = ["changed"] + (["shift"] if numeric else [])
@@ -237,8 +291,8 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
     else:
         row["kappa"] = _kappa(part["value_ref"].astype(str), part["value_new"].astype(str), False)
         row["stuart_maxwell_p"] = _stuart_maxwell(part["value_ref"].astype(str), part["value_new"].astype(str))
-        shift_equivalent = True
-        shift_drift = bool(row["stuart_maxwell_p"] < 0.05)
+        shift_drift = bool(row["stuart_maxwell_p"] < 0.05)  # NaN (one category) does not reject
+        shift_equivalent = not shift_drift
     if human is not None and numeric:
         row.update(_human_change(part, human, counts, confidence))
     if shift_equivalent and share_equivalent:
@@ -266,6 +320,36 @@ def _human_change(part: pd.DataFrame, human: pd.DataFrame, counts: np.ndarray, c
     low, high = percentile_interval(change, confidence)
     return {"human_r_reference": float(ref), "human_r_new": float(new), "human_r_change": float(new - ref),
             "human_ci_low": low, "human_ci_high": high}
+
+
+def _changed_and_noise(part: pd.DataFrame) -> tuple[pd.DataFrame, float, str]:
+    """Per judgment, the share of it that changed (`changed`), and the criterion's re-ask noise, in one unit.
+
+    With samples in both runs: the share of (reference sample, new sample) pairs that differ, against the share of
+    pairs of re-asks that differ, per judgment and averaged over judgments, in the reference run (the new run's
+    only when the reference has none). A run without samples contributes its verdict as its one sample. Samples
+    are paired within one presentation order only."""
+    changed, noise = [], {"ref": [], "new": []}
+    for row in part.itertuples():
+        groups = {}
+        for run in ("ref", "new"):
+            groups[run] = _orders(getattr(row, f"samples_{run}"), getattr(row, f"both_orders_{run}"))
+            d, p = _within(groups[run])
+            if p:
+                noise[run].append(d / p)
+            if not groups[run]:
+                groups[run] = {"forward": [_comparable(getattr(row, f"value_{run}"))]}
+        d, p = _across(groups["ref"], groups["new"])
+        if not p:  # e.g. a pair judged in both orders against one kept without its samples
+            d, p = float(_comparable(row.value_ref) != _comparable(row.value_new)), 1.0
+        changed.append(d / p)
+    part = part.assign(changed=changed)
+    if noise["ref"]:
+        return part, float(np.mean(noise["ref"])), ""
+    if noise["new"]:
+        return part, float(np.mean(noise["new"])), "no re-asks in the reference: the re-ask noise is the new run's"
+    return part, 0.0, ("no re-asks in either run: noise taken as 0 (judge the anchor set with --samples 3 to "
+                       "measure it)")
 
 
 # -- the verb -----------------------------------------------------------------------------------------------------
@@ -322,15 +406,9 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
         labels = aggregate_humans(read_human_labels(human))[KEY + ["human"]]
     rows = []
     for criterion, part in paired.groupby("criterion", sort=True):
-        disagree = pairs = 0.0
-        for samples in list(part["samples_ref"]) + list(part["samples_new"]):
-            d, p = _sample_disagreement(samples)
-            disagree, pairs = disagree + d, pairs + p
-        noise = disagree / pairs if pairs else 0.0
+        part, noise, note = _changed_and_noise(part)
         row = _criterion_row(part, labels, noise, margin, share_margin, bootstrap, seed, confidence)
-        if not pairs:
-            row["note"] = ("; ".join(filter(None, [row["note"], "no re-asks in either run: noise taken as 0 "
-                                                   "(judge the anchor set with --samples 3 to measure it)"])))
+        row["note"] = "; ".join(filter(None, [row["note"], note]))
         rows.append(row)
     if not rows:
         raise CalibrationError(f"{new_where}: no judgment with a verdict in both runs")
