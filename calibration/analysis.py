@@ -232,28 +232,26 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     from pathlib import Path
 
     from .alignment import check_overlap
-    from .io import load_human_labels, range_scale, rubric_scales
+    from .io import judge_scales, range_scale, read_human_labels
     from .maps import apply_maps, load_maps
 
     if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 0:
         raise CalibrationError(f"--bootstrap must be 0 (no bootstrap) or a positive number of resamples, got {bootstrap!r}")
+    from .result import criteria_option, scale_option
+
+    scale, criteria = scale_option(scale), criteria_option(criteria)
     if scale is not None:
-        low, high = (float(v) for v in scale)
-        if not low < high:
-            raise CalibrationError(f"--scale: MIN must be below MAX, got {low:g},{high:g}")
-    if isinstance(criteria, str):
-        criteria = [c.strip() for c in criteria.split(",") if c.strip()]
+        low, high = scale
     judge, judgments_name = _judge_frame(judgments, score_column)
     warnings = []
     if scale is not None:
         scales = {"*": range_scale(low, high)}
     else:
-        scales, notes = rubric_scales(judge["rubric"].dropna().unique())
+        scales, notes = judge_scales(judge, None, judgments)
         warnings += [f"note: {note}" for note in notes]
-    if isinstance(human, pd.DataFrame):
-        labels, human_name = human, "(a DataFrame)"
-    else:
-        labels, human_name = load_human_labels(human, scales), str(human)
+    # A frame from a script gets the scale and duplicate checks a file gets.
+    labels = read_human_labels(human, scales)
+    human_name = "(a DataFrame)" if isinstance(human, pd.DataFrame) else str(human)
     from .cli import _observed_ranges
 
     if unbounded := _observed_ranges(labels, scales):

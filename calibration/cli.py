@@ -10,6 +10,8 @@ from pathlib import Path
 
 from judge.errors import JudgeError
 
+from .result import RESAMPLES, criteria_type, flag_type, scale_type, whole_type
+
 # pandas, scipy, scikit-learn and matplotlib are imported inside run(): every `judge` command builds this parser.
 
 EPILOG = """\
@@ -47,28 +49,8 @@ Exit status: 0 when every criterion was analysed, 1 when one had no judge-human 
 """
 
 
-def _criteria(value: str) -> list[str]:
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of criteria, e.g. coherence,fluency")
-    return names
-
-
-def _positive_or_zero(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError("must be 0 (no bootstrap) or a positive number of resamples")
-    return number
-
-
-def _scale(value: str) -> tuple[float, float]:
-    try:
-        low, high = (float(part) for part in value.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected MIN,MAX, e.g. 1,5") from None
-    if not low < high:
-        raise argparse.ArgumentTypeError(f"MIN must be below MAX, got {value}")
-    return low, high
+# Every flag's error names the flag and says what it must be, in the wording calibration.calibrate uses.
+_resamples_type = flag_type(RESAMPLES, int, lambda n: n >= 0)
 
 
 def register(sub) -> argparse.ArgumentParser:
@@ -79,15 +61,16 @@ def register(sub) -> argparse.ArgumentParser:
                         help="judgments JSONL, or a CSV of scores")
     parser.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
     parser.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
-    parser.add_argument("--scale", type=_scale, metavar="MIN,MAX",
+    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human scale, e.g. 1,5: any human score outside it is an error (default: the "
                              "scales of the rubric the judgments name; needed for a CSV of scores)")
-    parser.add_argument("--criteria", type=_criteria, metavar="a,b", help="only these criteria (default: all shared)")
+    parser.add_argument("--criteria", type=criteria_type, metavar="a,b",
+                        help="only these criteria (default: all shared)")
     parser.add_argument("--clean", action="store_true",
                         help="DialSummEval noise cleaning: in a triple where two annotators agree, drop the third")
-    parser.add_argument("--bootstrap", type=_positive_or_zero, default=1000, metavar="N",
+    parser.add_argument("--bootstrap", type=_resamples_type, default=1000, metavar="N",
                         help="bootstrap resamples for the 95%% CIs (default 1000; 0 = none)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed of the bootstrap (default 0)")
+    parser.add_argument("--seed", type=whole_type, default=0, help="random seed of the bootstrap (default 0)")
     parser.add_argument("--compare", type=Path, metavar="FILE",
                         help="a second judge (or metric) to compare with, paired bootstrap on the same items")
     parser.add_argument("--compare-score-column", metavar="C", help="score column of --compare when it is wide")

@@ -48,10 +48,13 @@ def range_scale(low: float, high: float) -> HumanScale:
     return HumanScale("numeric", f"--scale {low:g},{high:g}", low=low, high=high)
 
 
-def rubric_scales(refs) -> tuple[dict[str, HumanScale], list[str]]:
+def rubric_scales(refs, beside: Path | None = None, files=()) -> tuple[dict[str, HumanScale], list[str]]:
     """Human scales per criterion from the rubrics the judgments name ("dialsummeval@1"), and notes for the user.
 
-    A rubric that is not installed is noted and skipped: the labels are then checked against themselves only.
+    A rubric is looked for in `files` (the rubric file judge.score was given, for its DataFrame), as NAME.yaml (or
+    .yml) in `beside`, the judgments' folder (where a study keeps its own rubric, as examples/study/toy.yaml), then
+    among the bundled ones. One found nowhere is an error: without its
+    scale a 99 on a 1-5 rubric would pass unseen and move every estimate (--scale MIN,MAX says the scale instead).
     Preference (pairwise) criteria get no scale: humans may give a verdict or per-system scores.
     """
     from judge.rubric import load_rubric  # pydantic and yaml: only when judgments name a rubric
@@ -60,14 +63,19 @@ def rubric_scales(refs) -> tuple[dict[str, HumanScale], list[str]]:
     notes = []
     for ref in sorted({r for r in refs if r}):
         name, _, version = ref.partition("@")
+        local = [Path(f) for f in files if Path(f).stem == name]
+        local += [beside / f"{name}{suffix}" for suffix in (".yaml", ".yml")] if beside is not None else []
+        found = next((str(path) for path in local if path.is_file()), name)
         try:
-            rubric = load_rubric(name)
+            rubric = load_rubric(found)
         except JudgeError as exc:
-            notes.append(f"rubric {ref} named by the judgments cannot be loaded ({exc}): human scores are not "
-                         "checked against its scale")
-            continue
+            where = f" nor in {beside}" if beside is not None else ""
+            raise CalibrationError(
+                f"the judgments name rubric {ref}, which is not bundled{where} ({exc}): its scale is unknown, so "
+                f"human scores cannot be checked; give --scale MIN,MAX (e.g. --scale 1,5) or put {name}.yaml "
+                "beside the judgments") from None
         if version and rubric.version != version:
-            notes.append(f"the judgments name {ref}, the installed rubric is {rubric.ref}: its scales are used")
+            notes.append(f"the judgments name {ref}, the rubric found is {rubric.ref}: its scales are used")
         source = f"rubric {rubric.ref}"
         for criterion in rubric.criteria:
             scale = criterion.scale
@@ -435,16 +443,21 @@ def check_one_judge(judge: pd.DataFrame, path: str | Path) -> None:
                            "each on its own")
 
 
-def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None) -> tuple[dict[str, HumanScale],
-                                                                                        list[str]]:
+def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None, source=None
+                 ) -> tuple[dict[str, HumanScale], list[str]]:
     """The human scales to check labels against: `--scale MIN,MAX` when given, else the rubric's the judgments name
-    (calibrate, screen and estimate alike)."""
+    (calibrate, screen and estimate alike), looked for beside `source`, the judgments as given (a path, or a frame
+    whose attrs name its file and the rubric file it was judged with)."""
     if scale is not None:
-        low, high = scale
-        if not (math.isfinite(low) and math.isfinite(high) and low < high):
-            raise CalibrationError(f"--scale must be MIN,MAX with MIN < MAX, got {low:g},{high:g}")
+        from .result import scale_option
+
+        low, high = scale_option(scale)
         return {"*": range_scale(low, high)}, []
-    return rubric_scales(judge["rubric"].dropna().unique())
+    attrs = source.attrs if isinstance(source, pd.DataFrame) else {"path": source}
+    path = attrs.get("path")
+    beside = Path(path).parent if isinstance(path, (str, Path)) and Path(path).is_file() else None
+    files = [attrs["rubric_file"]] if attrs.get("rubric_file") else []
+    return rubric_scales(judge["rubric"].dropna().unique(), beside, files)
 
 
 def check_labels(labels: pd.DataFrame, judge: pd.DataFrame, path: str | Path | None = None,

@@ -93,11 +93,15 @@ def judgments_frame(judgments) -> pd.DataFrame:
 
     from judge.judgment import Judgment
 
-    if isinstance(judgments, (str, Path)):
-        judgments = read_judgments(judgments)
+    path = judgments if isinstance(judgments, (str, Path)) else None
+    if path is not None:
+        judgments = read_judgments(path)
     rows = [{**j.model_dump(mode="json"), "status": j.status} for j in judgments]
     columns = list(Judgment.model_fields) + ["status"]
-    return pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(rows, columns=columns)
+    if path is not None:
+        frame.attrs["path"] = str(path)  # the statistics verbs find a study's own rubric beside it
+    return frame
 
 
 # -- the keyword arguments are the CLI's flags ---------------------------------------------------------------------
@@ -212,6 +216,8 @@ def _judge(verb: str, rubric, items, output, options: dict) -> pd.DataFrame:
             raise KeyboardInterrupt  # the CLI's note is printed; finished judgments are in the output
         done = {j.key: j for j in read_judgments(args.output)} if Path(args.output).exists() else {}
         frame = judgments_frame([done[key] for key in getattr(tally, "keys", []) if key in done])
+    if Path(str(rubric)).suffix in (".yaml", ".yml"):
+        frame.attrs["rubric_file"] = str(rubric)  # its scales check human labels in calibrate, screen, estimate
     if hasattr(tally, "failed"):
         frame.attrs.update(summary=tally.line(), warnings=tally.warnings(), failed=tally.failed)
     else:  # batch files await a runner: what is finished, and what to do

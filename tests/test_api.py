@@ -278,7 +278,7 @@ def test_model_flags_are_refused_before_any_file_is_created(tmp_path, monkeypatc
 def test_calibrate_bad_options_raise_with_the_flag_name():
     with pytest.raises(calibration.CalibrationError, match="--bootstrap must be 0"):
         calibration.calibrate(STUDY / "judgments.jsonl", STUDY / "labels.csv", bootstrap=-1)
-    with pytest.raises(calibration.CalibrationError, match="--scale: MIN must be below MAX"):
+    with pytest.raises(calibration.CalibrationError, match="--scale must be MIN,MAX with MIN < MAX"):
         calibration.calibrate(STUDY / "judgments.jsonl", STUDY / "labels.csv", scale=(5, 1))
     with pytest.raises(calibration.CalibrationError, match="--criteria: no human labels for clarity2"):
         calibration.calibrate(STUDY / "judgments.jsonl", STUDY / "labels.csv", criteria=["clarity2"], bootstrap=0)

@@ -173,6 +173,7 @@ def test_apply_map_estimates_are_those_of_the_maps_predictions(tmp_path):
     assert changed > 0
     mapped_file = tmp_path / "mapped.jsonl"
     mapped_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "toy.yaml").write_bytes((STUDY / "toy.yaml").read_bytes())  # the rubric the judgments name
     # Without --plan (every labelled dialogue taken as the random sample): a plan names the judgments it was drawn
     # from, and the mapped file is another file.
     with_map, with_map_diff = example_estimate(tmp_path / "a", "--apply-map", str(map_path), plan=False)

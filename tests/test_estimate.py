@@ -253,6 +253,7 @@ def test_judge_scores_through_a_fitted_map(tmp_path, capsys):
 def test_plan_from_a_changed_judgments_file_is_refused(tmp_path, capsys):
     changed = tmp_path / "judgments.jsonl"
     changed.write_text(JUDGMENTS.read_text() + "\n")  # other bytes: the plan's random sample was not drawn from it
+    shutil.copy(JUDGMENTS.parent / "toy.yaml", tmp_path)  # the rubric the judgments name, as a study folder has it
     assert run_cli("--judgments", changed, "--human", LABELS, "--plan", PLAN) == 2
     assert "not the judgments the plan was made from (examples/study/judgments.jsonl" in capsys.readouterr().err
 

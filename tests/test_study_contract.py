@@ -93,6 +93,14 @@ def _set(n, column, value):
     return replace
 
 
+def _unknown_rubric(s):
+    records = judgment_records()
+    for record in records:
+        record["rubric"] = "house_style@2"
+    write_jsonl(s["judgments"], records)
+    return []
+
+
 def _mixed_judges(s):
     records = judgment_records()
     for record in records[::7]:
@@ -169,6 +177,8 @@ ESTIMATE_BAD = [
     ("a plan with no random part", _targeted_only_plan, "the plan has no random part"),
     ("a file of the user's in --output-dir", lambda s: [], "estimates.csv: exists and was not written by this tool"),
     ("a label off the plan", None, None),  # the dialogue depends on the plan: built in the test
+    ("a rubric found nowhere, no --scale", _unknown_rubric,
+     "the judgments name rubric house_style@2, which is not bundled nor in"),
     ("two models in one file", _mixed_judges, "judgments of 2 judges in one file"),
     ("two rubrics in one file", _two_rubrics, "judgments of 2 judges in one file"),
     ("an edited plan", _edit_plan, "plan.csv: differs from the plan `judge screen` wrote"),
@@ -443,3 +453,19 @@ def test_the_functions_check_every_option_with_the_clis_message(study, verb, opt
         else:
             estimate(judge, study["labels"], **options)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("verb", ["estimate", "screen", "calibrate"])
+def test_a_study_rubric_beside_the_judgments_checks_the_labels(tmp_path, capsys, verb):
+    # examples/study names rubric toy@1, not bundled: its toy.yaml beside the judgments gives the 1-5 scale, so a
+    # 99 is refused by its line in all three verbs (it once moved an estimate to 12.2 with a note).
+    study = Path(__file__).resolve().parents[1] / "examples" / "study"
+    labels = tmp_path / "labels.csv"
+    lines = (study / "labels.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[3] = ",".join(lines[3].split(",")[:4] + ["99\n"])
+    labels.write_text("".join(lines), encoding="utf-8")
+    flag = "--human"
+    capsys.readouterr()
+    assert main([verb, "--judgments", str(study / "judgments.jsonl"), flag, str(labels)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "labels.csv:4: score 99" in err and "rubric toy@1" in err, err

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..result import SHARE, criteria_type, flag_type, positive_type, scale_type, share_type, whole_type
+
 FIXTURES = "examples/study"
 
 SCREEN_EPILOG = f"""\
@@ -56,45 +58,20 @@ sheets must come from --plan. No interval is printed where none can hold; `separ
 """
 
 
-def _criteria(value: str) -> list[str]:
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of criteria, e.g. coherence,fluency")
-    return names
-
-
-def _share(value: str) -> float:
-    number = float(value)
-    if not 0.0 <= number <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return number
-
-
-def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be a positive whole number")
-    return number
-
-
-def _scale(value: str) -> tuple[float, float]:
-    try:
-        low, high = (float(part) for part in value.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected MIN,MAX such as 1,5, got {value!r}") from None
-    if not low < high:
-        raise argparse.ArgumentTypeError(f"MIN must be below MAX, got {value!r}")
-    return low, high
+# Every flag's error names the flag and says what it must be, in the wording calibration.screen and estimate use;
+# ranges the functions check themselves (--power, --confidence's open interval) come from them, word for word.
+_power_type = flag_type(SHARE)
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judgments", required=True, type=Path, metavar="FILE",
                         help="judgments JSONL (`judge score`), or a CSV of scores read as `judge calibrate` reads it")
     parser.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
-    parser.add_argument("--criteria", type=_criteria, metavar="a,b", help="only these criteria (default: all shared)")
+    parser.add_argument("--criteria", type=criteria_type, metavar="a,b",
+                        help="only these criteria (default: all shared)")
     parser.add_argument("--clean", action="store_true",
                         help="DialSummEval noise cleaning of the human labels before averaging annotators")
-    parser.add_argument("--scale", type=_scale, metavar="MIN,MAX",
+    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human scale, e.g. 1,5: any human score outside it is an error (default: the "
                              "scales of the rubric the judgments name), as in `judge calibrate`")
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables here")
@@ -110,16 +87,17 @@ def register(sub) -> None:
     _add_judge_arguments(screen)
     screen.add_argument("--human", type=Path, metavar="PILOT.csv",
                         help="labels from a pilot (long CSV): human-scale effect and judge-human correlation")
-    screen.add_argument("--budget", type=_positive, metavar="N", help="plan a study of N dialogues or judgments")
+    screen.add_argument("--budget", type=positive_type, metavar="N", help="plan a study of N dialogues or judgments")
     screen.add_argument("--budget-unit", choices=["dialogues", "judgments"], default="dialogues",
                         help="what --budget counts (default: dialogues)")
-    screen.add_argument("--random-share", type=_share, default=0.5, metavar="X",
+    screen.add_argument("--random-share", type=share_type, default=0.5, metavar="X",
                         help="share of the budget drawn uniformly at random (default 0.5); only this part enters "
                              "the unbiased estimates of `judge estimate`")
-    screen.add_argument("--power", type=float, default=0.8, help="target power (default 0.8)")
-    screen.add_argument("--bootstrap", type=_positive, default=1000, metavar="N",
+    screen.add_argument("--power", type=_power_type, default=0.8, help="target power (default 0.8)")
+    screen.add_argument("--bootstrap", type=positive_type, default=1000, metavar="N",
                         help="bootstrap resamples of dialogues (default 1000)")
-    screen.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the random sample (default 0)")
+    screen.add_argument("--seed", type=whole_type, default=0,
+                        help="seed of the bootstrap and the random sample (default 0)")
     screen.set_defaults(run=run_screen)
 
     estimate = sub.add_parser(
@@ -133,7 +111,7 @@ def register(sub) -> None:
                           help="the --output-dir of `judge screen --budget`: which dialogues are the random sample")
     estimate.add_argument("--key", type=Path, metavar="KEY.json",
                           help="the key `judge export --plan` wrote: checks that the labels come from this plan")
-    estimate.add_argument("--confidence", type=_share, default=0.95, help="interval level (default 0.95)")
+    estimate.add_argument("--confidence", type=share_type, default=0.95, help="interval level (default 0.95)")
     estimate.add_argument("--apply-map", type=Path, metavar="MAP.json",
                           help="judge scores through a map fitted by `judge calibrate --fit-map`")
     estimate.set_defaults(run=run_estimate)

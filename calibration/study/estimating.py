@@ -79,10 +79,13 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
 
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
         raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence!r}")
+    from ..result import criteria_option, scale_option
+
+    scale, criteria = scale_option(scale), criteria_option(criteria)
     if key is not None and plan is None:
         raise CalibrationError("--key checks the labels against a plan: give --plan too")
     judge, where = read_judge_scores(judgments, score_column)
-    scales, warnings = judge_scales(judge, scale)
+    scales, warnings = judge_scales(judge, scale, judgments)
     labels = read_human_labels(human, scales)
     judge, imputed = check_labels(labels, judge, criteria=criteria)
     if imputed:

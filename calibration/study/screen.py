@@ -40,7 +40,7 @@ from judge.resources import file_sha256
 from ..alignment import expand_all_criteria
 from ..errors import CalibrationError
 from ..humans import aggregate_humans
-from ..result import Result
+from ..result import Result, criteria_option, scale_option
 from ..stats import expanded_tail, resample_counts
 from .estimate import judge_matrices, ppi_mean
 from .power import dialogues_needed
@@ -456,11 +456,12 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
     from ..io import check_labels, judge_scales, read_human_labels, read_judge_scores
 
     _check_options(budget, budget_unit, random_share, power, bootstrap, seed)
+    scale, criteria = scale_option(scale), criteria_option(criteria)
     judge, path = read_judge_scores(judgments, score_column)
     warnings_: list[str] = []
     pilot_labels = None
     if human is not None:
-        scales, notes = judge_scales(judge, scale)
+        scales, notes = judge_scales(judge, scale, judgments)
         warnings_ += notes
         pilot_labels = read_human_labels(human, scales)
         judge, imputed = check_labels(pilot_labels, judge, criteria=criteria)

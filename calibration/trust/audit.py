@@ -577,6 +577,9 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         raise CalibrationError("--bootstrap must be a positive whole number")
     if not 0.0 <= float(length_threshold) < 1.0:
         raise CalibrationError("--length-threshold must be a share between 0 and 1, e.g. 0.1")
+    from ..result import criteria_option
+
+    criteria = criteria_option(criteria)
     self_list = _parse_self(self_systems)
     judge = read_judgments(judgments, score_column)
     where = judge.attrs.get("path", "judgments")
@@ -597,8 +600,6 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         judge = expand_all_criteria(judge, sorted(set(people["criterion"])))
         judge.attrs["path"] = where
     present = list(dict.fromkeys(judge["criterion"]))
-    if isinstance(criteria, str):
-        criteria = [c.strip() for c in criteria.split(",") if c.strip()]
     if criteria:
         unknown = [c for c in criteria if c not in present]
         if unknown:

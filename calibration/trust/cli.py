@@ -6,6 +6,13 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 
 from __future__ import annotations
 
+from ..result import AT_LEAST_100, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type, flag_type, whole_type
+
+# Every flag's error names the flag and says what it must be, in the wording of calibration.trust's functions; the
+# ranges they check themselves come from them, word for word (these types only refuse what is not a number).
+_positive_count = flag_type(POSITIVE, int)
+_resamples = flag_type(AT_LEAST_100, int)
+
 
 def register(sub) -> None:
     register_audit(sub)
@@ -51,12 +58,13 @@ def register_audit(sub) -> None:
     p.add_argument("--self", dest="self_systems", metavar="SYSTEM[,SYSTEM...]",
                    help="systems written by the judge's own model or family: self-preference")
     p.add_argument("--rerun", type=Path, metavar="J2", help="a second plain run of the same judgments: the noise floor")
-    p.add_argument("--criteria", metavar="a,b", type=lambda v: [c.strip() for c in v.split(",") if c.strip()],
+    p.add_argument("--criteria", metavar="a,b", type=criteria_type,
                    help="only these criteria")
-    p.add_argument("--length-threshold", type=float, default=0.1, metavar="X",
+    p.add_argument("--length-threshold", type=flag_type(THRESHOLD), default=0.1, metavar="X",
                    help="pairwise: lengths differ when by more than this share of the longer (default 0.1)")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="resamples of dialogues (default 1000)")
-    p.add_argument("--bootstrap-seed", type=int, default=0, metavar="N",
+    p.add_argument("--bootstrap", type=_positive_count, default=1000, metavar="N",
+                   help="resamples of dialogues (default 1000)")
+    p.add_argument("--bootstrap-seed", type=whole_type, default=0, metavar="N",
                    help="seed of the bootstrap and of the probes' sample (default 0; --seed is the model's)")
     p.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables here (and the probes' judgments)")
     p.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with plots")
@@ -65,7 +73,7 @@ def register_audit(sub) -> None:
                         help="filler: a closing sentence that says nothing; attribution: a first line naming a "
                              "famous model as author; order: another shuffle of each block (block mode)")
     probes.add_argument("--rubric", help="the rubric the judgments were made with (needed by --probe)")
-    probes.add_argument("--probe-sample", type=int, default=30, metavar="N",
+    probes.add_argument("--probe-sample", type=_positive_count, default=30, metavar="N",
                         help="candidates (block mode: dialogues) to perturb per probe (default 30)")
     from judge.cli import add_model_arguments  # judge.cli is loaded: it is building this parser
 
@@ -173,12 +181,13 @@ def register_drift(sub) -> None:
                         help="the reference run (judgments JSONL, or a CSV of scores)")
     parser.add_argument("--judgments", required=True, type=Path, metavar="NEW", help="the new run of the same anchors")
     parser.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels: change in agreement with them")
-    parser.add_argument("--margin", type=float, default=0.25, metavar="M",
+    parser.add_argument("--margin", type=flag_type(POINTS), default=0.25, metavar="M",
                         help="a mean shift within +-M score points is no drift (TOST; default 0.25)")
-    parser.add_argument("--share-margin", type=float, default=0.1, metavar="X",
+    parser.add_argument("--share-margin", type=flag_type(SHARE), default=0.1, metavar="X",
                         help="changed verdicts beyond the re-ask noise that still count as no drift (default 0.1)")
-    parser.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="resamples of dialogues (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
+                        help="resamples of dialogues (default 1000)")
+    parser.add_argument("--seed", type=whole_type, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write drift.csv and provenance.csv here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with a plot")
     parser.set_defaults(run=run_drift)
@@ -235,8 +244,9 @@ def register_select(sub) -> None:
     parser.add_argument("--statistic", choices=["pearson", "spearman", "kendall"], default="pearson")
     parser.add_argument("--clean", action="store_true",
                         help="DialSummEval noise cleaning of the human labels before averaging annotators")
-    parser.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="resamples of dialogues (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
+                        help="resamples of dialogues (default 1000)")
+    parser.add_argument("--seed", type=whole_type, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write selection.csv here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the CIs")
     parser.set_defaults(run=run_select)

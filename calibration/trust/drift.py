@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CalibrationError
-from ..result import Result
+from ..result import Result, criteria_option
 from ..stats import pearson, percentile_interval, resample_counts
 
 DRIFT_COLUMNS = ["criterion", "kind", "n", "n_dialogues", "mean_shift", "ci_low", "ci_high", "tost_low", "tost_high",
@@ -376,6 +376,7 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     beyond the re-ask noise that still counts as no drift.
     """
     _check_options(margin, share_margin, bootstrap, confidence)
+    criteria = criteria_option(criteria)
     old, old_record, old_where = _run(reference, "reference")
     new, new_record, new_where = _run(judgments, "new run")
     rubrics = (set(old["rubric"].fillna("")) - {""}, set(new["rubric"].fillna("")) - {""})

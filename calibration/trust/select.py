@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, level_statistic
 from ..errors import CalibrationError
-from ..result import Result
+from ..result import Result, criteria_option
 from ..stats import percentile_interval, resample_counts
 
 SELECTION_COLUMNS = ["criterion", "judge", "kind", "level", "statistic", "estimate", "ci_low", "ci_high",
@@ -198,6 +198,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
     from ..io import each_csv_parsed_once, read_human_labels
 
     _check_options(level, statistic, bootstrap, confidence)
+    criteria = criteria_option(criteria)
     listed = _judge_list(judges)
     labels = read_human_labels(human)
     means = aggregate_humans(labels, clean=clean)
