@@ -314,6 +314,8 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
             stale = results.stale(fingerprints)
             if stale and not args.redo_changed:
                 raise OutputError(_stale_message(output, stale))
+            if other := results.other_judge(rubric.ref, opened.model, replaced=set(stale)):
+                raise OutputError(other)
             results.start(redo=set(stale))
             if stale:
                 print(f"redoing {len(stale)} judgments made differently (--redo-changed)", file=sys.stderr)

@@ -86,6 +86,18 @@ class ResultsFile:
                 out[key] = changes(judgment.fingerprint, fingerprint)
         return out
 
+    def other_judge(self, rubric: str, model: str, replaced=frozenset()) -> str | None:
+        """What the file would keep from another judge (rubric or model) besides the `replaced` keys, if anything:
+        one results file is one judge, as calibrate, screen and estimate read it (they refuse a mixed file rather
+        than rank across judges)."""
+        for key, judgment in self.done.items():
+            if key not in replaced and (judgment.rubric, judgment.model) != (rubric, model):
+                return (f"{self.path}: holds judgments of rubric {judgment.rubric or '?'} with model "
+                        f"{judgment.model or '?'} (item {judgment.id!r}, criterion {judgment.criterion!r}), and this "
+                        f"run is rubric {rubric} with model {model}: a results file holds one judge; it is left "
+                        "untouched, choose another --output")
+        return None
+
     def start(self, redo: set[tuple] = frozenset()) -> None:
         """Drop the judgments in `redo`, failed ones and a torn line (one atomic rewrite), then open for appending."""
         for key in redo:

@@ -75,6 +75,32 @@ def test_a_changed_run_is_refused_with_what_changed_then_redone_on_request(stub_
     assert stub_server.stats.total == total
 
 
+# Each row: a second run into the same --output by another judge, on other criteria (nothing in common to redo).
+OTHER_JUDGE = [
+    ("another model", ["--criteria", "fluency", "--model", "stub-2"], "rubric dialsummeval@1 with model stub"),
+    ("another rubric", ["--rubric", "pairwise_summary", "--criteria", "faithfulness",
+                        "--input", str(ROOT / "examples" / "pairs.jsonl")], "this run is rubric pairwise_summary@1"),
+]
+
+
+@pytest.mark.parametrize("what, flags, words", OTHER_JUDGE, ids=[r[0] for r in OTHER_JUDGE])
+def test_a_second_judge_is_not_mixed_into_a_results_file(stub_server, tmp_path, capsys, what, flags, words):
+    assert score(stub_server, tmp_path) == 0
+    out = tmp_path / "out.jsonl"
+    before = out.read_bytes()
+    capsys.readouterr()
+    argv = ["score", "--rubric", "dialsummeval", "--input", str(EXAMPLES), "--output", str(out), "--criteria",
+            "coherence", "--backend", "openai", "--base-url", stub_server.base_url, "--model", "stub", "--cache",
+            str(tmp_path / "cache"), "--no-progress"]
+    for flag, value in zip(flags[::2], flags[1::2]):  # later flags win in argparse
+        argv += [flag, value]
+    argv = ["compare" if "pairwise_summary" in flags else "score", *argv[1:]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "a results file holds one judge" in err and words in err, err
+    assert out.read_bytes() == before
+
+
 def test_same_run_again_reuses_every_line(stub_server, tmp_path):
     assert score(stub_server, tmp_path) == 0
     total = stub_server.stats.total
