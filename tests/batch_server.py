@@ -20,6 +20,8 @@ Knobs (attributes of `BatchControl`, set with `server.batch.<name> = ...`):
                  "error" (a retryable `server_error` object), "cut" (the answer's JSON cut in half)
   models         models the Batch API accepts (None: any); another fails validation at its first line
   disabled       no batch endpoints at all (404, like `vllm serve`)
+  lose_create    this many batch creations answer 502 after the batch was created (the answer lost on the way)
+  refuse_create  this many batch creations answer 502 without creating anything
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class BatchControl:
     line_faults: list = field(default_factory=list)
     models: set | None = None
     disabled: bool = False
+    lose_create: int = 0
+    refuse_create: int = 0
 
 
 class BatchServer(StubServer):
@@ -96,6 +100,9 @@ class BatchServer(StubServer):
             return _error(400, f"No such File object: {data.get('input_file_id')}", "input_file_id")
         if data.get("endpoint") != ENDPOINT or data.get("completion_window") != "24h":
             return _error(400, "endpoint must be /v1/chat/completions and completion_window 24h", "endpoint")
+        if self.batch.refuse_create > 0:
+            self.batch.refuse_create -= 1
+            return _error(502, "Bad gateway")
         self.created += 1
         batch_id = f"batch_{next(self._ids):06d}"
         now = int(time.time())
@@ -108,6 +115,9 @@ class BatchServer(StubServer):
             "request_counts": {"total": 0, "completed": 0, "failed": 0}, "metadata": data.get("metadata"),
             "_lines": [], "_results": [],
         }
+        if self.batch.lose_create > 0:  # created, but the client never hears of it
+            self.batch.lose_create -= 1
+            return _error(502, "Bad gateway")
         return web.json_response(_public(self.batches[batch_id]))
 
     async def get_batch(self, request: web.Request) -> web.Response:

@@ -90,6 +90,9 @@ def test_a_batch_run_writes_the_same_lines_as_the_online_path(server, tmp_path, 
         for line in file:
             valid_request(line)
     assert "by batch: 18 answers; 18 requests sent in 2 batch file(s) over 2 round(s)" in err and "batch price" in err
+    billed = err.split("this run's batches: ")[1].split(";")[0]
+    assert billed.startswith("18 answers, tokens ") and " 0 prompt" not in billed and " (0 cached)" not in billed
+    assert "0 answers collected from batches submitted earlier (tokens 0 prompt (0 cached) / 0 completion" in err
     assert "cached:" in err and "prefix-cache hit rate" in err  # the stub reports half the prompt as cached
     assert main(args(server.base_url, tmp_path, output="online.jsonl", cache="cache2")) == 0
     batch, online = lines(tmp_path / "out.jsonl"), lines(tmp_path / "online.jsonl")
@@ -103,12 +106,96 @@ def test_a_batch_run_writes_the_same_lines_as_the_online_path(server, tmp_path, 
     assert SECRET not in (tmp_path / "out.jsonl.batches.json").read_text()
 
 
-def test_a_rerun_of_a_finished_run_submits_nothing(server, tmp_path):
+def test_a_rerun_of_a_finished_run_submits_nothing(server, tmp_path, capsys):
     assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
     (tmp_path / "out.jsonl").write_text("")  # lose every judgment; the finished batches still hold the answers
+    capsys.readouterr()
     assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
     assert server.created == 2 and server.uploads == 2
     assert len(lines(tmp_path / "out.jsonl")) == 16
+    err = capsys.readouterr().err  # nothing billed to this run; the earlier run's answers counted apart
+    assert "this run's batches: 0 answers, tokens 0 prompt (0 cached) / 0 completion; 18 answers collected " \
+           "from batches submitted earlier (tokens " in err
+
+
+def cut_output(server: BatchServer, keep: int) -> list[dict]:
+    """Cut the first batch's output file in the middle of the line after the first `keep` (a provider's file, or a
+    download, cut short); return the records left whole."""
+    batch = next(iter(server.batches.values()))
+    file = server.files[batch["output_file_id"]]
+    rows = file["data"].split(b"\n")
+    file["data"] = b"\n".join([*rows[:keep], rows[keep][: len(rows[keep]) // 2]])
+    return [json.loads(x) for x in rows[:keep]]
+
+
+def test_a_provider_results_file_cut_short_resends_only_the_missing(server, tmp_path):
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache", "--criteria", UNGATED)) == 0
+    whole = cut_output(server, 5)
+    (tmp_path / "out.jsonl").write_text("")  # the answers are needed again
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache", "--criteria", UNGATED)) == 0
+    assert server.created == 2
+    assert {x["custom_id"] for x in uploaded(server)[1]} == \
+        {x["custom_id"] for x in uploaded(server)[0]} - {r["custom_id"] for r in whole}
+    assert len(lines(tmp_path / "out.jsonl")) == 12 and not any(r["error"] for r in lines(tmp_path / "out.jsonl"))
+
+
+def test_an_unreadable_line_inside_a_provider_results_file_is_one_line_naming_it(server, tmp_path, capsys):
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache", "--criteria", UNGATED)) == 0
+    batch = next(iter(server.batches.values()))
+    file = server.files[batch["output_file_id"]]
+    rows = file["data"].split(b"\n")
+    rows[2] = rows[2][:40]
+    file["data"] = b"\n".join(rows)
+    (tmp_path / "out.jsonl").write_text("")
+    capsys.readouterr()
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache", "--criteria", UNGATED)) != 0
+    err = capsys.readouterr().err.strip()
+    assert f"the output file {batch['output_file_id']} of batch {batch['id']}:3: not valid JSON" in err, err
+    assert "Traceback" not in err and server.created == 1
+
+
+# -- nothing paid twice when a create's answer is lost ---------------------------------------------------------
+@pytest.mark.parametrize("fault", ["lose_create", "refuse_create"])
+def test_a_failed_batch_create_is_looked_up_before_creating_again(server, tmp_path, fault):
+    setattr(server.batch, fault, 1)  # a 502 after creating the batch, or before
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    manifest = json.loads((tmp_path / "out.jsonl.batches.json").read_text())
+    assert server.created == 1 and server.uploads == 1
+    assert [b["batch_id"] for b in manifest["batches"]] == list(server.batches)  # the one paid for is recorded
+    assert set(server.stats.received.values()) == {1}
+    assert len(lines(tmp_path / "out.jsonl")) == 12
+
+
+# -- what reaches disk -----------------------------------------------------------------------------------------
+def test_a_server_url_with_credentials_never_reaches_disk(server, tmp_path, monkeypatch, capsys):
+    url = server.base_url.replace("://", "://judge-user:tok-url-secret@")
+    assert main(args(url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    assert main(args(url, tmp_path, "--batch-dir", str(tmp_path / "d"), "--criteria", UNGATED,
+                     output="dir.jsonl", cache="cache2")) == 3
+    manifest = json.loads((tmp_path / "out.jsonl.batches.json").read_text())
+    assert manifest["server"] == server.base_url.replace("://", "://[redacted]@")
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and "cache" not in path.parts:
+            assert b"tok-url-secret" not in path.read_bytes() and b"judge-user" not in path.read_bytes(), path
+    assert "tok-url-secret" not in capsys.readouterr().err
+    # `judge batch status` needs the URL in full: from $OPENAI_BASE_URL, never from the manifest
+    assert main(["batch", "status", "--output", str(tmp_path / "out.jsonl")]) == 2
+    assert "OPENAI_BASE_URL" in capsys.readouterr().err
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    assert main(["batch", "status", "--output", str(tmp_path / "out.jsonl")]) == 0
+    assert ": completed, 12/12 completed" in capsys.readouterr().out
+
+
+def test_public_url_masks_credentials_in_any_place():
+    from judge.secrets import Redactor
+
+    assert batching.public_url("https://u:p@host:8/v1?api-key=k1&region=eu", Redactor()) == \
+        "https://[redacted]@host:8/v1?api-key=[redacted]"
+    assert batching.public_url("https://host/v1?token=abc&x=1", Redactor()) == \
+        "https://host/v1?token=[redacted]&x=[redacted]"
+    assert batching.public_url("https://tok@host/v1", Redactor()) == "https://[redacted]@host/v1"
+    assert batching.public_url("http://host/v1", Redactor()) == "http://host/v1"
+    assert batching.public_url(None) == "the OpenAI API"
 
 
 def test_a_results_file_cut_in_the_middle_resumes_from_the_finished_batches(server, tmp_path):
@@ -309,6 +396,25 @@ def test_batch_dir_rounds_until_done_give_the_online_lines(server, tmp_path, cap
     assert lines(tmp_path / "out.jsonl") == lines(tmp_path / "online.jsonl")
 
 
+@pytest.mark.parametrize("newline", [False, True])
+def test_batch_dir_an_answer_file_with_a_cut_last_line_resends_that_request(server, tmp_path, newline):
+    folder = tmp_path / "batches"
+    run = args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)
+    assert main(run) == 3
+    run_through(server, [folder / "round1-001.jsonl"])
+    out = folder / "round1-001.out.jsonl"
+    rows = [json.dumps(json.loads(x), ensure_ascii=False).encode() for x in out.read_bytes().split(b"\n")[:-1]]
+    rows[-1] = rows[-1].replace(b'"id"', '"éid"'.encode(), 1)  # as vLLM writes: UTF-8, not \u escapes
+    cut = rows[-1][: rows[-1].index("é".encode()) + 1]  # inside a two-byte character, as a killed writer leaves it
+    out.write_bytes(b"\n".join([*rows[:-1], cut]) + (b"\n" if newline else b""))
+    assert main(run) == 3  # 11 recorded; the cut one written again
+    assert len(lines(tmp_path / "out.jsonl")) == 11
+    again = [json.loads(x) for x in (folder / "round2-001.jsonl").read_text().splitlines()]
+    assert [x["custom_id"] for x in again] == [json.loads(rows[-1])["custom_id"]]
+    run_through(server, [folder / "round2-001.jsonl"])
+    assert main(run) == 0 and len(lines(tmp_path / "out.jsonl")) == 12
+
+
 # -- bad input: one line, exit 2, nothing submitted or written half ---------------------------------------------
 def _other_run_out(tmp_path: Path, server) -> list[str]:
     folder = tmp_path / "batches"
@@ -325,6 +431,57 @@ def _wrong_model_out(tmp_path: Path, server) -> list[str]:
     out = folder / "round1-001.out.jsonl"
     out.write_text(out.read_text().replace('"model": "stub"', '"model": "another"'))
     return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
+def _edited_request(tmp_path: Path, server) -> list[str]:
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
+    path = folder / "round1-001.jsonl"
+    path.write_text(path.read_text().replace('"model":"stub"', '"model":"another"'))  # custom_ids kept
+    run_through(server, [path])
+    return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
+def _edited_request_rekeyed(tmp_path: Path, server) -> list[str]:
+    from judge.cache import request_key
+
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
+    path = folder / "round1-001.jsonl"
+    edited = []
+    for line in map(json.loads, path.read_text().splitlines()):
+        line["body"]["model"] = "another"
+        edited.append(batching.batch_line(request_key(line["body"]), line["body"]))  # custom_ids made to match
+    path.write_text("\n".join(edited) + "\n")
+    run_through(server, [path])
+    return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
+def _unreadable_answer_line(tmp_path: Path, server) -> list[str]:
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
+    run_through(server, [folder / "round1-001.jsonl"])
+    out = folder / "round1-001.out.jsonl"
+    rows = out.read_text().splitlines()
+    rows[4] = rows[4][:30]
+    out.write_text("\n".join(rows) + "\n")
+    return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
+def _rubric_edited_while_batches_run(tmp_path: Path, server) -> list[str]:
+    rubric = tmp_path / "rubric.yaml"
+    rubric.write_text((ROOT / "rubrics" / f"{RUBRIC}.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    server.batch.hold = True
+    proc = start_cli(server.base_url, tmp_path, "--rubric", str(rubric), "--criteria", UNGATED, "--no-progress")
+    wait_for(lambda: server.created == 1 and (tmp_path / "out.jsonl.batches.json").exists()
+             and "batch_" in (tmp_path / "out.jsonl.batches.json").read_text())
+    proc.kill()
+    proc.wait()
+    server.batch.hold = False  # so that a rerun that submits again would finish, not hang
+    text = rubric.read_text(encoding="utf-8")
+    rubric.write_text(text.replace("n'ajoutez pas de", "n'ajoutez jamais de"), encoding="utf-8")
+    assert rubric.read_text(encoding="utf-8") != text
+    return ["--batch", "--rubric", str(rubric), "--criteria", UNGATED]
 
 
 def _other_command_manifest(tmp_path: Path, server) -> list[str]:
@@ -358,6 +515,12 @@ BAD = [  # (case, setup returning the extra flags, expected message)
     ("out file from another run", _other_run_out, "is not a request of round1-001.jsonl"),
     ("out file from another model", _wrong_model_out, "answered by model 'another', but the request asked for 'stub'"),
     ("manifest of another command", _other_command_manifest, "belongs to another command"),
+    ("rubric edited while its batches run", _rubric_edited_while_batches_run, "belongs to another command"),
+    ("request edited in its batch file", _edited_request,
+     "round1-001.jsonl:1: the request is not the one its custom_id names"),
+    ("request edited with its custom_id", _edited_request_rekeyed,
+     "round1-001.jsonl:1: asks model 'another', this run asks 'stub'"),
+    ("unreadable line in an answer file", _unreadable_answer_line, "round1-001.out.jsonl:5: not valid JSON"),
     ("not a manifest", _garbage_manifest, "not a batch manifest"),
     ("a batch the provider lost", _batch_gone, "failed (HTTP 404): Error code: 404"),
 ]

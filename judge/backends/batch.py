@@ -31,12 +31,13 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from judge.backends.openai_compat import _completion, _status_error
 from judge.cache import request_key
 from judge.errors import BackendError, InputError, JudgeError, OutputError, RetryableError, ServerUnusable
 from judge.outputs import write_files
-from judge.secrets import Redactor
+from judge.secrets import MASK, Redactor
 
 ENDPOINT = "/v1/chat/completions"
 # The OpenAI Batch API's limits per input file, with a margin (a provider counts bytes its own way).
@@ -47,6 +48,7 @@ IDLE_TURNS = 20  # event-loop turns with no new request before a round is closed
 FINAL = ("completed", "expired", "cancelled", "failed")
 UNANSWERED = ("batch_expired", "batch_cancelled")  # error codes of requests the batch never ran: sent again
 RETRYABLE_CODES = ("rate_limit_exceeded", "server_error", "internal_error", "timeout")
+CREATE_ATTEMPTS = 4  # tries at uploading a file or creating a batch (the SDK's own retries are off for these)
 MAX_SENDS = 5  # batches a request may go out in before it is recorded as unanswered
 POLL_FIRST = float(os.environ.get("JUDGE_BATCH_POLL_SECONDS", "5"))  # then doubling, up to POLL_MAX
 POLL_MAX = max(POLL_FIRST, 60.0)
@@ -120,7 +122,12 @@ def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
 
 
 def run_fingerprint(args) -> str:
-    """What makes a run the same command: verb, rubric, items (their bytes), criteria, model and decoding."""
+    """What makes a run the same command: verb, rubric (its content), items (their bytes), criteria, templates (their
+    text), model and decoding."""
+    from judge.judging import template_sources
+    from judge.judgment import digest
+    from judge.rubric import load_rubric
+
     parts = {name: getattr(args, name, None) for name in (
         "command", "rubric", "criteria", "mode", "model", "temperature", "samples", "seed", "max_tokens",
         "logprobs", "response_format", "template", "no_swap")}
@@ -128,8 +135,29 @@ def run_fingerprint(args) -> str:
     if items and Path(items).is_file():
         with Path(items).open("rb") as handle:
             parts["items"] = hashlib.file_digest(handle, "sha256").hexdigest()
+    if parts["rubric"]:  # what the rubric says, not its name: an edit while batches run makes another command
+        try:
+            parts["rubric_content"] = digest(load_rubric(parts["rubric"]).model_dump(mode="json"))
+        except JudgeError:
+            pass  # loading it for the run says what is wrong
+    parts["templates"] = digest(template_sources(parts["template"]))  # as the judgments' fingerprint reads them
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def public_url(url: str | None, redact: Redactor | None = None) -> str:
+    """A server's URL as it may be written down or shown: credentials (`user:token@`, any query value) masked."""
+    if not url:
+        return "the OpenAI API"
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return (redact or Redactor())(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{MASK}@{netloc.rpartition('@')[2]}"
+    query = "&".join(f"{name}={MASK}" for name, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return (redact or Redactor())(urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment)))
 
 
 class _Status:
@@ -175,6 +203,8 @@ class Batcher:
         self._sends: dict[str, int] = {}
         self.requests = self.batches = self.rounds = 0  # sent (or written) in batches
         self.answered = 0  # answers that came back from batches
+        # Answers and tokens (prompt, cached, completion) from batches this run submitted, and from earlier ones.
+        self.billed = {"this run": [0, 0, 0, 0], "earlier": [0, 0, 0, 0]}
 
     async def complete(self, body: dict, timeout: float) -> dict:
         key = request_key(body)
@@ -231,8 +261,16 @@ class Batcher:
                 else:
                     self._waiting[key] = (body, futures)
 
-    def settle(self, futures: Iterable[asyncio.Future], result) -> None:
+    def settle(self, futures: Iterable[asyncio.Future], result, mine: bool = False) -> None:
+        """Hand `result` to the waiting callers; `mine`: it came from a batch this run submitted (and pays for)."""
         self.answered += 1
+        tally = self.billed["this run" if mine else "earlier"]
+        tally[0] += 1
+        if isinstance(result, dict):
+            usage = result.get("usage") or {}
+            tally[1] += usage.get("prompt_tokens") or 0
+            tally[2] += usage.get("cached_tokens") or 0
+            tally[3] += usage.get("completion_tokens") or 0
         for future in futures:
             if future.done():
                 continue
@@ -249,7 +287,17 @@ class Batcher:
         if not self.requests and not self.answered:
             return ""
         return (f"by batch: {self.answered} answers; {self.requests} requests sent in {self.batches} batch file(s) "
-                f"over {self.rounds} round(s){self.price_note}")
+                f"over {self.rounds} round(s); {self._billing()}{self.price_note}")
+
+    @staticmethod
+    def _tokens(tally: list[int]) -> str:
+        return f"tokens {tally[1]} prompt ({tally[2]} cached) / {tally[3]} completion"
+
+    def _billing(self) -> str:
+        """--batch-dir: the runner's answers read by this run (whoever wrote the files)."""
+        earlier, mine = self.billed["earlier"], self.billed["this run"]
+        both = [a + b for a, b in zip(earlier, mine)]
+        return f"answers read: {self._tokens(both)}"
 
     price_note = ""
 
@@ -294,6 +342,8 @@ class Manifest:
                 f"{len(live)} batch(es) are not finished: rerun that command to collect them, or `judge batch cancel "
                 f"--output {self.path.name.removesuffix('.batches.json')}`; nothing was submitted")
         data.update(fingerprint=fingerprint, command=command)  # finished batches' answers still match by key
+        if data.get("server"):  # one written before URLs were stored without their credentials
+            data["server"] = public_url(data["server"]) if data["server"] != "the OpenAI API" else data["server"]
         self.data = data
 
     @property
@@ -325,6 +375,12 @@ def read_manifest(output: str | Path) -> dict:
 def sdk_client(base_url: str | None, api_key: str | None, sync: bool = False):
     import openai
 
+    if base_url and MASK in base_url:  # a manifest's server, written down without its credentials
+        full = os.environ.get("OPENAI_BASE_URL")
+        if not full or public_url(full) != base_url:
+            raise BackendError(f"the batches were sent to {base_url}, recorded without its credentials: set "
+                               "OPENAI_BASE_URL to that URL in full, then run this again")
+        base_url = full
     cls = openai.OpenAI if sync else openai.AsyncOpenAI
     return cls(base_url=base_url, api_key=api_key or "not-needed", max_retries=4)
 
@@ -359,24 +415,34 @@ class BatchAPIClient(Batcher):
                  progress: bool = True):
         super().__init__(redact, progress)
         self._client = sdk_client(base_url, api_key)
+        # Uploading a file and creating a batch are not idempotent (the SDK sends no idempotency key): no retries
+        # by the SDK; `_submit` looks a batch up by its input file after any failure before creating it again.
+        self._once = self._client.with_options(max_retries=0)
         self.manifest = manifest
         self._results: dict[str, dict[str, dict]] = {}  # batch id -> custom_id -> result record
         self._adopted = False
+        self._submitted: set[str] = set()  # ids of the batches this run created (and pays for)
 
     async def aclose(self) -> None:
         await super().aclose()
         await self._client.close()
 
+    async def _find(self, file_ids: Iterable[str]) -> dict:
+        """input file id -> the batch made of it, for those of `file_ids` the provider has a batch of."""
+        wanted, found = set(file_ids), {}
+        async for batch in self._client.batches.list(limit=100):
+            if batch.input_file_id in wanted and batch.input_file_id not in found:
+                found[batch.input_file_id] = batch
+                if len(found) == len(wanted):
+                    break
+        return found
+
     async def _adopt_orphans(self) -> None:
         """A crash between uploading a file and recording its batch: find that batch by its input file."""
         orphans = {b["file_id"]: b for b in self.manifest.batches if not b.get("batch_id")}
         if orphans:
-            async for batch in self._client.batches.list(limit=100):
-                if batch.input_file_id in orphans:
-                    entry = orphans.pop(batch.input_file_id)
-                    entry.update(batch_id=batch.id, status=batch.status)
-                if not orphans:
-                    break
+            for file_id, batch in (await self._find(orphans)).items():
+                orphans.pop(file_id).update(batch_id=batch.id, status=batch.status)
             for entry in orphans.values():  # uploaded, never submitted: its requests are new
                 entry["status"] = "never submitted"
                 entry["custom_ids"] = []
@@ -389,14 +455,13 @@ class BatchAPIClient(Batcher):
         if batch is None:
             batch = await self._client.batches.retrieve(entry["batch_id"])
         records: dict[str, dict] = {}
-        for file_id in (batch.error_file_id, batch.output_file_id):  # an answer wins over an error line
+        for kind, file_id in (("error", batch.error_file_id), ("output", batch.output_file_id)):  # answers win
             if not file_id:
                 continue
             content = await self._client.files.content(file_id)
-            for line in content.text.splitlines():
-                if line.strip():
-                    record = json.loads(line)
-                    records[record.get("custom_id")] = record
+            where = f"the {kind} file {file_id} of batch {entry['batch_id']}"
+            for _, record in _jsonl(content.content, where, cut_ok=True):  # a cut last line: that request is resent
+                records[record["custom_id"]] = record
         self._results[entry["batch_id"]] = records
         return records
 
@@ -436,14 +501,13 @@ class BatchAPIClient(Batcher):
         for lines in split([batch_line(key, taken[key][0]) for key in new]):
             keys = [json.loads(line)["custom_id"] for line in lines]
             data = ("\n".join(lines) + "\n").encode("utf-8")
-            uploaded = await self._client.files.create(file=(f"judge-round{self.rounds}.jsonl", data), purpose="batch")
+            uploaded = await self._upload(f"judge-round{self.rounds}.jsonl", data)
             entry = {"file_id": uploaded.id, "batch_id": None, "status": "uploaded", "round": self.rounds,
                      "requests": len(keys), "custom_ids": keys}
             manifest.add(entry)
             manifest.save()  # before the batch exists: a crash now is adopted on the rerun, not paid twice
-            batch = await self._client.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT,
-                                                      completion_window="24h",
-                                                      metadata={"judge_run": manifest.data["fingerprint"]})
+            batch = await self._submit(uploaded.id)
+            self._submitted.add(batch.id)
             entry.update(batch_id=batch.id, status=batch.status)
             manifest.save()
             entries.append(entry)
@@ -454,6 +518,50 @@ class BatchAPIClient(Batcher):
             if key not in again and not all(f.done() for f in taken[key][1]):
                 again[key] = taken[key]  # in no output or error line: never ran
         return again
+
+    @staticmethod
+    def _worth_retrying(exc) -> bool:
+        import openai
+
+        status = getattr(exc, "status_code", None)
+        return isinstance(exc, openai.APIConnectionError) or status in (408, 409, 429) or (status or 0) >= 500
+
+    async def _upload(self, name: str, data: bytes):
+        """Upload a batch input file; retried here on a connection error, 429 or 5xx (a file uploaded twice costs
+        nothing: only the one a batch is made of is recorded)."""
+        import openai
+
+        wait = POLL_FIRST
+        for attempt in range(CREATE_ATTEMPTS):
+            try:
+                return await self._once.files.create(file=(name, data), purpose="batch")
+            except openai.APIError as exc:
+                if attempt == CREATE_ATTEMPTS - 1 or not self._worth_retrying(exc):
+                    raise
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, POLL_MAX)
+
+    async def _submit(self, file_id: str):
+        """Create the batch of an uploaded file, once. The SDK does not retry it: after any failure (the batch may
+        exist, its answer lost: a 502, a timeout), the batch is looked up by its input file before it is created
+        again. A failure that outlasts the attempts stops the run; the file id is in the manifest, so the rerun
+        adopts the batch if it exists."""
+        import openai
+
+        wait = POLL_FIRST
+        for attempt in range(CREATE_ATTEMPTS):
+            try:
+                return await self._once.batches.create(input_file_id=file_id, endpoint=ENDPOINT,
+                                                       completion_window="24h",
+                                                       metadata={"judge_run": self.manifest.data["fingerprint"]})
+            except openai.APIError as exc:
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, POLL_MAX)
+                found = (await self._find([file_id])).get(file_id)
+                if found is not None:
+                    return found  # created after all: adopted, not paid twice
+                if attempt == CREATE_ATTEMPTS - 1 or not self._worth_retrying(exc):
+                    raise
 
     async def _poll(self, entries: list[dict], taken, again) -> None:
         wait = POLL_FIRST
@@ -467,7 +575,8 @@ class BatchAPIClient(Batcher):
                 if batch.status not in FINAL:
                     continue
                 pending.remove(entry)
-                self._finish(entry, batch, await self._records(entry, batch), taken, again)
+                self._finish(entry, batch, await self._records(entry, batch), taken, again,
+                             mine=entry["batch_id"] in self._submitted)
                 self.manifest.save()
             if pending:
                 done = sum(e.get("completed") or 0 for e in entries)
@@ -479,7 +588,7 @@ class BatchAPIClient(Batcher):
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, POLL_MAX)
 
-    def _finish(self, entry: dict, batch, records: dict, taken, again) -> None:
+    def _finish(self, entry: dict, batch, records: dict, taken, again, mine: bool) -> None:
         if batch.status == "failed":
             errors = (batch.errors.data if batch.errors else None) or []
             reasons = "; ".join(f"line {e.line}: {e.message} ({e.code})" if e.line is not None else
@@ -487,7 +596,7 @@ class BatchAPIClient(Batcher):
             failure = BackendError(self.redact(f"batch {batch.id} failed validation: {reasons}"))
             for key in entry["custom_ids"]:
                 if key in taken:
-                    self.settle(taken[key][1], failure)
+                    self.settle(taken[key][1], failure, mine)
             return
         for key in entry["custom_ids"]:
             if key not in taken:
@@ -496,30 +605,52 @@ class BatchAPIClient(Batcher):
             if answer is None:
                 again[key] = taken[key]  # expired or cancelled before it ran: the next round
             else:
-                self.settle(taken[key][1], answer)
+                self.settle(taken[key][1], answer, mine)
+
+    def _billing(self) -> str:
+        mine, earlier = self.billed["this run"], self.billed["earlier"]
+        return (f"this run's batches: {mine[0]} answers, {self._tokens(mine)}; {earlier[0]} answers collected from "
+                f"batches submitted earlier ({self._tokens(earlier)}, paid then)")
 
 
 # -- batch files for any runner -------------------------------------------------------------------------------
 DIR_MANIFEST = "batch-manifest.json"
 
 
-def _read_jsonl(path: Path) -> Iterable[tuple[int, dict]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text, so not a batch file") from None
-    for number, line in enumerate(text.splitlines(), start=1):
+def _jsonl(data: bytes, where: str, cut_ok: bool) -> list[tuple[int, dict]]:
+    """(line number, record) of each line of a batch file. With `cut_ok` (a results file), a last line that does not
+    read (cut while the runner wrote it, or while it was fetched) is left out: that request has no answer and is sent
+    again. Any other line that does not read is an InputError naming `where` and the line."""
+    raw = data.split(b"\n")  # not splitlines: a JSON string may hold U+2028 and other line breaks
+    last = max((i for i, line in enumerate(raw) if line.strip()), default=-1)
+    records = []
+    for i, line in enumerate(raw):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            problem = f"not UTF-8 text (byte {exc.start + 1} of the line is 0x{line[exc.start]:02x})"
         except json.JSONDecodeError as exc:
-            if number == len(text.splitlines()) and not text.endswith("\n"):
-                continue  # a last line cut while the runner was writing: that request is sent again
-            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg}); is it a batch file?") from None
-        if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
-            raise InputError(f"{path}:{number}: not a batch line (no custom_id)")
-        yield number, record
+            problem = f"not valid JSON ({exc.msg})"
+        else:
+            if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
+                raise InputError(f"{where}:{i + 1}: not a batch line (no custom_id)")
+            records.append((i + 1, record))
+            continue
+        if cut_ok and i == last:
+            continue
+        raise InputError(f"{where}:{i + 1}: {problem}; is it a batch file? (only a cut last line is read as "
+                         "a missing answer)")
+    return records
+
+
+def _read_jsonl(path: Path, cut_ok: bool) -> list[tuple[int, dict]]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return _jsonl(data, str(path), cut_ok)
 
 
 class BatchDirClient(Batcher):
@@ -569,19 +700,30 @@ class BatchDirClient(Batcher):
         for inp in sorted(self.dir.glob("round*-*.jsonl"), key=lambda p: (self._round_of(p), p.name)):
             if inp.name.endswith(".out.jsonl"):
                 continue
-            asked = {r["custom_id"]: r for _, r in _read_jsonl(inp)}
+            asked = {}
+            for number, record in _read_jsonl(inp, cut_ok=False):
+                body = record.get("body")
+                if not isinstance(body, dict) or record["custom_id"] != request_key(body):
+                    raise InputError(f"{inp}:{number}: the request is not the one its custom_id names (the line was "
+                                     "edited, or written by another tool): refused; its answer would be recorded "
+                                     "for another request: restore the file, or choose another --batch-dir")
+                if body.get("model") != self.model:
+                    raise InputError(f"{inp}:{number}: asks model {body.get('model')!r}, this run asks {self.model!r}: "
+                                     "refused; choose another --batch-dir")
+                asked[record["custom_id"]] = record
             out = inp.with_name(inp.name.removesuffix(".jsonl") + ".out.jsonl")
             if not out.exists():
                 for key in asked:
                     self.waiting_on[key] = inp
                 continue
-            for number, record in _read_jsonl(out):
+            for number, record in _read_jsonl(out, cut_ok=True):
                 key = record["custom_id"]
                 if key not in asked:
                     raise InputError(f"{out}:{number}: custom_id {key[:16]}... is not a request of {inp.name} (an "
                                      "answer file from another run, or renamed): refused; move it away")
-                body = ((record.get("response") or {}).get("body")) or {}
-                wanted = asked[key]["body"].get("model")
+                response = record.get("response")
+                body = response.get("body") if isinstance(response, dict) else None
+                wanted = self.model  # the model this run asks for, not the one written in the file
                 if isinstance(body, dict) and body.get("model") not in (None, wanted):
                     raise InputError(f"{out}:{number}: answered by model {body.get('model')!r}, but the request asked "
                                      f"for {wanted!r}: refused; run the file with --model {wanted}")
@@ -690,7 +832,7 @@ def open_batch(args):
     urls = args.base_url or getattr(args, "base_urls_from_env", None) or [None]
     if len(urls) > 1:
         raise JudgeError("--batch sends to one provider: give one --base-url")
-    where = urls[0] or "the OpenAI API"
+    where = public_url(urls[0], redact)  # what is written down and shown: no credentials
     if not getattr(args, "output", None):
         raise JudgeError("--batch needs --output: the batch manifest is kept next to it")
     manifest = Manifest(manifest_path(args.output), fingerprint, args.command, args.model, where)
