@@ -356,21 +356,25 @@ def test_order_probe_reshuffles_blocks(stub_server, tmp_path, capsys):
     assert (pd.read_csv(tmp_path / "audit" / "probes.csv").query("probe == 'filler'")["n"] == 4).all()
 
 
-PROBE_BAD = [
-    ("order on pointwise judgments", "order", [], "--probe order reshuffles a block"),
-    ("an unknown probe", "padding", [], "--probe: unknown probe 'padding'"),
-    ("a probe without --output-dir", "filler", ["--output-dir"], "--probe needs --output-dir"),
+PROBE_BAD = [  # (case, --probe, flags dropped, flags added, message)
+    ("order on pointwise judgments", "order", [], [], "--probe order reshuffles a block"),
+    ("an unknown probe", "padding", [], [], "--probe: unknown probe 'padding'"),
+    ("a probe without --output-dir", "filler", ["--output-dir"], [], "--probe needs --output-dir"),
+    ("other --samples than the judgments'", "filler", [], ["--samples", "3"],
+     "--samples 3, but the judgments were made with samples 1: probe with the same settings"),
+    ("another temperature", "filler", [], ["--temperature", "0.7"],
+     "--temperature 0.7, but the judgments were made with temperature 0.0"),
 ]
 
 
-@pytest.mark.parametrize("name, probes, drop, message", PROBE_BAD, ids=[row[0] for row in PROBE_BAD])
-def test_probe_bad_input(stub_server, tmp_path, capsys, name, probes, drop, message):
+@pytest.mark.parametrize("name, probes, drop, extra, message", PROBE_BAD, ids=[row[0] for row in PROBE_BAD])
+def test_probe_bad_input(stub_server, tmp_path, capsys, name, probes, drop, extra, message):
     items = write_items(tmp_path / "items.jsonl", dialogues=4)
     judgments = _judge(stub_server, tmp_path, items, "j.jsonl")
     asked = stub_server.stats.total
     argv = ["audit", "--judgments", str(judgments), "--items", str(items), "--probe", probes, "--rubric",
             "dialsummeval", "--output-dir", str(tmp_path / "audit"), "--base-url", stub_server.base_url,
-            "--model", "stub", "--cache", str(tmp_path / "cache")]
+            "--model", "stub", "--cache", str(tmp_path / "cache"), *extra]
     for flag in drop:
         at = argv.index(flag)
         del argv[at:at + 2]
@@ -385,5 +389,6 @@ def test_pairwise_rubric_cannot_take_a_probe(tmp_path, capsys):
     items, judgments = write_pairs(tmp_path)
     assert main(["audit", "--judgments", str(judgments), "--items", str(items), "--probe", "filler", "--rubric",
                  "pairwise_summary", "--output-dir", str(tmp_path / "audit")]) == 2
-    assert "compares pairs; probes perturb the candidates" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "compares pairs; probes perturb the candidates" in err, err
     assert not (tmp_path / "audit").exists()

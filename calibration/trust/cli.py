@@ -128,6 +128,7 @@ def _run_probes(args, result) -> dict:
     if made_with and made_with[0].partition("@")[0] != rubric.name:
         raise JudgeError(f"--rubric {args.rubric}: the judgments were made with {made_with[0]}; probe with that rubric")
     check_probes(names, rubric, result.mode)
+    _check_same_decoding(args)
     items = load_items(args.items, rubric.inputs)
     mode = "block" if result.mode == "block" else "pointwise"
     model_flags = _model_dests()
@@ -149,6 +150,27 @@ def _run_probes(args, result) -> dict:
         run_score(score)
         runs[name] = (output, keys)
     return runs
+
+
+def _check_same_decoding(args) -> None:
+    """Probes are judged as the judgments were: a verdict that is the mean of 3 samples moves less than one sample,
+    so other --samples (or temperature, or logprobs) would measure the settings, not the perturbation."""
+    from judge.errors import JudgeError
+    from judge.judgment import Judgment
+
+    try:
+        with open(args.judgments, encoding="utf-8") as handle:
+            first = Judgment.model_validate_json(handle.readline())
+    except (OSError, ValueError):
+        return  # a CSV of scores records no decoding: nothing to hold the probes to
+    made = first.fingerprint or {}
+    temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
+    asked = {"samples": args.samples, "temperature": temperature, "logprobs": bool(args.logprobs)}
+    for name, value in asked.items():
+        if name in made and made[name] != value:
+            flag = f"--{name}" if name != "logprobs" else "--logprobs"
+            raise JudgeError(f"{flag} {value}, but the judgments were made with {name} {made[name]}: probe with the "
+                             "same settings, or the probes measure the change of settings, not the perturbation")
 
 
 def _model_dests() -> list[str]:
