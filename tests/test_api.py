@@ -286,11 +286,17 @@ def test_calibrate_bad_options_raise_with_the_flag_name():
 
 def test_docstring_examples_run(monkeypatch):
     """Every public function's example (those needing a server are exercised above and in the notebook)."""
-    import judge.api
     import calibration.analysis
+    import calibration.study.estimating
+    import calibration.study.screen
+    import calibration.trust.audit
+    import calibration.trust.drift
+    import calibration.trust.select
+    import judge.api
 
     monkeypatch.chdir(ROOT)
-    for module in (judge.api, calibration.analysis):
+    for module in (judge.api, calibration.analysis, calibration.study.screen, calibration.study.estimating,
+                   calibration.trust.audit, calibration.trust.drift, calibration.trust.select):
         failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert failed == 0 and tried > 0, module.__name__
 

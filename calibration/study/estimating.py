@@ -72,7 +72,17 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
     folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
     the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
-    `result.warnings`."""
+    `result.warnings`.
+
+    >>> import calibration
+    >>> result = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
+    ...                               plan="examples/study/plan")
+    >>> sorted(result.files())
+    ['differences.csv', 'estimates.csv', 'summary.json', 'targeted.csv']
+    >>> row = result.estimates.query("criterion == 'accuracy' and system == 'alpha'").iloc[0]
+    >>> bool(row.ci_low < row.estimate < row.ci_high)
+    True
+    """
     from ..io import check_labels, human_na_cells, judge_scales, read_human_labels, read_judge_scores
     from .estimate import estimate as estimate_tables
     from .screen import provenance

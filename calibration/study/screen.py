@@ -452,7 +452,15 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
            random_share: float = 0.5, power: float = 0.8, bootstrap: int = 1000, seed: int = 0) -> ScreenResult:
     """`judge screen` as a function: `judgments` and `human` (a pilot's labels) are paths or DataFrames (as
     calibration.io loads them); the keywords are the CLI's flags. Every option and every label is checked here
-    (CalibrationError with the CLI's message); warnings go into `result.warnings`."""
+    (CalibrationError with the CLI's message); warnings go into `result.warnings`.
+
+    >>> import calibration
+    >>> result = calibration.screen("examples/study/judgments.jsonl", budget=8, bootstrap=200)
+    >>> sorted(result.files())
+    ['items.csv', 'plan.csv', 'plan.json', 'power.csv', 'systems.csv']
+    >>> list(result.systems.columns[:4])
+    ['criterion', 'system', 'mean', 'ci_low']
+    """
     from ..io import check_labels, judge_scales, read_human_labels, read_judge_scores
 
     _check_options(budget, budget_unit, random_share, power, bootstrap, seed)

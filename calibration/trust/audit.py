@@ -572,6 +572,14 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
 
     `probes`: {probe name: (its judgments, the (item_id, system) keys it perturbed)}, as
     calibration.trust.probes makes and the CLI judges them (`--probe`).
+
+    >>> import calibration
+    >>> result = calibration.audit("examples/study/judgments.jsonl", "examples/study/items.jsonl",
+    ...                            "examples/study/labels.csv", bootstrap=200)
+    >>> sorted(result.files())
+    ['length.csv', 'length_controlled.csv', 'noise.csv', 'position.csv', 'self_preference.csv']
+    >>> result.text().startswith("clarity: beyond what humans add, the judge adds")
+    True
     """
     if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 1:
         raise CalibrationError("--bootstrap must be a positive whole number")

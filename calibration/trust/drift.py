@@ -374,6 +374,12 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     used as re-asks when present); `human`: labels (path or DataFrame) for the change in agreement with humans.
     `margin`: the mean shift (score points) that counts as no drift; `share_margin`: the share of changed verdicts
     beyond the re-ask noise that still counts as no drift.
+
+    >>> import calibration
+    >>> result = calibration.drift("examples/study/judgments.jsonl", "examples/study/judgments_rerun.jsonl",
+    ...                            bootstrap=200)
+    >>> result.drift[["criterion", "verdict"]].values.tolist()
+    [['accuracy', 'no drift'], ['clarity', 'no drift']]
     """
     _check_options(margin, share_margin, bootstrap, confidence)
     criteria = criteria_option(criteria)

@@ -192,7 +192,14 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
 
 def select(human, judges, *, level: str = "summary", statistic: str = "pearson", criteria=None, clean: bool = False,
            bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95) -> SelectResult:
-    """Compare judges (name -> path or DataFrame) against human labels (path or DataFrame) at one level."""
+    """Compare judges (name -> path or DataFrame) against human labels (path or DataFrame) at one level.
+
+    >>> import calibration
+    >>> result = calibration.select("examples/study/labels.csv", {"first": "examples/study/judgments.jsonl",
+    ...                             "again": "examples/study/judgments_rerun.jsonl"}, bootstrap=200)
+    >>> list(result.selection.query("criterion == 'clarity'")["judge"])[:2]
+    ['first', 'again']
+    """
     from ..alignment import align
     from ..humans import aggregate_humans
     from ..io import each_csv_parsed_once, read_human_labels
