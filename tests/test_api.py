@@ -123,15 +123,15 @@ J, RERUN, LABELS, ITEMS_S = (str(STUDY / n) for n in ("judgments.jsonl", "judgme
 ], ids=["screen", "estimate", "audit", "drift", "select"])
 def test_every_statistics_verb_is_a_function_writing_what_the_cli_writes(tmp_path, capsys, argv, call):
     main([*argv, "--output-dir", str(tmp_path / "cli")])
-    capsys.readouterr()
-    result = call()
-    assert result.text().strip() and set(result.files()) <= {p.name for p in (tmp_path / "cli").iterdir()}
-    result.write(tmp_path / "api")
-    for name in result.files():
-        if name.endswith(".csv"):  # the JSON summaries name their sources (paths from the CLI, the same here)
-            assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
-    result.report(tmp_path / "r.html")
-    assert "<html" in (tmp_path / "r.html").read_text()[:500].lower()
+    printed = capsys.readouterr().out
+    for where, result in zip(("outside", "inside"), both(lambda where: call())):  # inside a running loop too
+        assert result.text() == printed and set(result.files()) <= {p.name for p in (tmp_path / "cli").iterdir()}
+        result.write(tmp_path / where)
+        for name in result.files():
+            if name.endswith(".csv"):  # the JSON summaries name their sources (paths from the CLI, the same here)
+                assert (tmp_path / where / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+        result.report(tmp_path / f"{where}.html")
+        assert "<html" in (tmp_path / f"{where}.html").read_text()[:500].lower()
 
 
 def test_calibrate_report_is_ours_and_refuses_a_foreign_file(tmp_path):
