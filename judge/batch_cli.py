@@ -14,10 +14,10 @@ def register(sub) -> None:
         description="List or cancel the Batch API batches of a `--batch` run (from the manifest next to --output).",
         epilog="examples:\n" + textwrap.indent(
             "# a run on a provider's Batch API (half price; answers within 24 h), then its batches\n"
-            "judge score --rubric dialsummeval --input examples/items.jsonl --output out.jsonl --criteria fluency \\\n"
+            "judge score --rubric dialsummeval --input examples/items.jsonl --output fluency.jsonl --criteria fluency \\\n"
             "    --batch --base-url https://api.openai.com/v1 --model gpt-4o-mini\n"
-            "judge batch status --output out.jsonl\n"
-            "judge batch cancel --output out.jsonl", "  "),
+            "judge batch status --output fluency.jsonl\n"
+            "judge batch cancel --output fluency.jsonl", "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=["status", "cancel"], help="status: each batch's state and counts; cancel: "
                    "cancel those not finished (their finished answers are kept: the rerun collects them)")
