@@ -47,11 +47,12 @@ def paired(judge, human) -> PairedScores:
 
 # (level, statistic, dialogues, systems) -> least coverage accepted; measured with 250 repetitions (-s prints it):
 # item pearson 0.948 (20 x 6) / 0.932 (100 x 14); summary pearson 0.912 / 0.948; item spearman 0.956 (20 x 6).
+# Unexpanded, the summary level at 20 x 6 measured 0.888 here: the 0.90 below catches losing the expansion.
 # The summary level at 20 dialogues still undercovers a little: the expanded interval (plain percentile: 0.877)
 # corrects the small n, not the skew of per-dialogue correlations over only 6 systems (skewness -1.75 here; BCa
 # on top measured 0.92 in 400 repetitions, not worth its jackknife).
 CORRELATION_CASES = {("item", "pearson", 20, 6): 0.90, ("item", "pearson", 100, 14): 0.90,
-                     ("summary", "pearson", 20, 6): 0.88, ("summary", "pearson", 100, 14): 0.92,
+                     ("summary", "pearson", 20, 6): 0.90, ("summary", "pearson", 100, 14): 0.92,
                      ("item", "spearman", 20, 6): 0.90}
 
 
