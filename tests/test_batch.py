@@ -267,6 +267,21 @@ def test_a_crash_between_creating_a_batch_and_recording_it_is_adopted_not_paid_t
     assert len(lines(tmp_path / "out.jsonl")) == 12
 
 
+def test_the_same_run_started_twice_at_once_submits_once(server, tmp_path, capsys):
+    import fcntl
+
+    lock = tmp_path / "out.jsonl.batches.lock"  # what a first run, still polling, holds
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        capsys.readouterr()
+        assert main(args(server.base_url, tmp_path, "--batch")) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "another judge run is submitting or polling these batches" in err, err
+        assert (server.created, server.uploads) == (0, 0) and not (tmp_path / "out.jsonl").exists()
+    assert main(args(server.base_url, tmp_path, "--batch")) == 0  # the first run gone, the same command runs
+    assert server.created >= 1
+
+
 def test_a_half_expired_batch_resends_only_the_missing(server, tmp_path):
     server.batch.expire_after = 5
     assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0

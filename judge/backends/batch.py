@@ -837,4 +837,24 @@ def open_batch(args):
         raise JudgeError("--batch needs --output: the batch manifest is kept next to it")
     manifest = Manifest(manifest_path(args.output), fingerprint, args.command, args.model, where)
     check_batch_endpoints(urls[0], api_key, where, redact)
-    yield Opened(BatchAPIClient(urls[0], api_key, manifest, redact, progress), args.model, "openai", where)
+    with _one_run_at_a_time(manifest.path):
+        yield Opened(BatchAPIClient(urls[0], api_key, manifest, redact, progress), args.model, "openai", where)
+
+
+@contextlib.contextmanager
+def _one_run_at_a_time(manifest: Path):
+    """Hold OUT.batches.lock while the run submits and polls: the same command started twice at once (two
+    terminals, a scheduler) would otherwise submit the same requests twice before either recorded them."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no lock to take
+        yield
+        return
+    lock = manifest.with_suffix(".lock")
+    with open(lock, "a", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise JudgeError(f"{lock}: another judge run is submitting or polling these batches now; wait for it, "
+                             "or stop it first (two runs would pay for the same requests twice)") from None
+        yield
