@@ -140,6 +140,8 @@ def test_pairwise_flip_rate_first_shown_and_longer(tmp_path, capsys):
     length = result.length.iloc[0]
     assert length["prefers_longer"] == pytest.approx(1.0) and length["n_pairs"] == 6  # the agreeing pairs
     assert "prefers the longer candidate in 100%" in result.text()
+    assert "lengths differ by more than 10% of the longer" in result.text()
+    assert "more than 20% of the longer" in audit(judgments, items, bootstrap=50, length_threshold=0.2).text()
     # One sample per order: the two orders are not re-asks of one prompt, so there is no noise floor.
     assert result.noise.iloc[0]["source"] == "none" and "re-run noise unknown" in result.text()
     # With labels: the humans' rate beside the judge's, and position broken down by the human quality gap.

@@ -65,6 +65,7 @@ class AuditResult(Result):
     n_resamples: int = 1000
     seed: int = 0
     has_human: bool = False
+    length_threshold: float = 0.1  # pairwise: lengths differ by more than this share of the longer
 
     def files(self) -> dict[str, str]:
         files = {"noise.csv": self.noise, "length.csv": self.length, "length_controlled.csv": self.length_controlled,
@@ -652,7 +653,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
         position=pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS),
         self_preference=pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS), sentences=[], warnings=warnings,
-        n_resamples=bootstrap, seed=seed, has_human=people is not None)
+        n_resamples=bootstrap, seed=seed, has_human=people is not None, length_threshold=float(length_threshold))
     if probes:
         from .probes import probe_table
 
@@ -694,7 +695,8 @@ def sentences(result: AuditResult) -> list[str]:
                 f" (humans {row.human_prefers_longer:.0%} {_ci(row.human_prefers_longer_ci_low, row.human_prefers_longer_ci_high, '{:.0%}')})")
             out.append(f"{row.criterion}: the judge prefers the longer candidate in {row.prefers_longer:.0%} "
                        f"{_ci(row.prefers_longer_ci_low, row.prefers_longer_ci_high, '{:.0%}')} of {row.n_pairs} "
-                       f"decided pairs whose lengths differ by more than a tenth{humans}; {noise}")
+                       f"decided pairs whose lengths differ by more than {result.length_threshold:.0%} of the longer{humans}; "
+                       f"{noise}")
             continue
         if not np.isfinite(row.judge_slope):
             out.append(f"{row.criterion}: length slope not measurable (no dialogue with candidates of different "
