@@ -22,6 +22,8 @@ def register(sub) -> None:
     p.add_argument("action", choices=["status", "cancel"], help="status: each batch's state and counts; cancel: "
                    "cancel those not finished (their finished answers are kept: the rerun collects them)")
     p.add_argument("--output", required=True, help="the --output of the `--batch` run")
+    p.add_argument("--base-url", metavar="URL", help="the server the batches went to, in full: needed only when its "
+                   "URL carried credentials, which the manifest does not keep (or set $OPENAI_BASE_URL)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR", help="environment variable with the key")
     p.set_defaults(run=run_batch)
 
@@ -29,14 +31,18 @@ def register(sub) -> None:
 def run_batch(args) -> int:
     import openai
 
-    from judge.backends.batch import FINAL, read_manifest, sdk_client
-    from judge.errors import BackendError
+    from judge.backends.batch import FINAL, public_url, read_manifest, sdk_client
+    from judge.errors import BackendError, JudgeError
     from judge.secrets import Redactor
 
     manifest = read_manifest(args.output)
     server = manifest.get("server")
     base_url = None if server in (None, "the OpenAI API") else server
     api_key = os.environ.get(args.api_key_env)
+    if args.base_url:
+        if public_url(args.base_url) != public_url(base_url):  # compared without credentials, never shown
+            raise JudgeError(f"--base-url is not the server the batches went to ({server})")
+        base_url = args.base_url
     client = sdk_client(base_url, api_key, sync=True)
     redact = Redactor(api_key)
     try:

@@ -178,9 +178,15 @@ def test_a_server_url_with_credentials_never_reaches_disk(server, tmp_path, monk
         if path.is_file() and "cache" not in path.parts:
             assert b"tok-url-secret" not in path.read_bytes() and b"judge-user" not in path.read_bytes(), path
     assert "tok-url-secret" not in capsys.readouterr().err
-    # `judge batch status` needs the URL in full: from $OPENAI_BASE_URL, never from the manifest
+    # `judge batch status` needs the URL in full: from --base-url or $OPENAI_BASE_URL, never from the manifest
     assert main(["batch", "status", "--output", str(tmp_path / "out.jsonl")]) == 2
-    assert "OPENAI_BASE_URL" in capsys.readouterr().err
+    assert "--base-url, or $OPENAI_BASE_URL" in capsys.readouterr().err
+    other = url.replace("tok-url-secret", "x").replace("127.0.0.1", "localhost")
+    assert main(["batch", "status", "--output", str(tmp_path / "out.jsonl"), "--base-url", other]) == 2
+    err = capsys.readouterr().err
+    assert "--base-url is not the server the batches went to" in err and "tok-url-secret" not in err
+    assert main(["batch", "status", "--output", str(tmp_path / "out.jsonl"), "--base-url", url]) == 0
+    assert ": completed, 12/12 completed" in capsys.readouterr().out
     monkeypatch.setenv("OPENAI_BASE_URL", url)
     assert main(["batch", "status", "--output", str(tmp_path / "out.jsonl")]) == 0
     assert ": completed, 12/12 completed" in capsys.readouterr().out

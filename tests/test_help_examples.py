@@ -87,7 +87,8 @@ def _against_stub(argv: list[str], parser: argparse.ArgumentParser, url: str) ->
         return argv
     if "--backend" in argv and argv[argv.index("--backend") + 1] == "openai":
         return None
-    return argv + ["--base-url", url] + ([] if "--model" in argv else ["--model", "stub-model"])
+    model = [] if "--model" in argv or "--model" not in flags else ["--model", "stub-model"]
+    return argv + ["--base-url", url] + model
 
 
 @pytest.fixture(scope="module")

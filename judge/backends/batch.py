@@ -378,8 +378,8 @@ def sdk_client(base_url: str | None, api_key: str | None, sync: bool = False):
     if base_url and MASK in base_url:  # a manifest's server, written down without its credentials
         full = os.environ.get("OPENAI_BASE_URL")
         if not full or public_url(full) != base_url:
-            raise BackendError(f"the batches were sent to {base_url}, recorded without its credentials: set "
-                               "OPENAI_BASE_URL to that URL in full, then run this again")
+            raise BackendError(f"the batches were sent to {base_url}, recorded without its credentials: give "
+                               "that URL in full (--base-url, or $OPENAI_BASE_URL), then run this again")
         base_url = full
     cls = openai.OpenAI if sync else openai.AsyncOpenAI
     return cls(base_url=base_url, api_key=api_key or "not-needed", max_retries=4)
