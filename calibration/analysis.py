@@ -237,7 +237,7 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
 
     if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 0:
         raise CalibrationError(f"--bootstrap must be 0 (no bootstrap) or a positive number of resamples, got {bootstrap!r}")
-    from .result import criteria_option, scale_option
+    from .options import criteria_option, scale_option
 
     scale, criteria = scale_option(scale), criteria_option(criteria)
     if scale is not None:

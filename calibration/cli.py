@@ -10,7 +10,7 @@ from pathlib import Path
 
 from judge.errors import JudgeError
 
-from .result import RESAMPLES, criteria_type, flag_type, scale_type, whole_type
+from .options import RESAMPLES, criteria_type, flag_type, scale_type, whole_type
 
 # pandas, scipy, scikit-learn and matplotlib are imported inside run(): every `judge` command builds this parser.
 

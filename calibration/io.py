@@ -449,7 +449,7 @@ def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None, 
     (calibrate, screen and estimate alike), looked for beside `source`, the judgments as given (a path, or a frame
     whose attrs name its file and the rubric file it was judged with)."""
     if scale is not None:
-        from .result import scale_option
+        from .options import scale_option
 
         low, high = scale_option(scale)
         return {"*": range_scale(low, high)}, []

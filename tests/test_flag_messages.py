@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import calibration
-from calibration.result import criteria_option, scale_option
+from calibration.options import criteria_option, scale_option
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..result import SHARE, criteria_type, flag_type, positive_type, scale_type, share_type, whole_type
+from ..options import SHARE, criteria_type, flag_type, positive_type, scale_type, share_type, whole_type
 
 FIXTURES = "examples/study"
 

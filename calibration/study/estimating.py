@@ -89,7 +89,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
 
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
         raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence!r}")
-    from ..result import criteria_option, scale_option
+    from ..options import criteria_option, scale_option
 
     scale, criteria = scale_option(scale), criteria_option(criteria)
     if key is not None and plan is None:

@@ -40,7 +40,8 @@ from judge.resources import file_sha256
 from ..alignment import expand_all_criteria
 from ..errors import CalibrationError
 from ..humans import aggregate_humans
-from ..result import Result, criteria_option, scale_option
+from ..options import criteria_option, scale_option
+from ..result import Result
 from ..stats import expanded_tail, resample_counts
 from .estimate import judge_matrices, ppi_mean
 from .power import dialogues_needed

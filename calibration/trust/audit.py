@@ -586,7 +586,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         raise CalibrationError("--bootstrap must be a positive whole number")
     if not 0.0 <= float(length_threshold) < 1.0:
         raise CalibrationError("--length-threshold must be a share between 0 and 1, e.g. 0.1")
-    from ..result import criteria_option
+    from ..options import criteria_option
 
     criteria = criteria_option(criteria)
     self_list = _parse_self(self_systems)

@@ -6,7 +6,7 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 
 from __future__ import annotations
 
-from ..result import AT_LEAST_100, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type, flag_type, whole_type
+from ..options import AT_LEAST_100, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type, flag_type, whole_type
 
 # Every flag's error names the flag and says what it must be, in the wording of calibration.trust's functions; the
 # ranges they check themselves come from them, word for word (these types only refuse what is not a number).

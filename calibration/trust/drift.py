@@ -38,7 +38,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CalibrationError
-from ..result import Result, criteria_option
+from ..options import criteria_option
+from ..result import Result
 from ..stats import pearson, percentile_interval, resample_counts
 
 DRIFT_COLUMNS = ["criterion", "kind", "n", "n_dialogues", "mean_shift", "ci_low", "ci_high", "tost_low", "tost_high",

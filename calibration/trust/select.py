@@ -18,7 +18,8 @@ import pandas as pd
 
 from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, level_statistic
 from ..errors import CalibrationError
-from ..result import Result, criteria_option
+from ..options import criteria_option
+from ..result import Result
 from ..stats import percentile_interval, resample_counts
 
 SELECTION_COLUMNS = ["criterion", "judge", "kind", "level", "statistic", "estimate", "ci_low", "ci_high",

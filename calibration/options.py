@@ -1,0 +1,141 @@
+"""What each option of the statistics verbs must be, in one wording for the CLI's argparse types and the functions'
+errors (`--budget must be a positive whole number, got 2.5`), and the normalising of `criteria` and `scale` that every
+function applies to what a script passes."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Callable
+
+POSITIVE = "a positive whole number"
+WHOLE = "a whole number"
+RESAMPLES = "0 (no bootstrap) or a positive number of resamples"
+AT_LEAST_100 = "a whole number of at least 100"
+SHARE = "between 0 and 1"
+NUMBER = "a number"
+POINTS = "a positive number of score points"
+THRESHOLD = "a share between 0 and 1, e.g. 0.1"
+SCALE = "MIN,MAX with MIN < MAX, e.g. 1,5"
+CRITERIA = "a comma-separated list of criteria, e.g. coherence,fluency"
+
+
+def must_be(flag: str, what: str, value: Any) -> str:
+    """The one message for a bad option: `--budget must be a positive whole number, got 2.5`."""
+    return f"{flag} must be {what}, got {value!r}"
+
+
+def _whole(text: str) -> int:
+    return int(text)
+
+
+def _number(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(text)
+    return number
+
+
+def flag_type(what: str, convert: Callable[[str], Any] = _number,
+              ok: Callable[[Any], bool] = lambda value: True) -> Callable[[str], Any]:
+    """An argparse type: `convert` the text and accept it when `ok`, else argparse.ArgumentTypeError with the
+    functions' wording (argparse names the flag: `argument --budget: must be a positive whole number, got '2.5'`),
+    never `invalid _positive value`. A range the function checks itself may be left out of `ok`: its error then
+    comes from the function, word for word the same."""
+    import argparse
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    parse.__name__ = what  # read by argparse only if an error escaped; `what` is the user-facing text anyway
+    return parse
+
+
+whole_type = flag_type(WHOLE, _whole)
+positive_type = flag_type(POSITIVE, _whole, lambda n: n >= 1)
+share_type = flag_type(SHARE, ok=lambda x: 0.0 <= x <= 1.0)
+
+
+def _split(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def criteria_option(criteria) -> list[str] | None:
+    """--criteria as the functions take it: None (all), a list of names, or 'a,b' split on commas as the CLI does.
+    Anything else, or no name at all, is a CalibrationError with the CLI's wording."""
+    from .errors import CalibrationError
+
+    if criteria is None:
+        return None
+    if isinstance(criteria, str):
+        names = _split(criteria)
+    elif isinstance(criteria, (list, tuple, set, frozenset)) and all(isinstance(c, str) for c in criteria):
+        names = [c.strip() for c in criteria if c.strip()]
+    else:
+        names = []
+    if not names:
+        raise CalibrationError(must_be("--criteria", CRITERIA, criteria))
+    return list(dict.fromkeys(names))
+
+
+def _scale_pair(scale) -> tuple[float, float] | None:
+    """(MIN, MAX) from 'MIN,MAX' or two real numbers with MIN < MAX, both finite; None when it is not one."""
+    if isinstance(scale, str):
+        parts = scale.split(",")
+        try:
+            values = [float(part) for part in parts]
+        except ValueError:
+            return None
+    else:
+        try:
+            values = list(scale)
+        except TypeError:
+            return None
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) or _is_numpy_real(v) for v in values):
+            return None
+        values = [float(v) for v in values]
+    if len(values) != 2 or not all(math.isfinite(v) for v in values) or not values[0] < values[1]:
+        return None
+    return values[0], values[1]
+
+
+def _is_numpy_real(value) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, (numpy.integer, numpy.floating))
+
+
+def scale_option(scale) -> tuple[float, float] | None:
+    """--scale as the functions take it: None, two numbers (MIN, MAX) or 'MIN,MAX'; else a CalibrationError with the
+    CLI's wording."""
+    from .errors import CalibrationError
+
+    if scale is None:
+        return None
+    pair = _scale_pair(scale)
+    if pair is None:
+        raise CalibrationError(must_be("--scale", SCALE, scale))
+    return pair
+
+
+def _scale_text(text: str) -> tuple[float, float]:
+    pair = _scale_pair(text)
+    if pair is None:
+        raise ValueError(text)
+    return pair
+
+
+def _criteria_text(text: str) -> list[str]:
+    names = _split(text)
+    if not names:
+        raise ValueError(text)
+    return names
+
+
+scale_type = flag_type(SCALE, _scale_text)
+criteria_type = flag_type(CRITERIA, _criteria_text)
