@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from calibration.trust.audit import (Dialogues, block_position, length_controlled_means, length_slopes,
-                                     pairwise_position, self_preference)
+                                     pairwise_position, pairwise_self_preference, self_preference)
 
 REPETITIONS = 200
 RESAMPLES = 400
@@ -199,6 +199,49 @@ def test_planted_self_preference_is_covered_and_none_is_not_found():
                                        ["sys0"])["effect"])
     print(f"self-preference +0.30 planted: covered {_rate(covered):.0%}; none planted: flagged {_rate(flagged):.0%}")
     assert _rate(covered) >= 0.90 and _rate(flagged) <= 0.10
+
+
+def simulate_own_pairs(rng, bonus: float, own_quality: float, dialogues: int):
+    """Pairwise verdicts of the own system sys0 against each other system, shown in a random order. Quality per
+    summary; humans see it through label noise, the judge through its own noise, plus `bonus` logits for sys0.
+    The estimand is E[judge's win share of sys0 - humans' win share] over pairs."""
+    others = len(SYSTEMS) - 1
+    quality = rng.normal(0, 0.6, (dialogues, 1)) + rng.normal(0, 0.5, (dialogues, others + 1))
+    quality[:, 0] += own_quality
+    human = quality + rng.normal(0, 0.6, quality.shape)
+    gap = quality[:, :1] - quality[:, 1:]  # own minus each other, (dialogues, others)
+    own_wins = rng.random(gap.shape) < 1 / (1 + np.exp(-(2.0 * gap + bonus)))
+    own_first = rng.random(gap.shape) < 0.5
+    human_first = np.where(own_first, human[:, :1] > human[:, 1:], human[:, 1:] > human[:, :1])
+    truth = float(np.mean(own_wins) - np.mean(np.where(own_first, human_first, ~human_first)))
+    d, k = np.nonzero(np.ones(gap.shape, bool))
+    first = np.where(own_first[d, k], "sys0", np.array(SYSTEMS)[k + 1])
+    second = np.where(own_first[d, k], np.array(SYSTEMS)[k + 1], "sys0")
+    label = np.where(own_wins[d, k] == own_first[d, k], "1", "2")
+    names = np.array([f"d{i:05d}" for i in range(dialogues)])
+    pairs = pd.DataFrame({"item_id": names[d], "system_1": first, "system_2": second, "criterion": "c",
+                          "label": label, "status": "label"})
+    humans = pd.DataFrame({"item_id": np.repeat(names, others + 1), "system": np.tile(SYSTEMS, dialogues),
+                           "criterion": "c", "human": human.ravel()})
+    return pairs, humans, truth
+
+
+@pytest.mark.slow
+def test_planted_pairwise_self_preference_is_covered_and_none_is_not_found():
+    rng = np.random.default_rng(8)
+    # The planted value: the estimand on 100,000 dialogues of the same model (a better own system, +0.8 logits).
+    _, _, planted = simulate_own_pairs(np.random.default_rng(80), 0.8, 0.3, 100_000)
+    covered, flagged = [], []
+    for rep in range(REPETITIONS):
+        pairs, humans, _ = simulate_own_pairs(rng, 0.8, 0.3, 60)
+        row = pairwise_self_preference(pairs, humans, Dialogues(pairs["item_id"], RESAMPLES, rep), "c", ["sys0"])
+        covered.append(_covers(row["ci_low"], row["ci_high"], planted))
+        pairs, humans, _ = simulate_own_pairs(rng, 0.0, 0.0, 60)  # nothing planted: the own system is like the rest
+        flagged.append(pairwise_self_preference(pairs, humans, Dialogues(pairs["item_id"], RESAMPLES, rep), "c",
+                                                ["sys0"])["effect"])
+    print(f"pairwise self-preference {planted:+.3f} planted: covered {_rate(covered):.0%}; none planted: flagged "
+          f"{_rate(flagged):.0%}")
+    assert planted > 0.1 and _rate(covered) >= 0.90 and _rate(flagged) <= 0.10
 
 
 def test_self_preference_without_labels_is_the_raw_gap_and_says_it_cannot_separate_quality():
