@@ -443,7 +443,7 @@ def check_one_judge(judge: pd.DataFrame, path: str | Path) -> None:
                            "each on its own")
 
 
-def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None, source=None
+def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None, source=None, required: bool = False
                  ) -> tuple[dict[str, HumanScale], list[str]]:
     """The human scales to check labels against: `--scale MIN,MAX` when given, else the rubric's the judgments name
     (calibrate, screen and estimate alike), looked for beside `source`, the judgments as given (a path, or a frame
@@ -453,11 +453,16 @@ def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None, 
 
         low, high = scale_option(scale)
         return {"*": range_scale(low, high)}, []
+    refs = judge["rubric"].dropna().unique()
+    if required and not any(refs):
+        # A CSV of metric scores names no rubric: a 99 among 1-5 labels would move every estimate unseen.
+        raise CalibrationError("the judgments name no rubric, so the human scores' scale is unknown: give --scale "
+                               "MIN,MAX (e.g. --scale 1,5) so that every label is checked")
     attrs = source.attrs if isinstance(source, pd.DataFrame) else {"path": source}
     path = attrs.get("path")
     beside = Path(path).parent if isinstance(path, (str, Path)) and Path(path).is_file() else None
     files = [attrs["rubric_file"]] if attrs.get("rubric_file") else []
-    return rubric_scales(judge["rubric"].dropna().unique(), beside, files)
+    return rubric_scales(refs, beside, files)
 
 
 def check_labels(labels: pd.DataFrame, judge: pd.DataFrame, path: str | Path | None = None,

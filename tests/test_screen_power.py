@@ -34,7 +34,8 @@ def study(tmp_path_factory):
     labels = labels[labels.system.isin(pair) & (labels.criterion == CRITERION)]
     labels.to_csv(folder / "pilot.csv", index=False)
     assert main(["screen", "--judgments", str(folder / "judge.csv"), "--score-column", METRIC, "--human",
-                 str(folder / "pilot.csv"), "--clean", "--power", "0.8", "--output-dir", str(folder / "out")]) == 0
+                 str(folder / "pilot.csv"), "--clean", "--scale", "1,5", "--power", "0.8", "--output-dir",
+                 str(folder / "out")]) == 0
     power = pd.read_csv(folder / "out" / "power.csv").iloc[0]
     # The same human scores screen used: cleaned means over annotators, per dialogue and system.
     from calibration.humans import aggregate_humans

@@ -93,6 +93,14 @@ def _set(n, column, value):
     return replace
 
 
+def _metric_csv(s):
+    rows = [r for r in judgment_records() if r["score"] is not None]
+    table = s["dir"] / "metric.csv"
+    table.write_text("item_id,system,criterion,score\n" + "".join(
+        f"{r['id']},{r['system']},{r['criterion']},{r['score']}\n" for r in rows), encoding="utf-8")
+    return ["--judgments", str(table)]
+
+
 def _unknown_rubric(s):
     records = judgment_records()
     for record in records:
@@ -177,6 +185,8 @@ ESTIMATE_BAD = [
     ("a plan with no random part", _targeted_only_plan, "the plan has no random part"),
     ("a file of the user's in --output-dir", lambda s: [], "estimates.csv: exists and was not written by this tool"),
     ("a label off the plan", None, None),  # the dialogue depends on the plan: built in the test
+    ("a CSV of metric scores, no --scale", _metric_csv,
+     "the judgments name no rubric, so the human scores' scale is unknown: give --scale"),
     ("a rubric found nowhere, no --scale", _unknown_rubric,
      "the judgments name rubric house_style@2, which is not bundled nor in"),
     ("two models in one file", _mixed_judges, "judgments of 2 judges in one file"),

@@ -95,7 +95,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if key is not None and plan is None:
         raise CalibrationError("--key checks the labels against a plan: give --plan too")
     judge, where = read_judge_scores(judgments, score_column)
-    scales, warnings = judge_scales(judge, scale, judgments)
+    scales, warnings = judge_scales(judge, scale, judgments, required=True)
     labels = read_human_labels(human, scales)
     judge, imputed = check_labels(labels, judge, criteria=criteria)
     if imputed:

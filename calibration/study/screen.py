@@ -470,7 +470,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
     warnings_: list[str] = []
     pilot_labels = None
     if human is not None:
-        scales, notes = judge_scales(judge, scale, judgments)
+        scales, notes = judge_scales(judge, scale, judgments, required=True)
         warnings_ += notes
         pilot_labels = read_human_labels(human, scales)
         judge, imputed = check_labels(pilot_labels, judge, criteria=criteria)
