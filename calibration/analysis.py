@@ -232,7 +232,7 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     from pathlib import Path
 
     from .alignment import check_overlap
-    from .io import judge_scales, range_scale, read_human_labels
+    from .io import judge_scales, read_human_labels
     from .maps import apply_maps, load_maps
 
     if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 0:
@@ -240,15 +240,9 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     from .options import criteria_option, scale_option
 
     scale, criteria = scale_option(scale), criteria_option(criteria)
-    if scale is not None:
-        low, high = scale
     judge, judgments_name = _judge_frame(judgments, score_column)
-    warnings = []
-    if scale is not None:
-        scales = {"*": range_scale(low, high)}
-    else:
-        scales, notes = judge_scales(judge, None, judgments)
-        warnings += [f"note: {note}" for note in notes]
+    scales, notes = judge_scales(judge, scale, judgments)
+    warnings = [f"note: {note}" for note in notes]
     # A frame from a script gets the scale and duplicate checks a file gets.
     labels = read_human_labels(human, scales)
     human_name = "(a DataFrame)" if isinstance(human, pd.DataFrame) else str(human)

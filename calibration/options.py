@@ -5,7 +5,7 @@ function applies to what a script passes."""
 from __future__ import annotations
 
 import math
-import sys
+import numbers
 from typing import Any, Callable
 
 POSITIVE = "a positive whole number"
@@ -23,10 +23,6 @@ CRITERIA = "a comma-separated list of criteria, e.g. coherence,fluency"
 def must_be(flag: str, what: str, value: Any) -> str:
     """The one message for a bad option: `--budget must be a positive whole number, got 2.5`."""
     return f"{flag} must be {what}, got {value!r}"
-
-
-def _whole(text: str) -> int:
-    return int(text)
 
 
 def _number(text: str) -> float:
@@ -57,8 +53,8 @@ def flag_type(what: str, convert: Callable[[str], Any] = _number,
     return parse
 
 
-whole_type = flag_type(WHOLE, _whole)
-positive_type = flag_type(POSITIVE, _whole, lambda n: n >= 1)
+whole_type = flag_type(WHOLE, int)
+positive_type = flag_type(POSITIVE, int, lambda n: n >= 1)
 share_type = flag_type(SHARE, ok=lambda x: 0.0 <= x <= 1.0)
 
 
@@ -97,17 +93,12 @@ def _scale_pair(scale) -> tuple[float, float] | None:
             values = list(scale)
         except TypeError:
             return None
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) or _is_numpy_real(v) for v in values):
+        if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):  # numpy's too
             return None
         values = [float(v) for v in values]
     if len(values) != 2 or not all(math.isfinite(v) for v in values) or not values[0] < values[1]:
         return None
     return values[0], values[1]
-
-
-def _is_numpy_real(value) -> bool:
-    numpy = sys.modules.get("numpy")
-    return numpy is not None and isinstance(value, (numpy.integer, numpy.floating))
 
 
 def scale_option(scale) -> tuple[float, float] | None:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable, ClassVar
 
+
 class Result:
     verb: ClassVar[str]  # the CLI verb: names the writer of its files and the page title
     warnings: list[str]

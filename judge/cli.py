@@ -152,12 +152,16 @@ def check_model_arguments(args) -> None:
             raise JudgeError(message.format(**vars(args)))
 
 
+def temperature_of(args) -> float:
+    """--temperature as given, else 0 for one sample and 1.0 for several (re-asks must be able to differ)."""
+    return args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
+
+
 def _settings(args, model: str, backend: str, mode: str, swap: bool, where: str):
     from judge.settings import Settings
 
-    temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
     return Settings(
-        model=model, backend=backend, temperature=temperature, max_tokens=args.max_tokens, samples=args.samples,
+        model=model, backend=backend, temperature=temperature_of(args), max_tokens=args.max_tokens, samples=args.samples,
         logprobs=args.logprobs, seed=args.seed, concurrency=args.concurrency, timeout=args.timeout,
         response_format=args.response_format, template=getattr(args, "template", None), mode=mode, swap=swap,
         where=where,

@@ -127,8 +127,9 @@ def estimate_section(result) -> str:
     bounds = getattr(result, "scales", None)
     level = f"{result.confidence:.0%}"
     parts = [sources_html(result.provenance, {"Random sample": f"{result.n_random} dialogues ({source})",
-                                              "Method": "PPI++: lambda tuned from 10 labels on (t interval on n-2 df with lambda's own error), "
-                                                        "else human-only (n-1 df); none below 3 labels"}),
+                                              "Method": "PPI++: lambda tuned from 10 labels on (t interval on "
+                                                        "n-2 df with lambda's own error), else human-only (n-1 "
+                                                        "df); none below 3 labels"}),
              "<h2>Estimate: paired differences between systems</h2>",
              f"<p class=note>Each system minus each other, per dialogue (the question a study asks): PPI++ "
              f"{level} intervals beside the human-only ones from the same labels. An interval that excludes 0 "

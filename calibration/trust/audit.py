@@ -695,8 +695,8 @@ def sentences(result: AuditResult) -> list[str]:
                 f" (humans {row.human_prefers_longer:.0%} {_ci(row.human_prefers_longer_ci_low, row.human_prefers_longer_ci_high, '{:.0%}')})")
             out.append(f"{row.criterion}: the judge prefers the longer candidate in {row.prefers_longer:.0%} "
                        f"{_ci(row.prefers_longer_ci_low, row.prefers_longer_ci_high, '{:.0%}')} of {row.n_pairs} "
-                       f"decided pairs whose lengths differ by more than {result.length_threshold:.0%} of the longer{humans}; "
-                       f"{noise}")
+                       f"decided pairs whose lengths differ by more than {result.length_threshold:.0%} of the longer"
+                       f"{humans}; {noise}")
             continue
         if not np.isfinite(row.judge_slope):
             out.append(f"{row.criterion}: length slope not measurable (no dialogue with candidates of different "

@@ -155,6 +155,7 @@ def _run_probes(args, result) -> dict:
 def _check_same_decoding(args) -> None:
     """Probes are judged as the judgments were: a verdict that is the mean of 3 samples moves less than one sample,
     so other --samples (or temperature, or logprobs) would measure the settings, not the perturbation."""
+    from judge.cli import temperature_of
     from judge.errors import JudgeError
     from judge.judgment import Judgment
 
@@ -164,12 +165,10 @@ def _check_same_decoding(args) -> None:
     except (OSError, ValueError):
         return  # a CSV of scores records no decoding: nothing to hold the probes to
     made = first.fingerprint or {}
-    temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
-    asked = {"samples": args.samples, "temperature": temperature, "logprobs": bool(args.logprobs)}
+    asked = {"samples": args.samples, "temperature": temperature_of(args), "logprobs": bool(args.logprobs)}
     for name, value in asked.items():
         if name in made and made[name] != value:
-            flag = f"--{name}" if name != "logprobs" else "--logprobs"
-            raise JudgeError(f"{flag} {value}, but the judgments were made with {name} {made[name]}: probe with the "
+            raise JudgeError(f"--{name} {value}, but the judgments were made with {name} {made[name]}: probe with the "
                              "same settings, or the probes measure the change of settings, not the perturbation")
 
 

@@ -343,7 +343,7 @@ class Manifest:
                 f"--output {self.path.name.removesuffix('.batches.json')}`; nothing was submitted")
         data.update(fingerprint=fingerprint, command=command)  # finished batches' answers still match by key
         if data.get("server"):  # one written before URLs were stored without their credentials
-            data["server"] = public_url(data["server"]) if data["server"] != "the OpenAI API" else data["server"]
+            data["server"] = public_url(data["server"])
         self.data = data
 
     @property
