@@ -235,9 +235,9 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     from .io import judge_scales, read_human_labels
     from .maps import apply_maps, load_maps
 
-    if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 0:
-        raise CalibrationError(f"--bootstrap must be 0 (no bootstrap) or a positive number of resamples, got {bootstrap!r}")
-    from .options import criteria_option, scale_option
+    from .options import criteria_option, resamples_option, scale_option, seed_option
+
+    bootstrap, seed = resamples_option(bootstrap, allow_zero=True), seed_option(seed)
 
     scale, criteria = scale_option(scale), criteria_option(criteria)
     judge, judgments_name = _judge_frame(judgments, score_column)

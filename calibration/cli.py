@@ -10,7 +10,7 @@ from pathlib import Path
 
 from judge.errors import JudgeError
 
-from .options import RESAMPLES, criteria_type, flag_type, scale_type, whole_type
+from .options import RESAMPLES, criteria_type, flag_type, scale_type, seed_type
 
 # pandas, scipy, scikit-learn and matplotlib are imported inside run(): every `judge` command builds this parser.
 
@@ -70,7 +70,7 @@ def register(sub) -> argparse.ArgumentParser:
                         help="DialSummEval noise cleaning: in a triple where two annotators agree, drop the third")
     parser.add_argument("--bootstrap", type=_resamples_type, default=1000, metavar="N",
                         help="bootstrap resamples for the 95%% CIs (default 1000; 0 = none)")
-    parser.add_argument("--seed", type=whole_type, default=0, help="random seed of the bootstrap (default 0)")
+    parser.add_argument("--seed", type=seed_type, default=0, help="random seed of the bootstrap (default 0)")
     parser.add_argument("--compare", type=Path, metavar="FILE",
                         help="a second judge (or metric) to compare with, paired bootstrap on the same items")
     parser.add_argument("--compare-score-column", metavar="C", help="score column of --compare when it is wide")

@@ -18,6 +18,7 @@ POINTS = "a positive number of score points"
 THRESHOLD = "a share between 0 and 1, e.g. 0.1"
 SCALE = "MIN,MAX with MIN < MAX, e.g. 1,5"
 CRITERIA = "a comma-separated list of criteria, e.g. coherence,fluency"
+SEED = "a whole number of at least 0"
 
 
 def must_be(flag: str, what: str, value: Any) -> str:
@@ -56,6 +57,33 @@ def flag_type(what: str, convert: Callable[[str], Any] = _number,
 whole_type = flag_type(WHOLE, int)
 positive_type = flag_type(POSITIVE, int, lambda n: n >= 1)
 share_type = flag_type(SHARE, ok=lambda x: 0.0 <= x <= 1.0)
+# numpy's generators take no negative seed: refused here in words, never a traceback from inside numpy.
+seed_type = flag_type(SEED, int, lambda n: n >= 0)
+
+
+def resamples_option(n, confidence: float = 0.95, flag: str = "--bootstrap", allow_zero: bool = False) -> int:
+    """A bootstrap count as the functions take it: enough resamples that each tail of the printed interval is read
+    from at least 2.5 of them (100 at 95%, 500 at 99%); fewer gave a '95%' interval that could exclude its own
+    estimate. 0 means no bootstrap where the verb has that choice (`allow_zero`)."""
+    from .errors import CalibrationError
+
+    least = max(100, math.ceil(5 / (1 - confidence) - 1e-9)) if 0 < confidence < 1 else 100
+    what = (f"0 (no bootstrap) or a whole number of at least {least}" if allow_zero else
+            f"a whole number of at least {least}") + (f" at confidence {confidence:g}" if least > 100 else "")
+    whole = isinstance(n, numbers.Integral) and not isinstance(n, bool)
+    if not whole or not (n >= least or (allow_zero and n == 0)):
+        raise CalibrationError(must_be(flag, what, n))
+    return int(n)
+
+
+def seed_option(seed, flag: str = "--seed") -> int:
+    """A seed as the functions take it: a whole number >= 0 (numpy's too); else a CalibrationError in the CLI's
+    wording."""
+    from .errors import CalibrationError
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise CalibrationError(must_be(flag, SEED, seed))
+    return int(seed)
 
 
 def _split(text: str) -> list[str]:

@@ -44,6 +44,7 @@ class Answer:
     parsed: Any
     completion: dict  # content, finish_reason, logprobs, usage (summed over re-asks)
     cached: bool  # from the cache or from an identical request in flight: it cost nothing now
+    stored: bool = False  # from the answer cache: answered in an earlier run, not by the model now
 
 
 @dataclass
@@ -143,10 +144,10 @@ class Asker:
         key = request_key(self.body(messages, fmt, sample))
         cached = self.cache.get(key)
         if cached is not None:
-            return Answer(fmt.parse(cached["content"]), cached, True)
+            return Answer(fmt.parse(cached["content"]), cached, True, stored=True)
         if key in self._inflight:
             answer = await asyncio.shield(self._inflight[key])
-            return Answer(answer.parsed, answer.completion, True)
+            return Answer(answer.parsed, answer.completion, True, stored=answer.stored)
         future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:

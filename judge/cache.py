@@ -50,6 +50,17 @@ class AnswerCache:
         self._db.close()
 
 
+class RefreshCache(AnswerCache):
+    """Used with --refresh: every question goes to the model now; its fresh answers replace the stored ones.
+
+    A run meant to measure the model (drift's anchor set re-judged) must not be answered from an earlier run: the
+    cache key names the model, not what serves it, so a server that now serves another model under the same name
+    would otherwise look unchanged."""
+
+    def get(self, key: str) -> dict | None:
+        return None
+
+
 class NoCache:
     """Used with --no-cache."""
 

@@ -67,6 +67,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="strongest structured-output mode to try first; weaker ones are used if the server refuses")
     g.add_argument("--cache", metavar="DIR", help="answer cache directory (default: the user cache dir)")
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the answer cache")
+    g.add_argument("--refresh", action="store_true",
+                   help="ask the model anew: read no answer from the cache (fresh ones replace the stored ones) and "
+                        "redo lines of --output that came from it; for re-judging a drift anchor set")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     e = parser.add_argument_group("vLLM engine (--backend vllm)")
     e.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs to split the model over (default 1)")
@@ -146,6 +149,8 @@ def check_model_arguments(args) -> None:
          "--max-model-len must be at least 1 token, got {max_model_len}"),
         (args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1,
          "--gpu-memory-utilization must be a fraction above 0 and at most 1, got {gpu_memory_utilization:g}"),
+        (getattr(args, "refresh", False) and args.no_cache,
+         "--refresh writes fresh answers to the cache that --no-cache turns off: give one of them"),
     ]
     for bad, message in problems:
         if bad:
@@ -169,9 +174,11 @@ def _settings(args, model: str, backend: str, mode: str, swap: bool, where: str)
 
 
 def _cache(args):
-    from judge.cache import AnswerCache, NoCache, default_cache_dir
+    from judge.cache import AnswerCache, NoCache, RefreshCache, default_cache_dir
 
-    return NoCache() if args.no_cache else AnswerCache(args.cache or default_cache_dir())
+    if args.no_cache:
+        return NoCache()
+    return (RefreshCache if getattr(args, "refresh", False) else AnswerCache)(args.cache or default_cache_dir())
 
 
 # -- verbs ------------------------------------------------------------------------------------------------
@@ -309,7 +316,8 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
             _, units, fingerprints = plan(None, model, args.backend, "")
             # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
             # own flags (a bad --model is reported before a stale file).
-            if not results.stale(fingerprints) and all(key in results.done for key in fingerprints):
+            if (not results.stale(fingerprints) and all(key in results.done for key in fingerprints)
+                    and not (getattr(args, "refresh", False) and results.from_cache(fingerprints))):
                 results.start()
                 print(f"nothing to do: all {len(fingerprints)} judgments are in {output}", file=sys.stderr)
                 return Tally(planned=len(fingerprints), already_done=len(fingerprints), keys=list(fingerprints))
@@ -320,9 +328,13 @@ def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = Tru
                 raise OutputError(_stale_message(output, stale))
             if other := results.other_judge(rubric.ref, opened.model, replaced=set(stale)):
                 raise OutputError(other)
-            results.start(redo=set(stale))
+            served_from_cache = results.from_cache(fingerprints) if getattr(args, "refresh", False) else set()
+            results.start(redo=set(stale) | served_from_cache)
             if stale:
                 print(f"redoing {len(stale)} judgments made differently (--redo-changed)", file=sys.stderr)
+            if served_from_cache:
+                print(f"redoing {len(served_from_cache)} judgments answered from the cache (--refresh)",
+                      file=sys.stderr)
 
             async def go():
                 try:

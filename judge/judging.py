@@ -155,7 +155,8 @@ class Judge:
             if not answer.cached:
                 add_usage(usage, answer.completion["usage"])
         served = next((a.completion["served"] for a in answers if a.completion.get("served")), None)
-        return {"prompt_sha": _prompt_sha(messages), "usage": usage, "served": served}
+        return {"prompt_sha": _prompt_sha(messages), "usage": usage, "served": served,
+                "from_cache": any(a.stored for a in answers) or None}
 
     def _verdict(self, criterion: Criterion, fmt: AnswerFormat, parsed: list[dict],
                  completions: list[dict] | None = None) -> dict:

@@ -76,6 +76,9 @@ class Judgment(BaseModel):
     # What the server said about itself (model version it answered with, system_fingerprint, engine version, model
     # digest): an output for drift checks, never part of the fingerprint or the cache key. None in older files.
     served: dict[str, Any] | None = None
+    # True when an answer behind this verdict came from the answer cache (asked in an earlier run, perhaps of another
+    # model behind the same name): such a verdict says nothing about the model now, so `judge drift` refuses it.
+    from_cache: bool | None = None
 
     @field_validator("id", "system", "criterion", mode="before")
     @classmethod
@@ -119,7 +122,7 @@ class Judgment(BaseModel):
 
     def _unused(self) -> set[str]:
         optional = ("raw", "position", "segments", "system_1", "system_2", "orders", "order_disagreement", "identical",
-                    "served")
+                    "served", "from_cache")
         return {name for name in optional if getattr(self, name) is None}
 
 

@@ -86,6 +86,10 @@ class ResultsFile:
                 out[key] = changes(judgment.fingerprint, fingerprint)
         return out
 
+    def from_cache(self, expected) -> set[tuple]:
+        """Finished judgments among `expected` whose answers came from the answer cache, not from the model."""
+        return {key for key in expected if (j := self.done.get(key)) is not None and j.from_cache}
+
     def other_judge(self, rubric: str, model: str, replaced=frozenset()) -> str | None:
         """What the file would keep from another judge (rubric or model) besides the `replaced` keys, if anything:
         one results file is one judge, as calibrate, screen and estimate read it (they refuse a mixed file rather

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..options import SHARE, criteria_type, flag_type, positive_type, scale_type, share_type, whole_type
+from ..options import SHARE, criteria_type, flag_type, positive_type, scale_type, share_type, seed_type
 
 FIXTURES = "examples/study"
 
@@ -96,7 +96,7 @@ def register(sub) -> None:
     screen.add_argument("--power", type=_power_type, default=0.8, help="target power (default 0.8)")
     screen.add_argument("--bootstrap", type=positive_type, default=1000, metavar="N",
                         help="bootstrap resamples of dialogues (default 1000)")
-    screen.add_argument("--seed", type=whole_type, default=0,
+    screen.add_argument("--seed", type=seed_type, default=0,
                         help="seed of the bootstrap and the random sample (default 0)")
     screen.set_defaults(run=run_screen)
 

@@ -508,10 +508,10 @@ def _check_options(budget, unit, random_share, power, bootstrap, seed) -> None:
         raise CalibrationError(f"--random-share must be between 0 and 1, got {random_share!r}")
     if not (isinstance(power, (int, float)) and 0.0 < power < 1.0):
         raise CalibrationError(f"--power must be between 0 and 1, got {power!r}")
-    if not whole(bootstrap) or bootstrap < 1:
-        raise CalibrationError(f"--bootstrap must be a positive whole number, got {bootstrap!r}")
-    if not whole(seed):
-        raise CalibrationError(f"--seed must be a whole number, got {seed!r}")
+    from ..options import resamples_option, seed_option
+
+    resamples_option(bootstrap)
+    seed_option(seed)
 
 
 def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.DataFrame | None = None,

@@ -582,8 +582,9 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     >>> result.text().startswith("clarity: beyond what humans add, the judge adds")
     True
     """
-    if not isinstance(bootstrap, int) or isinstance(bootstrap, bool) or bootstrap < 1:
-        raise CalibrationError("--bootstrap must be a positive whole number")
+    from ..options import resamples_option, seed_option
+
+    bootstrap, seed = resamples_option(bootstrap), seed_option(seed, "--bootstrap-seed")
     if not 0.0 <= float(length_threshold) < 1.0:
         raise CalibrationError("--length-threshold must be a share between 0 and 1, e.g. 0.1")
     from ..options import criteria_option

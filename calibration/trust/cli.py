@@ -6,7 +6,7 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 
 from __future__ import annotations
 
-from ..options import AT_LEAST_100, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type, flag_type, whole_type
+from ..options import AT_LEAST_100, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type, flag_type, scale_type, seed_type
 
 # Every flag's error names the flag and says what it must be, in the wording of calibration.trust's functions; the
 # ranges they check themselves come from them, word for word (these types only refuse what is not a number).
@@ -64,7 +64,7 @@ def register_audit(sub) -> None:
                    help="pairwise: lengths differ when by more than this share of the longer (default 0.1)")
     p.add_argument("--bootstrap", type=_positive_count, default=1000, metavar="N",
                    help="resamples of dialogues (default 1000)")
-    p.add_argument("--bootstrap-seed", type=whole_type, default=0, metavar="N",
+    p.add_argument("--bootstrap-seed", type=seed_type, default=0, metavar="N",
                    help="seed of the bootstrap and of the probes' sample (default 0; --seed is the model's)")
     p.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables here (and the probes' judgments)")
     p.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with plots")
@@ -208,7 +208,11 @@ def register_drift(sub) -> None:
                         help="changed verdicts beyond the re-ask noise that still count as no drift (default 0.1)")
     parser.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
                         help="resamples of dialogues (default 1000)")
-    parser.add_argument("--seed", type=whole_type, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+                        help="the human labels' scale, when the judgments name no rubric (a CSV of scores)")
+    parser.add_argument("--allow-different-judge", action="store_true",
+                        help="compare runs of two different judges (model, rubric, template or decoding) on purpose")
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write drift.csv and provenance.csv here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with a plot")
     parser.set_defaults(run=run_drift)
@@ -216,6 +220,9 @@ def register_drift(sub) -> None:
 
 DRIFT_EPILOG = """\
 examples:
+  # re-judging the anchor set later: the same command with --refresh (the model answers anew; without it the answer
+  # cache would repeat the first run's answers, and drift refuses a run answered from the cache)
+  #   judge score --rubric R --input anchors.jsonl --output anchors_now.jsonl --model M ... --refresh
   # the anchor set judged once, and judged again (a re-run of the same judge)
   judge drift --reference examples/study/judgments.jsonl --judgments examples/study/judgments_rerun.jsonl \\
       --output-dir out/drift
@@ -239,7 +246,8 @@ def run_drift(args) -> int:
 
     return run_verb("drift", lambda: drift(
         args.reference, args.judgments, args.human, margin=args.margin, share_margin=args.share_margin,
-        bootstrap=args.bootstrap, seed=args.seed), output_dir=args.output_dir, report=args.report,
+        bootstrap=args.bootstrap, seed=args.seed, scale=args.scale,
+        allow_different_judge=args.allow_different_judge), output_dir=args.output_dir, report=args.report,
         inputs=[args.reference, args.judgments, args.human], exit_code=lambda result: 1 if result.drifted else 0)
 
 
@@ -267,7 +275,7 @@ def register_select(sub) -> None:
                         help="DialSummEval noise cleaning of the human labels before averaging annotators")
     parser.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
                         help="resamples of dialogues (default 1000)")
-    parser.add_argument("--seed", type=whole_type, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write selection.csv here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the CIs")
     parser.set_defaults(run=run_select)

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CalibrationError
-from ..options import criteria_option
+from ..options import criteria_option, resamples_option, scale_option, seed_option
 from ..result import Result
 from ..stats import pearson, percentile_interval, resample_counts
 
@@ -125,10 +125,13 @@ def _run(source, what: str) -> tuple[pd.DataFrame, dict, str]:
     if path is not None and path.suffix.lower() in (".jsonl", ".json"):
         from judge.judgment import read_judgments
 
-        by_line, orders = {}, {}
+        by_line, orders, prints, stored = {}, {}, {}, {}
         for number, judgment in read_judgments(path):
-            by_line[number] = judgment.samples or None
+            # Per-segment criteria keep one score per segment in `samples`: those are not re-asks.
+            by_line[number] = (judgment.samples or None) if judgment.segments is None else None
             orders[number] = judgment.orders is not None
+            prints[number] = judgment.fingerprint
+            stored[number] = bool(judgment.from_cache)
             if judgment.fingerprint:
                 digest = hashlib.sha256(json.dumps(judgment.fingerprint, sort_keys=True).encode()).hexdigest()[:12]
                 record["fingerprint"].add(digest)
@@ -138,6 +141,13 @@ def _run(source, what: str) -> tuple[pd.DataFrame, dict, str]:
                     record[name].add(str(value))
         samples = frame["line"].map(by_line)
         both = frame["line"].map(orders).fillna(False)
+        frame = frame.assign(fingerprint=list(frame["line"].map(prints)),
+                             from_cache=list(frame["line"].map(stored).fillna(False)))
+    else:
+        frame = frame.assign(fingerprint=list(frame["fingerprint"]) if "fingerprint" in frame.columns
+                             else [None] * len(frame),
+                             from_cache=[isinstance(v, (bool, np.bool_)) and bool(v) for v in frame["from_cache"]]
+                             if "from_cache" in frame.columns else [False] * len(frame))
     frame = frame.assign(samples=list(samples), both_orders=[bool(b) for b in both])
     if frame.empty:
         raise CalibrationError(f"{where}: no judgments in the {what}")
@@ -160,6 +170,16 @@ def _comparable(value) -> str:
         except ValueError:
             return value
     return json.dumps(value, sort_keys=True, default=str) if isinstance(value, (dict, list)) else str(value)
+
+
+def _could_be_one_sample(value) -> bool:
+    """A verdict one answer could give: a label, or a whole number of points (a mean of samples mostly is not)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return True
+    return not isinstance(value, (int, float, np.integer, np.floating)) or float(value).is_integer()
 
 
 def _orders(samples, both_orders: bool) -> dict[str, list[str]]:
@@ -328,13 +348,21 @@ def _changed_and_noise(part: pd.DataFrame) -> tuple[pd.DataFrame, float, str]:
 
     With samples in both runs: the share of (reference sample, new sample) pairs that differ, against the share of
     pairs of re-asks that differ, per judgment and averaged over judgments, in the reference run (the new run's
-    only when the reference has none). A run without samples contributes its verdict as its one sample. Samples
-    are paired within one presentation order only."""
-    changed, noise = [], {"ref": [], "new": []}
+    only when the reference has none). A run that kept no samples contributes its verdict as its one sample when
+    every verdict could be one (a point of the scale, a label); a verdict that is a mean of samples (3.667, from a
+    CSV of scores) is compared with the other run's verdict instead: a mean is not one sample, and the same scores
+    never count as changed. Samples are paired within one presentation order only."""
+    one_sample = {run: part[f"value_{run}"].map(_could_be_one_sample).all() for run in ("ref", "new")}
+    changed, noise, verdicts_only = [], {"ref": [], "new": []}, 0
     for row in part.itertuples():
         groups = {}
         for run in ("ref", "new"):
             groups[run] = _orders(getattr(row, f"samples_{run}"), getattr(row, f"both_orders_{run}"))
+        if any(not groups[run] and not one_sample[run] for run in groups):
+            verdicts_only += 1
+            changed.append(float(_comparable(row.value_ref) != _comparable(row.value_new)))
+            continue
+        for run in ("ref", "new"):
             d, p = _within(groups[run])
             if p:
                 noise[run].append(d / p)
@@ -345,6 +373,9 @@ def _changed_and_noise(part: pd.DataFrame) -> tuple[pd.DataFrame, float, str]:
             d, p = float(_comparable(row.value_ref) != _comparable(row.value_new)), 1.0
         changed.append(d / p)
     part = part.assign(changed=changed)
+    if verdicts_only:
+        return part, 0.0, (f"{verdicts_only} judgments kept no samples in one run and are means of samples in it: "
+                           "verdict is compared with verdict, and a verdict's re-ask noise is unknown, taken as 0")
     if noise["ref"]:
         return part, float(np.mean(noise["ref"])), ""
     if noise["new"]:
@@ -361,20 +392,45 @@ def _check_options(margin, share_margin, n_resamples, confidence) -> None:
         raise CalibrationError(f"--margin must be a positive number of score points, got {margin!r}")
     if not (isinstance(share_margin, (int, float)) and 0 < share_margin < 1):
         raise CalibrationError(f"--share-margin must be between 0 and 1, got {share_margin!r}")
-    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 100:
-        raise CalibrationError(f"--bootstrap must be a whole number of at least 100, got {n_resamples!r}")
-    if not 0.5 <= confidence < 1.0:
+    if not (isinstance(confidence, (int, float)) and 0.5 <= confidence < 1.0):
         raise CalibrationError(f"--confidence must be between 0.5 and 1, got {confidence!r}")
+    resamples_option(n_resamples, confidence)
+
+
+def _judge_differences(paired: pd.DataFrame) -> list[str]:
+    """What differs between how the two runs were produced, judgment by judgment (their fingerprints: model, rubric
+    version, template, decoding, item content), most frequent first, with counts."""
+    from judge.judgment import changes
+
+    found: Counter = Counter()
+    for old, new in zip(paired["fingerprint_ref"], paired["fingerprint_new"]):
+        if isinstance(old, dict) and isinstance(new, dict) and old != new:
+            found.update(changes(old, new))
+    return [f"{what} ({count} judgments)" for what, count in found.most_common()]
+
+
+def _check_fresh(new: pd.DataFrame, where: str) -> None:
+    """A new run answered from the answer cache repeats an earlier run: it cannot show that the model changed."""
+    stored = int(new["from_cache"].sum())
+    if stored:
+        raise CalibrationError(
+            f"{where}: {stored} of {len(new)} judgments were answered from the answer cache (asked in an earlier "
+            "run), so they cannot show whether the model behind the name changed; re-judge the anchor set with "
+            "`judge score ... --refresh` (or --no-cache) into a new --output, then run drift on that")
 
 
 def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margin: float = 0.1, criteria=None,
-          bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95) -> DriftResult:
+          bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95, scale=None,
+          allow_different_judge: bool = False) -> DriftResult:
     """Compare a new run of the judge (`judgments`) with a reference run on the same anchor judgments.
 
     `reference`, `judgments`: paths or DataFrames as `judge calibrate` reads them (a `samples` column of lists is
     used as re-asks when present); `human`: labels (path or DataFrame) for the change in agreement with humans.
     `margin`: the mean shift (score points) that counts as no drift; `share_margin`: the share of changed verdicts
-    beyond the re-ask noise that still counts as no drift.
+    beyond the re-ask noise that still counts as no drift. `scale`: (MIN, MAX) to check the human labels against
+    when the judgments name no rubric. The two runs must come from one judge (model, rubric version, template,
+    decoding, as their fingerprints record) and the new one from the model, not the answer cache; a deliberate
+    comparison of two judges needs `allow_different_judge=True`, and is said in the output.
 
     >>> import calibration
     >>> result = calibration.drift("examples/study/judgments.jsonl", "examples/study/judgments_rerun.jsonl",
@@ -383,9 +439,11 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     [['accuracy', 'no drift'], ['clarity', 'no drift']]
     """
     _check_options(margin, share_margin, bootstrap, confidence)
+    seed = seed_option(seed)
     criteria = criteria_option(criteria)
     old, old_record, old_where = _run(reference, "reference")
     new, new_record, new_where = _run(judgments, "new run")
+    _check_fresh(new, new_where)
     rubrics = (set(old["rubric"].fillna("")) - {""}, set(new["rubric"].fillna("")) - {""})
     if rubrics[0] and rubrics[1] and rubrics[0] != rubrics[1]:
         raise CalibrationError(f"{new_where}: judged with rubric {', '.join(sorted(rubrics[1]))}, the reference "
@@ -404,6 +462,13 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
         notes.append(f"compared {int(usable.sum())} judgments in common; left out {lost[0]} only in the reference, "
                         f"{lost[1]} only in the new run, {lost[2]} failed, N/A or abstained in either")
     paired = paired[usable]
+    if differences := _judge_differences(paired):
+        if not allow_different_judge:
+            raise CalibrationError(
+                f"{new_where}: not the judge of the reference {old_where}: {'; '.join(differences)}; drift follows "
+                "one judge over time: re-judge with the reference's settings, or pass --allow-different-judge to "
+                "compare two judges on purpose")
+        notes.append(f"two different judges compared on purpose (--allow-different-judge): {'; '.join(differences)}")
     if criteria is not None:
         paired = paired[paired["criterion"].isin(criteria)]
     labels = None
@@ -411,7 +476,11 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
         from ..humans import aggregate_humans
         from ..io import read_human_labels
 
-        labels = aggregate_humans(read_human_labels(human))[KEY + ["human"]]
+        from ..io import judge_scales
+
+        scales, unchecked = judge_scales(new, scale_option(scale), judgments)
+        notes += [f"note: {note}" for note in unchecked]
+        labels = aggregate_humans(read_human_labels(human, scales))[KEY + ["human"]]
     rows = []
     for criterion, part in paired.groupby("criterion", sort=True):
         part, noise, note = _changed_and_noise(part)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, level_statistic
 from ..errors import CalibrationError
-from ..options import criteria_option
+from ..options import criteria_option, resamples_option, seed_option
 from ..result import Result
 from ..stats import percentile_interval, resample_counts
 
@@ -94,10 +94,9 @@ def _check_options(level: str, statistic: str, n_resamples: int, confidence: flo
         raise CalibrationError(f"--level must be one of {', '.join(LEVELS)}, got {level!r}")
     if statistic not in STATISTIC_NAMES:
         raise CalibrationError(f"--statistic must be one of {', '.join(STATISTIC_NAMES)}, got {statistic!r}")
-    if not isinstance(n_resamples, (int, np.integer)) or n_resamples < 100:
-        raise CalibrationError(f"--bootstrap must be a whole number of at least 100, got {n_resamples!r}")
-    if not 0.5 <= confidence < 1.0:
+    if not (isinstance(confidence, (int, float)) and 0.5 <= confidence < 1.0):
         raise CalibrationError(f"--confidence must be between 0.5 and 1, got {confidence!r}")
+    resamples_option(n_resamples, confidence)
 
 
 def _judge_list(judges) -> list[tuple[str, object]]:
@@ -206,6 +205,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
     from ..io import each_csv_parsed_once, read_human_labels
 
     _check_options(level, statistic, bootstrap, confidence)
+    seed = seed_option(seed)
     criteria = criteria_option(criteria)
     listed = _judge_list(judges)
     labels = read_human_labels(human)
