@@ -50,7 +50,7 @@ Exit status: 0 when every criterion was analysed, 1 when one had no judge-human 
 
 
 # Every flag's error names the flag and says what it must be, in the wording calibration.calibrate uses.
-_resamples_type = flag_type(RESAMPLES, int, lambda n: n >= 0)
+_resamples_type = flag_type(RESAMPLES, int, lambda n: n == 0 or n >= 40)
 
 
 def register(sub) -> argparse.ArgumentParser:

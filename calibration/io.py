@@ -532,3 +532,18 @@ def human_na_cells(judge: pd.DataFrame, labels: pd.DataFrame) -> tuple[pd.DataFr
     judge.loc[hit, "status"] = "na"
     judge.loc[hit, "score"] = np.nan
     return judge, len(cells)
+
+
+def judge_differences(reference_prints, new_prints) -> list[str]:
+    """What differs between how two runs' paired judgments were produced, from their fingerprints (model, rubric
+    version, template, decoding, item content), most frequent first with counts; [] for one judge. Judgments
+    without a fingerprint (CSVs, older files) are not compared."""
+    from collections import Counter
+
+    from judge.judgment import changes
+
+    found: Counter = Counter()
+    for old, new in zip(reference_prints, new_prints):
+        if isinstance(old, dict) and isinstance(new, dict) and old != new:
+            found.update(changes(old, new))
+    return [f"{what} ({count} judgments)" for what, count in found.most_common()]

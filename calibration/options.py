@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 POSITIVE = "a positive whole number"
 WHOLE = "a whole number"
-RESAMPLES = "0 (no bootstrap) or a positive number of resamples"
+RESAMPLES = "0 (no bootstrap) or a whole number of at least 40"
 AT_LEAST_100 = "a whole number of at least 100"
 SHARE = "between 0 and 1"
 NUMBER = "a number"
@@ -61,15 +61,16 @@ share_type = flag_type(SHARE, ok=lambda x: 0.0 <= x <= 1.0)
 seed_type = flag_type(SEED, int, lambda n: n >= 0)
 
 
-def resamples_option(n, confidence: float = 0.95, flag: str = "--bootstrap", allow_zero: bool = False) -> int:
+def resamples_option(n, confidence: float = 0.95, flag: str = "--bootstrap", allow_zero: bool = False,
+                     floor: int = 40) -> int:
     """A bootstrap count as the functions take it: enough resamples that each tail of the printed interval is read
-    from at least 2.5 of them (100 at 95%, 500 at 99%); fewer gave a '95%' interval that could exclude its own
-    estimate. 0 means no bootstrap where the verb has that choice (`allow_zero`)."""
+    from at least one of them (40 at 95%, 200 at 99%; `floor` at the least); 3 gave a '95%' interval that excluded
+    its own estimate. 0 means no bootstrap where the verb has that choice (`allow_zero`)."""
     from .errors import CalibrationError
 
-    least = max(100, math.ceil(5 / (1 - confidence) - 1e-9)) if 0 < confidence < 1 else 100
+    least = max(floor, math.ceil(2 / (1 - confidence) - 1e-9)) if 0 < confidence < 1 else floor
     what = (f"0 (no bootstrap) or a whole number of at least {least}" if allow_zero else
-            f"a whole number of at least {least}") + (f" at confidence {confidence:g}" if least > 100 else "")
+            f"a whole number of at least {least}") + (f" at confidence {confidence:g}" if least > floor else "")
     whole = isinstance(n, numbers.Integral) and not isinstance(n, bool)
     if not whole or not (n >= least or (allow_zero and n == 0)):
         raise CalibrationError(must_be(flag, what, n))

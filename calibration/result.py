@@ -67,7 +67,8 @@ def run_verb(verb: str, compute: Callable[[], Result], *, output_dir, report, in
     inputs = [p for p in inputs if p]
     try:
         if report:
-            check_writable(report, inputs=inputs, what="--report", page=True)  # before a long computation, not after
+            # before a long computation, not after; a report of another verb is not ours to replace
+            check_writable(report, inputs=inputs, what="--report", page=True, verb=verb)
         result = compute()
         if output_dir:
             result.check_output_dir(output_dir, inputs)

@@ -69,9 +69,22 @@ def is_ours(path: Path) -> bool:
     return ours_as(path) is not None
 
 
-def check_writable(path: str | Path, *, inputs=(), what: str = "output", page: bool | None = None) -> Path:
+def page_verb(path: Path) -> str | None:
+    """The verb whose report page this is (its proof line names it), None for anything else."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(200).decode("utf-8", "replace")
+    except OSError:
+        return None
+    match = _HTML_PROOF.match(head)
+    return match.group(1) if match else None
+
+
+def check_writable(path: str | Path, *, inputs=(), what: str = "output", page: bool | None = None,
+                   verb: str | None = None) -> Path:
     """Refuse, before anything is written, a path that is an input, a folder, or a file that is not ours; with
-    `page` given, also one of ours of the other kind (a report never replaces a plan or a table, nor the reverse)."""
+    `page` given, also one of ours of the other kind (a report never replaces a plan or a table, nor the reverse);
+    with `verb` given, a report page of another verb (an audit's report never replaces calibrate's)."""
     path = Path(path)
     for given in inputs:
         if given is not None and path.exists() and Path(given).exists() and os.path.samefile(path, given):
@@ -89,6 +102,9 @@ def check_writable(path: str | Path, *, inputs=(), what: str = "output", page: b
         raise OutputError(f"{path}: holds {held} this tool wrote, which the {what} would replace with "
                           f"{'a report page' if page else 'another kind of file'}; it is left untouched: choose "
                           f"another {what} path")
+    if verb is not None and kind == "page" and (other := page_verb(path)) not in (None, verb):
+        raise OutputError(f"{path}: holds the report `judge {other}` wrote, which a `judge {verb}` report would "
+                          f"replace; it is left untouched: choose another {what} path")
     return path
 
 
@@ -112,7 +128,8 @@ def write_files(files: dict[str | Path, str | bytes], *, verb: str, inputs=()) -
     (ours, from an earlier run), so the caller can say so. HTML pages are given their proof line; other files are
     recorded in their folder's registry."""
     paths = {Path(p): content for p, content in files.items()}
-    replaced = [check_writable(p, inputs=inputs, page=is_page(c)) for p, c in paths.items() if p.exists()]
+    replaced = [check_writable(p, inputs=inputs, page=is_page(c), verb=verb if is_page(c) else None)
+                for p, c in paths.items() if p.exists()]
     for path, content in paths.items():
         if is_page(content) and isinstance(content, str):  # the page proves itself ours, whatever its name
             _atomic(path, html_with_proof(content, verb).encode("utf-8"))

@@ -68,6 +68,9 @@ class StubConfig:
     # the last enum value instead of the first; `system_fingerprint` is what the server says about itself.
     changed_share: float = 0.0
     system_fingerprint: str = "fp_stub"
+    # A judge swayed by a phrase: a question whose messages contain this text is answered with the last enum value
+    # (the audit's probes must see it move, and in which direction).
+    swayed_by: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "StubConfig":
@@ -271,7 +274,8 @@ class StubServer:
             return web.json_response({"object": "error", "detail": "no choices here"})
         if fault == "hang":
             await asyncio.sleep(config.hang_seconds)
-        last = changed_question(key, config.changed_share)
+        last = changed_question(key, config.changed_share) or bool(
+            config.swayed_by and any(config.swayed_by in str(m.get("content", "")) for m in messages))
         if rf == "json_schema":
             schema = body["response_format"]["json_schema"]["schema"]
             answer = _answer_from_schema(schema, config.gate_answer, last)

@@ -36,7 +36,7 @@ def write_items(path: Path, dialogues: int = 12) -> Path:
     return path
 
 
-def write_judgments(path: Path, dialogues: int = 12, rubric: str = "summeval@1", block: bool = False,
+def write_judgments(path: Path, dialogues: int = 12, rubric: str = "dialsummeval@1", block: bool = False,
                     other_rubric_on: int | None = None) -> Path:
     """Scores rising with length; three samples each, one of them a changed re-ask on every other judgment."""
     rng = np.random.default_rng(0)
@@ -168,7 +168,7 @@ def test_a_dataframe_of_judgments_mixing_rubrics_is_refused(tmp_path):
     items, judgments = write_items(tmp_path / "items.jsonl"), write_judgments(tmp_path / "j.jsonl")
     frame = load_judge_scores(judgments)
     frame.loc[frame.index[:3], "rubric"] = "other@1"
-    with pytest.raises(CalibrationError, match=r"judgments of several rubrics \(other@1, summeval@1\)"):
+    with pytest.raises(CalibrationError, match=r"judgments of several rubrics \(dialsummeval@1, other@1\)"):
         audit(frame, items)
 
 
@@ -188,7 +188,7 @@ def test_the_report_renders_every_plot_in_a_browser(tmp_path, capsys):
 # -- bad input: one line naming the problem, exit 2, nothing written -------------------------------------------------
 BAD = [
     ("mixed rubrics", lambda t: ["--judgments", str(write_judgments(t / "j.jsonl", other_rubric_on=3))],
-     "judgments of 2 judges in one file: rubric summeval@1 / model m (from line 1); rubric other@1"),
+     "judgments of 2 judges in one file: rubric dialsummeval@1 / model m (from line 1); rubric other@1"),
     ("--self system that does not exist", lambda t: ["--self", "gpt-9"], "--self: no system 'gpt-9'"),
     ("items not matching the judgments", lambda t: ["--items", str(write_items(t / "few.jsonl", dialogues=5))],
      "base.jsonl:31: no item with id 'd5' and system 'short' in --items (and 41 more judgments)"),
@@ -196,7 +196,7 @@ BAD = [
      "has no judgment in common"),
     ("labels with no criterion in common", lambda t: ["--human", str(_other_criterion_labels(t))],
      "--human: no criterion in common"),
-    ("--bootstrap 0", lambda t: ["--bootstrap", "0"], "--bootstrap must be a positive whole number"),
+    ("--bootstrap 0", lambda t: ["--bootstrap", "0"], "--bootstrap must be a whole number of at least 40, got 0"),
     ("a missing judgments file", lambda t: ["--judgments", str(t / "nope.jsonl")], "nope.jsonl: no such file"),
     ("an unknown criterion", lambda t: ["--criteria", "fluency"], "--criteria: no judgments for criterion 'fluency'"),
 ]

@@ -234,7 +234,7 @@ def test_one_annotator_per_summary_is_read_and_says_what_it_cannot_do(tmp_path, 
     judgments = _write_jsonl(tmp_path / "j.jsonl", [
         {"id": i, "system": s, "criterion": "coherence", "score": float(round(v)), "rubric": "dialsummeval@1",
          "model": "m"} for (i, s), v in means.items()])
-    code = run_cli("--judgments", judgments, "--human", labels, "--bootstrap", 20, "--output-dir", tmp_path / "o",
+    code = run_cli("--judgments", judgments, "--human", labels, "--bootstrap", 40, "--output-dir", tmp_path / "o",
                    "--report", tmp_path / "r.html")
     captured = capsys.readouterr()
     assert code == 0, captured.err

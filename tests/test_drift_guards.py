@@ -193,8 +193,8 @@ def test_the_functions_refuse_what_the_cli_refuses():
     frame = pd.DataFrame([{"item_id": "a", "system": "s", "criterion": "c", "score": 1.0}])
     with pytest.raises(CalibrationError, match="--seed must be a whole number of at least 0, got -3"):
         drift(frame, frame, seed=-3)
-    with pytest.raises(CalibrationError, match="--bootstrap must be a whole number of at least 500 at confidence"):
-        drift(frame, frame, bootstrap=200, confidence=0.99)
+    with pytest.raises(CalibrationError, match="--bootstrap must be a whole number of at least 200 at confidence"):
+        drift(frame, frame, bootstrap=150, confidence=0.99)
 
 
 # -- each decision rule alone ---------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ FLAG_ROWS = [
     (SCREEN + ["--budget", "2.5"], "judge screen: error: argument --budget: must be a positive whole number, "
                                    "got '2.5'"),
     (CALIBRATE + ["--bootstrap", "x"], "judge calibrate: error: argument --bootstrap: must be 0 (no bootstrap) or a "
-                                       "positive number of resamples, got 'x'"),
+                                       "whole number of at least 40, got 'x'"),
     (ESTIMATE + ["--confidence", "x"], "judge estimate: error: argument --confidence: must be between 0 and 1, "
                                        "got 'x'"),
     # the other flags with a type of their own, in each verb
@@ -44,14 +44,14 @@ FLAG_ROWS = [
                                           "got 'half'"),
     (SCREEN + ["--power", "x"], "judge screen: error: argument --power: must be between 0 and 1, got 'x'"),
     (SCREEN + ["--power", "1.5"], "judge screen: error: --power must be between 0 and 1, got 1.5"),
-    (SCREEN + ["--seed", "1.5"], "judge screen: error: argument --seed: must be a whole number, got '1.5'"),
+    (SCREEN + ["--seed", "1.5"], "judge screen: error: argument --seed: must be a whole number of at least 0, got '1.5'"),
     (SCREEN + ["--criteria", ","], "judge screen: error: argument --criteria: must be a comma-separated list of "
                                    "criteria, e.g. coherence,fluency, got ','"),
     (SCREEN + ["--scale", "1"], "judge screen: error: argument --scale: must be MIN,MAX with MIN < MAX, e.g. 1,5, "
                                 "got '1'"),
     (CALIBRATE + ["--bootstrap", "-1"], "judge calibrate: error: argument --bootstrap: must be 0 (no bootstrap) or a "
-                                        "positive number of resamples, got '-1'"),
-    (CALIBRATE + ["--seed", "x"], "judge calibrate: error: argument --seed: must be a whole number, got 'x'"),
+                                        "whole number of at least 40, got '-1'"),
+    (CALIBRATE + ["--seed", "x"], "judge calibrate: error: argument --seed: must be a whole number of at least 0, got 'x'"),
     (CALIBRATE + ["--scale", "5,1"], "judge calibrate: error: argument --scale: must be MIN,MAX with MIN < MAX, "
                                      "e.g. 1,5, got '5,1'"),
     (CALIBRATE + ["--scale", "1,x"], "judge calibrate: error: argument --scale: must be MIN,MAX with MIN < MAX, "
@@ -67,8 +67,8 @@ FLAG_ROWS = [
                                     "e.g. 1,5, got 'a,b'"),
     (AUDIT + ["--bootstrap", "x"], "judge audit: error: argument --bootstrap: must be a positive whole number, "
                                    "got 'x'"),
-    (AUDIT + ["--bootstrap", "0"], "judge audit: error: --bootstrap must be a positive whole number"),
-    (AUDIT + ["--bootstrap-seed", "x"], "judge audit: error: argument --bootstrap-seed: must be a whole number, "
+    (AUDIT + ["--bootstrap", "0"], "judge audit: error: --bootstrap must be a whole number of at least 40, got 0"),
+    (AUDIT + ["--bootstrap-seed", "x"], "judge audit: error: argument --bootstrap-seed: must be a whole number of at least 0, "
                                         "got 'x'"),
     (AUDIT + ["--length-threshold", "x"], "judge audit: error: argument --length-threshold: must be a share between "
                                           "0 and 1, e.g. 0.1, got 'x'"),
@@ -83,10 +83,10 @@ FLAG_ROWS = [
                                   "got 'nan'"),
     (DRIFT + ["--share-margin", "x"], "judge drift: error: argument --share-margin: must be between 0 and 1, "
                                       "got 'x'"),
-    (DRIFT + ["--seed", "x"], "judge drift: error: argument --seed: must be a whole number, got 'x'"),
+    (DRIFT + ["--seed", "x"], "judge drift: error: argument --seed: must be a whole number of at least 0, got 'x'"),
     (SELECT + ["--bootstrap", "1e3"], "judge select: error: argument --bootstrap: must be a whole number of at least "
                                       "100, got '1e3'"),
-    (SELECT + ["--seed", "1.5"], "judge select: error: argument --seed: must be a whole number, got '1.5'"),
+    (SELECT + ["--seed", "1.5"], "judge select: error: argument --seed: must be a whole number of at least 0, got '1.5'"),
 ]
 
 
@@ -170,7 +170,7 @@ def test_criteria_option_refuses_anything_else(given):
 
 CALLS = {
     "calibrate": lambda **o: calibration.calibrate(J, LABELS, bootstrap=0, **o),
-    "screen": lambda **o: calibration.screen(J, LABELS, bootstrap=20, **o),
+    "screen": lambda **o: calibration.screen(J, LABELS, bootstrap=50, **o),
     "estimate": lambda **o: calibration.estimate(J, LABELS, **o),
 }
 
@@ -191,5 +191,5 @@ def test_criteria_as_a_string_is_split_on_commas(verb):
 
 
 def test_criteria_as_a_string_in_audit_and_drift():
-    assert calibration.audit(J, ITEMS, LABELS, criteria="clarity", bootstrap=20).criteria == ["clarity"]
+    assert calibration.audit(J, ITEMS, LABELS, criteria="clarity", bootstrap=50).criteria == ["clarity"]
     assert set(calibration.drift(J, J2, criteria="clarity", bootstrap=100).drift["criterion"]) == {"clarity"}

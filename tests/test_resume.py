@@ -148,8 +148,10 @@ def test_a_torn_last_line_after_judgments_is_dropped_and_redone(stub_server, tmp
     lines = out.read_text(encoding="utf-8").splitlines()
     out.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2], encoding="utf-8")  # a kill -9
     assert score(stub_server, tmp_path) == 0
-    strip = lambda x: json.dumps({k: v for k, v in json.loads(x).items() if k != "usage"}, sort_keys=True)  # noqa: E731
-    # The same judgments (the redone one from the cache, so it cost no tokens now).
+    strip = lambda x: json.dumps({k: v for k, v in json.loads(x).items() if k not in ("usage", "from_cache")},  # noqa: E731
+                                 sort_keys=True)
+    # The same judgments (the redone one from the cache, so it cost no tokens now, and says it came from there).
+    assert sum('"from_cache":true' in line for line in out.read_text(encoding="utf-8").splitlines()) == 1
     assert sorted(map(strip, out.read_text(encoding="utf-8").splitlines())) == sorted(map(strip, lines))
 
 

@@ -165,7 +165,7 @@ def _judgments_changed(s):
 def _targeted_only_plan(s):
     """A plan of the same dialogues, all targeted (--random-share 0): the labels are a sample of nothing."""
     plan = s["dir"] / "targeted_plan"
-    result = screen(s["judgments"], budget=12, random_share=0.0, bootstrap=20)
+    result = screen(s["judgments"], budget=12, random_share=0.0, bootstrap=40)
     result.write(plan)
     rows = label_rows([i for i in s["planned"] if i in set(result.plan["item_id"])])
     write_labels(s["labels"], rows)
@@ -277,10 +277,10 @@ def test_the_plan_records_its_digest_and_a_random_share_of_zero_warns(study, cap
 
     info = json.loads((study["plan"] / "plan.json").read_text())
     assert info["plan_sha256"] == file_sha256(study["plan"] / "plan.csv")
-    result = screen(study["judgments"], budget=6, random_share=0.0, bootstrap=20)
+    result = screen(study["judgments"], budget=6, random_share=0.0, bootstrap=40)
     assert (result.plan["part"] == "targeted").all()
     assert any("no random part" in w and "will refuse it" in w for w in result.warnings)
-    small = screen(study["judgments"], budget=4, bootstrap=20)
+    small = screen(study["judgments"], budget=4, bootstrap=40)
     assert any("random part has 2 dialogues" in w for w in small.warnings)
 
 
@@ -348,8 +348,8 @@ def test_screen_and_estimate_take_dataframes_and_agree_with_paths(study):
     pd.testing.assert_frame_equal(from_paths.estimates, from_frames.estimates)
     assert from_paths.text() == str(from_frames) or "Random sample" in from_frames.text()
     assert set(from_paths.files()) == {"estimates.csv", "differences.csv", "targeted.csv", "summary.json"}
-    a = screen(study["judgments"], bootstrap=30, budget=6)
-    b = screen(judge, bootstrap=30, budget=6)
+    a = screen(study["judgments"], bootstrap=40, budget=6)
+    b = screen(judge, bootstrap=40, budget=6)
     pd.testing.assert_frame_equal(a.systems, b.systems)
     assert a.plan.equals(b.plan)
     with pytest.raises(CalibrationError, match="--budget must be a positive whole number"):
@@ -422,7 +422,7 @@ def test_pairwise_files_are_screened_as_win_shares(tmp_path, capsys):
 
 def test_screen_reruns_replace_its_tables_and_say_so(study, capsys):
     out = study["dir"] / "tables"
-    args = ["screen", "--judgments", str(study["judgments"]), "--bootstrap", "30", "--output-dir", str(out),
+    args = ["screen", "--judgments", str(study["judgments"]), "--bootstrap", "40", "--output-dir", str(out),
             "--report", str(study["dir"] / "screen.html")]
     assert main(args) == 0
     capsys.readouterr()
@@ -443,7 +443,7 @@ API_BAD = [
     ("screen", {"budget": 4, "budget_unit": "pages"}, "--budget-unit must be dialogues or judgments"),
     ("screen", {"random_share": -0.1}, "--random-share must be between 0 and 1"),
     ("screen", {"power": 1.0}, "--power must be between 0 and 1"),
-    ("screen", {"bootstrap": 0}, "--bootstrap must be a positive whole number"),
+    ("screen", {"bootstrap": 0}, "--bootstrap must be a whole number of at least 40, got 0"),
     ("screen", {"seed": "x"}, "--seed must be a whole number"),
     ("screen", {"budget": 1000}, "--budget 1000 dialogues is more than the data has"),
     ("screen", {"criteria": ["Clarity"]}, "--criteria: no judge scores for Clarity"),

@@ -16,6 +16,7 @@ pushes the humans' own taste for length into the length term (tests/test_audit.p
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -66,6 +67,7 @@ class AuditResult(Result):
     seed: int = 0
     has_human: bool = False
     length_threshold: float = 0.1  # pairwise: lengths differ by more than this share of the longer
+    length_unit: str = "words"  # characters for scripts written without spaces (calibration.trust.audit.length_unit)
 
     def files(self) -> dict[str, str]:
         files = {"noise.csv": self.noise, "length.csv": self.length, "length_controlled.csv": self.length_controlled,
@@ -128,14 +130,17 @@ def read_judgments(judgments, score_column: str | None = None) -> pd.DataFrame:
         if path.suffix.lower() != ".csv":
             from judge.judgment import read_judgments as read_lines
 
-            extra = {number: (j.samples, j.position, (j.orders or {}).get("forward"),
-                              (j.orders or {}).get("swapped")) for number, j in read_lines(path)}
-            values = [extra.get(n, ([], None, None, None)) for n in frame["line"]]
+            # Per-segment criteria keep one score per segment in `samples`: those are not re-asks.
+            extra = {number: (j.samples if j.segments is None else [], j.position, (j.orders or {}).get("forward"),
+                              (j.orders or {}).get("swapped"), j.fingerprint) for number, j in read_lines(path)}
+            values = [extra.get(n, ([], None, None, None, None)) for n in frame["line"]]
             frame["samples"] = [v[0] for v in values]
             frame["position"] = [v[1] for v in values]
             frame["forward"] = [v[2] for v in values]
             frame["swapped"] = [v[3] for v in values]
+            frame["fingerprint"] = [v[4] for v in values]
     for name, default in (("samples", None), ("position", None), ("forward", None), ("swapped", None),
+                          ("fingerprint", None),
                           ("system_1", None), ("system_2", None), ("label", None), ("rubric", ""), ("line", 0)):
         if name not in frame.columns:
             frame[name] = default
@@ -147,45 +152,85 @@ def read_judgments(judgments, score_column: str | None = None) -> pd.DataFrame:
 
 
 def read_items(items) -> pd.DataFrame:
-    """(item_id, system, words) for every candidate of the items: single candidates and both sides of pairs."""
+    """(item_id, system, words) for every candidate of the items: single candidates and both sides of pairs.
+
+    `words` is the candidate's length in the unit that fits its language (`attrs["length_unit"]`: characters when
+    most of the text is Chinese, Japanese or Korean, which put no spaces between words; words otherwise). An empty
+    candidate the judge rated is length 0, counted in `attrs["empty"]`, not bad input: items are read for their
+    lengths, not judged again. `attrs["judged_keys"]` holds every (item_id, judged system) the file defines, pairs'
+    "A|B" keys included (one dialogue may carry every pair of its systems)."""
     from judge.errors import JudgeError
-    from judge.items import Item, load_items
+    from judge.items import Item, _records
 
     if isinstance(items, (str, Path)):
         try:
-            loaded = load_items(items)
+            records = [(f"{items}:{number}", record) for number, record in _records(Path(items))]
         except JudgeError as exc:
             raise CalibrationError(str(exc)) from None
     else:
-        records = items.to_dict("records") if isinstance(items, pd.DataFrame) else list(items)
+        rows = items.to_dict("records") if isinstance(items, pd.DataFrame) else list(items)
+        records = [(f"--items row {n}", r) for n, r in enumerate(rows, start=1)]
+    loaded = []
+    for where, record in records:
+        record = {k: v for k, v in record.items() if not _missing(v)}
+        # Lengths are all the audit needs: an empty candidate or dialogue is measured (0), not refused.
+        texts = {k: record[k] for k in ("candidate", "candidate_1", "candidate_2") if isinstance(record.get(k), str)}
+        placeholder = {k: v if v.strip() else "-" for k, v in texts.items()}
+        if not str(record.get("dialogue", "")).strip():
+            placeholder["dialogue"] = "-"
         try:
-            loaded = [Item.model_validate({k: v for k, v in r.items() if not _missing(v)}) for r in records]
+            item = Item.model_validate({**record, **placeholder})
         except Exception as exc:  # pydantic's message, first line
-            raise CalibrationError(f"--items: not an item: {str(exc).splitlines()[0]}") from None
+            raise CalibrationError(f"{where}: not an item: {str(exc).splitlines()[0]}") from None
+        loaded.append((item, texts))
+    unit = length_unit(t for _, texts in loaded for t in texts.values())
     rows = []
-    for item in loaded:
+    for item, texts in loaded:
         if item.is_pair:
-            rows.append((item.id, item.system_1, _words(item.candidate_1), item.system))
-            rows.append((item.id, item.system_2, _words(item.candidate_2), item.system))
+            rows.append((item.id, item.system_1, _length(texts.get("candidate_1"), unit), item.system))
+            rows.append((item.id, item.system_2, _length(texts.get("candidate_2"), unit), item.system))
         else:
-            rows.append((item.id, item.system, _words(item.candidate), item.system))
+            rows.append((item.id, item.system, _length(texts.get("candidate"), unit), item.system))
     frame = pd.DataFrame(rows, columns=["item_id", "system", "words", "item_system"])
-    return frame.drop_duplicates(["item_id", "system"])
+    judged_keys = set(zip(frame["item_id"], frame["item_system"]))
+    empty = int(sum(not t.strip() for _, texts in loaded for t in texts.values()))
+    frame = frame.drop_duplicates(["item_id", "system"])
+    frame.attrs.update(length_unit=unit, empty=empty, judged_keys=judged_keys)
+    return frame
 
 
 def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _words(text: str | None) -> int:
-    return len(text.split()) if text else 0
+# Han, kana and hangul: scripts written without spaces between words.
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
-def read_human(human) -> pd.DataFrame:
+def length_unit(texts) -> str:
+    """'characters' when most letters of the candidates are of a script written without spaces, else 'words'."""
+    letters = unspaced = 0
+    for text in texts:
+        letters += sum(not c.isspace() for c in text)
+        unspaced += len(_UNSPACED.findall(text))
+    return "characters" if letters and unspaced > letters / 2 else "words"
+
+
+def _length(text: str | None, unit: str) -> int:
+    if not text:
+        return 0
+    return len(text.split()) if unit == "words" else sum(not c.isspace() for c in text)
+
+
+def read_human(human, scales=None) -> pd.DataFrame:
+    """The human mean per (item, system, criterion); labels checked against `scales` (calibration.io)."""
     from ..humans import aggregate_humans
-    from ..io import load_human_labels
+    from ..io import read_human_labels
 
-    labels = load_human_labels(human) if isinstance(human, (str, Path)) else human
+    if isinstance(human, pd.DataFrame) and "human" in human.columns and "annotator" not in human.columns:
+        labels = human  # already aggregated by a script
+    else:
+        labels = read_human_labels(human, scales)
     if "human" in labels.columns and "annotator" not in labels.columns:
         return labels[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
     aggregated = aggregate_humans(labels)
@@ -538,7 +583,7 @@ def _check(judge: pd.DataFrame, words: pd.DataFrame, self_systems, where: str) -
     pairwise = judge["system_1"].notna()
     if pairwise.any() and not pairwise.all():
         raise CalibrationError(f"{where}: pairwise and single-candidate judgments mixed: audit one mode at a time")
-    keys = set(zip(words["item_id"], words["item_system"]))
+    keys = words.attrs.get("judged_keys") or set(zip(words["item_id"], words["item_system"]))
     missing = [(i, s, line) for i, s, line in zip(judge["item_id"], judge["system"], judge["line"])
                if (i, s) not in keys]
     if missing:
@@ -568,11 +613,13 @@ def _parse_self(value) -> list[str]:
 
 def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criteria=None, bootstrap: int = 1000,
           seed: int = 0, length_threshold: float = 0.1, score_column: str | None = None,
-          probes: dict | None = None) -> AuditResult:
+          probes: dict | None = None, scale=None, allow_different_judge: bool = False) -> AuditResult:
     """Audit a judge's scores or verdicts: noise floor, length, position and self-preference, per criterion.
 
     `probes`: {probe name: (its judgments, the (item_id, system) keys it perturbed)}, as
-    calibration.trust.probes makes and the CLI judges them (`--probe`).
+    calibration.trust.probes makes and the CLI judges them (`--probe`). `scale`: (MIN, MAX) for the human labels
+    when the judgments name no rubric. `rerun` must be the same judge (model, rubric version, template, decoding, as
+    the fingerprints record), or its differences are refused unless `allow_different_judge` (said in the output).
 
     >>> import calibration
     >>> result = calibration.audit("examples/study/judgments.jsonl", "examples/study/items.jsonl",
@@ -596,14 +643,38 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     words = read_items(items)
     mode = _check(judge, words, self_list, where)
     warnings: list[str] = []
+    if words.attrs.get("empty"):
+        warnings.append(f"{words.attrs['empty']} empty candidate(s) in --items: length 0")
     second = None
     if rerun is not None:
+        from ..io import judge_differences
+
         second = read_judgments(rerun)
-        common = judge.merge(second, on=["item_id", "system", "criterion"])
+        common = judge.merge(second, on=["item_id", "system", "criterion"], suffixes=("", "_rerun"))
         if common.empty:
             raise CalibrationError(f"--rerun: {second.attrs.get('path', 'rerun')} has no judgment in common with "
                                    f"{where} (same item, system and criterion)")
-    people = read_human(human) if human is not None else None
+        rerun_models = {m for m in second.get("model", pd.Series(dtype=str)).dropna() if m}
+        models = {m for m in judge.get("model", pd.Series(dtype=str)).dropna() if m}
+        differences = judge_differences(common["fingerprint"], common["fingerprint_rerun"])
+        if not differences and models and rerun_models and models != rerun_models:
+            differences = [f"model {', '.join(sorted(models))} -> {', '.join(sorted(rerun_models))}"]
+        if differences and not allow_different_judge:
+            raise CalibrationError(
+                f"--rerun: {second.attrs.get('path', 'rerun')} is not a re-run of the judge of {where}: "
+                f"{'; '.join(differences)}; re-run noise must be the same judge's: re-judge with the same settings, "
+                "or pass --allow-different-judge")
+        if differences:
+            warnings.append("--rerun is another judge, used as the noise floor on purpose "
+                            f"(--allow-different-judge): {'; '.join(differences)}")
+    people = None
+    if human is not None:
+        from ..io import judge_scales
+        from ..options import scale_option
+
+        scales, unchecked = judge_scales(judge, scale_option(scale), judgments)
+        warnings += [f"note: {note}" for note in unchecked]
+        people = read_human(human, scales)
     if people is not None and (judge["criterion"] == "*").any():
         from ..alignment import expand_all_criteria  # one metric column stands for every labelled criterion
 
@@ -654,7 +725,8 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
         position=pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS),
         self_preference=pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS), sentences=[], warnings=warnings,
-        n_resamples=bootstrap, seed=seed, has_human=people is not None, length_threshold=float(length_threshold))
+        n_resamples=bootstrap, seed=seed, has_human=people is not None, length_threshold=float(length_threshold),
+        length_unit=words.attrs.get("length_unit", "words"))
     if probes:
         from .probes import probe_table
 
@@ -703,7 +775,7 @@ def sentences(result: AuditResult) -> list[str]:
             out.append(f"{row.criterion}: length slope not measurable (no dialogue with candidates of different "
                        f"lengths); {noise}")
             continue
-        unit = f"per SD of length within a dialogue ({row.length_sd_words:.0f} words)"
+        unit = f"per SD of length within a dialogue ({row.length_sd_words:.0f} {result.length_unit})"
         if np.isfinite(row.excess_slope):
             out.append(f"{row.criterion}: beyond what humans add, the judge adds {row.excess_slope:+.2f} points {unit} "
                        f"{_ci(row.excess_ci_low, row.excess_ci_high)} (judge {row.judge_slope:+.2f}, humans "

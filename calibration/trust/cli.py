@@ -58,6 +58,10 @@ def register_audit(sub) -> None:
     p.add_argument("--self", dest="self_systems", metavar="SYSTEM[,SYSTEM...]",
                    help="systems written by the judge's own model or family: self-preference")
     p.add_argument("--rerun", type=Path, metavar="J2", help="a second plain run of the same judgments: the noise floor")
+    p.add_argument("--allow-different-judge", action="store_true",
+                   help="accept a --rerun made by another judge (model, rubric, template or decoding) on purpose")
+    p.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+                   help="the human labels' scale, when the judgments name no rubric (a CSV of scores)")
     p.add_argument("--criteria", metavar="a,b", type=criteria_type,
                    help="only these criteria")
     p.add_argument("--length-threshold", type=flag_type(THRESHOLD), default=0.1, metavar="X",
@@ -86,7 +90,8 @@ def run_audit(args) -> int:
     from .audit import audit
 
     options = dict(self_systems=args.self_systems, rerun=args.rerun, criteria=args.criteria,
-                   bootstrap=args.bootstrap, seed=args.bootstrap_seed,
+                   bootstrap=args.bootstrap, seed=args.bootstrap_seed, scale=args.scale,
+                   allow_different_judge=args.allow_different_judge,
                    length_threshold=args.length_threshold, score_column=args.score_column)
 
     def compute():
@@ -96,8 +101,20 @@ def run_audit(args) -> int:
             result = audit(args.judgments, args.items, args.human, probes=runs, **options)
         return result
 
-    return run_verb("audit", compute, output_dir=args.output_dir, report=args.report,
-                    inputs=[args.judgments, args.items, args.human, args.rerun])
+    try:
+        return run_verb("audit", compute, output_dir=args.output_dir, report=args.report,
+                        inputs=[args.judgments, args.items, args.human, args.rerun])
+    except ProbesPending as pending:
+        import sys
+
+        from judge.cli import EXIT_BATCH_PENDING
+
+        print(pending, file=sys.stderr)
+        return EXIT_BATCH_PENDING
+
+
+class ProbesPending(Exception):
+    """Some probes wait for batch answers: no audit is printed until every probe is judged."""
 
 
 def _run_probes(args, result) -> dict:
@@ -105,8 +122,9 @@ def _run_probes(args, result) -> dict:
     judgments are kept in --output-dir as probe_NAME_items.jsonl and probe_NAME.jsonl, so a rerun resumes."""
     import json
     import sys
+    from pathlib import Path
 
-    from judge.cli import build_parser, run_score
+    from judge.cli import EXIT_BATCH_PENDING, EXIT_INTERRUPTED, build_parser, run_score
     from judge.errors import JudgeError
     from judge.items import load_items
     from judge.outputs import write_files
@@ -132,7 +150,7 @@ def _run_probes(args, result) -> dict:
     items = load_items(args.items, rubric.inputs)
     mode = "block" if result.mode == "block" else "pointwise"
     model_flags = _model_dests()
-    runs = {}
+    runs, pending = {}, []
     for name in names:
         records, keys = probe_items(items, judge, name, args.probe_sample, args.bootstrap_seed, mode)
         item_file, output = args.output_dir / f"probe_{name}_items.jsonl", args.output_dir / f"probe_{name}.jsonl"
@@ -145,10 +163,24 @@ def _run_probes(args, result) -> dict:
             setattr(score, dest, getattr(args, dest))
         if name == "order":
             score.seed = args.seed + 1  # the block's shuffle follows the run's seed: another seed, another order
+        if getattr(args, "batch_dir", None):
+            score.batch_dir = str(Path(args.batch_dir) / f"probe_{name}")  # each probe's batch files apart: they are other runs
         print(f"probe {name}: judging {len(keys)} perturbed candidates ({len(records)} items) into {output}",
               file=sys.stderr)
-        run_score(score)
+        code = run_score(score)
+        # An audit is never built on a fragment of a probe: interrupted, failed or waiting, it stops here.
+        if code == EXIT_INTERRUPTED:
+            raise KeyboardInterrupt
+        if code == EXIT_BATCH_PENDING:
+            pending.append(f"probe {name}: {score.batch_dir}")
+            continue
+        if code != 0:
+            raise JudgeError(f"probe {name}: some perturbed candidates could not be judged (see above); {output} "
+                             "keeps the finished ones: run the same command to retry them before the audit")
         runs[name] = (output, keys)
+    if pending:
+        raise ProbesPending("the probes wait for batch answers (" + "; ".join(pending) + "): run each folder's "
+                            "batch files, then the same command to read them and print the audit")
     return runs
 
 

@@ -394,19 +394,7 @@ def _check_options(margin, share_margin, n_resamples, confidence) -> None:
         raise CalibrationError(f"--share-margin must be between 0 and 1, got {share_margin!r}")
     if not (isinstance(confidence, (int, float)) and 0.5 <= confidence < 1.0):
         raise CalibrationError(f"--confidence must be between 0.5 and 1, got {confidence!r}")
-    resamples_option(n_resamples, confidence)
-
-
-def _judge_differences(paired: pd.DataFrame) -> list[str]:
-    """What differs between how the two runs were produced, judgment by judgment (their fingerprints: model, rubric
-    version, template, decoding, item content), most frequent first, with counts."""
-    from judge.judgment import changes
-
-    found: Counter = Counter()
-    for old, new in zip(paired["fingerprint_ref"], paired["fingerprint_new"]):
-        if isinstance(old, dict) and isinstance(new, dict) and old != new:
-            found.update(changes(old, new))
-    return [f"{what} ({count} judgments)" for what, count in found.most_common()]
+    resamples_option(n_resamples, confidence, floor=100)
 
 
 def _check_fresh(new: pd.DataFrame, where: str) -> None:
@@ -462,7 +450,9 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
         notes.append(f"compared {int(usable.sum())} judgments in common; left out {lost[0]} only in the reference, "
                         f"{lost[1]} only in the new run, {lost[2]} failed, N/A or abstained in either")
     paired = paired[usable]
-    if differences := _judge_differences(paired):
+    from ..io import judge_differences
+
+    if differences := judge_differences(paired["fingerprint_ref"], paired["fingerprint_new"]):
         if not allow_different_judge:
             raise CalibrationError(
                 f"{new_where}: not the judge of the reference {old_where}: {'; '.join(differences)}; drift follows "

@@ -96,7 +96,7 @@ def _check_options(level: str, statistic: str, n_resamples: int, confidence: flo
         raise CalibrationError(f"--statistic must be one of {', '.join(STATISTIC_NAMES)}, got {statistic!r}")
     if not (isinstance(confidence, (int, float)) and 0.5 <= confidence < 1.0):
         raise CalibrationError(f"--confidence must be between 0.5 and 1, got {confidence!r}")
-    resamples_option(n_resamples, confidence)
+    resamples_option(n_resamples, confidence, floor=100)
 
 
 def _judge_list(judges) -> list[tuple[str, object]]:
