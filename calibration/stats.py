@@ -227,3 +227,62 @@ def percentile_interval(replicates: np.ndarray, confidence: float = 0.95, units:
     tail = expanded_tail(confidence, units) if units and units >= 2 else (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(defined, [tail, 100.0 - tail])
     return float(low), float(high)
+
+
+def simultaneous_differences(estimates, replicates, groups=None, confidence: float = 0.95,
+                             units: int | None = None) -> dict:
+    """Simultaneous lower bounds on every paired difference theta_j - theta_i (i, j in one group), for selection.
+
+    A "best" set chosen against the observed best (Holm over the comparisons with it) does not control leaving out
+    a truly best candidate: the observed best is picked by the same noise (with 14 equal systems one was left out in
+    18-27% of runs). Here every difference gets a lower bound D_ij - q se_ij: se_ij is the bootstrap standard error of
+    the paired difference (the same resamples of dialogues for every candidate), widened by sqrt(n / (n - 1)) for
+    the bootstrap's biased variance when the estimates are means over n = `units` dialogues, and q the t_{n-1}
+    quantile Bonferroni-corrected over the m pairs (two-sided, 1 - (1 - confidence) / 2m). With probability at
+    least `confidence` every bound holds at once, so:
+    - "i is not among the best" (some j's bound on theta_j - theta_i is above 0) leaves out a truly best candidate,
+      of however many tied ones, in at most 1 - confidence of studies;
+    - any conjunction of bounds ("dominated": worse on every criterion) is wrong at most as often.
+    The bootstrap's own max-t quantile (Tukey by resampling) was measured too narrow at 10-20 dialogues (10-14% left
+    out with 8 equal candidates): each pair's standard error is estimated, and their maximum has heavier tails than
+    the resampled one. Bonferroni-t measured 3.8-6.8% (400 studies per cell, 3-14 candidates, 10-60 dialogues).
+
+    Returns {"lower": (K, K) bounds on theta_j - theta_i (NaN across groups and on the diagonal), "q": q, "p": (K,)
+    adjusted p-value that candidate i is below another, "used": resamples used, "failed": resamples with an
+    undefined estimate (left out, counted)}.
+    """
+    from scipy import stats
+
+    theta = np.asarray(estimates, float)
+    reps = np.asarray(replicates, float)
+    groups = np.zeros(len(theta), int) if groups is None else np.asarray(groups)
+    failed_rows = np.isnan(reps[:, np.isfinite(theta)]).any(axis=1)
+    reps = reps[~failed_rows]
+    k = len(theta)
+    lower = np.full((k, k), np.nan)
+    p = np.ones(k)
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)
+             if groups[i] == groups[j] and np.isfinite(theta[i]) and np.isfinite(theta[j])]
+    result = {"lower": lower, "q": float("nan"), "p": p, "used": len(reps), "failed": int(failed_rows.sum())}
+    if not pairs or len(reps) < 2:
+        return result
+    i_idx, j_idx = np.array(pairs).T
+    observed = theta[j_idx] - theta[i_idx]
+    se = (reps[:, j_idx] - reps[:, i_idx]).std(axis=0, ddof=1)
+    df = np.inf
+    if units and units >= 2:
+        se, df = se * np.sqrt(units / (units - 1.0)), units - 1
+    tail = (1.0 - confidence) / (2 * len(pairs))
+    q = float(stats.t.isf(tail, df))
+    known = se <= 1e-12 * (1 + np.abs(observed))  # identical candidates: the difference is known exactly
+    lower[i_idx, j_idx] = np.where(known, observed, observed - q * se)  # on theta_j - theta_i
+    lower[j_idx, i_idx] = np.where(known, -observed, -observed - q * se)  # on theta_i - theta_j
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(known, np.sign(observed) * np.inf, observed / np.where(known, 1.0, se))
+    adjusted = np.minimum(1.0, 2 * len(pairs) * stats.t.sf(np.abs(z), df))
+    for n, (i, j) in enumerate(pairs):
+        lowered = i if z[n] > 0 else j if z[n] < 0 else None  # the one below the other
+        if lowered is not None:
+            p[lowered] = min(p[lowered], float(adjusted[n]))
+    result.update(q=q, p=p)
+    return result

@@ -72,8 +72,10 @@ def test_the_best_set_the_paired_test_and_the_gaps():
     scores = judges["judge0"].pivot(index="item_id", columns="system", values="score")
     keep = judges["judge1"].set_index(["item_id", "system"]).index
     masked = lambda m: m.stack().loc[lambda s: s.index.isin(keep)].unstack()  # noqa: E731
-    rho = [np.corrcoef(masked(scores)[c].dropna(), masked(truth)[c].dropna())[0, 1] for c in truth.columns]
-    assert table.loc["judge0", "label_worth"] == pytest.approx(100 * np.mean(np.square(rho)))
+    pairs = [(masked(scores)[c].dropna(), masked(truth)[c].dropna()) for c in truth.columns]
+    # ... with the adjusted rho^2, 1 - (1 - r^2)(n - 1)/(n - 2): the plug-in's +1/n bias is not a saving.
+    adjusted = [1 - (1 - np.corrcoef(x, y)[0, 1] ** 2) * (len(x) - 1) / (len(x) - 2) for x, y in pairs]
+    assert table.loc["judge0", "label_worth"] == pytest.approx(100 * np.mean(adjusted))
 
 
 def test_label_worth_matches_the_ppi_variance_ratio_of_estimate():

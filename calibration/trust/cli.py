@@ -308,6 +308,8 @@ def register_select(sub) -> None:
     parser.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
                         help="resamples of dialogues (default 1000)")
     parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+                        help="the human labels' scale, when no judge names a rubric (CSVs of scores)")
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write selection.csv here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the CIs")
     parser.set_defaults(run=run_select)
@@ -348,5 +350,5 @@ def run_select(args) -> int:
 
     return run_verb("select", lambda: select(
         args.human, list(args.judge), level=args.level, statistic=args.statistic, clean=args.clean,
-        bootstrap=args.bootstrap, seed=args.seed), output_dir=args.output_dir, report=args.report,
-        inputs=[args.human, *(Path(p) for _, p in args.judge)])
+        bootstrap=args.bootstrap, seed=args.seed, scale=args.scale), output_dir=args.output_dir,
+        report=args.report, inputs=[args.human, *(Path(p) for _, p in args.judge)])

@@ -2,9 +2,19 @@
 
 Every judge is measured on the same labelled summaries (those all judges scored), with the same bootstrap
 resamples of dialogues (and of systems at the system level), so differences between judges are paired. The best
-set is every judge not significantly worse than the best (Holm over the comparisons with the best). A jury (mean of
-standardised scores) and the pick of the best single judge are measured with cross-fitting: chosen on one half of
-the dialogues, measured on the other, so the optimism of picking the best of many shows.
+set is every judge that no other judge is shown better than by simultaneous bounds on every paired difference
+(calibration.stats.simultaneous_differences: Bonferroni-t over the pairs of judges, per criterion), so a truly best
+judge, of however many tied ones, is left out in at most 5% of studies; comparing only with the observed best
+(Holm) left one of 8 equal judges out in 22%. At the summary level the comparison is made on the dialogues where
+every judge and the humans vary (`n_compared`): a dialogue where one judge gives every summary the same score says
+nothing of that judge, and dropping it for that judge alone let a judge cut to two score values outrank the judge
+it came from. A jury (mean of standardised scores) and the pick of the best single judge are measured with
+cross-fitting: chosen on one half of the dialogues, measured on the other, so the optimism of picking the best of
+many shows.
+
+`label_worth` (labelled dialogues saved per 100, PPI++'s variance ratio 1 - rho^2 per system) uses the adjusted
+rho^2 (1 - (1 - r^2)(n - 1)/(n - 2), floored at 0): the plug-in r^2 is biased up by about 1/n, which printed +5 to
++11 labels per 100 for a useless judge. It is printed from MIN_DIALOGUES dialogues on, as are intervals.
 """
 
 from __future__ import annotations
@@ -18,12 +28,16 @@ import pandas as pd
 
 from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, level_statistic
 from ..errors import CalibrationError
-from ..options import criteria_option, resamples_option, seed_option
+from ..options import criteria_option, resamples_option, scale_option, seed_option
 from ..result import Result
 from ..stats import percentile_interval, resample_counts
 
 SELECTION_COLUMNS = ["criterion", "judge", "kind", "level", "statistic", "estimate", "ci_low", "ci_high",
-                     "in_best_set", "p_holm", "label_worth", "n_common", "n_judged", "n_dialogues"]
+                     "in_best_set", "p_adjusted", "p_holm", "compared_estimate", "n_compared", "label_worth",
+                     "n_common", "n_judged", "n_dialogues", "failed_resamples", "note"]
+# Fewer dialogues give no interval, best set or label worth: a correlation over 2 dialogues is +-1 whatever the
+# judge, and its resamples collapse (zero-width intervals, "saves 100/100 labels" at r = 0).
+MIN_DIALOGUES = 10
 JURY_ALL, JURY_BEST, BEST_PICKED = "jury (all judges)", "jury (best set)", "best judge (cross-fitted)"
 
 
@@ -53,20 +67,25 @@ class SelectResult(Result):
 
     def text(self) -> str:
         lines = [f"Agreement with humans: {self.statistic} at {self.level} level, 95% percentile bootstrap CI "
-                 f"({self.n_resamples} resamples of dialogues, the same for every judge); best set = not "
-                 "significantly worse than the best (paired, Holm, 5%); label_worth = labelled dialogues saved per "
-                 "100 in a study (PPI++ variance ratio)"]
+                 f"({self.n_resamples} resamples of dialogues, the same for every judge; the summary level expanded "
+                 "for its mean over dialogues); best set (*) = no other judge shown better by simultaneous paired "
+                 "bounds over every pair of judges (Bonferroni-t, 5% per criterion: a truly best judge is left out "
+                 "in at most 5% of studies), compared on the dialogues where every judge varies; label_worth = "
+                 "labelled dialogues saved per 100 in a study (PPI++ variance ratio, adjusted rho^2)"]
         for criterion, part in self.selection.groupby("criterion", sort=False):
             judges = part[part["kind"] == "judge"]
             common = int(judges["n_common"].iloc[0])
             lines.append(f"\n{criterion}: {common} summaries judged by every judge")
             for row in part.itertuples():
                 mark = "*" if row.in_best_set else " "
-                p = "" if not np.isfinite(row.p_holm) else f"  p_holm {row.p_holm:.3f}"
+                p = "" if not np.isfinite(row.p_adjusted) else f"  p_adj {row.p_adjusted:.3f}"
                 worth = "" if not np.isfinite(row.label_worth) else f"  saves {row.label_worth:.0f}/100 labels"
                 gap = "" if row.kind != "judge" or row.n_judged == row.n_common else f"  (judged {row.n_judged})"
-                lines.append(f" {mark} {row.judge:<28} {row.estimate:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}]"
-                             f"{p}{worth}{gap}")
+                ci = ("[no interval]" if not np.isfinite(row.ci_low) else
+                      f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]")
+                lines.append(f" {mark} {row.judge:<28} {row.estimate:+.3f} {ci}{p}{worth}{gap}")
+            if isinstance(notes := part["note"].iloc[0], str) and notes:
+                lines.append(f"  note: {notes}")
             lines.append(f"  best set: {', '.join(self.best_set(criterion))}")
         return "\n".join(lines) + "\n"
 
@@ -123,13 +142,19 @@ def _worth(judge: np.ndarray, human: np.ndarray) -> float:
 
     Per system, dialogues are the units (as in `judge estimate`): PPI++'s variance ratio tends to 1 - rho^2 (rho:
     the judge-human correlation over dialogues) when the judged dialogues far outnumber the labelled ones; the
-    saving is 100 (1 - ratio), averaged over systems.
+    saving is 100 (1 - ratio), averaged over systems. rho^2 is the adjusted one, 1 - (1 - r^2)(n - 1)/(n - 2)
+    floored at 0: the plug-in r^2 has expectation about 1/(n - 1) for a useless judge.
     """
     from ..stats import pearson
 
     rho = pearson(judge.T, human.T)  # one per system, over dialogues
-    rho = rho[np.isfinite(rho)]
-    return float(100.0 * np.mean(rho * rho)) if rho.size else float("nan")
+    n = np.sum(~(np.isnan(judge) | np.isnan(human)), axis=0)
+    keep = np.isfinite(rho) & (n >= MIN_DIALOGUES)
+    if not keep.any():
+        return float("nan")
+    r2, n = rho[keep] ** 2, n[keep]
+    adjusted = np.maximum(0.0, 1.0 - (1.0 - r2) * (n - 1) / (n - 2))
+    return float(100.0 * np.mean(adjusted))
 
 
 def _stat_rows(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic, weights):
@@ -142,17 +167,32 @@ def _stat_rows(scores: dict[str, np.ndarray], human: np.ndarray, items, systems,
     return estimates, replicates
 
 
-def _holm_best(estimates: dict, replicates: dict) -> tuple[str, dict, dict]:
-    from ..study.screen import bootstrap_p_value, holm
+def _best_set(estimates: dict, replicates: dict, units: int | None, confidence: float = 0.95
+              ) -> tuple[str, dict, dict, int]:
+    """The observed best, each judge's adjusted p-value of being below another, who is in the best set, and the
+    resamples left out because a judge's statistic was undefined there (calibration.stats.simultaneous_differences)."""
+    from ..stats import simultaneous_differences
 
-    best = max(estimates, key=lambda n: -np.inf if np.isnan(estimates[n]) else estimates[n])
-    others = [n for n in estimates if n != best]
-    observed = np.array([estimates[best] - estimates[n] for n in others])
-    differences = np.column_stack([replicates[best] - replicates[n] for n in others])
-    p_adjusted = holm(bootstrap_p_value(differences, observed)) if others else np.array([])
-    p_holm = {best: float("nan"), **dict(zip(others, map(float, p_adjusted)))}
-    in_set = {name: name == best or p_holm[name] >= 0.05 for name in estimates}
-    return best, p_holm, in_set
+    names = list(estimates)
+    best = max(names, key=lambda n: -np.inf if np.isnan(estimates[n]) else estimates[n])
+    found = simultaneous_differences(np.array([estimates[n] for n in names]),
+                                     np.column_stack([replicates[n] for n in names]), confidence=confidence,
+                                     units=units)
+    shown_worse = (found["lower"] > 0).any(axis=1)
+    p = {n: (float("nan") if n == best else float(found["p"][k])) for k, n in enumerate(names)}
+    in_set = {n: n == best or not bool(shown_worse[k]) for k, n in enumerate(names)}
+    return best, p, in_set, found["failed"]
+
+
+def _varying(matrix: np.ndarray) -> np.ndarray:
+    """Dialogues (rows) whose scores differ across systems: where a summary-level correlation is defined."""
+    import warnings
+
+    present = (~np.isnan(matrix)).sum(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN dialogue: not varying
+        spread = np.nanmax(matrix, axis=1) - np.nanmin(matrix, axis=1)
+    return (present >= 2) & (np.nan_to_num(spread) > 0)
 
 
 def _mean_of_present(stacked: np.ndarray) -> np.ndarray:
@@ -180,7 +220,7 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
         fitted, replicates = _stat_rows({n: m[fit] for n, m in scores.items()}, human[fit], items[fit], systems,
                                         level, statistic, weights)
         fitted = {n: (0.0 if np.isnan(v) else v) for n, v in fitted.items()}
-        best, _, in_set = _holm_best(fitted, replicates)
+        best, _, in_set, _ = _best_set(fitted, replicates, int(fit.sum()) if level == "summary" else None)
         # Each judge enters the jury pointed the way it agrees with humans on the fitting half (ppl: lower = better).
         signs = {n: (1.0 if v >= 0 else -1.0) for n, v in fitted.items()}
         stacked = np.stack([signs[n] * standardised[n][measure] for n in scores])
@@ -191,7 +231,7 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
 
 
 def select(human, judges, *, level: str = "summary", statistic: str = "pearson", criteria=None, clean: bool = False,
-           bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95) -> SelectResult:
+           bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95, scale=None) -> SelectResult:
     """Compare judges (name -> path or DataFrame) against human labels (path or DataFrame) at one level.
 
     >>> import calibration
@@ -208,13 +248,20 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
     seed = seed_option(seed)
     criteria = criteria_option(criteria)
     listed = _judge_list(judges)
-    labels = read_human_labels(human)
-    means = aggregate_humans(labels, clean=clean)
     with each_csv_parsed_once():
-        pairs = {name: align(_read_judge(name, source), means)[0] for name, source in listed}
+        frames = {name: _read_judge(name, source) for name, source in listed}
+    # Labels checked against the scale of the rubric a judge names (or --scale), as calibrate, screen and estimate do.
+    from ..io import judge_scales
+
+    named = next((f for f in frames.values() if f["rubric"].fillna("").astype(bool).any()), next(iter(frames.values())))
+    source = next((s for (n, s) in listed if frames[n] is named), None)
+    scales, unchecked = judge_scales(named, scale_option(scale), source)
+    labels = read_human_labels(human, scales)
+    means = aggregate_humans(labels, clean=clean)
+    pairs = {name: align(frame, means)[0] for name, frame in frames.items()}
     names = [name for name, _ in listed]
     wanted = sorted(means["criterion"].unique()) if criteria is None else list(criteria)
-    warnings, rows = [], []
+    warnings, rows = [f"note: {note}" for note in unchecked], []
     for criterion in wanted:
         tables = {n: p[p["criterion"] == criterion].set_index(["item_id", "system"]) for n, p in pairs.items()}
         empty = [n for n, t in tables.items() if t.empty]
@@ -235,22 +282,55 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
         rng = np.random.default_rng(seed)
         weights = (resample_counts(rng, len(items), bootstrap), resample_counts(rng, len(systems), bootstrap))
         estimates, replicates = _stat_rows(scores, human_matrix, items, systems, level, statistic, weights)
-        best, p_holm, in_set = _holm_best(estimates, replicates)
         units = len(items) if level == "summary" else None  # a mean over dialogues: the expanded interval
+        # The comparison: on the dialogues where every judge and the humans vary (summary level), one set for all.
+        compared = np.ones(len(items), bool)
+        if level == "summary":
+            for matrix in (human_matrix, *scores.values()):
+                compared &= _varying(matrix)
+        n_compared = int(compared.sum())
+        note, failed = "", 0
+        if len(items) < MIN_DIALOGUES or n_compared < MIN_DIALOGUES:
+            note = (f"{n_compared if level == 'summary' else len(items)} dialogues to compare: no interval, best set "
+                    f"or label worth below {MIN_DIALOGUES} (a correlation over 2 dialogues is +-1 whatever the "
+                    f"judge); label at least {MIN_DIALOGUES} dialogues")
+            in_set, p_adjusted = {n: True for n in names}, {n: float("nan") for n in names}
+            compared_estimates = {n: float("nan") for n in names}
+        else:
+            if level == "summary" and n_compared < len(items):
+                sub = (weights[0][:, compared], weights[1])
+                compared_estimates, compared_replicates = _stat_rows(
+                    {n: m[compared] for n, m in scores.items()}, human_matrix[compared], items[compared], systems,
+                    level, statistic, sub)
+            else:
+                compared_estimates, compared_replicates = estimates, replicates
+            _, p_adjusted, in_set, failed = _best_set(compared_estimates, compared_replicates,
+                                                      n_compared if level == "summary" else None, confidence)
+            if failed:
+                note = (f"{failed} of {bootstrap} resamples left some judge's statistic undefined (too few varying "
+                        "dialogues in them): the best set uses the others")
+        enough = not note.startswith(f"{n_compared if level == 'summary' else len(items)} dialogues to compare")
         for name in names:
-            low, high = percentile_interval(replicates[name], confidence, units)
+            low, high = percentile_interval(replicates[name], confidence, units) if enough else (np.nan, np.nan)
             rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
-                         "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]), "p_holm": p_holm[name],
-                         "label_worth": _worth(scores[name], human_matrix), "n_common": len(common),
-                         "n_judged": len(tables[name]), "n_dialogues": len(items)})
+                         "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]),
+                         "p_adjusted": p_adjusted[name], "p_holm": p_adjusted[name],
+                         "compared_estimate": compared_estimates[name], "n_compared": n_compared,
+                         "label_worth": _worth(scores[name], human_matrix) if enough else np.nan,
+                         "n_common": len(common), "n_judged": len(tables[name]), "n_dialogues": len(items),
+                         "failed_resamples": int(np.isnan(replicates[name]).sum()), "note": note})
+        if not enough:
+            continue
         juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap)
         jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
         for name in juries:
             low, high = percentile_interval(jury_replicates[name], confidence, units)
             rows.append({"criterion": criterion, "judge": name, "kind": "cross-fitted",
                          "estimate": jury_estimates[name], "ci_low": low, "ci_high": high, "in_best_set": False,
-                         "p_holm": float("nan"), "label_worth": _worth(juries[name], human_matrix),
-                         "n_common": len(common), "n_judged": len(common), "n_dialogues": len(items)})
+                         "p_adjusted": float("nan"), "p_holm": float("nan"), "compared_estimate": float("nan"),
+                         "n_compared": n_compared, "label_worth": _worth(juries[name], human_matrix),
+                         "n_common": len(common), "n_judged": len(common), "n_dialogues": len(items),
+                         "failed_resamples": int(np.isnan(jury_replicates[name]).sum()), "note": note})
         gaps = {n: len(t) - len(common) for n, t in tables.items() if len(t) > len(common)}
         if gaps:
             warnings.append(f"{criterion}: judges compared on the {len(common)} summaries all of them judged; left out "
