@@ -286,3 +286,13 @@ def simultaneous_differences(estimates, replicates, groups=None, confidence: flo
             p[lowered] = min(p[lowered], float(adjusted[n]))
     result.update(q=q, p=p)
     return result
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values: a family of tests whose any-false-flag rate is at most the level."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p)
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))))
+    out = np.empty_like(p)
+    out[order] = adjusted
+    return out

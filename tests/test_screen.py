@@ -12,7 +12,8 @@ from scipy import stats
 from calibration.study.estimate import ppi_mean
 from calibration.io import load_judge_scores
 from calibration.study.power import dialogues_needed, paired_power
-from calibration.study.screen import (bootstrap_p_value, holm, judgment_uncertainty, make_plan, systems_table)
+from calibration.stats import holm
+from calibration.study.screen import judgment_uncertainty, make_plan, systems_table
 from calibration.stats import resample_counts
 from judge.cli import main
 
@@ -62,16 +63,6 @@ def test_holm_against_a_hand_example_and_statsmodels():
     multitest = pytest.importorskip("statsmodels.stats.multitest", reason="statsmodels not installed")
     p = np.random.default_rng(0).uniform(0, 0.2, 12)
     assert holm(p) == pytest.approx(multitest.multipletests(p, method="holm")[1])
-
-
-def test_bootstrap_p_value_is_close_to_the_paired_t_test():
-    rng = np.random.default_rng(1)
-    x = rng.normal(3.0, 1.0, 200)
-    y = x - 0.15 + rng.normal(0, 0.8, 200)
-    counts = resample_counts(rng, 200, 4000)
-    replicates = (counts @ np.column_stack([x, y])) / 200.0
-    p = bootstrap_p_value(replicates[:, [0]] - replicates[:, [1]], np.array([x.mean() - y.mean()]))
-    assert p[0] == pytest.approx(stats.ttest_rel(x, y).pvalue, abs=0.02)
 
 
 def test_ties_with_the_best_and_domination():

@@ -163,9 +163,10 @@ def run_screen(args: argparse.Namespace) -> int:
 def print_screen(result, out=None) -> None:
     out = sys.stdout if out is None else out
     print(f"Systems: mean judge score per criterion, 95% percentile bootstrap CI ({result.n_resamples} resamples of "
-          "dialogues, paired across systems); tied = not separated from the best (Holm, 5%)", file=out)
+          "dialogues, paired across systems); tied = no system shown better (simultaneous paired bounds over every "
+          "pair of systems and criteria, Bonferroni-t: 5% for the whole table, dominated included)", file=out)
     table = result.systems.assign(tied=result.systems["tied_with_best"].map({True: "tied", False: ""}))
-    print(_format(table[["criterion", "rank", "system", "mean", "ci_low", "ci_high", "n", "p_holm", "tied"]]),
+    print(_format(table[["criterion", "rank", "system", "mean", "ci_low", "ci_high", "n", "p_adjusted", "tied"]]),
           file=out)
     if result.dominated:
         print("\nDominated on every criterion (kept; candidates to leave out of the human study): "

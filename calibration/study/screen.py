@@ -3,10 +3,13 @@
 Systems: each system's mean judge score per criterion with an expanded percentile bootstrap CI (see
 `calibration.stats.expanded_tail`) that resamples dialogues,
 the same resampled dialogues for every system and criterion (paired), so differences between systems keep the
-correlation of summaries of one dialogue. The best system is compared with each other one by a paired bootstrap
-p-value, Holm-corrected over the comparisons; those not separated at 5% are "tied with the best". A system is
-dominated when another one is better on every criterion with the paired 95% CI of the difference above zero; it
-is listed, never dropped.
+correlation of summaries of one dialogue. Every difference between two systems on one criterion gets a lower bound
+that holds simultaneously with all the others (calibration.stats.simultaneous_differences: Bonferroni-t over every
+pair of systems of every criterion). A system is "tied with the best" unless some other system is shown better than
+it; a system is dominated when another one is shown better on every criterion; it is listed, never dropped. One
+family for the whole table: with nothing to separate, any system is left out of "tied with the best" or called
+dominated in at most 5% of screens, however many systems and criteria (Holm against the observed best left one of
+14 equal systems out in 18-27% of runs per criterion, and "dominated" was uncorrected over pairs: 78%).
 
 Items: every judgment's uncertainty, from what the run recorded (spread of --samples, entropy of --logprobs
 probabilities, pairwise order disagreement, failures, abstentions and N/A), and each dialogue's power to
@@ -42,12 +45,12 @@ from ..errors import CalibrationError
 from ..humans import aggregate_humans
 from ..options import criteria_option, scale_option
 from ..result import Result
-from ..stats import expanded_tail, resample_counts
+from ..stats import expanded_tail, resample_counts, simultaneous_differences
 from .estimate import judge_matrices, ppi_mean
 from .power import dialogues_needed
 
 SYSTEM_COLUMNS = ["criterion", "system", "mean", "ci_low", "ci_high", "n", "rank", "difference_from_best",
-                  "p_holm", "tied_with_best", "dominated_by"]
+                  "p_adjusted", "p_holm", "tied_with_best", "dominated_by"]  # p_holm: p_adjusted's old name
 ITEM_COLUMNS = ["item_id", "n_judgments", "n_failed", "n_na", "n_abstained", "n_order_disagreement", "mean_spread",
                 "mean_entropy", "uncertainty", "discrimination", "priority", "part"]
 # Weight of each recorded sign of doubt in a judgment's uncertainty (0..1); N/A is a verdict, so it counts half.
@@ -113,31 +116,6 @@ class ScreenResult(Result):
 # -- systems ------------------------------------------------------------------------------------------------------
 
 
-def holm(p_values) -> np.ndarray:
-    """Holm's step-down adjusted p-values."""
-    p = np.asarray(p_values, dtype=float)
-    order = np.argsort(p)
-    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))))
-    out = np.empty_like(p)
-    out[order] = adjusted
-    return out
-
-
-def bootstrap_p_value(replicates: np.ndarray, observed: np.ndarray) -> np.ndarray:
-    """Two-sided p-value that a difference is zero: observed / bootstrap standard error against the normal.
-
-    Smooth, unlike the share of replicates across zero, whose floor 1/B would, after Holm's correction over
-    many systems, stop any difference from being significant.
-    """
-    from scipy import stats as scipy_stats
-
-    with np.errstate(invalid="ignore", divide="ignore"):
-        z = observed / np.nanstd(replicates, axis=0, ddof=1)
-    p = 2.0 * scipy_stats.norm.sf(np.abs(z))
-    # Every resample gives the same difference of zero: the systems are the same, not separated (NaN is no answer).
-    return np.where(np.all(replicates == 0, axis=0) & (observed == 0), 1.0, p)
-
-
 def win_shares(pairs: pd.DataFrame) -> pd.DataFrame:
     """Pairwise verdicts as scores: per dialogue, the share of its comparisons a system won (a tie counts half).
 
@@ -187,7 +165,10 @@ def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: 
         tail = expanded_tail(confidence, size)
         with np.errstate(invalid="ignore"):
             low[at], high[at] = np.nanpercentile(replicates[:, at], [tail, 100.0 - tail], axis=0)
-    tail = expanded_tail(confidence, max(int(n.min()), 2)) if len(n) else (1.0 - confidence) / 2.0 * 100.0
+    order = {c: i for i, c in enumerate(criteria)}
+    bounds = simultaneous_differences(point, replicates, groups=[order.get(c, -1) for c, _ in columns],
+                                      confidence=confidence, units=max(int(n.min()), 2) if len(n) else None)
+    shown_below = (bounds["lower"] > 0).any(axis=1)  # some other system of its criterion is shown better
     rows = []
     for criterion in criteria:
         index = [k for k, (c, _) in enumerate(columns) if c == criterion]
@@ -195,39 +176,33 @@ def systems_table(judge: pd.DataFrame, criteria, n_resamples: int = 1000, seed: 
             continue
         ranked = sorted(index, key=lambda k: -point[k])
         best = ranked[0]
-        others = ranked[1:]
-        differences = replicates[:, [best]] - replicates[:, others]
-        observed = point[best] - point[others]
-        adjusted = holm(bootstrap_p_value(differences, observed)) if others else np.array([])
-        p_of = dict(zip(others, adjusted))
         for rank, k in enumerate(ranked, start=1):
+            p = np.nan if k == best else float(bounds["p"][k])
             rows.append({"criterion": criterion, "system": columns[k][1], "mean": point[k], "ci_low": low[k],
                          "ci_high": high[k], "n": int((~np.isnan(values[:, k])).sum()), "rank": rank,
-                         "difference_from_best": point[best] - point[k], "p_holm": p_of.get(k, np.nan),
-                         "tied_with_best": bool(k == best or not p_of[k] <= 1.0 - confidence), "dominated_by": ""})
+                         "difference_from_best": point[best] - point[k], "p_adjusted": p, "p_holm": p,
+                         "tied_with_best": bool(k == best or not shown_below[k]), "dominated_by": ""})
     systems = pd.DataFrame(rows, columns=SYSTEM_COLUMNS)
-    dominated = dominated_systems(replicates, columns, criteria, tail)
+    dominated = dominated_systems(bounds["lower"], columns, criteria)
     systems["dominated_by"] = systems["system"].map(lambda system: dominated.get(system, ""))
     return systems, dominated, replicates, columns
 
 
-def dominated_systems(replicates: np.ndarray, columns, criteria, tail: float) -> dict[str, str]:
-    """{system: a system better on every criterion, each paired bootstrap CI of the difference above zero}."""
+def dominated_systems(lower: np.ndarray, columns, criteria) -> dict[str, str]:
+    """{system: a system shown better on every criterion}, from the simultaneous bounds `lower[i, j]` on
+    theta_j - theta_i of the columns (criterion, system) (calibration.stats.simultaneous_differences)."""
     systems = sorted({s for _, s in columns})
     where = {column: k for k, column in enumerate(columns)}
-    # (B, criteria, systems) replicates, NaN where a system has no score on a criterion.
-    index = np.array([[where.get((c, s), -1) for s in systems] for c in criteria])
-    cube = np.where(index >= 0, replicates[:, np.maximum(index, 0)], np.nan)
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # pairs with no data stay NaN
-        # low[c, w, l]: lower bound of the paired difference winner w - loser l on criterion c.
-        low = np.nanpercentile(cube[:, :, :, None] - cube[:, :, None, :], tail, axis=0)
-    better = np.all(low > 0, axis=0)  # NaN compares False: a missing criterion never dominates
     out = {}
-    for l, loser in enumerate(systems):
-        winners = np.nonzero(better[:, l])[0]
-        if len(winners):
-            out[loser] = systems[winners[0]]
+    for loser in systems:
+        for winner in systems:
+            if winner == loser:
+                continue
+            pairs = [(where.get((c, loser)), where.get((c, winner))) for c in criteria]
+            # A criterion either lacks: no domination (NaN compares False).
+            if all(l is not None and w is not None and lower[l, w] > 0 for l, w in pairs):
+                out[loser] = winner
+                break
     return out
 
 
