@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..errors import CalibrationError
 from ..result import Result
-from ..stats import resample_counts
+from ..stats import expanded_tail, holm, resample_counts
 
 NOISE_COLUMNS = ["criterion", "source", "n", "changed_share", "ci_low", "ci_high", "mean_abs_change"]
 LENGTH_COLUMNS = ["criterion", "mode", "n_summaries", "n_dialogues", "length_sd_words", "judge_slope",
@@ -68,6 +68,7 @@ class AuditResult(Result):
     has_human: bool = False
     length_threshold: float = 0.1  # pairwise: lengths differ by more than this share of the longer
     length_unit: str = "words"  # characters for scripts written without spaces (calibration.trust.audit.length_unit)
+    flags: int = 0  # findings tested together (Holm, 5% family-wise)
 
     def files(self) -> dict[str, str]:
         files = {"noise.csv": self.noise, "length.csv": self.length, "length_controlled.csv": self.length_controlled,
@@ -247,7 +248,11 @@ class Dialogues:
         self.ids = np.array(sorted(set(item_ids)))
         self.position = {d: k for k, d in enumerate(self.ids)}
         self.counts = resample_counts(np.random.default_rng(seed), len(self.ids), n_resamples)
-        self.tail = (1.0 - confidence) / 2.0 * 100.0
+        self.confidence = confidence
+        # Every statistic is a ratio of sums over dialogues: the expanded percentile interval for their number
+        # (calibration.stats.expanded_tail); the plain one covered 0.88-0.92 at 10-20 dialogues.
+        self.tail = (expanded_tail(confidence, len(self.ids)) if len(self.ids) >= 2
+                     else (1.0 - confidence) / 2.0 * 100.0)
 
     def index(self, item_ids) -> np.ndarray:
         return np.fromiter((self.position[d] for d in item_ids), dtype=int, count=len(item_ids))
@@ -263,6 +268,28 @@ class Dialogues:
         with np.errstate(invalid="ignore", divide="ignore"):
             replicates = (self.counts @ top) / (self.counts @ bottom)
         return (float(top.sum() / bottom.sum()), *self.interval(replicates))
+
+    def share(self, index: np.ndarray, events, trials) -> tuple[float, float, float]:
+        """A share of events (flips, wins) with an interval that cannot collapse: the bootstrap's, widened to the
+        Wilson interval at the effective number of trials (trials over the design effect of dialogues, measured
+        from the bootstrap; with no event or no non-event, where it cannot be measured, one trial per dialogue).
+        Rare flips gave [0%, 0%] in up to 47% of runs and covered 0.37-0.92 with the bootstrap alone."""
+        from statsmodels.stats.proportion import proportion_confint
+
+        events, trials = np.asarray(events, float), np.asarray(trials, float)
+        value, low, high = self.ratio(index, events, trials)
+        n = float(trials.sum())
+        if not np.isfinite(value) or n <= 0:
+            return value, low, high
+        used = int(np.count_nonzero(self.sums(index, trials)))
+        if 0 < value < 1 and np.isfinite(high) and high > low:
+            quantile = float(np.sqrt(2) * __import__("scipy").special.erfinv(self.confidence))
+            boot_var = ((high - low) / (2 * quantile)) ** 2
+            effective = min(n, max(used, value * (1 - value) / boot_var))
+        else:
+            effective = max(used, 1)
+        wilson_low, wilson_high = proportion_confint(value * effective, effective, 1 - self.confidence, "wilson")
+        return value, float(min(low, wilson_low)), float(max(high, wilson_high))
 
     def interval(self, replicates: np.ndarray) -> tuple[float, float]:
         replicates = replicates[np.isfinite(replicates)]
@@ -471,8 +498,8 @@ def pairwise_position(judge, human, boot: Dialogues, criterion: str) -> list[dic
         if not mask.any():
             continue
         row = {"criterion": criterion, "mode": "pairwise", "stratum": name, "n": int(mask.sum())}
-        row["flip_rate"], row["ci_low"], row["ci_high"] = boot.ratio(index, flip * mask, mask.astype(float))
-        row["first_shown_wins"], row["first_shown_ci_low"], row["first_shown_ci_high"] = boot.ratio(
+        row["flip_rate"], row["ci_low"], row["ci_high"] = boot.share(index, flip * mask, mask.astype(float))
+        row["first_shown_wins"], row["first_shown_ci_low"], row["first_shown_ci_high"] = boot.share(
             index, first * mask, decided * mask)
         low, high = row["first_shown_ci_low"] - 0.5, row["first_shown_ci_high"] - 0.5
         row["effect"] = _excludes_zero(low, high)
@@ -569,6 +596,56 @@ def pairwise_self_preference(judge, human, boot: Dialogues, criterion: str, self
     row["effect"] = _excludes_zero(row["ci_low"], row["ci_high"])
     row["note"] = "gaps are win shares of the own systems minus a half, on pairs against other systems"
     return row
+
+
+# -- one audit, one error rate ------------------------------------------------------------------------------------
+
+
+def _p_from_interval(estimate: float, low: float, high: float, dialogues: int, confidence: float = 0.95) -> float:
+    """Two-sided p-value that the effect is 0, read from its printed interval: the interval is the expanded
+    percentile one (t_{n-1} quantile with the unbiased variance), so its half-width over that quantile is the
+    standard error, and the estimate over it is a t_{n-1} statistic."""
+    from scipy import stats
+
+    if not all(np.isfinite([estimate, low, high])) or dialogues < 2:
+        return math.nan
+    quantile = np.sqrt(dialogues / (dialogues - 1.0)) * stats.t.ppf(0.5 + confidence / 2, dialogues - 1)
+    se = (high - low) / (2 * quantile)
+    if se <= 0:
+        return 0.0 if estimate != 0 else 1.0
+    return float(2 * stats.t.sf(abs(estimate) / se, dialogues - 1))
+
+
+def family_wise(length: pd.DataFrame, position: pd.DataFrame, self_preference: pd.DataFrame, dialogues: int,
+                level: float = 0.05) -> int:
+    """Every finding an audit prints (criteria x length, position, self-preference) tested as one family: Holm's
+    step-down over their p-values, so that with nothing planted any flag fires in at most `level` of audits (it
+    was 54% at 20 dialogues with 12 findings, each tested at 5%). Sets each table's `p_adjusted` and `effect` (the
+    flag as printed) in place; returns the number of findings tested."""
+    specs = [(length, "excess_slope", "excess_ci_low", "excess_ci_high", "judge_slope", "judge_slope_ci_low",
+              "judge_slope_ci_high"),
+             (position, "position_slope", "position_slope_ci_low", "position_slope_ci_high", "first_shown_wins",
+              "first_shown_ci_low", "first_shown_ci_high"),
+             (self_preference, "self_preference", "ci_low", "ci_high", None, None, None)]
+    found = []
+    for table, *columns in specs:
+        table["p_adjusted"] = np.nan
+        table["effect"] = pd.Series(False, index=table.index, dtype=object)
+        for index, row in table.iterrows():
+            est, low, high, alt, alt_low, alt_high = (row.get(c, np.nan) if c else np.nan for c in columns)
+            if not np.isfinite(est) and alt is not None and np.isfinite(alt):
+                # No labels (the judge's own slope) or a pairwise stratum (first-shown wins against a half).
+                centre = 0.5 if columns[3] == "first_shown_wins" else 0.0
+                est, low, high = alt - centre, alt_low - centre, alt_high - centre
+            p = _p_from_interval(est, low, high, dialogues)
+            if np.isfinite(p):
+                found.append((table, index, p))
+    if found:
+        adjusted = holm([p for _, _, p in found])
+        for (table, index, _), p in zip(found, adjusted):
+            table.at[index, "p_adjusted"] = float(p)
+            table.at[index, "effect"] = bool(p < level)
+    return len(found)
 
 
 # -- the verb -------------------------------------------------------------------------------------------------------
@@ -721,10 +798,15 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     length = pd.DataFrame(length_rows).reindex(columns=LENGTH_COLUMNS)
     controlled_frame = (pd.concat(controlled, ignore_index=True) if controlled
                         else pd.DataFrame(columns=CONTROLLED_COLUMNS))
+    position = pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS)
+    self_frame = pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS)
+    flags = family_wise(length, position, self_frame, len(boot.ids))
+    if not controlled_frame.empty:  # "at equal length the ranking changes" only where length is a finding
+        shown = set(length.loc[length["effect"].fillna(False).astype(bool), "criterion"])
+        controlled_frame["rank_changed"] = controlled_frame["rank_changed"] & controlled_frame["criterion"].isin(shown)
     result = AuditResult(
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
-        position=pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS),
-        self_preference=pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS), sentences=[], warnings=warnings,
+        position=position, self_preference=self_frame, sentences=[], warnings=warnings, flags=flags,
         n_resamples=bootstrap, seed=seed, has_human=people is not None, length_threshold=float(length_threshold),
         length_unit=words.attrs.get("length_unit", "words"))
     if probes:
@@ -757,6 +839,13 @@ def _noise_clause(noise: pd.DataFrame, criterion: str) -> str:
 def sentences(result: AuditResult) -> list[str]:
     """One sentence per finding, ready to paste into a paper."""
     out = []
+    if result.flags:
+        flagged = int(sum(t["effect"].fillna(False).astype(bool).sum() for t in
+                          (result.length, result.position, result.self_preference) if "effect" in t))
+        out.append(f"Findings flagged: {flagged} of {result.flags} tested together (Holm, 5% family-wise: with "
+                   "nothing there, any flag in at most 5% of audits); intervals are 95% expanded percentile "
+                   f"bootstrap intervals over {result.length['n_dialogues'].max() if len(result.length) else 0:.0f} "
+                   "dialogues.")
     for row in result.length.itertuples():
         noise = _noise_clause(result.noise, row.criterion)
         if row.mode == "pairwise":
