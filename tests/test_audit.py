@@ -35,7 +35,12 @@ def simulate(rng, dialogues=60, judge_length=0.4, human_length=0.4, quality_leng
     sd = np.sqrt((centred ** 2).sum() / (len(frame) - dialogues))
     z = centred / sd
     frame["quality"] += quality_length * z
-    human = frame["quality"] + human_length * z + rng.normal(0, label_noise, len(frame))
+    # Two annotators with independent errors (their mean has SD `label_noise`): the readings that identify the
+    # judge's gain on the human scale (calibration.trust.audit.Gain).
+    perceived = frame["quality"] + human_length * z
+    human_a = perceived + rng.normal(0, label_noise * np.sqrt(2), len(frame))
+    human_b = perceived + rng.normal(0, label_noise * np.sqrt(2), len(frame))
+    human = (human_a + human_b) / 2
     judge = (frame["quality"] + judge_length * z + self_bonus * (frame["system"] == "sys0") + position * frame["shown"]
              + rng.normal(0, judge_noise, len(frame)))
     letters = frame["shown"].map(lambda k: "ABCDE"[k])
@@ -43,7 +48,7 @@ def simulate(rng, dialogues=60, judge_length=0.4, human_length=0.4, quality_leng
                                 "score": judge, "status": "ok", "position": letters})
     words_frame = frame[["item_id", "system", "words"]].assign(item_system=frame["system"])
     human_frame = pd.DataFrame({"item_id": frame["item_id"], "system": frame["system"], "criterion": "c",
-                                "human": human})
+                                "human": human, "human_a": human_a, "human_b": human_b})
     return judge_frame, words_frame, human_frame, judge_length - human_length
 
 

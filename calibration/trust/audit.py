@@ -31,7 +31,7 @@ from ..stats import expanded_tail, holm, resample_counts
 NOISE_COLUMNS = ["criterion", "source", "n", "changed_share", "ci_low", "ci_high", "mean_abs_change"]
 LENGTH_COLUMNS = ["criterion", "mode", "n_summaries", "n_dialogues", "length_sd_words", "judge_slope",
                   "judge_slope_ci_low", "judge_slope_ci_high", "human_slope", "human_slope_ci_low",
-                  "human_slope_ci_high", "excess_slope", "excess_ci_low", "excess_ci_high", "effect",
+                  "human_slope_ci_high", "excess_slope", "excess_ci_low", "excess_ci_high", "effect", "note",
                   "n_pairs", "prefers_longer", "prefers_longer_ci_low", "prefers_longer_ci_high",
                   "human_prefers_longer", "human_prefers_longer_ci_low", "human_prefers_longer_ci_high"]
 CONTROLLED_COLUMNS = ["criterion", "system", "n", "raw_mean", "raw_ci_low", "raw_ci_high", "length_controlled",
@@ -233,9 +233,17 @@ def read_human(human, scales=None) -> pd.DataFrame:
     else:
         labels = read_human_labels(human, scales)
     if "human" in labels.columns and "annotator" not in labels.columns:
-        return labels[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
-    aggregated = aggregate_humans(labels)
-    return aggregated[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
+        out = labels[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
+        return out.assign(human_a=np.nan, human_b=np.nan)
+    aggregated = aggregate_humans(labels)[["item_id", "system", "criterion", "human"]]
+    # Two independent readings of each summary where it has two annotators or more: the first annotator (by name)
+    # and the mean of the others. Their errors are independent, which identifies the judge's gain (judge_gain).
+    numeric = labels[labels["score"].notna()].sort_values("annotator")
+    grouped = numeric.groupby(["item_id", "system", "criterion"], sort=False)["score"]
+    halves = pd.DataFrame({"human_a": grouped.first(),
+                           "human_b": grouped.apply(lambda s: s.iloc[1:].mean() if len(s) > 1 else np.nan)})
+    out = aggregated.merge(halves.reset_index(), on=["item_id", "system", "criterion"], how="left")
+    return out.astype({"item_id": str, "system": str})
 
 
 # -- the bootstrap: ratios of per-dialogue sums ---------------------------------------------------------------------
@@ -347,9 +355,70 @@ def _length_units(judge, words, human, criterion) -> pd.DataFrame:
     part = judge[(judge["criterion"] == criterion) & (judge["status"] == "ok")][["item_id", "system", "score"]]
     part = part.merge(words[["item_id", "system", "words"]], on=["item_id", "system"])
     if human is not None:
-        part = part.merge(human[human["criterion"] == criterion][["item_id", "system", "human"]],
-                          on=["item_id", "system"])
+        columns = ["item_id", "system", "human", "human_a", "human_b"]
+        part = part.merge(human[human["criterion"] == criterion].reindex(columns=columns), on=["item_id", "system"])
     return part
+
+
+# Fewer dialogues with two readings of a summary leave the judge's gain unidentified: no excess is tested.
+MIN_GAIN_DIALOGUES = 8
+ONE_ANNOTATOR_NOTE = ("fewer than {n} dialogues have summaries read by two annotators: a judge on another scale "
+                      "(scores a multiple of the humans') cannot be told from a judge with a taste for it, so the "
+                      "excess is not tested; label some summaries twice")
+WEAK_NOTE = ("the humans' two readings do not agree beyond what {x} explains (their partial covariance has an "
+             "interval reaching 0): the excess is not identified here, so not tested")
+
+
+class Gain:
+    """The judge's gain g on the human scale (judge = dialogue effect + g x quality + noise, within dialogues), by
+    instrumental variables: two annotators' readings h_a and h_b of the same summaries have independent errors, so
+    cov(judge, h_b) / cov(h_a, h_b) = g, where regressing the judge on the human mean would shrink g by the labels'
+    noise. With a covariate x in the model (length; own system), the 2SLS solution of
+        judge = g h_a + b x (+ dialogue effects),   instruments (h_b, x)
+    gives b, the judge's own effect of x beyond quality as the humans read it, in the judge's points, whatever its
+    gain (a judge that follows length and not quality at all, g = 0, has its whole length slope as b). All the
+    moments are within-dialogue sums over dialogues, so each bootstrap resample is one matrix product and a 2x2
+    solve. A judge whose scores are a compressed copy of quality (g = 0.6) then shows no excess where length goes
+    with quality, while `judge slope - human slope` flagged it in 57-100% of audits. Identification needs the two
+    readings to agree beyond x (the instrument's relevance): checked on its interval, else no interval."""
+
+    def __init__(self, boot: "Dialogues", index: np.ndarray, judge: np.ndarray, human_a: np.ndarray,
+                 human_b: np.ndarray, covariate: np.ndarray):
+        n = len(boot.ids)
+        two = np.isfinite(human_a) & np.isfinite(human_b)
+        self.dialogues = int(np.count_nonzero(np.bincount(index[two], minlength=n)))
+        self.boot = boot
+        centred = {name: _centred(index[two], values[two], n) for name, values in
+                   (("y", judge), ("a", human_a), ("b", human_b), ("x", covariate))}
+        at = index[two]
+        self.sums = {pair: boot.sums(at, centred[pair[0]] * centred[pair[1]])
+                     for pair in ("ba", "bx", "xa", "xx", "by", "xy")}
+
+    def solve(self, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(g, b) at the observed dialogues (weights None) or per resample (weights: the bootstrap counts)."""
+        s = {k: (v.sum(keepdims=True) if weights is None else weights @ v) for k, v in self.sums.items()}
+        det = s["ba"] * s["xx"] - s["bx"] * s["xa"]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g = (s["by"] * s["xx"] - s["bx"] * s["xy"]) / det
+            b = (s["ba"] * s["xy"] - s["xa"] * s["by"]) / det
+        return g, b
+
+    def excess(self, covariate: str = "length") -> tuple[float, float, float, str]:
+        """b / g, the judge's effect of the covariate in human points, with its interval, and a note; NaN and the
+        reason when unidentified (too few dialogues with two readings, or a gain whose interval reaches 0: a weak
+        instrument, e.g. quality moving with length in every dialogue)."""
+        if self.dialogues < MIN_GAIN_DIALOGUES:
+            return math.nan, math.nan, math.nan, ONE_ANNOTATOR_NOTE.format(n=MIN_GAIN_DIALOGUES)
+        # Relevance: h_b predicts h_a beyond x (the first stage's partial covariance, per resample).
+        s, counts = self.sums, self.boot.counts
+        with np.errstate(invalid="ignore", divide="ignore"):
+            partial = lambda w: (w @ s["ba"]) - (w @ s["bx"]) * (w @ s["xa"]) / (w @ s["xx"])  # noqa: E731
+            relevance_low, _ = self.boot.interval(partial(counts))
+        if not (np.isfinite(relevance_low) and relevance_low > 0):
+            return math.nan, math.nan, math.nan, WEAK_NOTE.format(x=covariate)
+        _, b = self.solve()
+        _, b_all = self.solve(counts)
+        return (float(b[0]), *self.boot.interval(b_all), "")
 
 
 def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
@@ -374,8 +443,9 @@ def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
     if human is not None:
         h = units["human"].to_numpy(float)
         row["human_slope"], row["human_slope_ci_low"], row["human_slope_ci_high"] = boot.ratio(index, z * h, z * z)
-        row["excess_slope"], row["excess_ci_low"], row["excess_ci_high"] = boot.ratio(
-            index, z * (units["score"].to_numpy(float) - h), z * z)
+        gain = Gain(boot, index, units["score"].to_numpy(float), units["human_a"].to_numpy(float),
+                    units["human_b"].to_numpy(float), z)
+        row["excess_slope"], row["excess_ci_low"], row["excess_ci_high"], row["note"] = gain.excess()
         tested = ("excess_ci_low", "excess_ci_high")
     row["effect"] = _excludes_zero(row[tested[0]], row[tested[1]])
     return row
@@ -531,8 +601,8 @@ def self_preference(judge, human, boot: Dialogues, criterion: str, self_systems:
     """
     part = judge[(judge["criterion"] == criterion) & (judge["status"] == "ok")][["item_id", "system", "score"]]
     if human is not None:
-        part = part.merge(human[human["criterion"] == criterion][["item_id", "system", "human"]],
-                          on=["item_id", "system"])
+        columns = ["item_id", "system", "human", "human_a", "human_b"]
+        part = part.merge(human[human["criterion"] == criterion].reindex(columns=columns), on=["item_id", "system"])
     row = {"criterion": criterion, "self_systems": ",".join(self_systems)}
     mine = part["system"].isin(self_systems).to_numpy()
     index = boot.index(part["item_id"].to_numpy())
@@ -558,9 +628,12 @@ def self_preference(judge, human, boot: Dialogues, criterion: str, self_systems:
         return row
     h = part["human"].to_numpy(float)
     row["human_gap"], row["human_gap_ci_low"], row["human_gap_ci_high"] = gap(h)
-    row["self_preference"], row["ci_low"], row["ci_high"] = gap(score - h)
+    # The judge's own-system effect beyond quality, on the human scale (Gain): judge_gap - human_gap would call a
+    # judge on a compressed scale biased whenever its own systems really are better or worse.
+    gain = Gain(boot, index, score, part["human_a"].to_numpy(float), part["human_b"].to_numpy(float),
+                mine.astype(float))
+    row["self_preference"], row["ci_low"], row["ci_high"], row["note"] = gain.excess("being an own system")
     row["effect"] = _excludes_zero(row["ci_low"], row["ci_high"])
-    row["note"] = ""
     return row
 
 
@@ -633,7 +706,8 @@ def family_wise(length: pd.DataFrame, position: pd.DataFrame, self_preference: p
         table["effect"] = pd.Series(False, index=table.index, dtype=object)
         for index, row in table.iterrows():
             est, low, high, alt, alt_low, alt_high = (row.get(c, np.nan) if c else np.nan for c in columns)
-            if not np.isfinite(est) and alt is not None and np.isfinite(alt):
+            unlabelled = columns[0] != "excess_slope" or not np.isfinite(row.get("human_slope", np.nan))
+            if not np.isfinite(est) and alt is not None and np.isfinite(alt) and unlabelled:
                 # No labels (the judge's own slope) or a pairwise stratum (first-shown wins against a half).
                 centre = 0.5 if columns[3] == "first_shown_wins" else 0.0
                 est, low, high = alt - centre, alt_low - centre, alt_high - centre
@@ -866,9 +940,13 @@ def sentences(result: AuditResult) -> list[str]:
             continue
         unit = f"per SD of length within a dialogue ({row.length_sd_words:.0f} {result.length_unit})"
         if np.isfinite(row.excess_slope):
-            out.append(f"{row.criterion}: beyond what humans add, the judge adds {row.excess_slope:+.2f} points {unit} "
-                       f"{_ci(row.excess_ci_low, row.excess_ci_high)} (judge {row.judge_slope:+.2f}, humans "
+            out.append(f"{row.criterion}: beyond what quality explains, the judge adds {row.excess_slope:+.2f} of its "
+                       f"points {unit} {_ci(row.excess_ci_low, row.excess_ci_high)} (quality as two annotators' "
+                       f"readings show it, whatever the judge's scale; judge {row.judge_slope:+.2f}, humans "
                        f"{row.human_slope:+.2f} on the same {row.n_summaries} summaries); {noise}")
+        elif np.isfinite(row.human_slope):
+            out.append(f"{row.criterion}: the judge's score moves {row.judge_slope:+.2f} points {unit}, the humans' "
+                       f"{row.human_slope:+.2f}; {row.note}; {noise}")
         else:
             out.append(f"{row.criterion}: the judge's score moves {row.judge_slope:+.2f} points {unit} "
                        f"{_ci(row.judge_slope_ci_low, row.judge_slope_ci_high)}; without human labels this cannot "
@@ -897,10 +975,16 @@ def sentences(result: AuditResult) -> list[str]:
         if not np.isfinite(row.judge_gap):
             out.append(f"{row.criterion}: self-preference for {row.self_systems} not measurable: {row.note}")
         elif np.isfinite(row.self_preference):
-            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.self_preference:+.2f} {unit} more, "
-                       f"relative to the other systems, than humans do {_ci(row.ci_low, row.ci_high)} (judge gap "
-                       f"{row.judge_gap:+.2f}, human gap {row.human_gap:+.2f}, {row.n_dialogues} dialogues); "
+            scale = "of its points" if result.mode != "pairwise" else unit
+            beyond = ("beyond what their quality explains (as two annotators read it)" if result.mode != "pairwise"
+                      else "relative to the other systems, than humans do")
+            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.self_preference:+.2f} {scale} more, "
+                       f"{beyond} {_ci(row.ci_low, row.ci_high)} (judge gap {row.judge_gap:+.2f}, human gap "
+                       f"{row.human_gap:+.2f}, {row.n_dialogues} dialogues); "
                        f"{_noise_clause(result.noise, row.criterion)}")
+        elif np.isfinite(row.human_gap):
+            out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.judge_gap:+.2f} {unit} above the "
+                       f"other systems, humans {row.human_gap:+.2f}; {row.note}")
         else:
             out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.judge_gap:+.2f} {unit} above the "
                        f"other systems {_ci(row.judge_gap_ci_low, row.judge_gap_ci_high)}; {NO_LABELS_NOTE}; "

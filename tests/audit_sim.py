@@ -1,0 +1,93 @@
+"""Plant and recover for `judge audit`'s length and self-preference findings on the hard cases: a judge on another
+scale (gain 0.5-1.5) with no taste, length going with quality, skewed Likert labels from two annotators with gaps,
+deterministic or noisy judges. Used by tests/test_audit_sim.py (reduced) and run by hand for the full table:
+
+    python tests/audit_sim.py 400
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+from calibration.trust.audit import Dialogues, family_wise, length_slopes, self_preference
+
+SYSTEMS = [f"s{k}" for k in range(5)]
+
+
+def study(rng, dialogues=20, gain=1.0, length_quality=0.45, judge_length=0.0, self_bonus=0.0, judge_noise=0.3,
+          likert=True, gaps=0.2):
+    """One simulated audit input: judge frame, words frame, humans (mean and two readings), planted b (points)."""
+    n = len(SYSTEMS)
+    ids = np.repeat([f"d{d:03d}" for d in range(dialogues)], n)
+    quality = rng.normal(0, 1, (dialogues, n)) + np.linspace(-0.4, 0.4, n)
+    quality -= quality.mean(axis=1, keepdims=True)
+    z = length_quality * quality + np.sqrt(1 - length_quality ** 2) * rng.normal(0, 1, (dialogues, n))
+    words = np.round(40 + 10 * z + 8 * rng.normal(0, 1, (dialogues, 1))).clip(3)
+    own = np.tile(np.arange(n) == 0, (dialogues, 1))
+    judge = 3 + gain * quality + judge_length * z + self_bonus * own + judge_noise * rng.normal(0, 1, quality.shape)
+
+    def reading():
+        value = 3.4 + 0.8 * quality + 0.6 * rng.normal(0, 1, quality.shape)
+        return np.clip(np.round(value), 1, 5) if likert else value
+
+    a, b = reading(), reading()
+    b[rng.random(b.shape) < gaps] = np.nan  # a second annotator on most summaries, not all
+    if likert:
+        judge = np.clip(np.round(judge), 1, 5)
+    human = np.where(np.isnan(b), a, (a + b) / 2)
+    frame = lambda values: values.ravel()  # noqa: E731
+    judge_frame = pd.DataFrame({"item_id": ids, "system": np.tile(SYSTEMS, dialogues), "criterion": "c",
+                                "score": frame(judge), "status": "ok"})
+    words_frame = judge_frame[["item_id", "system"]].assign(words=frame(words), item_system=judge_frame["system"])
+    human_frame = judge_frame[["item_id", "system", "criterion"]].assign(human=frame(human), human_a=frame(a),
+                                                                        human_b=frame(b))
+    return judge_frame, words_frame, human_frame
+
+
+def rates(repetitions: int, dialogues: int, seed: int = 0, **planted) -> dict:
+    """Share of audits whose length / self-preference interval excludes 0, covers the planted b, and whose
+    Holm-corrected family (length + self-preference) raises any flag."""
+    rng = np.random.default_rng(seed)
+    out = {"length_flag": [], "self_flag": [], "length_covers": [], "self_covers": [], "any_flag": [],
+           "printed": []}
+    for rep in range(repetitions):
+        judge, words, human = study(rng, dialogues, **planted)
+        boot = Dialogues(judge["item_id"], 400, rep)
+        length = pd.DataFrame([length_slopes(judge, words, human, boot, "c")])
+        own = pd.DataFrame([self_preference(judge, human, boot, "c", ["s0"])])
+        low, high = length["excess_ci_low"].iloc[0], length["excess_ci_high"].iloc[0]
+        out["printed"].append(np.isfinite(low))
+        want_length = planted.get("judge_length", 0.0) * _z_scale(words)
+        out["length_flag"].append(bool(np.isfinite(low) and (low > 0 or high < 0)))
+        out["length_covers"].append(bool(np.isfinite(low) and low <= want_length <= high))
+        s_low, s_high = own["ci_low"].iloc[0], own["ci_high"].iloc[0]
+        out["self_flag"].append(bool(np.isfinite(s_low) and (s_low > 0 or s_high < 0)))
+        out["self_covers"].append(bool(np.isfinite(s_low) and s_low <= planted.get("self_bonus", 0.0) <= s_high))
+        family_wise(length, pd.DataFrame(columns=["position_slope"]), own, boot.counts.shape[1])
+        out["any_flag"].append(bool(length["effect"].any() or own["effect"].any()))
+    printed = np.array(out["printed"])
+    summary = {k: float(np.mean(v)) for k, v in out.items()}
+    for name in ("length_covers", "self_covers"):  # coverage where an interval is printed
+        summary[name] = float(np.mean(np.array(out[name])[printed])) if printed.any() else float("nan")
+    return summary
+
+
+def _z_scale(words: pd.DataFrame) -> float:
+    """Planted length taste is per SD of z; the audit's length unit is per pooled within-dialogue SD of words,
+    which is ~10 words of z's 10 words per SD: the planted slope in the audit's unit."""
+    centred = words["words"] - words.groupby("item_id")["words"].transform("mean")
+    sd = np.sqrt((centred ** 2).sum() / (len(words) - words["item_id"].nunique()))
+    return float(sd / 10.0)
+
+
+if __name__ == "__main__":
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    for dialogues in (10, 20, 60):
+        for gain in (0.5, 1.0, 1.5):
+            r = rates(reps, dialogues, gain=gain, length_quality=0.6)
+            print(f"nothing planted, gain {gain}, {dialogues} dialogues: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
+        r = rates(reps, dialogues, judge_length=0.5, self_bonus=0.5)
+        print(f"planted length 0.5 and self 0.5, {dialogues} dialogues: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
