@@ -239,6 +239,26 @@ def _ratio_replicates(counts: np.ndarray, sizes: np.ndarray, sums: np.ndarray) -
         return (counts @ sums) / (counts @ sizes)[:, None]
 
 
+def _share_interval(value: float, replicates: np.ndarray, confidence: float, n: int, dialogues: int
+                    ) -> tuple[float, float]:
+    """The changed share's interval: the expanded percentile one, widened to Clopper-Pearson's at the effective
+    number of judgments (over the dialogues' design effect, measured from the resamples; one per dialogue when
+    nothing or everything changed). A rare change (3% of a deterministic judge's verdicts) no longer gives a
+    zero-width [0%, 0%] that "no drift" would lean on."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    low, high = percentile_interval(replicates, confidence, dialogues if dialogues >= 2 else None)
+    if not np.isfinite(value):
+        return low, high
+    spread = np.nanstd(replicates, ddof=1) if np.isfinite(replicates).sum() > 1 else 0.0
+    if 0 < value < 1 and spread > 0:
+        effective = min(n, max(dialogues, value * (1 - value) / spread ** 2))
+    else:
+        effective = max(dialogues, 1)
+    exact_low, exact_high = proportion_confint(round(value * effective), round(effective), 1 - confidence, "beta")
+    return float(min(low, exact_low)), float(max(high, exact_high))
+
+
 def _kappa(reference, new, numeric: bool) -> float:
     from sklearn.metrics import cohen_kappa_score
 
@@ -278,31 +298,50 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
     numeric = bool((part["status_ref"] == "ok").all() and (part["status_new"] == "ok").all())
     if numeric:
         part = part.assign(shift=part["score_new"] - part["score_ref"])
-    columns = ["changed"] + (["shift"] if numeric else [])
+    # The change beyond each judgment's own re-ask noise, paired within dialogues (block mode shares a dialogue's
+    # noise across its summaries: comparing with the noise as if it were known called an unchanged judge DRIFT in
+    # 10-14% of runs at 10-20 dialogues).
+    paired_noise = "noise" in part and bool(part["noise"].notna().all())
+    if paired_noise:
+        part = part.assign(excess=part["changed"] - part["noise"])
+    columns = ["changed"] + (["excess"] if paired_noise else []) + (["shift"] if numeric else [])
     sizes, sums = _cluster_sums(part, columns)
     counts = resample_counts(np.random.default_rng(seed), len(sizes), n_resamples)
     replicates = _ratio_replicates(counts, sizes, sums)
+    at = {name: k for k, name in enumerate(columns)}
     n, dialogues = len(part), len(sizes)
+    units = dialogues if dialogues >= 2 else None  # every statistic is a mean over dialogues: expanded intervals
     changed = float(part["changed"].mean())
-    changed_low, changed_high = percentile_interval(replicates[:, 0], confidence)
-    one_sided_high = float(np.nanpercentile(replicates[:, 0], 95))
+    changed_low, changed_high = _share_interval(changed, replicates[:, 0], confidence, n, dialogues)
     row = {"criterion": part["criterion"].iloc[0], "kind": "scores" if numeric else "labels", "n": n,
            "n_dialogues": dialogues, "changed_share": changed, "changed_ci_low": changed_low,
            "changed_ci_high": changed_high, "reask_noise": noise, "mean_shift": np.nan, "ci_low": np.nan,
            "ci_high": np.nan, "tost_low": np.nan, "tost_high": np.nan, "stuart_maxwell_p": np.nan,
            "human_r_reference": np.nan, "human_r_new": np.nan, "human_r_change": np.nan, "human_ci_low": np.nan,
            "human_ci_high": np.nan, "dialogues_needed": 0, "note": ""}
-    share_equivalent = one_sided_high <= noise + share_margin
-    share_drift = changed_low > noise
+    if paired_noise:
+        excess_low, _ = percentile_interval(replicates[:, at["excess"]], confidence, units)
+        _, excess_high = percentile_interval(replicates[:, at["excess"]], 2 * confidence - 1, units)  # one-sided
+        share_equivalent = excess_high <= share_margin
+        share_drift = excess_low > 0
+    else:
+        _, one_sided_high = _share_interval(changed, replicates[:, 0], 2 * confidence - 1, n, dialogues)
+        share_equivalent = one_sided_high <= noise + share_margin
+        share_drift = changed_low > noise
     needed = 0
     per_dialogue = n / dialogues
     if share_margin > 0:
         p = max(noise + share_margin / 2, 0.01)
         needed = int(math.ceil((_Z_ALPHA + _Z_POWER) ** 2 * p * (1 - p) / share_margin ** 2 / per_dialogue))
+        if changed == 0 and not paired_noise:
+            # Nothing changed: the exact bound counts a dialogue once (its verdicts may change together), so
+            # "no drift" needs (1 - bound)^dialogues <= 5%.
+            needed = max(needed, int(math.ceil(math.log(0.05) / math.log(1 - min(noise + share_margin, 0.99)))))
     if numeric:
         shift = float(part["shift"].mean())
-        low, high = percentile_interval(replicates[:, 1], confidence)
-        tost_low, tost_high = percentile_interval(replicates[:, 1], 2 * confidence - 1)  # TOST at 5%: the 90% CI
+        low, high = percentile_interval(replicates[:, at["shift"]], confidence, units)
+        # TOST at 5%: the 90% interval
+        tost_low, tost_high = percentile_interval(replicates[:, at["shift"]], 2 * confidence - 1, units)
         row.update(mean_shift=shift, ci_low=low, ci_high=high, tost_low=tost_low, tost_high=tost_high,
                    kappa=_kappa(part["score_ref"], part["score_new"], True))
         shift_equivalent = -margin < tost_low and tost_high < margin
@@ -338,7 +377,7 @@ def _human_change(part: pd.DataFrame, human: pd.DataFrame, counts: np.ndarray, c
     new = pearson(merged["score_new"].to_numpy(), merged["human"].to_numpy())
     change = pearson(merged["score_new"].to_numpy(), merged["human"].to_numpy(), weights) - pearson(
         merged["score_ref"].to_numpy(), merged["human"].to_numpy(), weights)
-    low, high = percentile_interval(change, confidence)
+    low, high = percentile_interval(change, confidence, len(dialogues) if len(dialogues) >= 2 else None)
     return {"human_r_reference": float(ref), "human_r_new": float(new), "human_r_change": float(new - ref),
             "human_ci_low": low, "human_ci_high": high}
 
@@ -354,6 +393,7 @@ def _changed_and_noise(part: pd.DataFrame) -> tuple[pd.DataFrame, float, str]:
     never count as changed. Samples are paired within one presentation order only."""
     one_sample = {run: part[f"value_{run}"].map(_could_be_one_sample).all() for run in ("ref", "new")}
     changed, noise, verdicts_only = [], {"ref": [], "new": []}, 0
+    per_row = {"ref": [], "new": []}
     for row in part.itertuples():
         groups = {}
         for run in ("ref", "new"):
@@ -361,9 +401,12 @@ def _changed_and_noise(part: pd.DataFrame) -> tuple[pd.DataFrame, float, str]:
         if any(not groups[run] and not one_sample[run] for run in groups):
             verdicts_only += 1
             changed.append(float(_comparable(row.value_ref) != _comparable(row.value_new)))
+            per_row["ref"].append(np.nan)
+            per_row["new"].append(np.nan)
             continue
         for run in ("ref", "new"):
             d, p = _within(groups[run])
+            per_row[run].append(d / p if p else np.nan)
             if p:
                 noise[run].append(d / p)
             if not groups[run]:
@@ -372,7 +415,9 @@ def _changed_and_noise(part: pd.DataFrame) -> tuple[pd.DataFrame, float, str]:
         if not p:  # e.g. a pair judged in both orders against one kept without its samples
             d, p = float(_comparable(row.value_ref) != _comparable(row.value_new)), 1.0
         changed.append(d / p)
-    part = part.assign(changed=changed)
+    # Each judgment's own re-ask noise beside its change: drift is decided on their paired difference per dialogue.
+    source = "ref" if noise["ref"] else "new"
+    part = part.assign(changed=changed, noise=per_row[source])
     if verdicts_only:
         return part, 0.0, (f"{verdicts_only} judgments kept no samples in one run and are means of samples in it: "
                            "verdict is compared with verdict, and a verdict's re-ask noise is unknown, taken as 0")
