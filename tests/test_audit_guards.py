@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -230,3 +231,61 @@ def test_every_pair_of_a_dialogues_systems_is_accepted(tmp_path):
         for r in rows))
     result = audit(judgments, items, bootstrap=100)
     assert result.mode == "pairwise" and len(result.length) == 1
+
+
+# -- each rule alone -------------------------------------------------------------------------------------------------
+
+
+def test_ties_are_not_decided_in_the_first_shown_share():
+    from calibration.trust.audit import Dialogues, pairwise_position
+
+    # forward / swapped verdicts read back in the input's order; "0" is a tie. First-shown wins: forward "1",
+    # swapped "2". Decided: every verdict that is not a tie.
+    verdicts = [("1", "0"), ("1", "1"), ("0", "0"), ("2", "2"), ("1", "2"), ("0", "2")] * 3
+    judge = pd.DataFrame([{"item_id": f"p{k // 2}", "system": "a|b", "system_1": "a", "system_2": "b",
+                           "criterion": "overall", "label": f, "forward": f, "swapped": s, "status": "label"}
+                          for k, (f, s) in enumerate(verdicts)])
+    rows = pairwise_position(judge, None, Dialogues(judge["item_id"], 100, 0), "overall")
+    overall = next(r for r in rows if r["stratum"] == "all")
+    first = sum((f == "1") + (s == "2") for f, s in verdicts)
+    decided = sum((f != "0") + (s != "0") for f, s in verdicts)
+    assert overall["first_shown_wins"] == pytest.approx(first / decided)
+    assert overall["flip_rate"] == pytest.approx(sum(f != s for f, s in verdicts) / len(verdicts))
+
+
+@pytest.mark.parametrize("criterion, probe_score, faithful, raises", [
+    ("coherence", 2.0, False, False),  # moved down on a criterion filler must not move: not faithful
+    ("coherence", 4.0, False, True),
+    ("concision", 2.0, True, False),  # filler may lower concision: moving down is faithful there
+    ("concision", 4.0, False, True),
+])
+def test_the_probe_rule_moved_raises_faithful(criterion, probe_score, faithful, raises):
+    from calibration.trust.audit import Dialogues
+    from calibration.trust.probes import probe_table
+
+    keys = [(f"d{i}", "s") for i in range(12)]
+    judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": criterion, "score": 3.0, "label": None,
+                           "status": "ok"} for i, s in keys])
+    probed = judge.assign(score=probe_score)
+    table = probe_table(judge, {"filler": (probed, keys)}, pd.DataFrame(columns=["criterion", "changed_share"]),
+                        Dialogues(judge["item_id"], 100, 0), [criterion])
+    row = table.iloc[0]
+    assert bool(row["moved"]) and bool(row["faithful"]) == faithful and bool(row["raises"]) == raises
+    assert np.sign(row["mean_shift"]) == np.sign(probe_score - 3.0)
+
+
+def test_the_family_is_holm_over_every_finding():
+    from statsmodels.stats.multitest import multipletests
+
+    from calibration.trust.audit import _p_from_interval, family_wise
+
+    # Twelve findings each just significant alone (p ~ 0.02), and one strong one: Holm keeps only the strong one.
+    length = pd.DataFrame({"criterion": [f"c{k}" for k in range(12)], "excess_slope": 0.5, "excess_ci_low": 0.05,
+                           "excess_ci_high": 0.95, "human_slope": 0.3})
+    strong = pd.DataFrame({"criterion": ["c0"], "self_preference": [1.0], "ci_low": [0.8], "ci_high": [1.2]})
+    tested = family_wise(length, pd.DataFrame(columns=["position_slope"]), strong, dialogues=40)
+    p = [_p_from_interval(0.5, 0.05, 0.95, 40)] * 12 + [_p_from_interval(1.0, 0.8, 1.2, 40)]
+    assert tested == 13 and 0.01 < p[0] < 0.05
+    assert list(length["p_adjusted"]) + list(strong["p_adjusted"]) == pytest.approx(
+        list(multipletests(p, method="holm")[1]))
+    assert not length["effect"].any() and strong["effect"].all()
