@@ -184,7 +184,7 @@ def test_the_report_renders_every_plot_in_a_browser(tmp_path, capsys):
     dom, images = browser_dom(report, tmp_path)
     assert images >= 4 and "Judge audit" in dom and "Audit: self-preference" in dom
     assert f'data-images-rendered="{images}/{images}"' in dom
-    assert "beyond what humans add" in dom
+    assert "beyond what quality explains" in dom
 
 
 # -- bad input: one line naming the problem, exit 2, nothing written -------------------------------------------------

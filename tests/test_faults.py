@@ -229,7 +229,9 @@ def test_rerun_sends_no_request(stub_server, tmp_path):
     assert rc == 0
     assert_complete(again, expected_keys(RUBRIC, EXAMPLES))
     assert stub_server.stats.total == 18
-    strip = lambda r: {k: v for k, v in r.items() if k != "usage"}  # noqa: E731 - cached: no tokens spent
+    # Cached: no tokens spent, and each line says its answer came from the cache (drift refuses such a run).
+    assert all(r["from_cache"] is True for r in again) and not any(r.get("from_cache") for r in first)
+    strip = lambda r: {k: v for k, v in r.items() if k not in ("usage", "from_cache")}  # noqa: E731
     assert sorted(map(json.dumps, map(strip, again))) == sorted(map(json.dumps, map(strip, first)))
 
 

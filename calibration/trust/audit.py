@@ -777,7 +777,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     ...                            "examples/study/labels.csv", bootstrap=200)
     >>> sorted(result.files())
     ['length.csv', 'length_controlled.csv', 'noise.csv', 'position.csv', 'self_preference.csv']
-    >>> result.text().startswith("clarity: beyond what humans add, the judge adds")
+    >>> result.text().startswith("clarity: the judge's score moves")  # the toy study's readings barely agree
     True
     """
     from ..options import resamples_option, seed_option

@@ -327,7 +327,7 @@ examples:
       --judge bartscore_s_h=examples/study/metric_scores.csv
 
 writes (with --output-dir): selection.csv (criterion, judge, kind, level, statistic, estimate, ci_low, ci_high,
-in_best_set, p_holm, label_worth, n_common, n_judged, n_dialogues). label_worth: labelled dialogues saved per 100
+in_best_set, p_adjusted, compared_estimate, n_compared, label_worth, ...). label_worth: labelled dialogues saved per 100
 by PPI++ (1 - its variance ratio, many more judged than labelled dialogues). Jury rows are cross-fitted: chosen on
 one half of the dialogues, measured on the other.
 """

@@ -35,7 +35,7 @@ def length_figure(length: pd.DataFrame) -> str:
     series = [("judge", "tab:orange", "judge_slope", "judge_slope_ci_low", "judge_slope_ci_high")]
     if numeric["human_slope"].notna().any():
         series += [("humans", "tab:blue", "human_slope", "human_slope_ci_low", "human_slope_ci_high"),
-                   ("excess (judge - humans)", "tab:red", "excess_slope", "excess_ci_low", "excess_ci_high")]
+                   ("excess beyond quality (2SLS)", "tab:red", "excess_slope", "excess_ci_low", "excess_ci_high")]
     _intervals(axis, list(numeric["criterion"]),
                [(name, colour, *(numeric[c].to_numpy(float) for c in columns))
                 for name, colour, *columns in series], 0.0)
@@ -98,7 +98,8 @@ def audit_section(result) -> str:
     else:
         parts += ["<h2>Audit: length</h2>",
                   "<p class=note>Length: words, centred within the dialogue, per pooled within-dialogue SD. "
-                  "Excess: slope of (judge - human) on the same summaries.</p>"]
+                  "Excess: the judge's own length effect beyond quality (2SLS within dialogues, one annotator's "
+                  "reading instrumented by the others'), whatever its scale.</p>"]
         if length["judge_slope"].notna().any():
             parts.append(f'<img alt="length slopes" src="{length_figure(length)}">')
         parts.append(_table(length.dropna(axis=1, how="all")))
