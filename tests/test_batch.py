@@ -224,6 +224,16 @@ def start_cli(base_url: str, tmp_path: Path, *extra: str) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
+def batch_submitted(manifest: Path) -> bool:
+    """The manifest records a submitted batch: an entry with a batch id (the text "batch_" alone also matches the
+    key `"batch_id": null` written before the submission, a race that could hang the suite)."""
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not written yet, or being replaced
+        return False
+    return any(isinstance(entry, dict) and entry.get("batch_id") for entry in data.get("batches", []))
+
+
 def wait_for(condition, seconds: float = 30) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -303,8 +313,7 @@ def test_a_half_expired_batch_resends_only_the_missing(server, tmp_path):
 def test_status_and_cancel_then_a_rerun_sends_the_cancelled_requests_again(server, tmp_path, capsys):
     server.batch.hold = True
     proc = start_cli(server.base_url, tmp_path, "--criteria", UNGATED, "--no-progress")
-    wait_for(lambda: server.created == 1 and "batch_" in (tmp_path / "out.jsonl.batches.json").read_text()
-             if (tmp_path / "out.jsonl.batches.json").exists() else False)
+    wait_for(lambda: server.created == 1 and batch_submitted(tmp_path / "out.jsonl.batches.json"))
     proc.kill()
     proc.wait()
     capsys.readouterr()
@@ -494,8 +503,7 @@ def _rubric_edited_while_batches_run(tmp_path: Path, server) -> list[str]:
     rubric.write_text((ROOT / "rubrics" / f"{RUBRIC}.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     server.batch.hold = True
     proc = start_cli(server.base_url, tmp_path, "--rubric", str(rubric), "--criteria", UNGATED, "--no-progress")
-    wait_for(lambda: server.created == 1 and (tmp_path / "out.jsonl.batches.json").exists()
-             and "batch_" in (tmp_path / "out.jsonl.batches.json").read_text())
+    wait_for(lambda: server.created == 1 and batch_submitted(tmp_path / "out.jsonl.batches.json"))
     proc.kill()
     proc.wait()
     server.batch.hold = False  # so that a rerun that submits again would finish, not hang
@@ -508,8 +516,7 @@ def _rubric_edited_while_batches_run(tmp_path: Path, server) -> list[str]:
 def _other_command_manifest(tmp_path: Path, server) -> list[str]:
     server.batch.hold = True
     proc = start_cli(server.base_url, tmp_path, "--criteria", UNGATED, "--no-progress")
-    wait_for(lambda: server.created == 1 and (tmp_path / "out.jsonl.batches.json").exists()
-             and "batch_" in (tmp_path / "out.jsonl.batches.json").read_text())
+    wait_for(lambda: server.created == 1 and batch_submitted(tmp_path / "out.jsonl.batches.json"))
     proc.kill()
     proc.wait()
     return ["--batch", "--criteria", "faithfulness"]
