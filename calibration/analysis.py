@@ -213,7 +213,8 @@ def _with_judge_ci(ceiling: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
 
 def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple[float, float] | None = None,
               criteria=None, clean: bool = False, bootstrap: int = 1000, seed: int = 0, compare=None,
-              compare_score_column: str | None = None, fit_map=False, apply_map=None) -> CalibrationResults:
+              compare_score_column: str | None = None, fit_map=False, apply_map=None,
+              failure_value: float | None = None) -> CalibrationResults:
     """`judge calibrate` as a function: the judge's agreement and correlation with human labels, the human
     ceiling, Krippendorff's alpha, and optionally isotonic maps. Keyword arguments are the CLI's flags.
 
@@ -240,7 +241,7 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     bootstrap, seed = resamples_option(bootstrap, allow_zero=True), seed_option(seed)
 
     scale, criteria = scale_option(scale), criteria_option(criteria)
-    judge, judgments_name = _judge_frame(judgments, score_column)
+    judge, judgments_name = _judge_frame(judgments, score_column, failure_value)
     scales, notes = judge_scales(judge, scale, judgments)
     warnings = [f"note: {note}" for note in notes]
     # A frame from a script gets the scale and duplicate checks a file gets.
@@ -254,7 +255,7 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     check_overlap(judge, labels, judgments_name, human_name)
     other = None
     if compare is not None:
-        other, compare_name = _judge_frame(compare, compare_score_column)
+        other, compare_name = _judge_frame(compare, compare_score_column, failure_value)
         check_overlap(other, labels, compare_name, human_name)
     if apply_map is not None:
         judge = apply_maps(judge, load_maps(Path(apply_map)))
@@ -277,12 +278,12 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     return results
 
 
-def _judge_frame(judgments, score_column) -> tuple[pd.DataFrame, str]:
+def _judge_frame(judgments, score_column, failure_value=None) -> tuple[pd.DataFrame, str]:
     """Judge scores in load_judge_scores's shape, and how to name them."""
     from .io import load_judge_scores
 
     if not isinstance(judgments, pd.DataFrame):
-        return load_judge_scores(judgments, score_column), str(judgments)
+        return load_judge_scores(judgments, score_column, failure_value=failure_value), str(judgments)
     if "fingerprint" in judgments.columns and "id" in judgments.columns:  # judge.score's frame: its lines, read back
         import tempfile
         from pathlib import Path

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from judge.errors import JudgeError
 
-from .options import RESAMPLES, criteria_type, flag_type, scale_type, seed_type
+from .options import FAILURE_HELP, RESAMPLES, criteria_type, failure_value_type, flag_type, scale_type, seed_type
 
 # pandas, scipy, scikit-learn and matplotlib are imported inside run(): every `judge` command builds this parser.
 
@@ -71,6 +71,7 @@ def register(sub) -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap", type=_resamples_type, default=1000, metavar="N",
                         help="bootstrap resamples for the 95%% CIs (default 1000; 0 = none)")
     parser.add_argument("--seed", type=seed_type, default=0, help="random seed of the bootstrap (default 0)")
+    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
     parser.add_argument("--compare", type=Path, metavar="FILE",
                         help="a second judge (or metric) to compare with, paired bootstrap on the same items")
     parser.add_argument("--compare-score-column", metavar="C", help="score column of --compare when it is wide")
@@ -225,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
 
         _progress(f"reading {args.judgments} and {args.human}; {args.bootstrap} bootstrap resamples per statistic")
         results = calibrate(args.judgments, args.human, score_column=args.score_column, scale=args.scale,
+                            failure_value=args.failure_value,
                             criteria=args.criteria, clean=args.clean, bootstrap=args.bootstrap, seed=args.seed,
                             compare=args.compare, compare_score_column=args.compare_score_column,
                             fit_map=args.fit_map is not None, apply_map=args.apply_map)

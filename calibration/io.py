@@ -300,10 +300,11 @@ def read_human_labels(human, scales: dict[str, HumanScale] | None = None) -> pd.
     return _checked_labels(frame.reset_index(drop=True), where, scales or {})
 
 
-def read_judge_scores(judgments, score_column: str | None = None) -> tuple[pd.DataFrame, Path | str]:
+def read_judge_scores(judgments, score_column: str | None = None, failure_value: float | None = None
+                      ) -> tuple[pd.DataFrame, Path | str]:
     """(judgments, where they came from) from a path (load_judge_scores) or a DataFrame in its shape."""
     if not isinstance(judgments, pd.DataFrame):
-        return load_judge_scores(judgments, score_column), Path(judgments)
+        return load_judge_scores(judgments, score_column, failure_value=failure_value), Path(judgments)
     where = judgments.attrs.get("path", "judgments (DataFrame)")
     missing = [c for c in ("item_id", "system", "criterion", "score") if c not in judgments.columns]
     if missing:
@@ -353,7 +354,7 @@ def _load_jsonl(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=JUDGE_COLUMNS)
 
 
-def _load_score_csv(path: Path, score_column: str | None) -> pd.DataFrame:
+def _load_score_csv(path: Path, score_column: str | None, failure_value: float | None = None) -> pd.DataFrame:
     frame = _read_csv(path, "scores")
     if "item_id" not in frame.columns and "id" in frame.columns:
         frame = frame.rename(columns={"id": "item_id"})
@@ -379,8 +380,13 @@ def _load_score_csv(path: Path, score_column: str | None) -> pd.DataFrame:
         first = text.index[text][0]
         raise CalibrationError(f"{path}:{frame.loc[first, 'line']}: column {column!r} holds "
                                f"{values[first]!r}, not a number")
+    if failure_value is not None:
+        # A release that stores its failed judgments as a number (-1 "unparsed"): failures, not scores.
+        numbers = numbers.mask(np.isclose(numbers.astype(float), float(failure_value)))
     if numbers.isna().all():
-        raise CalibrationError(f"{path}: column {column!r} holds no number")
+        raise CalibrationError(f"{path}: column {column!r} holds no number"
+                               + (f" other than the failure value {failure_value:g}" if failure_value is not None
+                                  else ""))
     pairs = frame["system"].str.partition("|")
     is_pair = frame["system"].str.contains("|", regex=False)
     return pd.DataFrame({
@@ -392,18 +398,23 @@ def _load_score_csv(path: Path, score_column: str | None) -> pd.DataFrame:
     }, columns=JUDGE_COLUMNS)
 
 
-def load_judge_scores(path: str | Path, score_column: str | None = None, *, one_judge: bool = True) -> pd.DataFrame:
+def load_judge_scores(path: str | Path, score_column: str | None = None, *, one_judge: bool = True,
+                      failure_value: float | None = None) -> pd.DataFrame:
     """Judge scores from the engine's judgments JSONL or from a CSV of scores.
 
     Returns columns item_id, system, criterion, score (NaN unless status == "ok"), label, status, line,
     system_1 / system_2 (the two systems of a pairwise row, else None), rubric and model.
     Criterion "*" means "the same score for every criterion" (a wide CSV with --score-column).
     `one_judge`: refuse a file that mixes rubrics or models (check_one_judge); a verb that compares judges
-    on purpose passes False.
+    on purpose passes False. `failure_value` (`--failure-value`): in a CSV, the number that stands for a failed
+    judgment (e.g. -1), read as a failure; a JSONL records its failures itself.
     """
+    from .options import failure_value_option
+
     path = Path(path)
+    failure_value = failure_value_option(failure_value)
     if path.suffix.lower() == ".csv":
-        frame = _load_score_csv(path, score_column)
+        frame = _load_score_csv(path, score_column, failure_value)
     else:
         if score_column is not None:
             raise CalibrationError(f"{path}: --score-column applies only to a CSV file of scores")

@@ -77,6 +77,21 @@ def resamples_option(n, confidence: float = 0.95, flag: str = "--bootstrap", all
     return int(n)
 
 
+def failure_value_option(value) -> float | None:
+    """--failure-value as the functions take it: None or a finite number."""
+    from .errors import CalibrationError
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise CalibrationError(must_be("--failure-value", NUMBER, value))
+    return float(value)
+
+
+failure_value_type = flag_type(NUMBER)
+FAILURE_HELP = "in a CSV of scores, the number that stands for a failed judgment (e.g. -1, 'unparsed'): a failure"
+
+
 def seed_option(seed, flag: str = "--seed") -> int:
     """A seed as the functions take it: a whole number >= 0 (numpy's too); else a CalibrationError in the CLI's
     wording."""

@@ -88,6 +88,8 @@ if __name__ == "__main__":
     for dialogues in (10, 20, 60):
         for gain in (0.5, 1.0, 1.5):
             r = rates(reps, dialogues, gain=gain, length_quality=0.6)
-            print(f"nothing planted, gain {gain}, {dialogues} dialogues: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
+            print(f"nothing planted, gain {gain}, {dialogues} dialogues: "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
         r = rates(reps, dialogues, judge_length=0.5, self_bonus=0.5)
-        print(f"planted length 0.5 and self 0.5, {dialogues} dialogues: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
+        print(f"planted length 0.5 and self 0.5, {dialogues} dialogues: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)

@@ -165,7 +165,8 @@ def _labels(path: Path, value: str) -> Path:
 
 
 BAD = [
-    ("labels off the rubric's 1-5 scale", ["--human", "{d}/labels.csv"], "labels.csv:5", lambda d: _labels(d / "labels.csv", "9")),
+    ("labels off the rubric's 1-5 scale", ["--human", "{d}/labels.csv"], "labels.csv:5",
+     lambda d: _labels(d / "labels.csv", "9")),
     ("a negative seed", ["--seed", "-1"], "argument --seed: must be a whole number of at least 0, got '-1'", None),
     ("three resamples", ["--bootstrap", "3"], "--bootstrap must be a whole number of at least 100, got 3", None),
     ("a scale that is no scale", ["--scale", "5,1"], "argument --scale: must be MIN,MAX with MIN < MAX", None),

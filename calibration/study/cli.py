@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..options import SHARE, criteria_type, flag_type, positive_type, scale_type, share_type, seed_type
+from ..options import (FAILURE_HELP, SHARE, criteria_type, failure_value_type, flag_type, positive_type, scale_type,
+                       seed_type, share_type)
 
 FIXTURES = "examples/study"
 
@@ -67,6 +68,7 @@ def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judgments", required=True, type=Path, metavar="FILE",
                         help="judgments JSONL (`judge score`), or a CSV of scores read as `judge calibrate` reads it")
     parser.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
+    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
     parser.add_argument("--criteria", type=criteria_type, metavar="a,b",
                         help="only these criteria (default: all shared)")
     parser.add_argument("--clean", action="store_true",
@@ -156,6 +158,7 @@ def run_screen(args: argparse.Namespace) -> int:
     print(f"screening {args.judgments} ({args.bootstrap} resamples)...", file=sys.stderr)
     return _run(args, "screen", lambda: screen(
         args.judgments, args.human, criteria=args.criteria, score_column=args.score_column, clean=args.clean,
+        failure_value=args.failure_value,
         scale=args.scale, budget=args.budget, budget_unit=args.budget_unit, random_share=args.random_share,
         power=args.power, bootstrap=args.bootstrap, seed=args.seed))
 
@@ -201,6 +204,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     return _run(args, "estimate", lambda: estimate(
         args.judgments, args.human, plan=args.plan, key=args.key, criteria=args.criteria,
         score_column=args.score_column, clean=args.clean, scale=args.scale, confidence=args.confidence,
+        failure_value=args.failure_value,
         apply_map=args.apply_map))
 
 

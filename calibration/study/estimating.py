@@ -68,7 +68,7 @@ class EstimateResult(Estimates, Result):
 
 def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_column: str | None = None,
              clean: bool = False, scale: tuple[float, float] | None = None, confidence: float = 0.95,
-             apply_map=None) -> EstimateResult:
+             apply_map=None, failure_value: float | None = None) -> EstimateResult:
     """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
     folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
     the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
@@ -94,7 +94,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     scale, criteria = scale_option(scale), criteria_option(criteria)
     if key is not None and plan is None:
         raise CalibrationError("--key checks the labels against a plan: give --plan too")
-    judge, where = read_judge_scores(judgments, score_column)
+    judge, where = read_judge_scores(judgments, score_column, failure_value)
     scales, warnings = judge_scales(judge, scale, judgments, required=True)
     labels = read_human_labels(human, scales)
     judge, imputed = check_labels(labels, judge, criteria=criteria)

@@ -425,7 +425,8 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
 
 def screen(judgments, human=None, *, criteria=None, score_column: str | None = None, clean: bool = False,
            scale: tuple[float, float] | None = None, budget: int | None = None, budget_unit: str = "dialogues",
-           random_share: float = 0.5, power: float = 0.8, bootstrap: int = 1000, seed: int = 0) -> ScreenResult:
+           random_share: float = 0.5, power: float = 0.8, bootstrap: int = 1000, seed: int = 0,
+           failure_value: float | None = None) -> ScreenResult:
     """`judge screen` as a function: `judgments` and `human` (a pilot's labels) are paths or DataFrames (as
     calibration.io loads them); the keywords are the CLI's flags. Every option and every label is checked here
     (CalibrationError with the CLI's message); warnings go into `result.warnings`.
@@ -441,7 +442,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
 
     _check_options(budget, budget_unit, random_share, power, bootstrap, seed)
     scale, criteria = scale_option(scale), criteria_option(criteria)
-    judge, path = read_judge_scores(judgments, score_column)
+    judge, path = read_judge_scores(judgments, score_column, failure_value)
     warnings_: list[str] = []
     pilot_labels = None
     if human is not None:

@@ -117,7 +117,7 @@ def _sample_change(samples, both_orders: bool = False) -> float:
     return differ / total if total else math.nan
 
 
-def read_judgments(judgments, score_column: str | None = None) -> pd.DataFrame:
+def read_judgments(judgments, score_column: str | None = None, failure_value: float | None = None) -> pd.DataFrame:
     """Judgments as calibrate reads them, plus what the audit needs from a JSONL: samples, position and orders."""
     from ..io import load_judge_scores
 
@@ -126,7 +126,7 @@ def read_judgments(judgments, score_column: str | None = None) -> pd.DataFrame:
         frame.attrs.setdefault("path", "judgments")
     else:
         path = Path(judgments)
-        frame = load_judge_scores(path, score_column)
+        frame = load_judge_scores(path, score_column, failure_value=failure_value)
         frame.attrs["path"] = str(path)
         if path.suffix.lower() != ".csv":
             from judge.judgment import read_judgments as read_lines
@@ -764,7 +764,8 @@ def _parse_self(value) -> list[str]:
 
 def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criteria=None, bootstrap: int = 1000,
           seed: int = 0, length_threshold: float = 0.1, score_column: str | None = None,
-          probes: dict | None = None, scale=None, allow_different_judge: bool = False) -> AuditResult:
+          probes: dict | None = None, scale=None, allow_different_judge: bool = False,
+          failure_value: float | None = None) -> AuditResult:
     """Audit a judge's scores or verdicts: noise floor, length, position and self-preference, per criterion.
 
     `probes`: {probe name: (its judgments, the (item_id, system) keys it perturbed)}, as
@@ -789,7 +790,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
 
     criteria = criteria_option(criteria)
     self_list = _parse_self(self_systems)
-    judge = read_judgments(judgments, score_column)
+    judge = read_judgments(judgments, score_column, failure_value)
     where = judge.attrs.get("path", "judgments")
     words = read_items(items)
     mode = _check(judge, words, self_list, where)
@@ -800,7 +801,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     if rerun is not None:
         from ..io import judge_differences
 
-        second = read_judgments(rerun)
+        second = read_judgments(rerun, failure_value=failure_value)
         common = judge.merge(second, on=["item_id", "system", "criterion"], suffixes=("", "_rerun"))
         if common.empty:
             raise CalibrationError(f"--rerun: {second.attrs.get('path', 'rerun')} has no judgment in common with "

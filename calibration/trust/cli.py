@@ -6,7 +6,8 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 
 from __future__ import annotations
 
-from ..options import AT_LEAST_100, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type, flag_type, scale_type, seed_type
+from ..options import (AT_LEAST_100, FAILURE_HELP, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type,
+                       failure_value_type, flag_type, scale_type, seed_type)
 
 # Every flag's error names the flag and says what it must be, in the wording of calibration.trust's functions; the
 # ranges they check themselves come from them, word for word (these types only refuse what is not a number).
@@ -54,6 +55,7 @@ def register_audit(sub) -> None:
                    help="judgments JSONL (`judge score`/`compare`) or a CSV of scores, read as `judge calibrate` does")
     p.add_argument("--items", required=True, type=Path, metavar="ITEMS", help="the items that were judged (texts)")
     p.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
+    p.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
     p.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
     p.add_argument("--self", dest="self_systems", metavar="SYSTEM[,SYSTEM...]",
                    help="systems written by the judge's own model or family: self-preference")
@@ -92,7 +94,8 @@ def run_audit(args) -> int:
     options = dict(self_systems=args.self_systems, rerun=args.rerun, criteria=args.criteria,
                    bootstrap=args.bootstrap, seed=args.bootstrap_seed, scale=args.scale,
                    allow_different_judge=args.allow_different_judge,
-                   length_threshold=args.length_threshold, score_column=args.score_column)
+                   length_threshold=args.length_threshold, score_column=args.score_column,
+                   failure_value=args.failure_value)
 
     def compute():
         result = audit(args.judgments, args.items, args.human, **options)
@@ -164,7 +167,8 @@ def _run_probes(args, result) -> dict:
         if name == "order":
             score.seed = args.seed + 1  # the block's shuffle follows the run's seed: another seed, another order
         if getattr(args, "batch_dir", None):
-            score.batch_dir = str(Path(args.batch_dir) / f"probe_{name}")  # each probe's batch files apart: they are other runs
+            # each probe's batch files apart: they are other runs
+            score.batch_dir = str(Path(args.batch_dir) / f"probe_{name}")
         print(f"probe {name}: judging {len(keys)} perturbed candidates ({len(records)} items) into {output}",
               file=sys.stderr)
         code = run_score(score)
@@ -243,6 +247,7 @@ def register_drift(sub) -> None:
     parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human labels' scale, when the judgments name no rubric (a CSV of scores)")
+    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
     parser.add_argument("--allow-different-judge", action="store_true",
                         help="compare runs of two different judges (model, rubric, template or decoding) on purpose")
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write drift.csv and provenance.csv here")
@@ -278,7 +283,7 @@ def run_drift(args) -> int:
 
     return run_verb("drift", lambda: drift(
         args.reference, args.judgments, args.human, margin=args.margin, share_margin=args.share_margin,
-        bootstrap=args.bootstrap, seed=args.seed, scale=args.scale,
+        bootstrap=args.bootstrap, seed=args.seed, scale=args.scale, failure_value=args.failure_value,
         allow_different_judge=args.allow_different_judge), output_dir=args.output_dir, report=args.report,
         inputs=[args.reference, args.judgments, args.human], exit_code=lambda result: 1 if result.drifted else 0)
 
@@ -310,6 +315,7 @@ def register_select(sub) -> None:
     parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human labels' scale, when no judge names a rubric (CSVs of scores)")
+    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write selection.csv here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the CIs")
     parser.set_defaults(run=run_select)
@@ -350,5 +356,6 @@ def run_select(args) -> int:
 
     return run_verb("select", lambda: select(
         args.human, list(args.judge), level=args.level, statistic=args.statistic, clean=args.clean,
-        bootstrap=args.bootstrap, seed=args.seed, scale=args.scale), output_dir=args.output_dir,
+        bootstrap=args.bootstrap, seed=args.seed, scale=args.scale, failure_value=args.failure_value),
+        output_dir=args.output_dir,
         report=args.report, inputs=[args.human, *(Path(p) for _, p in args.judge)])

@@ -107,12 +107,12 @@ class DriftResult(Result):
 # -- reading ------------------------------------------------------------------------------------------------------
 
 
-def _run(source, what: str) -> tuple[pd.DataFrame, dict, str]:
+def _run(source, what: str, failure_value: float | None = None) -> tuple[pd.DataFrame, dict, str]:
     """The run's scores (load_judge_scores shape plus `samples` and `both_orders`), its production record, and where
     it came from."""
     from ..io import read_judge_scores
 
-    frame, where = read_judge_scores(source)
+    frame, where = read_judge_scores(source, failure_value=failure_value)
     record: dict[str, set] = {name: set() for name in ("fingerprint", *PROVENANCE_FIELDS)}
     samples = frame["samples"] if "samples" in frame.columns else pd.Series([None] * len(frame))
     if "orders" in frame.columns:  # a DataFrame of judgments: `orders` set when both orders were judged
@@ -454,7 +454,7 @@ def _check_fresh(new: pd.DataFrame, where: str) -> None:
 
 def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margin: float = 0.1, criteria=None,
           bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95, scale=None,
-          allow_different_judge: bool = False) -> DriftResult:
+          allow_different_judge: bool = False, failure_value: float | None = None) -> DriftResult:
     """Compare a new run of the judge (`judgments`) with a reference run on the same anchor judgments.
 
     `reference`, `judgments`: paths or DataFrames as `judge calibrate` reads them (a `samples` column of lists is
@@ -474,8 +474,8 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     _check_options(margin, share_margin, bootstrap, confidence)
     seed = seed_option(seed)
     criteria = criteria_option(criteria)
-    old, old_record, old_where = _run(reference, "reference")
-    new, new_record, new_where = _run(judgments, "new run")
+    old, old_record, old_where = _run(reference, "reference", failure_value)
+    new, new_record, new_where = _run(judgments, "new run", failure_value)
     _check_fresh(new, new_where)
     rubrics = (set(old["rubric"].fillna("")) - {""}, set(new["rubric"].fillna("")) - {""})
     if rubrics[0] and rubrics[1] and rubrics[0] != rubrics[1]:

@@ -93,19 +93,19 @@ class SelectResult(Result):
         return self.text()
 
 
-def _read_judge(name: str, source) -> pd.DataFrame:
+def _read_judge(name: str, source, failure_value: float | None = None) -> pd.DataFrame:
     """A judge's scores: any file `calibrate` reads; a wide CSV (metric_scores.csv) gives the column named NAME."""
     from ..io import read_judge_scores
 
     if isinstance(source, pd.DataFrame):
-        return read_judge_scores(source)[0]
+        return read_judge_scores(source)[0]  # a frame: its failures are what its status column says
     path = Path(source)
     if path.suffix.lower() == ".csv" and path.is_file():
         with path.open(encoding="utf-8-sig") as handle:
             header = [c.strip() for c in handle.readline().split(",")]
         if "score" not in header and name in header:
-            return read_judge_scores(path, score_column=name)[0]
-    return read_judge_scores(path)[0]
+            return read_judge_scores(path, score_column=name, failure_value=failure_value)[0]
+    return read_judge_scores(path, failure_value=failure_value)[0]
 
 
 def _check_options(level: str, statistic: str, n_resamples: int, confidence: float) -> None:
@@ -231,7 +231,8 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
 
 
 def select(human, judges, *, level: str = "summary", statistic: str = "pearson", criteria=None, clean: bool = False,
-           bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95, scale=None) -> SelectResult:
+           bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95, scale=None,
+           failure_value: float | None = None) -> SelectResult:
     """Compare judges (name -> path or DataFrame) against human labels (path or DataFrame) at one level.
 
     >>> import calibration
@@ -249,7 +250,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
     criteria = criteria_option(criteria)
     listed = _judge_list(judges)
     with each_csv_parsed_once():
-        frames = {name: _read_judge(name, source) for name, source in listed}
+        frames = {name: _read_judge(name, source, failure_value) for name, source in listed}
     # Labels checked against the scale of the rubric a judge names (or --scale), as calibrate, screen and estimate do.
     from ..io import judge_scales
 
