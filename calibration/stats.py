@@ -296,3 +296,23 @@ def holm(p_values) -> np.ndarray:
     out = np.empty_like(p)
     out[order] = adjusted
     return out
+
+
+def widened_share(value: float, low: float, high: float, spread: float, trials: float, units: int,
+                  confidence: float = 0.95, method: str = "wilson") -> tuple[float, float]:
+    """A share's bootstrap interval (low, high), widened to the binomial `method` interval (statsmodels'
+    proportion_confint: "wilson", or "beta" for Clopper-Pearson on whole counts) at the effective number of trials:
+    `trials` over the design effect of the `units` resampled (dialogues), measured from the bootstrap `spread` (its
+    SD of the share); where it cannot be measured (no event, or no non-event) one trial per unit. A rare event then
+    never gets a zero-width [0%, 0%] interval."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    if 0 < value < 1 and spread > 0:
+        effective = min(trials, max(units, value * (1 - value) / spread ** 2))
+    else:
+        effective = max(units, 1)
+    events = value * effective
+    if method == "beta":
+        events, effective = round(events), round(effective)
+    exact_low, exact_high = proportion_confint(events, effective, 1 - confidence, method)
+    return float(min(low, exact_low)), float(max(high, exact_high))

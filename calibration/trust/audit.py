@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..errors import CalibrationError
 from ..result import Result
-from ..stats import expanded_tail, holm, resample_counts
+from ..stats import expanded_tail, holm, resample_counts, widened_share
 
 NOISE_COLUMNS = ["criterion", "source", "n", "changed_share", "ci_low", "ci_high", "mean_abs_change"]
 LENGTH_COLUMNS = ["criterion", "mode", "n_summaries", "n_dialogues", "length_sd_words", "judge_slope",
@@ -279,11 +279,9 @@ class Dialogues:
 
     def share(self, index: np.ndarray, events, trials) -> tuple[float, float, float]:
         """A share of events (flips, wins) with an interval that cannot collapse: the bootstrap's, widened to the
-        Wilson interval at the effective number of trials (trials over the design effect of dialogues, measured
-        from the bootstrap; with no event or no non-event, where it cannot be measured, one trial per dialogue).
-        Rare flips gave [0%, 0%] in up to 47% of runs and covered 0.37-0.92 with the bootstrap alone."""
+        Wilson interval at its effective number of trials (calibration.stats.widened_share). Rare flips gave
+        [0%, 0%] in up to 47% of runs and covered 0.37-0.92 with the bootstrap alone."""
         from scipy import stats
-        from statsmodels.stats.proportion import proportion_confint
 
         events, trials = np.asarray(events, float), np.asarray(trials, float)
         value, low, high = self.ratio(index, events, trials)
@@ -291,14 +289,9 @@ class Dialogues:
         if not np.isfinite(value) or n <= 0:
             return value, low, high
         used = int(np.count_nonzero(self.sums(index, trials)))
-        if 0 < value < 1 and np.isfinite(high) and high > low:
-            quantile = float(stats.norm.ppf(0.5 + self.confidence / 2))
-            boot_var = ((high - low) / (2 * quantile)) ** 2
-            effective = min(n, max(used, value * (1 - value) / boot_var))
-        else:
-            effective = max(used, 1)
-        wilson_low, wilson_high = proportion_confint(value * effective, effective, 1 - self.confidence, "wilson")
-        return value, float(min(low, wilson_low)), float(max(high, wilson_high))
+        # The bootstrap SD read from the interval's half-width.
+        spread = (high - low) / (2 * stats.norm.ppf(0.5 + self.confidence / 2)) if np.isfinite(high) else 0.0
+        return (value, *widened_share(value, low, high, spread, n, used, self.confidence, "wilson"))
 
     def interval(self, replicates: np.ndarray) -> tuple[float, float]:
         replicates = replicates[np.isfinite(replicates)]

@@ -40,7 +40,7 @@ import pandas as pd
 from ..errors import CalibrationError
 from ..options import criteria_option, resamples_option, scale_option, seed_option
 from ..result import Result
-from ..stats import pearson, percentile_interval, resample_counts
+from ..stats import pearson, percentile_interval, resample_counts, widened_share
 
 DRIFT_COLUMNS = ["criterion", "kind", "n", "n_dialogues", "mean_shift", "ci_low", "ci_high", "tost_low", "tost_high",
                  "changed_share", "changed_ci_low", "changed_ci_high", "reask_noise", "kappa", "stuart_maxwell_p",
@@ -241,22 +241,15 @@ def _ratio_replicates(counts: np.ndarray, sizes: np.ndarray, sums: np.ndarray) -
 
 def _share_interval(value: float, replicates: np.ndarray, confidence: float, n: int, dialogues: int
                     ) -> tuple[float, float]:
-    """The changed share's interval: the expanded percentile one, widened to Clopper-Pearson's at the effective
-    number of judgments (over the dialogues' design effect, measured from the resamples; one per dialogue when
-    nothing or everything changed). A rare change (3% of a deterministic judge's verdicts) no longer gives a
-    zero-width [0%, 0%] that "no drift" would lean on."""
-    from statsmodels.stats.proportion import proportion_confint
-
+    """The changed share's interval: the expanded percentile one, widened to Clopper-Pearson's at its effective
+    number of judgments (calibration.stats.widened_share; one per dialogue when nothing or everything changed). A
+    rare change (3% of a deterministic judge's verdicts) no longer gives a zero-width [0%, 0%] that "no drift"
+    would lean on."""
     low, high = percentile_interval(replicates, confidence, dialogues if dialogues >= 2 else None)
     if not np.isfinite(value):
         return low, high
     spread = np.nanstd(replicates, ddof=1) if np.isfinite(replicates).sum() > 1 else 0.0
-    if 0 < value < 1 and spread > 0:
-        effective = min(n, max(dialogues, value * (1 - value) / spread ** 2))
-    else:
-        effective = max(dialogues, 1)
-    exact_low, exact_high = proportion_confint(round(value * effective), round(effective), 1 - confidence, "beta")
-    return float(min(low, exact_low)), float(max(high, exact_high))
+    return widened_share(value, low, high, spread, n, dialogues, confidence, "beta")
 
 
 def _kappa(reference, new, numeric: bool) -> float:

@@ -291,7 +291,8 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
                 compared &= _varying(matrix)
         n_compared = int(compared.sum())
         note, failed = "", 0
-        if len(items) < MIN_DIALOGUES or n_compared < MIN_DIALOGUES:
+        enough = len(items) >= MIN_DIALOGUES and n_compared >= MIN_DIALOGUES
+        if not enough:
             note = (f"{n_compared if level == 'summary' else len(items)} dialogues to compare: no interval, best set "
                     f"or label worth below {MIN_DIALOGUES} (a correlation over 2 dialogues is +-1 whatever the "
                     f"judge); label at least {MIN_DIALOGUES} dialogues")
@@ -310,7 +311,6 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
             if failed:
                 note = (f"{failed} of {bootstrap} resamples left some judge's statistic undefined (too few varying "
                         "dialogues in them): the best set uses the others")
-        enough = not note.startswith(f"{n_compared if level == 'summary' else len(items)} dialogues to compare")
         for name in names:
             low, high = percentile_interval(replicates[name], confidence, units) if enough else (np.nan, np.nan)
             rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
