@@ -284,17 +284,4 @@ def _judge_frame(judgments, score_column, failure_value=None) -> tuple[pd.DataFr
 
     if not isinstance(judgments, pd.DataFrame):
         return load_judge_scores(judgments, score_column, failure_value=failure_value), str(judgments)
-    if "fingerprint" in judgments.columns and "id" in judgments.columns:  # judge.score's frame: its lines, read back
-        import tempfile
-        from pathlib import Path
-
-        from judge.judgment import Judgment
-
-        with tempfile.TemporaryDirectory() as scratch:
-            path = Path(scratch) / "judgments.jsonl"
-            fields = list(Judgment.model_fields)
-            path.write_text("".join(Judgment.model_validate({k: v for k, v in row.items() if k in fields
-                                                             and not (isinstance(v, float) and np.isnan(v))})
-                                    .to_line() + "\n" for row in judgments.to_dict("records")), encoding="utf-8")
-            return load_judge_scores(path), "(judgments DataFrame)"
-    return judgments, "(a DataFrame)"
+    return judgments, str(judgments.attrs.get("path", "(a DataFrame)"))

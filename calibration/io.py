@@ -328,7 +328,9 @@ def read_judge_scores(judgments, score_column: str | None = None, failure_value:
 
 
 def _load_jsonl(path: Path) -> pd.DataFrame:
+    """The judgments table (judge/table.py) of a JSONL file, each line checked for what a statistic cannot use."""
     from judge.judgment import read_judgments  # pydantic: only when a judgments file is read
+    from judge.table import TABLE_COLUMNS, row_of
 
     rows = []
     for number, judgment in read_judgments(path):
@@ -338,20 +340,10 @@ def _load_jsonl(path: Path) -> pd.DataFrame:
         for name in ("id", "system", "criterion"):
             if not getattr(judgment, name).strip():
                 raise CalibrationError(f"{path}:{number}: field {name!r} is empty")
-        status = judgment.status
-        first, second = judgment.system_1, judgment.system_2
-        if not judgment.is_pair and "|" in judgment.system:
-            first, _, second = judgment.system.partition("|")  # files written before system_1 / system_2
-        rows.append({
-            "item_id": judgment.id, "system": judgment.system, "criterion": judgment.criterion,
-            # A score is used only when the judgment is clean: N/A, abstentions and failures are never a number.
-            "score": judgment.score if status == "ok" else np.nan,
-            "label": judgment.label, "status": status, "line": number, "system_1": first, "system_2": second,
-            "rubric": judgment.rubric, "model": judgment.model,
-        })
+        rows.append(row_of(judgment, number))
     if not rows:
         raise CalibrationError(f"{path}: no judgments in the file")
-    return pd.DataFrame(rows, columns=JUDGE_COLUMNS)
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
 def _load_score_csv(path: Path, score_column: str | None, failure_value: float | None = None) -> pd.DataFrame:

@@ -10,9 +10,7 @@ import sys
 import textwrap
 
 from judge.errors import JudgeError
-
-EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-EXIT_BATCH_PENDING = 3  # --batch-dir: batch files await a runner; the same command resumes
+from judge.run import EXIT_BATCH_PENDING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE  # noqa: F401 - re-exported
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
 VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.trust.cli", "judge.annotation.cli",
@@ -27,10 +25,6 @@ def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser
         epilog="example:\n" + textwrap.indent(textwrap.dedent(example).strip(), "  "),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-
-
-def _csv_list(value: str | None) -> list[str] | None:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,97 +82,27 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "`vllm run-batch` on each node); rerun the same command to record the *.out.jsonl answers")
     b.add_argument("--shards", type=int, default=None, metavar="N",
                    help="with --batch-dir: split each round into N files, one per node (default 1)")
-    # --base-url replaces the environment's URLs rather than adding to them, so they live in their own field.
-    parser.set_defaults(base_urls_from_env=_csv_list(os.environ.get("JUDGE_BASE_URLS"))
-                        or _csv_list(os.environ.get("OPENAI_BASE_URL")))
 
 
-def _check_url(url: str, what: str) -> None:
-    from urllib.parse import urlsplit
+def run_options(args, **overrides):
+    """The typed run options (judge/options.py) of parsed flags: every flag that is an option, --no-swap and
+    --no-progress as `swap` and `progress`; `overrides` replace what the flags said."""
+    from judge.options import RunOptions
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise JudgeError(f"{what}: not a server URL; give it as http://HOST:PORT/v1 (or https://...)")
-
-
-def _env_urls(value: str) -> list[str]:
-    """$JUDGE_BASE_URLS, comma-separated; blank, another separator or a bad URL is an error naming the value (a
-    blank one must not fall back to the hosted API)."""
-    what = f"$JUDGE_BASE_URLS={value!r}"
-    if not value.strip():
-        raise JudgeError(f"{what} is blank: set it to server URLs separated by commas, or unset it")
-    urls = _csv_list(value)
-    if any(";" in url or any(c.isspace() for c in url) for url in urls):
-        raise JudgeError(f"{what}: separate the URLs with commas (e.g. http://a:8000/v1,http://b:8000/v1)")
-    for url in urls:
-        _check_url(url, what)
-    return urls
+    values = {k: v for k, v in vars(args).items() if k in RunOptions.model_fields}
+    if hasattr(args, "no_swap"):
+        values["swap"] = not args.no_swap
+    if hasattr(args, "no_progress"):
+        values["progress"] = not args.no_progress
+    values.update(overrides)
+    return RunOptions(**values)
 
 
-def check_model_arguments(args) -> None:
-    """Refuse contradictory or meaningless model flags before anything starts; fill in the defaults that depend on
-    the backend."""
-    from_env = os.environ.get("JUDGE_BASE_URLS")
-    if from_env is not None and not args.base_url:
-        args.base_urls_from_env = _env_urls(from_env)
-    for url in args.base_url or []:
-        _check_url(url, f"--base-url {url}")
-    if args.backend is None:
-        # A URL given for this tool (the flag, or $JUDGE_BASE_URLS) means a server; $OPENAI_BASE_URL alone may be
-        # set for other tools, so it does not replace the zero-setup default, but it is not ignored silently.
-        args.backend = "openai" if args.base_url or os.environ.get("JUDGE_BASE_URLS") else "local"
-        if args.backend == "local" and args.base_urls_from_env:
-            print("note: $OPENAI_BASE_URL is set, but without --backend openai the embedded model judges",
-                  file=sys.stderr)
-    elif args.backend == "local" and args.base_url:
-        raise JudgeError("--base-url names a server, but --backend local starts the embedded one: "
-                         "use --backend openai with --base-url, or drop --base-url")
-    if args.concurrency is None:
-        args.concurrency = 256 if args.backend == "vllm" else 16
-    if args.timeout is None:
-        args.timeout = 120.0 if args.backend == "openai" else 600.0
-    problems = [
-        (args.samples < 1, "--samples must be at least 1, got {samples}"),
-        (args.concurrency < 1, "--concurrency must be at least 1, got {concurrency}"),
-        (not args.timeout > 0, "--timeout must be more than 0 seconds, got {timeout:g}"),
-        (args.max_tokens is not None and args.max_tokens < 1, "--max-tokens must be at least 1, got {max_tokens}"),
-        (args.temperature is not None and not 0 <= args.temperature <= 2,
-         "--temperature must be between 0 and 2, got {temperature:g}"),
-        (args.tensor_parallel_size < 1, "--tensor-parallel-size must be at least 1, got {tensor_parallel_size}"),
-        (args.max_model_len is not None and args.max_model_len < 1,
-         "--max-model-len must be at least 1 token, got {max_model_len}"),
-        (args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1,
-         "--gpu-memory-utilization must be a fraction above 0 and at most 1, got {gpu_memory_utilization:g}"),
-        (getattr(args, "refresh", False) and args.no_cache,
-         "--refresh writes fresh answers to the cache that --no-cache turns off: give one of them"),
-    ]
-    for bad, message in problems:
-        if bad:
-            raise JudgeError(message.format(**vars(args)))
-
-
-def temperature_of(args) -> float:
-    """--temperature as given, else 0 for one sample and 1.0 for several (re-asks must be able to differ)."""
-    return args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
-
-
-def _settings(args, model: str, backend: str, mode: str, swap: bool, where: str):
-    from judge.settings import Settings
-
-    return Settings(
-        model=model, backend=backend, temperature=temperature_of(args), max_tokens=args.max_tokens, samples=args.samples,
-        logprobs=args.logprobs, seed=args.seed, concurrency=args.concurrency, timeout=args.timeout,
-        response_format=args.response_format, template=getattr(args, "template", None), mode=mode, swap=swap,
-        where=where,
-    )
-
-
-def _cache(args):
-    from judge.cache import AnswerCache, NoCache, RefreshCache, default_cache_dir
-
-    if args.no_cache:
-        return NoCache()
-    return (RefreshCache if getattr(args, "refresh", False) else AnswerCache)(args.cache or default_cache_dir())
+def report(outcome) -> int:
+    """Print a run's outcome (judge/run.py) as every judging verb ends, and return its exit code."""
+    for line in outcome.messages():
+        print(line, file=sys.stderr)
+    return outcome.exit_code
 
 
 # -- verbs ------------------------------------------------------------------------------------------------
@@ -219,7 +143,9 @@ def run_render(args) -> int:
     if item is None:
         raise JudgeError(f"{args.input}: no item with id {args.id!r}")
     out = []
-    for c in rubric.select(_csv_list(args.criteria)):
+    from judge.options import comma_list
+
+    for c in rubric.select(comma_list(args.criteria)):
         if c.gate:
             out.append({"criterion": c.id, "kind": "gate", "messages": gate_messages(rubric, c, item)})
         segment = None
@@ -239,168 +165,11 @@ def run_render(args) -> int:
     return 0
 
 
-def _stale_message(output: str, stale: dict) -> str:
-    from collections import Counter
-
-    reasons = Counter(reason for found in stale.values() for reason in found)
-    what = "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(4))
-    first = next(iter(stale))
-    return (f"{output}: {len(stale)} finished judgments were made differently from what this run would ask ({what}; "
-            f"first: id {first[0]!r}, system {first[1]!r}, criterion {first[2]!r}); reusing them would mix results: "
-            f"add --redo-changed to judge them again (their lines are replaced), or choose another --output")
-
-
-LONG_ITEM_CHARS = 40_000  # about 10k tokens: more than many context windows, and costly on a paid API
-
-
-def _preflight(args, rubric, criteria, items, mode: str) -> None:
-    """What can be found wrong before a server starts or a file is created: a template that does not render, and
-    items so long that their prompts may not fit."""
-    from judge.items import oversized
-    from judge.judging import block_letters
-    from judge.prompting import block_messages, criterion_messages
-
-    first = items[0]
-    for criterion in criteria:
-        if mode == "block" and not criterion.per_segment:
-            group = [i for i in items if i.id == first.id]
-            block_messages(rubric, criterion, group, block_letters(len(group)))
-        else:
-            criterion_messages(rubric, criterion, first, getattr(args, "template", None),
-                               segment="…" if criterion.per_segment else None,
-                               segment_number=1 if criterion.per_segment else None)
-    if long := oversized(items, LONG_ITEM_CHARS):
-        where = ", ".join(f"line {o.line} ({o.chars:,} characters)" for o in long[:3])
-        print(f"warning: {len(long)} item(s) of {getattr(args, 'input', 'the items')} hold more than {LONG_ITEM_CHARS:,} characters of text "
-              f"({where}{', ...' if len(long) > 3 else ''}): about a token per 4 characters, their prompts may exceed "
-              "the model's context (those judgments then fail with the server's reason) and cost more",
-              file=sys.stderr)
-
-
-def _planned_model(args) -> str | None:
-    """The model id the judgments will carry, known before any server starts (None: known only once opened)."""
-    if getattr(args, "batch", False) or getattr(args, "batch_dir", None) or args.backend != "local":
-        return args.model
-    from judge.backends import local
-
-    return local.model_id(local.resolve_model(args.model))
-
-
-def _run(args, rubric, criteria, items, output: str, mode: str, swap: bool = True):
-    """Run the engine over items into `output`; returns the tally, or None when interrupted.
-
-    Everything that can refuse the run (flags, template, the results file, stale judgments) is checked and the
-    work is planned before a backend is opened: a rerun with nothing left to do starts no server."""
-    from judge.backends import open_backend
-    from judge.backends.batch import BatchPending
-    from judge.engine import Engine, Tally, run_coroutine
-    from judge.errors import OutputError, ServerUnusable
-    from judge.results import ResultsFile
-    from judge.secrets import Redactor
-
-    check_model_arguments(args)
-    if getattr(args, "input", None) and os.path.exists(output) and os.path.samefile(args.input, output):
-        raise OutputError(f"{output}: --output is the --input file; choose another --output")
-    _preflight(args, rubric, criteria, items, mode)
-    results = ResultsFile(output)  # refuses a file that is not ours before any server starts
-    redact = Redactor(os.environ.get(args.api_key_env))
-
-    def plan(client, model: str, backend: str, where: str):
-        engine = Engine(client, _settings(args, model, backend, mode, swap, where), cache, rubric, redact)
-        return engine, *engine.plan(criteria, items)
-
-    cache = _cache(args)
-    try:
-        model = _planned_model(args)
-        if model is not None:
-            _, units, fingerprints = plan(None, model, args.backend, "")
-            # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
-            # own flags (a bad --model is reported before a stale file).
-            if (not results.stale(fingerprints) and all(key in results.done for key in fingerprints)
-                    and not (getattr(args, "refresh", False) and results.from_cache(fingerprints))):
-                results.start()
-                print(f"nothing to do: all {len(fingerprints)} judgments are in {output}", file=sys.stderr)
-                return Tally(planned=len(fingerprints), already_done=len(fingerprints), keys=list(fingerprints))
-        with open_backend(args) as opened:
-            engine, units, fingerprints = plan(opened.client, opened.model, opened.backend, opened.where)
-            stale = results.stale(fingerprints)
-            if stale and not args.redo_changed:
-                raise OutputError(_stale_message(output, stale))
-            if other := results.other_judge(rubric.ref, opened.model, replaced=set(stale)):
-                raise OutputError(other)
-            served_from_cache = results.from_cache(fingerprints) if getattr(args, "refresh", False) else set()
-            results.start(redo=set(stale) | served_from_cache)
-            if stale:
-                print(f"redoing {len(stale)} judgments made differently (--redo-changed)", file=sys.stderr)
-            if served_from_cache:
-                print(f"redoing {len(served_from_cache)} judgments answered from the cache (--refresh)",
-                      file=sys.stderr)
-
-            async def go():
-                try:
-                    return await engine.run(units, results, progress=not args.no_progress)
-                finally:
-                    await opened.client.aclose()
-
-            try:
-                tally = run_coroutine(go)
-            except KeyboardInterrupt:
-                print(f"\ninterrupted: finished judgments are saved in {output}; run the same command to resume",
-                      file=sys.stderr)
-                return None
-            except BatchPending as exc:
-                print(exc, file=sys.stderr)
-                return exc
-            except ServerUnusable as exc:
-                raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {output}: run the same "
-                                     "command to resume once the server is fixed") from None
-            tally.keys = list(fingerprints)
-    finally:
-        results.close()
-        cache.close()
-    print(tally.line(), file=sys.stderr)
-    for warning in tally.warnings():
-        print(warning, file=sys.stderr)
-    if tally.failed:
-        reasons = ", ".join(f"{n}× {why}" for why, n in tally.errors.most_common(3))
-        print(f"{tally.failed} judgments failed ({reasons}); their lines carry the error and the raw answer; "
-              f"run the same command again to retry them", file=sys.stderr)
-    return tally
-
-
-def _exit_code(tally) -> int:
-    if tally is not None and not hasattr(tally, "failed"):
-        return EXIT_BATCH_PENDING
-    return EXIT_INTERRUPTED if tally is None else EXIT_FAILED if tally.failed else 0
-
-
-def judge_items(args):
-    """`judge score` and `judge compare` (args.command), for the CLI and for judge.score / judge.compare alike:
-    the tally, None when interrupted, or the BatchPending note."""
-    from judge.items import load_items
-    from judge.rubric import load_rubric
-
-    rubric = load_rubric(args.rubric)
-    pairwise = args.command == "compare"
-    if rubric.task == "pairwise" and not pairwise:
-        raise JudgeError(f"rubric {rubric.name!r} compares pairs: use `judge compare`")
-    if rubric.task != "pairwise" and pairwise:
-        raise JudgeError(f"rubric {rubric.name!r} is not a pairwise rubric: use `judge score`")
-    if not pairwise:
-        criteria = rubric.select(_csv_list(args.criteria))
-    items = load_items(args.input, rubric.inputs)
-    if pairwise:
-        if single := next((i for i in items if not i.is_pair), None):
-            raise JudgeError(f"{args.input}:{single.line}: item {single.id!r} has no candidate_1/candidate_2 pair")
-        criteria = rubric.select(_csv_list(args.criteria))
-        return _run(args, rubric, criteria, items, args.output, "pairwise", swap=not args.no_swap)
-    if args.mode == "block" and args.logprobs:
-        raise JudgeError("--logprobs needs --mode pointwise: a block answer holds many score tokens")
-    return _run(args, rubric, criteria, items, args.output, args.mode)
-
-
 def run_score(args) -> int:
-    return _exit_code(judge_items(args))
+    """`judge score` and `judge compare` (args.command)."""
+    from judge.run import run
+
+    return report(run(run_options(args)))
 
 
 run_compare = run_score
@@ -413,22 +182,23 @@ def run_qualify(args) -> int:
     from judge.judgment import read_judgments
     from judge.qualification import qualification_report
     from judge.rubric import load_rubric
+    from judge.run import run
 
     rubric = load_rubric(args.rubric)
     if rubric.qualification is None:
         raise JudgeError(f"rubric {rubric.name!r} ships no qualification set")
     items = [Item.model_validate(q.model_dump(exclude={"expected"})) for q in rubric.qualification.items]
     criteria = [c for c in rubric.criteria if any(c.id in q.expected for q in rubric.qualification.items)]
-    mode = "pairwise" if rubric.task == "pairwise" else "pointwise"
     with tempfile.TemporaryDirectory() as scratch:
-        output = args.output or f"{scratch}/qualification.jsonl"
-        tally = _run(args, rubric, criteria, items, output, mode)
-        if tally is None or not hasattr(tally, "failed"):  # interrupted, or batch files await a runner
-            return _exit_code(tally)
-        records = [judgment for _, judgment in read_judgments(output)]
+        options = run_options(args, output=args.output or f"{scratch}/qualification.jsonl")
+        outcome = run(options, items=items, criteria=criteria)
+        code = report(outcome)
+        if outcome.status in ("interrupted", "pending"):
+            return code
+        records = [judgment for _, judgment in read_judgments(options.output)]
     table, passed = qualification_report(rubric, records)
     print(table)
-    return 0 if passed and not tally.failed else EXIT_FAILED
+    return 0 if passed and outcome.status == "complete" else EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -55,7 +55,7 @@ def test_judging_equals_the_cli_inside_and_outside_a_loop(stub_server, tmp_path,
     expected = scores(tmp_path / "cli.jsonl")
     for where, frame in zip(("outside", "inside"), frames):
         assert scores(tmp_path / f"{where}.jsonl") == expected
-        got = sorted(zip(frame["id"], frame["system"], frame["criterion"], frame["score"], frame["label"]))
+        got = sorted(zip(frame["item_id"], frame["system"], frame["criterion"], frame["score"], frame["label"]))
         assert [g[:3] for g in got] == [e[:3] for e in expected] and len(frame) == len(expected)
         assert frame["status"].isin(["ok", "label"]).all()
 
@@ -84,7 +84,7 @@ def test_items_as_a_list_of_dicts_or_a_dataframe_and_no_output(stub_server, tmp_
     from_list = judge.score("dialsummeval", rows.to_dict("records"), base_url=stub_server.base_url, model="M",
                             criteria="fluency", no_cache=True, progress=False)
     assert len(from_frame) == len(rows) == len(from_list)
-    assert list(from_frame["id"]) == list(from_list["id"])
+    assert list(from_frame["item_id"]) == list(from_list["item_id"])
 
 
 def test_calibrate_equals_the_cli_inside_and_outside_a_loop(tmp_path, capsys):
@@ -100,10 +100,8 @@ def test_calibrate_equals_the_cli_inside_and_outside_a_loop(tmp_path, capsys):
             assert (tmp_path / where / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
     frames = both(lambda where: judge.judgments_frame(judge.read_judgments(judgments)))
     assert frames[0].equals(frames[1]) and len(frames[0]) == len(judge.read_judgments(judgments))
-    # a frame from judge.judgments_frame is accepted as the judgments
-    frame = calibration.calibrate(judge.judgments_frame(judgments), labels, bootstrap=50).files()
-    assert frame.pop("summary.json") != results[0].files()["summary.json"]  # names its source "(judgments DataFrame)"
-    assert frame == {k: v for k, v in results[0].files().items() if k != "summary.json"}
+    # a frame from judge.judgments_frame is accepted as the judgments, named as its file
+    assert calibration.calibrate(judge.judgments_frame(judgments), labels, bootstrap=50).files() == results[0].files()
 
 
 J, RERUN, LABELS, ITEMS_S = (str(STUDY / n) for n in ("judgments.jsonl", "judgments_rerun.jsonl", "labels.csv",
@@ -189,14 +187,25 @@ def test_an_interrupted_call_keeps_finished_judgments_and_raises_keyboard_interr
 
 
 # -- bad input: the CLI's rows through the API ----------------------------------------------------------------------
-def _api_call(argv: list[str]):
-    """The CLI's argv as the API call a user would write: rubric, items, output, and the other flags as keywords."""
-    from judge.api import _verb_parser
+def _verb_parser(verb: str):
+    import argparse
 
+    from judge.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[verb]
+
+
+def _api_call(argv: list[str]):
+    """The CLI's argv as the API call a user would write: rubric, items, output, and the other flags as keywords
+    (--no-progress and --no-swap as progress=False and swap=False)."""
     verb = argv[0]
     parsed = vars(_verb_parser(verb).parse_args(argv[1:]))
     defaults = vars(_verb_parser(verb).parse_args(["--rubric", "x", "--input", "x", "--output", "x"]))
     options = {k: v for k, v in parsed.items() if k not in ("rubric", "input", "output") and v != defaults[k]}
+    for negated in ("no_progress", "no_swap"):
+        if negated in options:
+            options[negated.removeprefix("no_")] = not options.pop(negated)
     return lambda: getattr(judge, verb)(parsed["rubric"], parsed["input"], parsed["output"], **options)
 
 
@@ -239,7 +248,6 @@ MODEL_ROWS = [
      r"--max-model-len must be at least 1 token, got 0"),
     ("--gpu-memory-utilization 2", None, {"backend": "vllm", "model": "m", "gpu_memory_utilization": 2.0},
      r"--gpu-memory-utilization must be a fraction above 0 and at most 1, got 2"),
-    ("unknown keyword", None, {"concurency": 4}, None),
     ("--concurrency not a whole number", None, {"concurrency": 2.5, "base_url": "http://127.0.0.1:9/v1", "model": "M"},
      r"--concurrency must be a whole number, got 2.5"),
     ("--backend not a choice", None, {"backend": "gpu"}, r"--backend must be one of local, openai, vllm, got 'gpu'"),
@@ -256,10 +264,7 @@ def test_model_flags_are_refused_before_any_file_is_created(tmp_path, monkeypatc
         monkeypatch.setenv("JUDGE_BASE_URLS", env)
     (tmp_path / "items.jsonl").write_text(GOOD)
     with pytest.raises(JudgeError) as caught:
-        judge.score("dialsummeval", "items.jsonl", "out.jsonl", no_progress=True, **options)
-    if message is None:  # an API-only row: the close match is named
-        assert "did you mean concurrency?" in str(caught.value)
-        return
+        judge.score("dialsummeval", "items.jsonl", "out.jsonl", progress=False, **options)
     assert re.search(message, str(caught.value)), str(caught.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["items.jsonl"]
     argv = ["score", "--rubric", "dialsummeval", "--input", "items.jsonl", "--output", "out.jsonl", "--no-progress"]

@@ -170,7 +170,7 @@ def test_a_dataframe_of_judgments_mixing_rubrics_is_refused(tmp_path):
     items, judgments = write_items(tmp_path / "items.jsonl"), write_judgments(tmp_path / "j.jsonl")
     frame = load_judge_scores(judgments)
     frame.loc[frame.index[:3], "rubric"] = "other@1"
-    with pytest.raises(CalibrationError, match=r"judgments of several rubrics \(dialsummeval@1, other@1\)"):
+    with pytest.raises(CalibrationError, match=r"judgments of 2 judges in one file: rubric other@1"):
         audit(frame, items)
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 import judge.cli
+import judge.engine
 from calibration.errors import CalibrationError
 from calibration.trust.audit import audit, read_items
 from judge.cli import main
@@ -48,24 +49,28 @@ def test_a_judge_swayed_by_filler_is_caught_with_the_right_sign(stub_server, tmp
     assert "the judge RAISES it" in printed
 
 
-@pytest.mark.parametrize("code, exit_code, message", [
-    (judge.cli.EXIT_INTERRUPTED, 130, ""),
-    (judge.cli.EXIT_FAILED, 2, "probe attribution: some perturbed candidates could not be judged"),
+@pytest.mark.parametrize("status, exit_code, message", [
+    ("interrupted", 130, ""),
+    ("failed", 2, "probe attribution: some perturbed candidates could not be judged"),
 ], ids=["interrupted", "failed"])
-def test_a_probe_run_that_did_not_finish_prints_no_audit(stub_server, tmp_path, capsys, monkeypatch, code,
+def test_a_probe_run_that_did_not_finish_prints_no_audit(stub_server, tmp_path, capsys, monkeypatch, status,
                                                           exit_code, message):
+    import judge.run
+
     items = write_items(tmp_path / "items.jsonl", dialogues=6)
     judgments = _judge(stub_server, tmp_path, items, "j.jsonl")
-    real = judge.cli.run_score
+    real = judge.run.run
     calls = []
 
-    def second_stops(args):
+    def second_stops(options, **given):
         # A test double for the second probe's run only (a real Ctrl-C inside `judge score` is tested in
-        # test_api.py and test_batch.py): what the probes do with its exit code is what is tested here.
-        calls.append(args.output)
-        return real(args) if len(calls) == 1 else code
+        # test_api.py and test_batch.py): what the probes do with its outcome is what is tested here.
+        calls.append(options.output)
+        if len(calls) == 1:
+            return real(options, **given)
+        return judge.run.Outcome(status, Path(options.output), tally=judge.engine.Tally(failed=1, planned=1))
 
-    monkeypatch.setattr(judge.cli, "run_score", second_stops)
+    monkeypatch.setattr(judge.run, "run", second_stops)
     capsys.readouterr()
     assert _audit_probes(stub_server, tmp_path, judgments, items, "filler,attribution") == exit_code
     out = capsys.readouterr()

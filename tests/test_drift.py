@@ -204,7 +204,7 @@ def _pairwise(rng, n=300, per_order=1, flips=0.3, reversed_share=0.0, flipped=No
     swapped = np.where(flipped, other, preferred)
     rows = [{"item_id": f"d{i // 3}", "system": f"a{i % 3}|b{i % 3}", "criterion": "preference",
              "score": np.nan, "label": "0" if f != s else f, "status": "label",
-             "samples": [f] * per_order + [s] * per_order, "orders": {"forward": f, "swapped": s}}
+             "samples": [f] * per_order + [s] * per_order, "forward": f, "swapped": s}
             for i, (f, s) in enumerate(zip(preferred, swapped))]
     return pd.DataFrame(rows), flipped
 
@@ -225,7 +225,7 @@ def test_pairwise_noise_is_within_one_order(per_order, tmp_path):
     files = []
     for name, frame in (("old", reference), ("new", new)):
         lines = [{"id": r.item_id, "system": r.system, "criterion": r.criterion, "label": r.label,
-                  "samples": r.samples, "orders": r.orders, "system_1": r.system.split("|")[0],
+                  "samples": r.samples, "orders": {"forward": r.forward, "swapped": r.swapped}, "system_1": r.system.split("|")[0],
                   "system_2": r.system.split("|")[1], "rubric": "pairs@1", "model": "m"} for r in frame.itertuples()]
         files.append(_jsonl(tmp_path / f"{name}.jsonl", lines))
     from_files = drift(*files).drift.iloc[0]

@@ -106,7 +106,7 @@ def test_judgment_uncertainty_from_what_the_run_recorded(tmp_path):
         line(system="s5", score=None, error="timeout"), line(system="s6", score=None, na=True),
         line(system="a|b", score=None, label="0", system_1="a", system_2="b", order_disagreement=True),
     ]) + "\n")
-    table = judgment_uncertainty(path, load_judge_scores(path)).set_index(
+    table = judgment_uncertainty(load_judge_scores(path)).set_index(
         pd.Index(["s1", "s2", "s3", "s4", "s5", "s6", "a|b"]))
     assert table.loc["s1", "uncertainty"] == 0.0
     assert table.loc["s3", "spread"] == pytest.approx(1.0 / 2.0)  # spread over half the observed range

@@ -208,35 +208,27 @@ def dominated_systems(lower: np.ndarray, columns, criteria) -> dict[str, str]:
 # -- items --------------------------------------------------------------------------------------------------------
 
 
-def judgment_uncertainty(path: Path, judge: pd.DataFrame) -> pd.DataFrame:
+def judgment_uncertainty(judge: pd.DataFrame) -> pd.DataFrame:
     """One row per judgment: item_id, spread (0..1), entropy (0..1), order disagreement, status, uncertainty.
 
-    A JSONL file is read through judge.judgment.read_judgments for what the run recorded; a CSV of scores has
+    From the judgments table's spread, probabilities and order disagreement (judge/table.py); a CSV of scores has
     only the scores, so its uncertainty is its failures.
     """
     ranges = judge[judge["status"] == "ok"].groupby("criterion")["score"].agg(["min", "max"])
-    half_range = ((ranges["max"] - ranges["min"]) / 2.0).where(lambda r: r > 0, 1.0).to_dict()
-    if not isinstance(path, Path) or path.suffix.lower() == ".csv" or not path.is_file():
-        # A CSV of scores, or a DataFrame: only the scores, so the uncertainty is the failures.
-        frame = judge[["item_id", "criterion", "status"]].assign(spread=np.nan, entropy=np.nan,
-                                                                 order_disagreement=False)
-    else:
-        from judge.judgment import read_judgments
+    half_range = ((ranges["max"] - ranges["min"]) / 2.0).where(lambda r: r > 0, 1.0)
 
-        rows = []
-        for _, judgment in read_judgments(path):
-            entropy = np.nan
-            if judgment.probs and len(judgment.probs) > 1:
-                p = np.array([v for v in judgment.probs.values() if v > 0], dtype=float)
-                p = p / p.sum()
-                entropy = float(-(p * np.log(p)).sum() / np.log(len(judgment.probs)))
-            spread = np.nan if judgment.spread is None else \
-                min(1.0, judgment.spread / half_range.get(judgment.criterion, 1.0))
-            rows.append({"item_id": judgment.id, "criterion": judgment.criterion, "status": judgment.status,
-                         "spread": spread, "entropy": entropy,
-                         "order_disagreement": bool(judgment.order_disagreement)})
-        frame = pd.DataFrame(rows, columns=["item_id", "criterion", "status", "spread", "entropy",
-                                            "order_disagreement"])
+    def entropy(probs) -> float:
+        if not isinstance(probs, dict) or len(probs) < 2:
+            return np.nan
+        p = np.array([v for v in probs.values() if v > 0], dtype=float)
+        p = p / p.sum()
+        return float(-(p * np.log(p)).sum() / np.log(len(probs)))
+
+    column = lambda name: judge[name] if name in judge.columns else pd.Series(None, index=judge.index)  # noqa: E731
+    spread = pd.to_numeric(column("spread"), errors="coerce") / judge["criterion"].map(half_range).fillna(1.0)
+    frame = judge[["item_id", "criterion", "status"]].assign(
+        spread=spread.clip(upper=1.0).to_numpy(), entropy=[entropy(p) for p in column("probs")],
+        order_disagreement=[v is True or v == 1 for v in column("order_disagreement")])
     doubt = np.select([frame["status"].isin(["error", "abstain"]), frame["status"] == "na"],
                       [FAILED, NOT_APPLICABLE], 0.0)
     frame["uncertainty"] = np.nanmax(np.column_stack([
@@ -245,14 +237,14 @@ def judgment_uncertainty(path: Path, judge: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def items_table(path: Path, judge: pd.DataFrame, systems: pd.DataFrame, criteria,
+def items_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria,
                 scored: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per dialogue: counts of doubtful judgments, uncertainty, discrimination and priority.
 
     `judge`: every judgment (for the uncertainty); `scored`: the per-system scores the systems table used
     (pairwise verdicts as win shares), for the discrimination; default `judge`.
     """
-    per_judgment = judgment_uncertainty(path, judge)
+    per_judgment = judgment_uncertainty(judge)
     grouped = per_judgment.groupby("item_id")
     table = pd.DataFrame({
         "n_judgments": grouped.size(),
@@ -522,7 +514,7 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
         raise CalibrationError(f"{path}: no numeric judge score to screen")
     judge = judge[judge["criterion"].isin(criteria)]
     systems, dominated, _, _ = systems_table(scored, criteria, n_resamples, seed)
-    items = items_table(path, judge, systems, criteria, scored[scored["criterion"].isin(criteria)])
+    items = items_table(judge, systems, criteria, scored[scored["criterion"].isin(criteria)])
     alpha = 0.05
     table = power_table(scored, systems, criteria, power, alpha, pilot)
     result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),

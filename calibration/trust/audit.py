@@ -118,28 +118,12 @@ def _sample_change(samples, both_orders: bool = False) -> float:
 
 
 def read_judgments(judgments, score_column: str | None = None, failure_value: float | None = None) -> pd.DataFrame:
-    """Judgments as calibrate reads them, plus what the audit needs from a JSONL: samples, position and orders."""
-    from ..io import load_judge_scores
+    """The judgments table (judge/table.py: samples, positions and orders beside the verdicts), from a path or as
+    given; a CSV of scores has the verdicts only."""
+    from ..io import read_judge_scores
 
-    if isinstance(judgments, pd.DataFrame):
-        frame = judgments.copy()
-        frame.attrs.setdefault("path", "judgments")
-    else:
-        path = Path(judgments)
-        frame = load_judge_scores(path, score_column, failure_value=failure_value)
-        frame.attrs["path"] = str(path)
-        if path.suffix.lower() != ".csv":
-            from judge.judgment import read_judgments as read_lines
-
-            # Per-segment criteria keep one score per segment in `samples`: those are not re-asks.
-            extra = {number: (j.samples if j.segments is None else [], j.position, (j.orders or {}).get("forward"),
-                              (j.orders or {}).get("swapped"), j.fingerprint) for number, j in read_lines(path)}
-            values = [extra.get(n, ([], None, None, None, None)) for n in frame["line"]]
-            frame["samples"] = [v[0] for v in values]
-            frame["position"] = [v[1] for v in values]
-            frame["forward"] = [v[2] for v in values]
-            frame["swapped"] = [v[3] for v in values]
-            frame["fingerprint"] = [v[4] for v in values]
+    frame, where = read_judge_scores(judgments, score_column, failure_value)
+    frame.attrs["path"] = str(where)
     for name, default in (("samples", None), ("position", None), ("forward", None), ("swapped", None),
                           ("fingerprint", None),
                           ("system_1", None), ("system_2", None), ("label", None), ("rubric", ""), ("line", 0)):

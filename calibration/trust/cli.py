@@ -127,11 +127,12 @@ def _run_probes(args, result) -> dict:
     import sys
     from pathlib import Path
 
-    from judge.cli import EXIT_BATCH_PENDING, EXIT_INTERRUPTED, build_parser, run_score
+    from judge.cli import report, run_options
     from judge.errors import JudgeError
     from judge.items import load_items
     from judge.outputs import write_files
     from judge.rubric import load_rubric
+    from judge.run import run
 
     from .audit import read_judgments
     from .probes import check_probes, parse_probes, probe_items
@@ -149,10 +150,11 @@ def _run_probes(args, result) -> dict:
     if made_with and made_with[0].partition("@")[0] != rubric.name:
         raise JudgeError(f"--rubric {args.rubric}: the judgments were made with {made_with[0]}; probe with that rubric")
     check_probes(names, rubric, result.mode)
-    _check_same_decoding(args)
-    items = load_items(args.items, rubric.inputs)
     mode = "block" if result.mode == "block" else "pointwise"
-    model_flags = _model_dests()
+    # The audited run's model flags, on the probes' items: a probe is judged as the judgments were.
+    model = run_options(args, command="score", rubric=args.rubric, mode=mode, criteria=result.criteria)
+    _check_same_decoding(args.judgments, model)
+    items = load_items(args.items, rubric.inputs)
     runs, pending = {}, []
     for name in names:
         records, keys = probe_items(items, judge, name, args.probe_sample, args.bootstrap_seed, mode)
@@ -160,25 +162,23 @@ def _run_probes(args, result) -> dict:
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         if not (item_file.exists() and item_file.read_text(encoding="utf-8") == text):
             write_files({item_file: text}, verb="audit", inputs=[args.judgments, args.items])
-        score = build_parser().parse_args(["score", "--rubric", args.rubric, "--input", str(item_file), "--output",
-                                          str(output), "--mode", mode, "--criteria", ",".join(result.criteria)])
-        for dest in model_flags:
-            setattr(score, dest, getattr(args, dest))
+        probe = {"input": str(item_file), "output": str(output)}
         if name == "order":
-            score.seed = args.seed + 1  # the block's shuffle follows the run's seed: another seed, another order
-        if getattr(args, "batch_dir", None):
+            probe["seed"] = model.seed + 1  # the block's shuffle follows the run's seed: another seed, another order
+        if model.batch_dir is not None:
             # each probe's batch files apart: they are other runs
-            score.batch_dir = str(Path(args.batch_dir) / f"probe_{name}")
+            probe["batch_dir"] = str(Path(model.batch_dir) / f"probe_{name}")
         print(f"probe {name}: judging {len(keys)} perturbed candidates ({len(records)} items) into {output}",
               file=sys.stderr)
-        code = run_score(score)
+        outcome = run(model.model_copy(update=probe))
+        report(outcome)
         # An audit is never built on a fragment of a probe: interrupted, failed or waiting, it stops here.
-        if code == EXIT_INTERRUPTED:
+        if outcome.status == "interrupted":
             raise KeyboardInterrupt
-        if code == EXIT_BATCH_PENDING:
-            pending.append(f"probe {name}: {score.batch_dir}")
+        if outcome.status == "pending":
+            pending.append(f"probe {name}: {probe['batch_dir']}")
             continue
-        if code != 0:
+        if outcome.status != "complete":
             raise JudgeError(f"probe {name}: some perturbed candidates could not be judged (see above); {output} "
                              "keeps the finished ones: run the same command to retry them before the audit")
         runs[name] = (output, keys)
@@ -188,34 +188,23 @@ def _run_probes(args, result) -> dict:
     return runs
 
 
-def _check_same_decoding(args) -> None:
+def _check_same_decoding(judgments, options) -> None:
     """Probes are judged as the judgments were: a verdict that is the mean of 3 samples moves less than one sample,
     so other --samples (or temperature, or logprobs) would measure the settings, not the perturbation."""
-    from judge.cli import temperature_of
     from judge.errors import JudgeError
     from judge.judgment import Judgment
 
     try:
-        with open(args.judgments, encoding="utf-8") as handle:
+        with open(judgments, encoding="utf-8") as handle:
             first = Judgment.model_validate_json(handle.readline())
     except (OSError, ValueError):
         return  # a CSV of scores records no decoding: nothing to hold the probes to
     made = first.fingerprint or {}
-    asked = {"samples": args.samples, "temperature": temperature_of(args), "logprobs": bool(args.logprobs)}
+    asked = {"samples": options.samples, "temperature": options.sampling_temperature, "logprobs": options.logprobs}
     for name, value in asked.items():
         if name in made and made[name] != value:
             raise JudgeError(f"--{name} {value}, but the judgments were made with {name} {made[name]}: probe with the "
                              "same settings, or the probes measure the change of settings, not the perturbation")
-
-
-def _model_dests() -> list[str]:
-    import argparse
-
-    from judge.cli import add_model_arguments
-
-    parser = argparse.ArgumentParser(add_help=False)
-    add_model_arguments(parser)
-    return [action.dest for action in parser._actions]
 
 
 # -- drift ----------------------------------------------------------------------------------------------------------

@@ -31,7 +31,6 @@ import math
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -108,47 +107,27 @@ class DriftResult(Result):
 
 
 def _run(source, what: str, failure_value: float | None = None) -> tuple[pd.DataFrame, dict, str]:
-    """The run's scores (load_judge_scores shape plus `samples` and `both_orders`), its production record, and where
-    it came from."""
+    """The run's judgments table (judge/table.py) plus `both_orders`, its production record, and where it came
+    from. A CSV of scores has no samples, fingerprints or provenance."""
     from ..io import read_judge_scores
 
     frame, where = read_judge_scores(source, failure_value=failure_value)
+    for name in ("samples", "fingerprint", "served", "swapped"):
+        if name not in frame.columns:
+            frame[name] = None
+    cached = frame["from_cache"] if "from_cache" in frame.columns else pd.Series(False, index=frame.index)
     record: dict[str, set] = {name: set() for name in ("fingerprint", *PROVENANCE_FIELDS)}
-    samples = frame["samples"] if "samples" in frame.columns else pd.Series([None] * len(frame))
-    if "orders" in frame.columns:  # a DataFrame of judgments: `orders` set when both orders were judged
-        both = frame["orders"].map(lambda o: isinstance(o, dict) and bool(o))
-    elif "swapped" in frame.columns:  # calibration.trust.audit.read_judgments' shape
-        both = frame["swapped"].notna()
-    else:
-        both = pd.Series([False] * len(frame))
-    path = Path(where) if not isinstance(source, pd.DataFrame) else None
-    if path is not None and path.suffix.lower() in (".jsonl", ".json"):
-        from judge.judgment import read_judgments
-
-        by_line, orders, prints, stored = {}, {}, {}, {}
-        for number, judgment in read_judgments(path):
-            # Per-segment criteria keep one score per segment in `samples`: those are not re-asks.
-            by_line[number] = (judgment.samples or None) if judgment.segments is None else None
-            orders[number] = judgment.orders is not None
-            prints[number] = judgment.fingerprint
-            stored[number] = bool(judgment.from_cache)
-            if judgment.fingerprint:
-                digest = hashlib.sha256(json.dumps(judgment.fingerprint, sort_keys=True).encode()).hexdigest()[:12]
-                record["fingerprint"].add(digest)
-            for name in PROVENANCE_FIELDS:
-                value = (judgment.served or {}).get(name)
-                if value:
-                    record[name].add(str(value))
-        samples = frame["line"].map(by_line)
-        both = frame["line"].map(orders).fillna(False)
-        frame = frame.assign(fingerprint=list(frame["line"].map(prints)),
-                             from_cache=list(frame["line"].map(stored).fillna(False)))
-    else:
-        frame = frame.assign(fingerprint=list(frame["fingerprint"]) if "fingerprint" in frame.columns
-                             else [None] * len(frame),
-                             from_cache=[isinstance(v, (bool, np.bool_)) and bool(v) for v in frame["from_cache"]]
-                             if "from_cache" in frame.columns else [False] * len(frame))
-    frame = frame.assign(samples=list(samples), both_orders=[bool(b) for b in both])
+    for fingerprint, served in zip(frame["fingerprint"], frame["served"]):
+        if isinstance(fingerprint, dict) and fingerprint:
+            record["fingerprint"].add(hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12])
+        for name in PROVENANCE_FIELDS:
+            value = (served or {}).get(name) if isinstance(served, dict) else None
+            if value:
+                record[name].add(str(value))
+    frame = frame.assign(
+        samples=[list(v) if isinstance(v, (list, tuple, np.ndarray)) and len(v) else None for v in frame["samples"]],
+        both_orders=[isinstance(v, str) and bool(v) for v in frame["swapped"]],
+        from_cache=[isinstance(v, (bool, np.bool_)) and bool(v) for v in cached])
     if frame.empty:
         raise CalibrationError(f"{where}: no judgments in the {what}")
     return frame, record, str(where)

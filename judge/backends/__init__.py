@@ -18,9 +18,12 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from judge.errors import BackendError
+
+if TYPE_CHECKING:
+    from judge.options import RunOptions
 
 
 class ChatClient(Protocol):
@@ -34,62 +37,64 @@ class ChatClient(Protocol):
 @dataclass(frozen=True)
 class Opened:
     """A ready backend: the client, the model id written into judgments and cache keys, the backend's name,
-    and where it answers (for error messages; never a credential)."""
+    where it answers (for error messages; never a credential), and the requests the run may keep in flight (None:
+    the options' --concurrency)."""
 
     client: ChatClient
     model: str
     backend: str
     where: str
+    concurrency: int | None = None
 
 
 @contextlib.contextmanager
-def open_backend(args):
-    """Yield an `Opened` backend chosen by the CLI flags; a server it starts lives exactly as long as the block.
+def open_backend(options: RunOptions):
+    """Yield an `Opened` backend chosen by resolved run options (judge/options.py); a server it starts lives exactly
+    as long as the block.
 
-    With several servers, `--concurrency` bounds each one, and `args.concurrency` becomes the total the run may
-    keep in flight: the flag's value times the number of servers.
+    With several servers, `--concurrency` bounds each one, and the run may keep the flag's value times the number
+    of servers in flight (`Opened.concurrency`).
     """
-    if getattr(args, "batch", False) or getattr(args, "batch_dir", None):
+    if options.batched:
         from judge.backends.batch import open_batch
 
-        with open_batch(args) as opened:
+        with open_batch(options) as opened:
             yield opened
         return
-    if args.backend == "vllm":
+    if options.backend == "vllm":
         from judge.backends.vllm import open_engine
 
-        with open_engine(args) as opened:
+        with open_engine(options) as opened:
             yield opened
         return
-    if args.backend == "local":
+    if options.backend == "local":
         from judge.backends import local
         from judge.backends.openai_compat import open_client
 
-        path = local.resolve_model(args.model)
+        path = local.resolve_model(options.model)
         started = time.monotonic()
         print(f"starting the embedded llama.cpp server with {path.name} ...", file=sys.stderr, flush=True)
-        ctx = local.BLOCK_CTX_PER_SLOT if getattr(args, "mode", None) == "block" else local.CTX_PER_SLOT
-        with local.local_server(path, slots=args.concurrency, ctx_per_slot=ctx) as base_url:
+        ctx = local.BLOCK_CTX_PER_SLOT if options.mode == "block" else local.CTX_PER_SLOT
+        with local.local_server(path, slots=options.concurrency, ctx_per_slot=ctx) as base_url:
             print(f"server ready in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
-            client = open_client("aiohttp", base_url, None, args.concurrency)
+            client = open_client("aiohttp", base_url, None, options.concurrency)
             client.engine = local.engine_provenance(path)
             yield Opened(client, local.model_id(path), "local", "the embedded llama.cpp server")
         return
     from judge.backends.openai_compat import open_client
 
-    if not args.model:
+    if not options.model:
         raise BackendError("--backend openai needs --model (the model name the server serves)")
-    api_key = os.environ.get(args.api_key_env)
-    urls = args.base_url or getattr(args, "base_urls_from_env", None) or [None]
+    api_key = os.environ.get(options.api_key_env)
+    urls = options.servers
     if len(urls) == 1:
-        client = open_client(args.client, urls[0], api_key, args.concurrency)
-        yield Opened(client, args.model, "openai", urls[0] or "the OpenAI API")
+        client = open_client(options.client, urls[0], api_key, options.concurrency)
+        yield Opened(client, options.model, "openai", urls[0] or "the OpenAI API")
         return
     from judge.backends.pool import PoolClient
 
     if len(set(urls)) != len(urls):
         raise BackendError(f"--base-url: the same URL is given twice in {', '.join(urls)}")
-    per_server = args.concurrency
-    pool = PoolClient(urls, lambda url: open_client(args.client, url, api_key, per_server), per_server)
-    args.concurrency = per_server * len(urls)
-    yield Opened(pool, args.model, "openai", f"{len(urls)} servers ({', '.join(urls)})")
+    per_server = options.concurrency
+    pool = PoolClient(urls, lambda url: open_client(options.client, url, api_key, per_server), per_server)
+    yield Opened(pool, options.model, "openai", f"{len(urls)} servers ({', '.join(urls)})", per_server * len(urls))

