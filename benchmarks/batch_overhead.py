@@ -53,10 +53,10 @@ def run(client, concurrency: int, items_path: Path, work: Path) -> tuple[float, 
 
     async def go():
         engine = Engine(client, Settings(model="stub", concurrency=concurrency, timeout=60), cache, rubric)
-        units, _ = engine.plan(rubric.criteria, items)
+        plan = engine.plan(rubric.criteria, items)
         results.start()
         try:
-            return await engine.run(units, results, progress=False)
+            return await engine.run(plan, results, progress=False)
         finally:
             await client.aclose()
 

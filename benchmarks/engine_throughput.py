@@ -112,10 +112,10 @@ def run_engine(kind: str, base_url: str, items_path: Path, workdir: Path, concur
 
     async def go():
         engine = Engine(client, settings, cache, rubric)
-        units, _ = engine.plan(rubric.criteria, items)
+        plan = engine.plan(rubric.criteria, items)
         results.start()
         try:
-            return await engine.run(units, results, progress=False)
+            return await engine.run(plan, results, progress=False)
         finally:
             await client.aclose()
 
@@ -143,11 +143,11 @@ def run_same_command(base_url: str, items_path: Path, cache_dir: Path, output: P
 
         async def go():
             engine = Engine(client, Settings(model=MODEL, concurrency=concurrency, timeout=60), cache, rubric)
-            units, fingerprints = engine.plan(rubric.criteria, items)
-            assert not results.stale(fingerprints)
+            plan = engine.plan(rubric.criteria, items)
+            assert not results.check(plan.judgments()).stale
             results.start()
             try:
-                return await engine.run(units, results, progress=False)
+                return await engine.run(plan, results, progress=False)
             finally:
                 await client.aclose()
 

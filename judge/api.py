@@ -149,7 +149,7 @@ def _judge(verb: str, rubric, items, output, options: dict) -> pd.DataFrame:
         try:
             path, written = _items_file(items, folder)
             output = str(output) if output is not None else str(folder / "judgments.jsonl")
-            outcome = run(RunOptions(command=verb, rubric=str(rubric), input=path, output=output, **options))
+            outcome = run(RunOptions(command=verb, rubric=str(rubric), input=path, output=output, **options), keys=True)
         except JudgeError as exc:
             exc.args = (_as_given(str(exc), written), *exc.args[1:])
             raise

@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 from judge.errors import JudgeError
-from judge.run import EXIT_BATCH_PENDING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE  # noqa: F401 - re-exported
+from judge.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
 VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.trust.cli", "judge.annotation.cli",

@@ -13,10 +13,12 @@ import asyncio
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from judge.asking import Asker
 from judge.cache import NoCache
+from judge.errors import Deferred
 from judge.items import Item
 from judge.judging import Judge, Judged
 from judge.results import ResultsFile
@@ -38,6 +40,34 @@ class Unit:
         return [(i.id, i.system, self.criterion.id) for i in self.items]
 
 
+class Plan:
+    """The units of a run in asking order (criterion first, then dialogue, then candidate, so that neighbouring
+    requests share the longest prefix), made as they are iterated; each iteration reads the items again. Block
+    mode groups a dialogue's candidates, wherever they stand in the file, so it holds the items of one criterion
+    pass in memory; pointwise and pairwise runs stream."""
+
+    def __init__(self, judge: Judge, mode: str, criteria: list[Criterion], items: Iterable[Item]):
+        self.judge, self.mode, self.criteria, self.items = judge, mode, criteria, items
+
+    def __iter__(self) -> Iterator[Unit]:
+        for criterion in self.criteria:
+            if self.mode == "block" and not criterion.per_segment:
+                groups: dict[str, list[Item]] = {}
+                for item in self.items:
+                    groups.setdefault(item.id, []).append(item)
+                for group in groups.values():
+                    prints = tuple(self.judge.fingerprint(criterion, item, group) for item in group)
+                    yield Unit(criterion, tuple(group), prints, block=True)
+            else:
+                for item in self.items:
+                    yield Unit(criterion, (item,), (self.judge.fingerprint(criterion, item),))
+
+    def judgments(self) -> Iterator[tuple[tuple[str, str, str], dict]]:
+        """(key, fingerprint) of every planned judgment, in order."""
+        for unit in self:
+            yield from zip(unit.keys(), unit.fingerprints)
+
+
 @dataclass
 class Tally:
     planned: int = 0
@@ -52,13 +82,13 @@ class Tally:
     completion_tokens: int = 0
     cached_tokens: int | None = None  # prompt tokens served from the server's prefix cache (None: never reported)
     batch: str = ""  # what went by batch (judge/backends/batch.py), for the summary
+    deferred: int = 0  # judgments whose answers come in a later pass (--batch-dir)
     seconds: float = 0.0
     errors: Counter = field(default_factory=Counter)
     both_orders: Counter = field(default_factory=Counter)  # pairs judged in both orders, per criterion
     flipped: Counter = field(default_factory=Counter)  # ... whose verdict changed with the order
     verdicts: dict = field(default_factory=lambda: defaultdict(Counter))  # criterion -> verdict -> judgments
     per_server: dict = field(default_factory=dict)
-    keys: list = field(default_factory=list)  # the (id, system, criterion) of every judgment the run planned
 
     def count(self, judged: Judged) -> None:
         j = judged.judgment
@@ -229,22 +259,10 @@ class Engine:
         self.asker = Asker(client, settings, cache if cache is not None else NoCache(), rubric.language, redact)
         self.judge = Judge(self.asker, settings, rubric)
 
-    def plan(self, criteria: list[Criterion], items: list[Item]) -> tuple[list[Unit], dict[tuple, dict]]:
-        """The units of work, and the fingerprint each judgment of this run will carry (for the resume check)."""
-        units, fingerprints = [], {}
-        for criterion in criteria:
-            if self.settings.mode == "block" and not criterion.per_segment:
-                groups: dict[str, list[Item]] = {}
-                for item in items:
-                    groups.setdefault(item.id, []).append(item)
-                for group in groups.values():
-                    prints = tuple(self.judge.fingerprint(criterion, item, group) for item in group)
-                    units.append(Unit(criterion, tuple(group), prints, block=True))
-            else:
-                units += [Unit(criterion, (item,), (self.judge.fingerprint(criterion, item),)) for item in items]
-        for unit in units:
-            fingerprints.update(zip(unit.keys(), unit.fingerprints))
-        return units, fingerprints
+    def plan(self, criteria: list[Criterion], items: Iterable[Item]) -> Plan:
+        """The run's units of work, produced on demand from `items` (a list, or judge.items.ItemFile, read anew
+        at each pass): the plan is walked once to check the results file and once to judge, and never held."""
+        return Plan(self.judge, self.settings.mode, criteria, items)
 
     async def _do(self, unit: Unit, todo: set[str]) -> list[Judged]:
         if unit.block:
@@ -252,30 +270,42 @@ class Engine:
         judge = self.judge.pair if self.settings.mode == "pairwise" else self.judge.pointwise
         return [await judge(unit.criterion, unit.items[0], unit.fingerprints[0])]
 
-    async def run(self, units: list[Unit], results: ResultsFile, progress: bool = True) -> Tally:
-        """Judge every unit not already done in `results` (opened with `start`); each judgment is written as soon
-        as it is complete. Raises ServerUnusable when the server cannot serve the run (finished work is kept)."""
+    async def run(self, plan: Plan, results: ResultsFile, progress: bool = True, todo: int | None = None) -> Tally:
+        """Judge every planned judgment not already done in `results` (opened with `start`); each is written as
+        soon as it is complete. A bounded window of units is in flight (twice the concurrency), pulled from the
+        plan as the previous ones finish, so memory does not grow with the run. `todo`: how many judgments are
+        left, if the caller counted them (for the progress bar), else counted here in one pass. Raises
+        ServerUnusable when the server cannot serve the run (finished work is kept)."""
         started = time.perf_counter()
-        tally = Tally(planned=sum(len(u.items) for u in units))
-        work = []
-        for unit in units:
-            todo = {k[1] for k in unit.keys() if k not in results.done}
-            if todo:
-                work.append((unit, todo))
-        remaining = sum(len(todo) for _, todo in work)
-        tally.already_done = tally.planned - remaining
-        bar = Progress(remaining, progress)
-        queue = iter(work)
+        if todo is None:
+            todo = sum(not results.finished(key) for unit in plan for key in unit.keys())
+        tally = Tally()
+        bar = Progress(todo, progress)
+
+        def pending():
+            for unit in plan:
+                tally.planned += len(unit.items)
+                left = {k[1] for k in unit.keys() if not results.finished(k)}
+                tally.already_done += len(unit.items) - len(left)
+                if left:
+                    yield unit, left
+
+        queue = pending()
 
         async def worker() -> None:
-            for unit, todo in queue:
-                for judged in await self._do(unit, todo):
+            for unit, left in queue:
+                try:
+                    done = await self._do(unit, left)
+                except Deferred:  # its answer comes in a later pass (--batch-dir)
+                    tally.deferred += len(left)
+                    continue
+                for judged in done:
                     tally.count(judged)
                     results.write(judged.judgment)
                     bar.update(cached=judged.cached)
 
         try:
-            workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(len(work), self.settings.concurrency * 2)))]
+            workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(todo, self.settings.concurrency * 2)))]
             try:
                 await asyncio.gather(*workers)
             except BaseException:
@@ -296,4 +326,8 @@ class Engine:
                 tally.per_server = dict(self.client.stats())
             if hasattr(self.client, "summary"):  # a batch transport
                 tally.batch = self.client.summary()
+        if tally.deferred and (note := self.client.pending()):  # a transport that answers in later passes
+            from judge.backends.batch import BatchPending
+
+            raise BatchPending(note)
         return tally

@@ -61,3 +61,10 @@ class AnswerError(JudgeError):
     def __init__(self, message: str, raw: str):
         super().__init__(message)
         self.raw = raw
+
+
+class Deferred(BaseException):
+    """A question whose answer is not here yet: it was written to a batch file (or already waits in one). Raised by
+    a transport that answers in later passes (`--batch-dir`) through every layer, which neither retries it nor
+    records a failure; the engine leaves that judgment for the next pass. A BaseException, so that no layer's
+    `except Exception` takes it for an error."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import csv
 import difflib
-import io
+import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,7 +22,6 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from judge.errors import InputError
-from judge.resources import read_text
 
 
 class Turn(BaseModel):
@@ -181,12 +181,37 @@ def _problem(record: dict, exc: ValidationError) -> str:
 _SPREADSHEETS = (".xlsx", ".xls", ".ods", ".parquet", ".feather")
 
 
-def _csv_records(path: Path, text: str):
+def _lines(path: Path):
+    """(line number, text with its newline) of a user's UTF-8 file, read one line at a time; InputError naming the
+    file, line and byte where it is not UTF-8 (the byte counted from the start of the file, a byte-order mark
+    dropped)."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    with handle:
+        offset = 0
+        for number, raw in enumerate(handle, start=1):
+            start, offset = offset, offset + len(raw)
+            try:
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{path}:{number}: not UTF-8 text (byte {start + exc.start} is 0x{raw[exc.start]:02x}); "
+                    "save the file as UTF-8 (e.g. Excel: CSV UTF-8; iconv -f latin1 -t utf-8)") from None
+
+
+def _csv_records(path: Path, lines):
     """(line where the row starts, dict) per row; empty cells are absent fields, not empty strings."""
-    first = text.split("\n", 1)[0]
+    lines = (text for _, text in lines)
+    first = next(lines, "")
     delimiter = max(",;\t", key=first.count)  # French-locale Excel writes ';'; .tsv files use tabs
-    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # a long candidate is not a broken file
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    csv.field_size_limit(2**31 - 1)  # a long candidate is not a broken file
+    reader = csv.reader(itertools.chain([first], lines), delimiter=delimiter)
     try:
         header = [name.strip() for name in next(reader, [])]
         if duplicated := sorted({n for n in header if n and header.count(n) > 1}):
@@ -204,9 +229,10 @@ def _csv_records(path: Path, text: str):
         raise InputError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
 
 
-def _jsonl_records(path: Path, text: str):
-    # split("\n"), not splitlines(): U+2028 and friends may stand unescaped inside a JSON string.
-    for number, line in enumerate(text.split("\n"), start=1):
+def _jsonl_records(path: Path, lines):
+    # Lines end at "\n" only: U+2028 and friends may stand unescaped inside a JSON string.
+    for number, line in lines:
+        line = line.removesuffix("\n")  # error columns count in the line as the user sees it
         if not line.strip():
             continue
         try:
@@ -221,20 +247,24 @@ def _jsonl_records(path: Path, text: str):
 
 
 def _records(path: Path):
-    """Yield (line number, raw dict) from a JSONL or CSV file."""
+    """Yield (line number, raw dict) from a JSONL or CSV file, streaming."""
     if path.suffix.lower() in _SPREADSHEETS:
         raise InputError(f"{path}: a spreadsheet or binary table; export it as CSV (UTF-8) or JSONL")
-    text = read_text(path, InputError)
     is_csv = path.suffix.lower() in (".csv", ".tsv")
-    yield from (_csv_records if is_csv else _jsonl_records)(path, text)
+    yield from (_csv_records if is_csv else _jsonl_records)(path, _lines(path))
 
 
-def load_items(path: str | Path, required: list[str] | None = None) -> list[Item]:
-    """Load and validate items; `required` names fields the rubric needs (e.g. 'reference')."""
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+def iter_items(path: str | Path, required: list[str] | None = None):
+    """Items of a file, validated one at a time as they are read: memory does not grow with the file beyond a few
+    dozen bytes per item (the duplicate and same-dialogue checks keep digests, not text)."""
     path = Path(path)
-    items: list[Item] = []
-    seen: dict[tuple[str, str], int] = {}
-    dialogues: dict[str, tuple[str, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
+    seen: dict[int, int] = {}  # digest of (id, system) -> line
+    dialogues: dict[str, tuple[int, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
+    count = 0
     for number, record in _records(path):
         try:
             item = Item.model_validate(record)
@@ -247,19 +277,35 @@ def load_items(path: str | Path, required: list[str] | None = None) -> list[Item
             if getattr(item, name, None) in (None, "") and name not in item.extra:
                 raise InputError(f"{path}:{number}: the rubric needs field '{name}', which is missing or empty"
                                  f"{_typo_hint(record)}")
-        key = (item.id, item.system)
+        key = _digest(f"{item.id}\x1f{item.system}")
         if key in seen:
             raise InputError(
                 f"{path}:{number}: duplicate item (id={item.id!r}, system={item.system!r}), first on line {seen[key]}"
             )
         seen[key] = number
-        first = dialogues.setdefault(item.id, (item.dialogue_text, number))
-        if first[0] != item.dialogue_text:
+        first = dialogues.setdefault(item.id, (_digest(item.dialogue_text), number))
+        if first[0] != _digest(item.dialogue_text):
             raise InputError(f"{path}:{number}: item id {item.id!r} has a different dialogue than on line {first[1]}")
-        items.append(item)
-    if not items:
+        count += 1
+        yield item
+    if not count:
         raise InputError(f"{path}: no items")
-    return items
+
+
+class ItemFile:
+    """The items of a file, read anew at each iteration: a run reads them once to plan and check, once to judge,
+    without holding them. The first full iteration validates every line (InputError with file and line)."""
+
+    def __init__(self, path: str | Path, required: list[str] | None = None):
+        self.path, self.required = Path(path), required
+
+    def __iter__(self):
+        return iter_items(self.path, self.required)
+
+
+def load_items(path: str | Path, required: list[str] | None = None) -> list[Item]:
+    """Load and validate items; `required` names fields the rubric needs (e.g. 'reference')."""
+    return list(iter_items(path, required))
 
 
 class Oversized(NamedTuple):
@@ -269,7 +315,7 @@ class Oversized(NamedTuple):
     chars: int
 
 
-def oversized(items: list[Item], max_chars: int) -> list[Oversized]:
+def oversized(items, max_chars: int) -> list[Oversized]:
     """Items whose untrusted text (dialogue, candidates, reference) exceeds `max_chars` characters.
 
     A 200 KB candidate is a 50k-token prompt: more than most context windows and a costly request on a paid

@@ -142,6 +142,42 @@ def write_files(files: dict[str | Path, str | bytes], *, verb: str, inputs=()) -
     return replaced
 
 
+class StreamedFile:
+    """A file written piece by piece (a batch shard of a million requests), under a temporary name; `commit` puts it
+    in place and records it as ours, as write_files does for a whole content; `discard` leaves no trace."""
+
+    def __init__(self, path: str | Path, *, verb: str):
+        self.path, self.verb = Path(path), verb
+        if self.path.exists():
+            check_writable(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle, self.temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        self.handle = os.fdopen(handle, "wb")
+        self.hash = hashlib.sha256()
+        self.size = self.lines = 0
+
+    def write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        self.hash.update(data)
+        self.handle.write(data)
+        self.size += len(data)
+        self.lines += 1
+
+    def commit(self) -> None:
+        self.handle.close()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.temporary, 0o666 & ~umask)
+        os.replace(self.temporary, self.path)
+        registry = _registry(self.path.parent)
+        registry[self.path.name] = {"sha256": self.hash.hexdigest(), "by": f"judge {self.verb}"}
+        _atomic(self.path.parent / REGISTRY, (json.dumps(registry, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+
+    def discard(self) -> None:
+        self.handle.close()
+        Path(self.temporary).unlink(missing_ok=True)
+
+
 def check_folder(directory: str | Path, names, *, inputs=()) -> None:
     """Refuse, before anything is written, an --output-dir that is a file or any of `names` in it not ours."""
     directory = Path(directory)

@@ -7,31 +7,81 @@ Two promises keep a user's numbers safe:
 - A finished judgment is reused only when its fingerprint matches the one this run would produce (same item content,
   rubric, template, model, decoding, mode, samples). Otherwise the run is refused with what changed, unless the user
   asks to redo those judgments, whose lines are then replaced.
+
+The resume index holds, per finished judgment, where its line starts, a digest of its fingerprint and two flags,
+never the judgment or its line: a million finished judgments cost tens of MB, and a line is read again only to say
+what changed in a stale one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.errors import OutputError
 from judge.judgment import Judgment, changes, parse_line
 
 LINE_START = '{"id":"'  # how every line Judgment.to_line writes begins
+SEPARATOR = "\x1f"  # joins a key's three parts into one string: the index's key
+EXPLAINED = 10_000  # stale judgments whose changes are read back and counted for the message
+
+
+def index_key(key: tuple[str, str, str]) -> str:
+    return SEPARATOR.join(key)
+
+
+def print_digest(fingerprint: dict | None) -> int:
+    """A fingerprint as 8 bytes: two runs asking the same question have the same digest."""
+    if fingerprint is None:
+        return 0
+    # 1 and 1.0 are the same setting (dict equality says so; JSON keeps them apart)
+    flat = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fingerprint.items()}
+    text = json.dumps(flat, sort_keys=True, ensure_ascii=False, default=str)
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+@dataclass
+class Check:
+    """What a planned run finds in the results file, in one pass over the plan."""
+
+    planned: int = 0
+    done: int = 0  # finished with the same fingerprint
+    stale: dict = field(default_factory=dict)  # key -> what changed (the first EXPLAINED read back; [] beyond)
+    cached: set = field(default_factory=set)  # finished keys whose answers came from the answer cache
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return self.done == self.planned and not self.stale
 
 
 class ResultsFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.done: dict[tuple, Judgment] = {}  # finished (not failed) judgments, by key
-        self._kept: dict[tuple, str] = {}  # the line of each finished judgment, to rewrite the file without others
+        # finished (not failed) judgments: index key -> (offset of its line, fingerprint digest, flags)
+        self._index: dict[str, tuple[int, int, int]] = {}
+        self._judges: list[tuple[str, str]] = []  # (rubric, model) of the finished judgments; flags >> 1 indexes it
         self._lines = 0  # judgment lines read, failed ones included
         self._rewrite = False  # failed or repeated lines, or a torn last line, to drop
         self._handle = None
         self._check_writable()
         if self.path.exists():
             self._load()
+
+    @property
+    def done(self) -> set[tuple[str, str, str]]:
+        """The keys of the finished judgments (a new set: for tests and small files)."""
+        return {tuple(k.split(SEPARATOR)) for k in self._index}
+
+    def finished(self, key: tuple[str, str, str]) -> bool:
+        return index_key(key) in self._index
+
+    def __len__(self) -> int:
+        return len(self._index)
 
     def _check_writable(self) -> None:
         path = self.path
@@ -49,83 +99,118 @@ class ResultsFile:
             raise OutputError(f"{path}: is read-only")
 
     def _load(self) -> None:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise OutputError(f"{self.path}: not UTF-8 text, so not a judgments file; refusing to touch it; "
-                              "choose another --output") from None
-        lines = text.splitlines()
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                judgment = parse_line(line, f"{self.path}:{number}")
-            except OutputError as exc:
-                # A line cut by a crash: the last one, without its newline, after judgments or starting as every
-                # line we write does. Drop it and redo that judgment.
-                torn = number == len(lines) and not text.endswith("\n") and (
-                    (self._lines and line.startswith("{")) or line.startswith(LINE_START))
-                if torn:
-                    self._rewrite = True
+        judges: dict[tuple[str, str], int] = {}
+        with self.path.open("rb") as handle:
+            offset, number = 0, 0
+            for raw in handle:
+                number += 1
+                start, offset = offset, offset + len(raw)
+                if number == 1:
+                    raw = raw.removeprefix(b"\xef\xbb\xbf")
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise OutputError(f"{self.path}: not UTF-8 text, so not a judgments file; refusing to touch it; "
+                                      "choose another --output") from None
+                if not line.strip():
                     continue
-                raise OutputError(f"{exc}; this is not a judgments file written by judge, so it is left "
-                                  "untouched; choose another --output") from None
-            self._lines += 1
-            if judgment.failed or judgment.key in self.done:
-                self._rewrite = True  # failed judgments are retried and their lines replaced; repeats dropped
-            if not judgment.failed:
-                self.done[judgment.key] = judgment
-                self._kept[judgment.key] = line
+                try:
+                    judgment = parse_line(line, f"{self.path}:{number}")
+                except OutputError as exc:
+                    # A line cut by a crash: the last one, without its newline, after judgments or starting as
+                    # every line we write does. Drop it and redo that judgment.
+                    last = not raw.endswith(b"\n")  # only the last line of a file can lack its newline
+                    torn = last and ((self._lines and line.startswith("{")) or line.startswith(LINE_START))
+                    if torn:
+                        self._rewrite = True
+                        continue
+                    raise OutputError(f"{exc}; this is not a judgments file written by judge, so it is left "
+                                      "untouched; choose another --output") from None
+                self._lines += 1
+                key = index_key(judgment.key)
+                if judgment.failed or key in self._index:
+                    self._rewrite = True  # failed judgments are retried and their lines replaced; repeats dropped
+                if not judgment.failed:
+                    judge = judges.setdefault((judgment.rubric, judgment.model), len(judges))
+                    flags = (judge << 1) | bool(judgment.from_cache)
+                    self._index[key] = (start, print_digest(judgment.fingerprint), flags)
+        self._judges = list(judges)
 
-    def stale(self, expected: dict[tuple, dict]) -> dict[tuple, list[str]]:
-        """Finished judgments this run would make differently: key -> what changed."""
-        out = {}
-        for key, fingerprint in expected.items():
-            judgment = self.done.get(key)
-            if judgment is not None and judgment.fingerprint != fingerprint:
-                out[key] = changes(judgment.fingerprint, fingerprint)
+    def _read(self, offset: int) -> Judgment:
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            return parse_line(handle.readline().decode("utf-8-sig"), str(self.path))
+
+    def check(self, planned: Iterable[tuple[tuple[str, str, str], dict]]) -> Check:
+        """One pass over the (key, fingerprint) of every planned judgment: how many are done, which finished ones
+        this run would make differently (stale: key -> what changed) and which came from the answer cache."""
+        out = Check()
+        for key, fingerprint in planned:
+            out.planned += 1
+            entry = self._index.get(index_key(key))
+            if entry is None:
+                continue
+            if entry[1] != print_digest(fingerprint):
+                explained = len(out.stale) < EXPLAINED
+                out.stale[key] = changes(self._read(entry[0]).fingerprint, fingerprint) if explained else []
+                continue
+            out.done += 1
+            if entry[2] & 1:
+                out.cached.add(key)
         return out
-
-    def from_cache(self, expected) -> set[tuple]:
-        """Finished judgments among `expected` whose answers came from the answer cache, not from the model."""
-        return {key for key in expected if (j := self.done.get(key)) is not None and j.from_cache}
 
     def other_judge(self, rubric: str, model: str, replaced=frozenset()) -> str | None:
         """What the file would keep from another judge (rubric or model) besides the `replaced` keys, if anything:
         one results file is one judge, as calibrate, screen and estimate read it (they refuse a mixed file rather
         than rank across judges)."""
-        for key, judgment in self.done.items():
-            if key not in replaced and (judgment.rubric, judgment.model) != (rubric, model):
+        if all(judge == (rubric, model) for judge in self._judges):
+            return None
+        replaced = {index_key(k) for k in replaced}
+        for key, (offset, _, flags) in self._index.items():
+            if key not in replaced and self._judges[flags >> 1] != (rubric, model):
+                judgment = self._read(offset)
                 return (f"{self.path}: holds judgments of rubric {judgment.rubric or '?'} with model "
                         f"{judgment.model or '?'} (item {judgment.id!r}, criterion {judgment.criterion!r}), and this "
                         f"run is rubric {rubric} with model {model}: a results file holds one judge; it is left "
                         "untouched, choose another --output")
         return None
 
-    def start(self, redo: set[tuple] = frozenset()) -> None:
-        """Drop the judgments in `redo`, failed ones and a torn line (one atomic rewrite), then open for appending."""
+    def start(self, redo: Iterable[tuple[str, str, str]] = ()) -> None:
+        """Drop the judgments in `redo`, failed ones and a torn line (one atomic rewrite, streamed), then open for
+        appending."""
+        redo = {index_key(k) for k in redo}
         for key in redo:
-            self.done.pop(key, None)
+            self._index.pop(key, None)
         if self._rewrite or redo:
-            kept = [self._kept[key] for key in self.done]  # one line per finished key, the latest
-            self._replace("".join(line + "\n" for line in kept))
+            self._keep_only_indexed()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = self.path.open("a", encoding="utf-8")
         except OSError as exc:
             raise OutputError(f"{self.path}: cannot be written: {exc.strerror}") from None
 
-    def _replace(self, text: str) -> None:
+    def _keep_only_indexed(self) -> None:
+        """Rewrite the file with the indexed lines only (one per finished key, the latest), streaming."""
+        kept = {entry[0] for entry in self._index.values()}
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
+            with os.fdopen(fd, "wb") as out, self.path.open("rb") as src:
+                offset, index = 0, {}
+                for raw in src:
+                    if offset in kept:
+                        index[offset] = out.tell()
+                        out.write(raw.removeprefix(b"\xef\xbb\xbf") if offset == 0 else raw)
+                        if not raw.endswith(b"\n"):
+                            out.write(b"\n")
+                    offset += len(raw)
+                out.flush()
+                os.fsync(out.fileno())
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self._index = {k: (index[o], d, f) for k, (o, d, f) in self._index.items()}
+        self._rewrite = False
 
     def write(self, judgment: Judgment) -> None:
         self._handle.write(judgment.to_line() + "\n")

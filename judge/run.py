@@ -57,10 +57,11 @@ class Outcome:
         return out
 
 
-def run(options: RunOptions, *, items=None, criteria=None) -> Outcome:
-    """Judge `options.input` (or the given `items`, judge.items.Item) on the rubric's criteria (or the given ones)
-    into `options.output`. Raises JudgeError for what cannot run; a Ctrl-C returns an "interrupted" outcome."""
-    from judge.items import load_items
+def run(options: RunOptions, *, items=None, criteria=None, keys: bool = False) -> Outcome:
+    """Judge `options.input` (read as a stream) or the given `items` (judge.items.Item) on the rubric's criteria
+    (or the given ones) into `options.output`. Raises JudgeError for what cannot run; a Ctrl-C returns an
+    "interrupted" outcome. `keys`: list every planned judgment's key in `Outcome.keys` (the API's frame)."""
+    from judge.items import ItemFile
     from judge.rubric import load_rubric
 
     if options.output is None:
@@ -77,11 +78,9 @@ def run(options: RunOptions, *, items=None, criteria=None) -> Outcome:
     if items is None:
         if options.input is None:
             raise JudgeError("--input is required: the items to judge")
-        items = load_items(options.input, rubric.inputs)
-    if pairwise and (single := next((i for i in items if not i.is_pair), None)):
-        raise JudgeError(f"{options.input}:{single.line}: item {single.id!r} has no candidate_1/candidate_2 pair")
+        items = ItemFile(options.input, rubric.inputs)
     mode = "pairwise" if pairwise else options.mode
-    return _run(options.resolved(), rubric, criteria, items, mode)
+    return _run(options.resolved(), rubric, criteria, items, mode, keys)
 
 
 def _settings(options: RunOptions, opened, mode: str):
@@ -115,22 +114,34 @@ def _stale_message(output: str, stale: dict) -> str:
 
 
 def _preflight(options: RunOptions, rubric, criteria, items, mode: str) -> None:
-    """What can be found wrong before a server starts or a file is created: a template that does not render, and
-    items so long that their prompts may not fit."""
-    from judge.items import oversized
+    """What can be found wrong before a server starts or a file is created, in one pass over the items (which
+    validates them all): a template that does not render, a pair missing from a pairwise run, and items so long
+    that their prompts may not fit."""
+    from judge.items import Oversized
     from judge.judging import block_letters
     from judge.prompting import block_messages, criterion_messages
 
-    first = items[0]
+    first, group, long, count = None, [], [], 0
+    for item in items:
+        count += 1
+        if first is None:
+            first = item
+        if item.id == first.id and mode == "block":
+            group.append(item)
+        if mode == "pairwise" and not item.is_pair:
+            raise JudgeError(f"{options.input}:{item.line}: item {item.id!r} has no candidate_1/candidate_2 pair")
+        if item.text_chars > LONG_ITEM_CHARS:
+            long.append(Oversized(item.line, item.id, item.system, item.text_chars))
+    if first is None:
+        raise JudgeError("no items to judge")
     for criterion in criteria:
         if mode == "block" and not criterion.per_segment:
-            group = [i for i in items if i.id == first.id]
             block_messages(rubric, criterion, group, block_letters(len(group)))
         else:
             criterion_messages(rubric, criterion, first, options.template,
                                segment="…" if criterion.per_segment else None,
                                segment_number=1 if criterion.per_segment else None)
-    if long := oversized(items, LONG_ITEM_CHARS):
+    if long:
         where = ", ".join(f"line {o.line} ({o.chars:,} characters)" for o in long[:3])
         print(f"warning: {len(long)} item(s) of {options.input or 'the items'} hold more than {LONG_ITEM_CHARS:,} "
               f"characters of text ({where}{', ...' if len(long) > 3 else ''}): about a token per 4 characters, their "
@@ -147,11 +158,11 @@ def _planned_model(options: RunOptions) -> str | None:
     return local.model_id(local.resolve_model(options.model))
 
 
-def _run(options: RunOptions, rubric, criteria, items, mode: str) -> Outcome:
+def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) -> Outcome:
     """Run the engine over items into the results file. Everything that can refuse the run (template, the results
     file, stale judgments) is checked and the work planned before a backend is opened: a rerun with nothing left
-    to do starts no server."""
-    from judge.backends import open_backend
+    to do starts no server. The plan is walked, never held: once to check the results file, once to judge."""
+    from judge.backends import Opened, open_backend
     from judge.backends.batch import BatchPending
     from judge.engine import Engine, Tally, run_coroutine
     from judge.errors import OutputError, ServerUnusable
@@ -168,44 +179,46 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str) -> Outcome:
 
     def plan(opened):
         engine = Engine(opened.client, _settings(options, opened, mode), cache, rubric, redact)
-        return engine, *engine.plan(criteria, items)
+        return engine, engine.plan(criteria, items)
 
     outcome = Outcome("complete", Path(output))
     try:
-        model = _planned_model(options)
+        model, check = _planned_model(options), None
         if model is not None:
-            from judge.backends import Opened
-
-            _, units, fingerprints = plan(Opened(None, model, options.backend, ""))
-            outcome.keys = list(fingerprints)
+            _, planned = plan(Opened(None, model, options.backend, ""))
+            check = results.check(planned.judgments())
+            if keys:
+                outcome.keys = [key for key, _ in planned.judgments()]
             # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
             # own flags (a bad --model is reported before a stale file).
-            if (not results.stale(fingerprints) and all(key in results.done for key in fingerprints)
-                    and not (options.refresh and results.from_cache(fingerprints))):
+            if check.nothing_to_do and not (options.refresh and check.cached):
                 results.start()
-                n = len(fingerprints)
-                outcome.tally = Tally(planned=n, already_done=n)
-                outcome.note = f"nothing to do: all {n} judgments are in {output}"
+                outcome.tally = Tally(planned=check.planned, already_done=check.planned)
+                outcome.note = f"nothing to do: all {check.planned} judgments are in {output}"
                 return outcome
         with open_backend(options) as opened:
-            engine, units, fingerprints = plan(opened)
-            outcome.keys = list(fingerprints)
-            stale = results.stale(fingerprints)
+            engine, planned = plan(opened)
+            if check is None or opened.model != model:  # the model id is known only now: check again
+                check = results.check(planned.judgments())
+                if keys:
+                    outcome.keys = [key for key, _ in planned.judgments()]
+            stale = check.stale
             if stale and not options.redo_changed:
                 raise OutputError(_stale_message(output, stale))
             if other := results.other_judge(rubric.ref, opened.model, replaced=set(stale)):
                 raise OutputError(other)
-            served_from_cache = results.from_cache(fingerprints) if options.refresh else set()
+            served_from_cache = check.cached if options.refresh else set()
             results.start(redo=set(stale) | served_from_cache)
             if stale:
                 print(f"redoing {len(stale)} judgments made differently (--redo-changed)", file=sys.stderr)
             if served_from_cache:
                 print(f"redoing {len(served_from_cache)} judgments answered from the cache (--refresh)",
                       file=sys.stderr)
+            todo = check.planned - check.done + len(served_from_cache)
 
             async def go():
                 try:
-                    return await engine.run(units, results, progress=options.progress)
+                    return await engine.run(planned, results, progress=options.progress, todo=todo)
                 finally:
                     await opened.client.aclose()
 

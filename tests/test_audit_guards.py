@@ -85,7 +85,7 @@ def test_batch_dir_keeps_each_probes_files_apart_and_waits_for_both(stub_server,
     code = _audit_probes(stub_server, tmp_path, judgments, items, "filler,attribution", "--batch-dir",
                          str(tmp_path / "batches"))
     out = capsys.readouterr()
-    assert code == judge.cli.EXIT_BATCH_PENDING and out.out == ""
+    assert code == judge.run.EXIT_BATCH_PENDING and out.out == ""
     for name in ("filler", "attribution"):
         shards = list((tmp_path / "batches" / f"probe_{name}").glob("round*.jsonl"))
         assert shards, f"no batch file for the {name} probe"

@@ -47,9 +47,9 @@ def items(*dialogues, systems=("a", "b", "c")):
 def run(client, rubric, criteria, item_list, tmp_path, **settings):
     engine = Engine(client, Settings(model="m", **settings), AnswerCache(tmp_path / "cache"), rubric)
     results = ResultsFile(tmp_path / "out.jsonl")
-    units, _ = engine.plan(criteria, item_list)
+    plan = engine.plan(criteria, item_list)
     results.start()
-    tally = asyncio.run(engine.run(units, results, progress=False))
+    tally = asyncio.run(engine.run(plan, results, progress=False))
     results.close()
     lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     return tally, lines

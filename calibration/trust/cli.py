@@ -110,7 +110,7 @@ def run_audit(args) -> int:
     except ProbesPending as pending:
         import sys
 
-        from judge.cli import EXIT_BATCH_PENDING
+        from judge.run import EXIT_BATCH_PENDING
 
         print(pending, file=sys.stderr)
         return EXIT_BATCH_PENDING

@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from judge.backends.openai_compat import _completion, _status_error
 from judge.cache import request_key
-from judge.errors import BackendError, InputError, JudgeError, OutputError, RetryableError, ServerUnusable
+from judge.errors import BackendError, Deferred, InputError, JudgeError, OutputError, RetryableError, ServerUnusable
 from judge.outputs import write_files
 from judge.secrets import MASK, Redactor
 
@@ -653,8 +653,49 @@ def _read_jsonl(path: Path, cut_ok: bool) -> list[tuple[int, dict]]:
     return _jsonl(data, str(path), cut_ok)
 
 
+def _batch_lines(path: Path, cut_ok: bool):
+    """(line number, offset, record) of each line of a batch file, read one line at a time; the checks of `_jsonl`
+    (a cut last line of a results file is a missing answer; any other unreadable line an InputError)."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    with handle:
+        offset, previous = 0, None
+        for number, line in enumerate(handle, start=1):
+            start, offset = offset, offset + len(line)
+            if previous is not None:  # a bad line is an error unless it is the last one of a results file
+                raise previous
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                problem = f"not UTF-8 text (byte {exc.start + 1} of the line is 0x{line[exc.start]:02x})"
+            except json.JSONDecodeError as exc:
+                problem = f"not valid JSON ({exc.msg})"
+            else:
+                if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
+                    raise InputError(f"{path}:{number}: not a batch line (no custom_id)")
+                yield number, start, record
+                continue
+            previous = InputError(f"{path}:{number}: {problem}; is it a batch file? (only a cut last line is read "
+                                  "as a missing answer)")
+            if not cut_ok:
+                raise previous
+        # the bad line was the last one with text: a cut answer, read as missing
+
+
 class BatchDirClient(Batcher):
-    """Rounds written as OpenAI batch files into a folder, for `vllm run-batch` (or any runner) to answer."""
+    """Requests written as OpenAI batch files into a folder, for `vllm run-batch` (or any runner) to answer; the
+    same command run again reads the answers.
+
+    It streams: a question with an answer in the folder is answered at once; one without is written to this pass's
+    shard files (unless it already waits in one) and `Deferred`, so the engine goes on with the rest of the plan
+    and memory never holds the run. The answers are indexed by where they stand in their files (file and offset)
+    and read back one at a time. Shards are filled round-robin, so they stay balanced without knowing the total,
+    and each is cut into files under the API's limits. When the pass ends with questions deferred, `pending()`
+    says what to run."""
 
     name = "batch-dir"
 
@@ -667,10 +708,16 @@ class BatchDirClient(Batcher):
         if self.dir.exists() and not self.dir.is_dir():
             raise OutputError(f"{self.dir}: --batch-dir is a file; give a folder")
         self._check_manifest(fingerprint, command)
-        self.answers: dict[str, list[tuple[int, dict]]] = {}  # custom_id -> (round, record), oldest first
-        self.waiting_on: dict[str, Path] = {}  # custom_id -> the newest input file holding it, answers not back yet
+        self._files: list[Path] = []  # the folder's batch files (inputs and answers), numbered by position
+        self.answers: dict[str, list[tuple[int, int, int]]] = {}  # custom_id -> (round, file, offset), oldest first
+        self.waiting_on: dict[str, int] = {}  # custom_id -> the newest input file holding it, answers not back yet
         self._used: dict[str, int] = {}  # custom_id -> round of the error answer already handed out
         self._read_answers()
+        self._round = max((self._round_of(p) for p in self._files), default=0) + 1
+        self._writers: list = []  # this pass's open shard files
+        self._written: dict = {}  # custom_id -> the file of this pass it was written to
+        self._deferred: set[str] = set()  # custom_ids this pass waits for
+        self._next = 0  # round-robin over the shards
 
     def _check_manifest(self, fingerprint: str, command: str) -> None:
         path = self.dir / DIR_MANIFEST
@@ -685,6 +732,8 @@ class BatchDirClient(Batcher):
                 raise OutputError(f"{path}: this folder holds the batch files of another command (`judge "
                                   f"{data.get('command')}` with other items, rubric, criteria, model or decoding); "
                                   "choose another --batch-dir")
+            self.manifest = data
+            return
         self.manifest = {"kind": MANIFEST_KIND, "version": 1, "command": command, "fingerprint": fingerprint,
                          "model": self.model}
 
@@ -693,15 +742,20 @@ class BatchDirClient(Batcher):
         head = path.name.split("-", 1)[0]
         return int(head[5:]) if head.startswith("round") and head[5:].isdigit() else 0
 
+    def _number(self, path: Path) -> int:
+        self._files.append(path)
+        return len(self._files) - 1
+
     def _read_answers(self) -> None:
-        """Every *.out.jsonl next to the input file it answers; refuses answers this run did not ask for."""
+        """Index every *.out.jsonl next to the input file it answers; refuse answers this run did not ask for."""
         if not self.dir.is_dir():
             return
         for inp in sorted(self.dir.glob("round*-*.jsonl"), key=lambda p: (self._round_of(p), p.name)):
             if inp.name.endswith(".out.jsonl"):
                 continue
-            asked = {}
-            for number, record in _read_jsonl(inp, cut_ok=False):
+            asked: set[str] = set()
+            number_in = self._number(inp)
+            for number, _, record in _batch_lines(inp, cut_ok=False):
                 body = record.get("body")
                 if not isinstance(body, dict) or record["custom_id"] != request_key(body):
                     raise InputError(f"{inp}:{number}: the request is not the one its custom_id names (the line was "
@@ -710,13 +764,14 @@ class BatchDirClient(Batcher):
                 if body.get("model") != self.model:
                     raise InputError(f"{inp}:{number}: asks model {body.get('model')!r}, this run asks {self.model!r}: "
                                      "refused; choose another --batch-dir")
-                asked[record["custom_id"]] = record
+                asked.add(record["custom_id"])
             out = inp.with_name(inp.name.removesuffix(".jsonl") + ".out.jsonl")
             if not out.exists():
                 for key in asked:
-                    self.waiting_on[key] = inp
+                    self.waiting_on[key] = number_in
                 continue
-            for number, record in _read_jsonl(out, cut_ok=True):
+            number_out, round_ = self._number(out), self._round_of(inp)
+            for number, offset, record in _batch_lines(out, cut_ok=True):
                 key = record["custom_id"]
                 if key not in asked:
                     raise InputError(f"{out}:{number}: custom_id {key[:16]}... is not a request of {inp.name} (an "
@@ -727,74 +782,112 @@ class BatchDirClient(Batcher):
                 if isinstance(body, dict) and body.get("model") not in (None, wanted):
                     raise InputError(f"{out}:{number}: answered by model {body.get('model')!r}, but the request asked "
                                      f"for {wanted!r}: refused; run the file with --model {wanted}")
-                self.answers.setdefault(key, []).append((self._round_of(inp), record))
+                self.answers.setdefault(key, []).append((round_, number_out, offset))
         for stray in sorted(self.dir.glob("*.out.jsonl")):
             if not stray.with_name(stray.name.removesuffix(".out.jsonl") + ".jsonl").exists():
                 raise InputError(f"{stray}: answers a batch file that is not in {self.dir} (from another run?): "
                                  "refused; move it away")
 
+    def _record(self, file: int, offset: int) -> dict:
+        with self._files[file].open("rb") as handle:
+            handle.seek(offset)
+            return json.loads(handle.readline().decode("utf-8"))
+
     def _answer(self, key: str):
         """The newest answer not handed out already, as `result_of` reads it; None when there is none, or when the
         request was written again since (its answer is still to come)."""
-        asked_again = self._round_of(self.waiting_on[key]) if key in self.waiting_on else 0
-        for round_, record in reversed(self.answers.get(key, [])):
+        asked_again = self._round_of(self._files[self.waiting_on[key]]) if key in self.waiting_on else 0
+        for round_, file, offset in reversed(self.answers.get(key, [])):
             if round_ < asked_again:
                 break
             if round_ > self._used.get(key, 0):
-                result = result_of(record, self.redact)
+                result = result_of(self._record(file, offset), self.redact)
                 if isinstance(result, Exception):
                     self._used[key] = round_  # an error is given once; a retry writes the request again
                 return result
             break
         return None
 
-    async def round(self, taken):
-        resolved, missing = 0, {}
-        for key, (body, futures) in taken.items():
-            answer = self._answer(key)
-            if answer is None:
-                missing[key] = (body, futures)
-            else:
-                self.settle(futures, answer)
-                resolved += 1
-        if resolved or not missing:
-            for key, (body, futures) in missing.items():  # their dependents ask next; the missing wait with them
-                self._waiting.setdefault(key, (body, []))[1].extend(futures)
-            return {}
-        fresh = [key for key in missing if key not in self.waiting_on or self._used.get(key)]
-        if fresh:
-            self._write(fresh, missing)
-        files = sorted({self.waiting_on[key] for key in missing if key in self.waiting_on})
-        commands = "\n".join(f"  vllm run-batch -i {p} -o {p.with_name(p.name.removesuffix('.jsonl') + '.out.jsonl')}"
-                             f" --model {self.model}" for p in files)
-        raise BatchPending(f"{len(missing)} requests wait in {len(files)} batch file(s) in {self.dir}; run each (on any "
-                           f"node; `vllm run-batch` can be started as `python -m vllm.entrypoints.openai.run_batch`):\n"
-                           f"{commands}\nthen run this command again to record the answers")
+    async def complete(self, body: dict, timeout: float) -> dict:
+        key = request_key(body)
+        answer = self._answer(key)
+        if answer is not None:
+            self.settle([], answer)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        if key not in self._written and (key not in self.waiting_on or self._used.get(key)):
+            self._write(key, body)
+        self._deferred.add(key)
+        raise Deferred
 
-    def _write(self, keys: list[str], missing) -> None:
-        existing = [self._round_of(p) for p in self.dir.glob("round*-*.jsonl")] if self.dir.is_dir() else []
-        number = max(existing, default=0) + 1
-        lines = [batch_line(key, missing[key][0]) for key in keys]
-        per_shard = -(-len(lines) // max(1, self.shards))
-        files = [chunk for shard in split(lines, max_requests=per_shard) for chunk in split(shard)]
-        written = {}
-        for n, chunk in enumerate(files, start=1):
-            path = self.dir / f"round{number}-{n:03d}.jsonl"
-            written[path] = "\n".join(chunk) + "\n"
-            for line in chunk:
-                self.waiting_on[json.loads(line)["custom_id"]] = path
-        self.manifest.setdefault("rounds", []).append({"round": number, "files": [p.name for p in written],
-                                                       "requests": len(lines)})
-        write_files({**written, self.dir / DIR_MANIFEST: json.dumps(self.manifest, indent=1) + "\n"}, verb="batch")
-        for key in keys:
-            self._used.pop(key, None)
+    def _write(self, key: str, body: dict) -> None:
+        """One request line into this pass's next shard (round-robin), a new file when a shard's is full."""
+        from judge.outputs import StreamedFile
+
+        line = batch_line(key, body) + "\n"
+        if not self._writers:
+            self._writers = [[] for _ in range(self.shards)]
+        shard = self._writers[self._next % self.shards]
+        self._next += 1
+        if not shard or shard[-1].lines >= int(MAX_REQUESTS * MARGIN) or \
+                shard[-1].size + len(line) > int(MAX_BYTES * MARGIN):
+            shard.append(StreamedFile(self.dir / f"round{self._round}", verb="batch"))  # named when committed
+        shard[-1].write(line)
+        self._written[key] = shard[-1]
+        self._used.pop(key, None)
+
+    def pending(self) -> str | None:
+        """At the end of a pass: put this pass's files in place and say what to run, or None when nothing waits."""
+        self._commit()
+        if not self._deferred:
+            return None
+        waiting = sorted({self._files[self.waiting_on[key]] for key in self._deferred if key in self.waiting_on},
+                         key=lambda p: (self._round_of(p), p.name))
+        commands = "\n".join(f"  vllm run-batch -i {p} -o {p.with_name(p.name.removesuffix('.jsonl') + '.out.jsonl')}"
+                             f" --model {self.model}" for p in waiting)
+        return (f"{len(self._deferred)} requests wait in {len(waiting)} batch file(s) in {self.dir}; run each (on any "
+                f"node; `vllm run-batch` can be started as `python -m vllm.entrypoints.openai.run_batch`):\n"
+                f"{commands}\nthen run this command again to record the answers")
+
+    def _commit(self) -> None:
+        """This pass's shard files under their final names, round{R}-{NNN}.jsonl (shard by shard), and the
+        manifest's round."""
+        from judge.outputs import write_files
+
+        parts = [part for shard in self._writers for part in shard]
+        self._writers = []
+        if not parts:
+            return
+        written, requests, number = [], 0, {}
+        for n, part in enumerate(parts, start=1):
+            part.path = self.dir / f"round{self._round}-{n:03d}.jsonl"
+            part.commit()
+            written.append(part.path)
+            number[id(part)] = self._number(part.path)
+            requests += part.lines
+        for key, part in self._written.items():  # where each request written in this pass now waits
+            self.waiting_on[key] = number[id(part)]
+        self._written = {}
+        self.manifest.setdefault("rounds", []).append({"round": self._round, "files": [p.name for p in written],
+                                                       "requests": requests})
+        write_files({self.dir / DIR_MANIFEST: json.dumps(self.manifest, indent=1) + "\n"}, verb="batch")
         self.rounds += 1
-        self.batches += len(files)
-        self.requests += len(lines)
+        self.batches += len(written)
+        self.requests += requests
+        self._round += 1
+
+    async def aclose(self) -> None:
+        """An interrupted or failed pass: its unfinished shard files are dropped, the answers already read kept."""
+        for shard in self._writers:
+            for part in shard:
+                part.discard()
+        self._writers = []
 
 
 # -- opening -----------------------------------------------------------------------------------------------------
 BIG = 1 << 30  # "in flight" without a bound: every judgment asks at once, so a round holds all that is ready
+DIR_CONCURRENCY = 64  # --batch-dir answers from its folder at once: a small window streams the plan
 
 
 @contextlib.contextmanager
@@ -816,7 +909,7 @@ def open_batch(options):
     progress = options.progress
     if batch_dir:
         client = BatchDirClient(batch_dir, shards or 1, options.model, fingerprint, options.command, redact, progress)
-        yield Opened(client, options.model, options.backend, f"batch files in {batch_dir}", BIG)
+        yield Opened(client, options.model, options.backend, f"batch files in {batch_dir}", DIR_CONCURRENCY)
         return
     if options.backend != "openai":
         raise JudgeError("--batch: the in-process vLLM engine has no Batch API: write batch files with --batch-dir "
