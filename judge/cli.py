@@ -65,6 +65,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="ask the model anew: read no answer from the cache (fresh ones replace the stored ones) and "
                         "redo lines of --output that came from it; for re-judging a drift anchor set")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--prices", metavar="FILE",
+                   help="a price table (JSON or YAML: model -> input, cached_input, output per million tokens, "
+                        "batch_discount) that turns the run's tokens into a cost in the summary; never fetched")
     e = parser.add_argument_group("vLLM engine (--backend vllm)")
     e.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs to split the model over (default 1)")
     e.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",

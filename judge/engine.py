@@ -83,6 +83,7 @@ class Tally:
     cached_tokens: int | None = None  # prompt tokens served from the server's prefix cache (None: never reported)
     batch: str = ""  # what went by batch (judge/backends/batch.py), for the summary
     deferred: int = 0  # judgments whose answers come in a later pass (--batch-dir)
+    cost: float | None = None  # what the billed tokens cost at the user's --prices (None: no price table)
     seconds: float = 0.0
     errors: Counter = field(default_factory=Counter)
     both_orders: Counter = field(default_factory=Counter)  # pairs judged in both orders, per criterion
@@ -117,6 +118,8 @@ class Tally:
             f"tokens {self.prompt_tokens} prompt{self._cached()} / {self.completion_tokens} completion; "
             f"{self.seconds:.1f} s"
         )
+        if self.cost is not None:
+            line += f"; cost {self.cost:.4g} at the --prices table{' (batch price)' if self.batch else ''}"
         if self.batch:
             line += f"\n{self.batch}"
         if len(self.per_server) > 1:

@@ -29,6 +29,7 @@ from judge.settings import Settings
 SWAP_BACK = {"1": "2", "2": "1", "0": "0"}
 # What a single judgment may fail with; anything else (ServerUnusable, a bug) stops the run.
 JUDGMENT_FAILURES = (AnswerError, RetryableError, BackendError)
+ITEM_DIGESTS = 4096  # item digests kept for the fingerprints of the next criteria and passes
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class Judge:
 
     def _item_digest(self, item: Item) -> str:
         key = (item.id, item.system)
+        if len(self._item_digests) >= ITEM_DIGESTS:  # a run streams its items: keep the recent ones only
+            self._item_digests.clear()
         if key not in self._item_digests:
             self._item_digests[key] = digest(item.model_dump(mode="json", exclude_none=True))
         return self._item_digests[key]

@@ -64,6 +64,8 @@ class RunOptions(BaseModel):
     max_model_len: int | None = None
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     gpu_memory_utilization: float | None = None
+    # what the tokens cost: a price table given by the user (judge/prices.py), never fetched
+    prices: str | None = None
     # batch transports
     batch: StrictBool = False
     batch_dir: str | None = None

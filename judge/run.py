@@ -170,6 +170,12 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
     from judge.secrets import Redactor
 
     output = options.output
+    price = None
+    if options.prices is not None:  # read and checked before anything starts
+        from judge.prices import load_prices, price_of
+
+        table = load_prices(options.prices)
+        price = price_of(table, options.model or "", options.prices) if options.model else None
     if options.input and os.path.exists(output) and os.path.samefile(options.input, output):
         raise OutputError(f"{output}: --output is the --input file; choose another --output")
     _preflight(options, rubric, criteria, items, mode)
@@ -236,6 +242,12 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
     finally:
         results.close()
         cache.close()
+    if options.prices is not None:
+        if price is None:  # the model id is known only now (the embedded model)
+            price = price_of(load_prices(options.prices), opened.model, options.prices)
+        tally = outcome.tally
+        tally.cost = price.cost(tally.prompt_tokens, tally.cached_tokens or 0, tally.completion_tokens,
+                                batch=options.batch or options.batch_dir is not None)
     if outcome.tally.failed:
         outcome.status = "failed"
     return outcome

@@ -22,6 +22,7 @@ Knobs (attributes of `BatchControl`, set with `server.batch.<name> = ...`):
   disabled       no batch endpoints at all (404, like `vllm serve`)
   lose_create    this many batch creations answer 502 after the batch was created (the answer lost on the way)
   refuse_create  this many batch creations answer 502 without creating anything
+  shuffle        output lines in a shuffled order (answers are matched by custom_id, never by position)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from stub_server import StubServer, _answer_from_prompt, _answer_from_schema, _completion, request_id
+from stub_server import StubServer, _answer_from_prompt, _answer_from_schema, _completion, changed_question, request_id
 
 ENDPOINT = "/v1/chat/completions"
 
@@ -48,6 +49,7 @@ class BatchControl:
     disabled: bool = False
     lose_create: int = 0
     refuse_create: int = 0
+    shuffle: bool = False  # output lines in another order than the requests (the API promises no order)
 
 
 class BatchServer(StubServer):
@@ -234,10 +236,12 @@ class BatchServer(StubServer):
             error = {"error": {"message": "This model's maximum context length is 16 tokens; the messages hold more.",
                                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}
             return {**record, "response": {"status_code": 400, "request_id": "req_x", "body": error}, "error": None}
+        last = changed_question(key, self.config.changed_share)  # as the online endpoint answers the same question
         if rf == "json_schema":
-            answer = _answer_from_schema(body["response_format"]["json_schema"]["schema"], self.config.gate_answer)
+            answer = _answer_from_schema(body["response_format"]["json_schema"]["schema"], self.config.gate_answer,
+                                         last)
         else:
-            answer = _answer_from_prompt(body.get("messages", []), self.config.gate_answer)
+            answer = _answer_from_prompt(body.get("messages", []), self.config.gate_answer, last)
         content = json.dumps(answer, ensure_ascii=False)
         if fault == "cut":
             completion = _completion(body, content[: len(content) // 2], "stop", None)
@@ -261,6 +265,10 @@ class BatchServer(StubServer):
                                 "response": None, "error": {"code": missing_code, "message": missing_message}})
         out = [r for r in results if r["error"] is None]
         err = [r for r in results if r["error"] is not None]
+        if self.batch.shuffle:
+            import random
+
+            random.Random(len(out)).shuffle(out)
         self._count(batch)
         batch["request_counts"]["failed"] = len(results) - batch["request_counts"]["completed"]
         for records, name in ((out, "output_file_id"), (err, "error_file_id")):

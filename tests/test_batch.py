@@ -328,6 +328,36 @@ def test_status_and_cancel_then_a_rerun_sends_the_cancelled_requests_again(serve
     assert len(lines(tmp_path / "out.jsonl")) == 12
 
 
+def test_answers_out_of_order_and_each_different_map_back_by_custom_id(server, tmp_path):
+    """Half the questions answered with the scale's top, half with its bottom (by question), the output file
+    shuffled: every verdict must be the one the online endpoint gives for that very question."""
+    server.configure(changed_share=0.5)
+    server.batch.shuffle = True
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
+    assert main(args(server.base_url, tmp_path, "--criteria", UNGATED, output="online.jsonl", cache="cache2")) == 0
+    verdicts = lambda path: [(r["id"], r["system"], r["criterion"], r["score"]) for r in lines(path)]  # noqa: E731
+    online = verdicts(tmp_path / "online.jsonl")
+    assert verdicts(tmp_path / "out.jsonl") == online and len({v[3] for v in online}) == 2  # differ, and match
+
+
+@pytest.mark.slow  # a `judge` process of its own, polling while another cancels
+def test_a_cancel_sticks_while_a_run_polls(server, tmp_path, capsys):
+    """`judge batch cancel` while the run that submitted the batch still polls it: the run records the cancelled
+    requests as failed (exit 1) and submits nothing again (it resubmitted them, and paid, before)."""
+    server.batch.hold = True
+    proc = start_cli(server.base_url, tmp_path, "--criteria", UNGATED, "--no-progress")
+    wait_for(lambda: server.created == 1 and batch_submitted(tmp_path / "out.jsonl.batches.json"))
+    assert main(["batch", "cancel", "--output", str(tmp_path / "out.jsonl")]) == 0
+    server.batch.hold = False
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert server.created == 1  # nothing submitted again
+    records = lines(tmp_path / "out.jsonl")
+    assert len(records) == 12 and all("was cancelled before this request ran" in r["error"] for r in records)
+    assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0  # asked: sent again
+    assert server.created == 2 and len(lines(tmp_path / "out.jsonl")) == 12
+
+
 # -- per-request errors and validation --------------------------------------------------------------------------
 def test_errors_in_both_shapes_are_recorded_and_retryable_ones_resent(server, tmp_path, capsys):
     server.batch.line_faults = [("400", 1), ("error", 1)]

@@ -5,6 +5,7 @@ cycle)."""
 from __future__ import annotations
 
 import ast
+import re
 import inspect
 from pathlib import Path
 
@@ -218,3 +219,35 @@ def test_run_returns_a_typed_outcome_and_refuses_before_writing(stub_server, tmp
     with pytest.raises(JudgeError, match="compares pairs: use `judge compare`"):
         run(options.model_copy(update={"rubric": "pairwise_summary"}))
     assert stub_server.stats.total == 96
+
+
+# -- money beside tokens --------------------------------------------------------------------------------------------
+PRICE_ROWS = [
+    ('{"stub": {"input": 1}}', "needs 'output'"),
+    ('{"stub": {"input": 1, "output": -2}}', "output must be a number at least 0, got -2"),
+    ('{"stub": {"input": 1, "output": 2, "batch_discount": 2}}', "batch_discount is the factor"),
+    ('{"stub": {"input": 1, "output": 2, "cache": 1}}', "unknown field 'cache'"),
+    ('{"other": {"input": 1, "output": 2}}', "no price for model 'stub'"),
+    ("[1, 2]", "a price table maps model names"),
+    ("{", "not a price table"),
+]
+
+
+@pytest.mark.parametrize("text, message", PRICE_ROWS, ids=[m for _, m in PRICE_ROWS])
+def test_bad_price_tables_are_refused_before_anything_runs(stub_server, tmp_path, text, message):
+    (tmp_path / "prices.json").write_text(text)
+    with pytest.raises(JudgeError, match=re.escape(message)):
+        judge.score(STUDY / "toy.yaml", STUDY / "items.jsonl", tmp_path / "out.jsonl", base_url=stub_server.base_url,
+                    model="stub", no_cache=True, progress=False, prices=tmp_path / "prices.json")
+    assert not (tmp_path / "out.jsonl").exists() and stub_server.stats.total == 0
+
+
+def test_the_cost_is_the_billed_tokens_at_the_table_prices(stub_server, tmp_path):
+    (tmp_path / "prices.yaml").write_text("stub: {input: 2.0, cached_input: 0.5, output: 8.0}\n")
+    frame = judge.score(STUDY / "toy.yaml", STUDY / "items.jsonl", tmp_path / "out.jsonl", base_url=stub_server.base_url,
+                        model="stub", no_cache=True, progress=False, prices=tmp_path / "prices.yaml")
+    tally = frame.attrs["outcome"].tally
+    cached = tally.cached_tokens or 0
+    expected = ((tally.prompt_tokens - cached) * 2.0 + cached * 0.5 + tally.completion_tokens * 8.0) / 1e6
+    assert tally.prompt_tokens > 0 and tally.cost == pytest.approx(expected)
+    assert f"cost {expected:.4g} at the --prices table" in frame.attrs["summary"]

@@ -422,6 +422,7 @@ class BatchAPIClient(Batcher):
         self._results: dict[str, dict[str, dict]] = {}  # batch id -> custom_id -> result record
         self._adopted = False
         self._submitted: set[str] = set()  # ids of the batches this run created (and pays for)
+        self._seen_live: set[str] = set()  # ids of the batches this run saw running
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -573,6 +574,7 @@ class BatchAPIClient(Batcher):
                 entry.update(status=batch.status, completed=counts.completed if counts else None,
                              failed=counts.failed if counts else None)
                 if batch.status not in FINAL:
+                    self._seen_live.add(batch.id)
                     continue
                 pending.remove(entry)
                 self._finish(entry, batch, await self._records(entry, batch), taken, again,
@@ -598,12 +600,20 @@ class BatchAPIClient(Batcher):
                 if key in taken:
                     self.settle(taken[key][1], failure, mine)
             return
+        # A batch cancelled while this run polled it was cancelled by someone (`judge batch cancel`, the provider's
+        # console): its unanswered requests are recorded as failed, not sent again behind their back; the same
+        # command sends them again (a run that finds a batch already cancelled was asked to: it sends them).
+        cancelled = BackendError(f"batch {batch.id} was cancelled before this request ran: not sent again; run the "
+                                 "same command to send it") if batch.status == "cancelled" and \
+            batch.id in self._seen_live else None
         for key in entry["custom_ids"]:
             if key not in taken:
                 continue
             answer = result_of(records.get(key), self.redact)
-            if answer is None:
-                again[key] = taken[key]  # expired or cancelled before it ran: the next round
+            if answer is None and cancelled is not None:
+                self.settle(taken[key][1], cancelled, mine)
+            elif answer is None:
+                again[key] = taken[key]  # expired before it ran: the next round
             else:
                 self.settle(taken[key][1], answer, mine)
 
