@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -86,102 +85,10 @@ def register(sub) -> argparse.ArgumentParser:
     return parser
 
 
-def _format(frame, columns=None) -> str:
-    if frame.empty:
-        return "  (none)"
-    frame = frame if columns is None else frame[[c for c in columns if c in frame.columns]]
-    return frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
-
-
-def _single(results) -> str:
-    return (f"\n  {', '.join(results.single_annotator)}: needs >= 2 annotators per summary (this file has one)"
-            if results.single_annotator else "")
-
-
-def print_results(results, out=None) -> None:
-    out = sys.stdout if out is None else out  # resolved per call: stdout may be replaced (tests, pipes)
-    human = "cleaned (DialSummEval noise removal) mean" if results.cleaned else "mean"
-    print(f"Human score: {human} over annotators. Bootstrap: {results.n_resamples} resamples of items "
-          f"(and systems at system level), seed {results.seed}.", file=out)
-    for name, value in results.sources.items():
-        print(f"{name}: {value}", file=out)
-    print("\nCoverage", file=out)
-    print(_format(results.coverage), file=out)
-    for level in ("system", "summary", "item"):
-        part = results.correlations[results.correlations["level"] == level] if not results.correlations.empty else \
-            results.correlations
-        print(f"\nCorrelation, {level} level", file=out)
-        print(_format(part, ["criterion", "statistic", "value", "ci_low", "ci_high", "p_value", "n_used",
-                             "n_skipped"]), file=out)
-    print("\nAgreement (judge vs human mean; rounded to whole points for kappa / exact / within_1)", file=out)
-    if not results.agreement.empty:
-        print(_format(results.agreement.pivot(index="criterion", columns="statistic", values="value")
-                      .reset_index()), file=out)
-    print("\nHuman ceiling (each annotator vs the mean of the others, on the raw labels even with --clean) and the "
-          "judge vs the raw mean of all, with its 95% CI", file=out)
-    print(_format(results.ceiling, ["criterion", "level", "statistic", "judge", "judge_ci_low", "judge_ci_high",
-                                    "ceiling", "ceiling_min", "ceiling_max", "fraction_of_ceiling"])
-          + _single(results), file=out)
-    after = " after noise removal (--clean)" if results.cleaned else " on the raw labels"
-    print(f"\nKrippendorff's alpha{after}: humans, and humans with the judge as one more rater", file=out)
-    print(_format(results.alpha) + _single(results), file=out)
-    if not results.map_evaluation.empty:
-        print("\nIsotonic calibration map, cross-validated by dialogue", file=out)
-        print(_format(results.map_evaluation), file=out)
-    for result in results.labels:
-        print(f"\nLabels, {result['criterion']}: accuracy {result['accuracy']:.3f}, kappa {result['kappa']:.3f}, "
-              f"n {result['n']}, judge abstentions {result['abstained']}, human abstentions "
-              f"{result['human_abstained']}, no human majority {result['human_undecided']}", file=out)
-        if not result["confusion"].empty:
-            print(result["confusion"].to_string(), file=out)
-    for result in results.pairwise:
-        print(f"\nPairwise, {result['criterion']}: agreement with ties {result['agreement_with_ties']:.3f} "
-              f"(n {result['n']}), without ties {result['agreement_without_ties']:.3f} "
-              f"(n {result['n_without_ties']})", file=out)
-    if not results.comparison.empty:
-        print("\nJudge vs --compare: difference of correlations with the humans (paired bootstrap)", file=out)
-        print(_format(results.comparison), file=out)
-
-
-def table_files(results) -> dict[str, str]:
-    """Every table of --output-dir as CSV (or JSON) text, keyed by file name."""
-    import pandas as pd
-
-    alpha_rows = [
-        {"criterion": row.criterion, "statistic": f"alpha_{row.level}_{who}", "value": getattr(row, column),
-         "n": row.n_units}
-        for row in results.alpha.itertuples()
-        for who, column in (("humans", "alpha_humans"), ("humans_plus_judge", "alpha_humans_plus_judge"))
-    ]
-    files = {
-        "correlations.csv": results.correlations.to_csv(index=False),
-        "agreement.csv": pd.concat([results.agreement, pd.DataFrame(alpha_rows, columns=["criterion", "statistic",
-                                                                                         "value", "n"])],
-                                   ignore_index=True).to_csv(index=False),
-        "coverage.csv": results.coverage.to_csv(index=False),
-        "ceiling.csv": results.ceiling.to_csv(index=False),
-        "system_means.csv": results.system_means.to_csv(index=False),
-    }
-    if not results.map_evaluation.empty:
-        files["calibration_map_cv.csv"] = results.map_evaluation.to_csv(index=False)
-    if not results.comparison.empty:
-        files["comparison.csv"] = results.comparison.to_csv(index=False)
-    if results.labels:
-        files["label_agreement.csv"] = pd.DataFrame(
-            [{k: v for k, v in r.items() if k not in ("confusion", "classes")} for r in results.labels]
-        ).to_csv(index=False)
-    if results.pairwise:
-        files["pairwise_agreement.csv"] = pd.DataFrame(results.pairwise).to_csv(index=False)
-    summary = {"criteria": results.criteria, "human_cleaned": results.cleaned,
-               "alpha_on": "cleaned labels" if results.cleaned else "raw labels", "ceiling_on": "raw labels",
-               "single_annotator_criteria": results.single_annotator,
-               "bootstrap_resamples": results.n_resamples, "seed": results.seed, "sources": results.sources}
-    files["summary.json"] = json.dumps(summary, indent=2) + "\n"
-    return files
-
-
 def write_tables(results, directory: Path) -> None:
     from judge.outputs import write_folder
+
+    from .analysis import table_files
 
     write_folder(directory, table_files(results), verb="calibrate")
 
@@ -262,16 +169,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"judge calibrate: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     return _summary(results, args, time.perf_counter() - started)
-
-
-def _observed_ranges(labels, scales: dict) -> str:
-    """"coherence (1 to 99), ..." for the numeric criteria no rubric nor --scale bounds: a typo such as 99 on a
-    1-5 scale shows in the range."""
-    numeric = labels[labels["score"].notna() & ~labels["criterion"].isin(list(scales))]
-    if "*" in scales or numeric.empty:
-        return ""
-    ranges = numeric.groupby("criterion")["score"].agg(["min", "max"])
-    return ", ".join(f"{c} ({r['min']:g} to {r['max']:g})" for c, r in ranges.iterrows())
 
 
 def _summary(results, args, seconds: float) -> int:

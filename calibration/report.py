@@ -2,51 +2,23 @@
 
 from __future__ import annotations
 
-import base64
 import datetime
 import html
-import io
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")  # headless: no display on servers or CI
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from .agreement import round_to_scale
+from .html_kit import STYLE, grid as _grid, note as _note, png as _png, pyplot, table as _table
 
-from .agreement import round_to_scale  # noqa: E402
-from .analysis import CalibrationResults  # noqa: E402
+if TYPE_CHECKING:
+    from .analysis import CalibrationResults
 
-STYLE = """
-body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.85em}
-th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left} img{max-width:100%;display:block;margin:.5em 0 1.5em}
-.note{color:#555;font-size:.9em} dl.sources{display:grid;grid-template-columns:max-content 1fr;gap:.2em 1em}
-dl.sources dt{font-weight:600} dl.sources dd{margin:0;overflow-wrap:anywhere}
-.scroll{overflow-x:auto}
-"""
+plt = pyplot()
 JUDGE, HUMAN = "tab:orange", "tab:blue"
-
-
-def _png(figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight", pad_inches=0.15)  # nothing cut off
-    plt.close(figure)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _grid(count: int, width: float = 4.2, height: float = 3.6, columns: int = 3):
-    """Small multiples; constrained layout keeps titles, tick labels and legends from overlapping."""
-    columns = min(count, columns)
-    rows = int(np.ceil(count / columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False,
-                                layout="constrained")
-    for axis in axes.ravel()[count:]:
-        axis.set_visible(False)
-    return figure, axes.ravel()
 
 
 def _title(text: str, width: int = 32) -> str:
@@ -168,17 +140,6 @@ def likert_confusions(pairs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
         out.append((f"{criterion} (rounded)", pd.crosstab(pd.Categorical(human, points), pd.Categorical(judge, points),
                                                           dropna=False)))
     return out
-
-
-def _table(frame: pd.DataFrame) -> str:
-    if frame is None or frame.empty:
-        return "<p class=note>(none)</p>"
-    return ("<div class=scroll>" + frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–", border=0)
-            + "</div>")
-
-
-def _note(text: str) -> str:
-    return f"<p class=note>{html.escape(text)}</p>"
 
 
 def _header(results: CalibrationResults, when: datetime.datetime) -> str:

@@ -27,7 +27,7 @@ class Result:
 
     def page(self) -> str:
         """The self-contained report page: the section, its plots embedded as data URIs."""
-        from .report import STYLE
+        from .html_kit import STYLE
 
         title = html.escape(f"Judge {self.verb}")
         return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{title}</title>"

@@ -14,15 +14,13 @@ import statistics
 import string
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, token_budget, verdict_probabilities
 from judge.asking import Answer, Asker, add_usage
 from judge.errors import AnswerError, BackendError, RetryableError
 from judge.items import Item
 from judge.judgment import Judgment, SegmentVerdict, digest, fingerprint_of
-from judge.prompting import block_messages, criterion_messages, gate_messages, segment_messages
-from judge.resources import bundled_dir
+from judge.prompting import block_messages, criterion_messages, gate_messages, segment_messages, template_sources
 from judge.rubric import Criterion, Rubric
 from judge.settings import Settings
 
@@ -49,17 +47,6 @@ def block_order(seed: int, dialogue_id: str, items: list[Item]) -> list[Item]:
     shown = list(items)
     random.Random(f"{seed}:{dialogue_id}").shuffle(shown)
     return shown
-
-
-def template_sources(user_template: str | None) -> list:
-    """Every template text a prompt may come from (bundled templates include each other), for the fingerprint."""
-    sources = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(bundled_dir("prompts").glob("*.j2"))]
-    if user_template:
-        try:
-            sources.append((user_template, Path(user_template).read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError):
-            sources.append((user_template, None))  # a bundled name, or rendering reports the problem
-    return sources
 
 
 def _prompt_sha(messages: list[dict]) -> str:

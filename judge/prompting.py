@@ -268,3 +268,14 @@ def gate_messages(rubric: Rubric, criterion: Criterion, item: Item) -> list[dict
     """The once-per-dialogue applicability question: it sees the dialogue only, never a candidate."""
     variables = {"rubric": rubric, "criterion": criterion, "gate": criterion.gate, "dialogue": item.dialogue_text}
     return render_messages("gate.j2", variables)
+
+
+def template_sources(user_template: str | None) -> list:
+    """Every template text a prompt may come from (bundled templates include each other), for the fingerprint."""
+    sources = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(bundled_dir("prompts").glob("*.j2"))]
+    if user_template:
+        try:
+            sources.append((user_template, Path(user_template).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            sources.append((user_template, None))  # a bundled name, or rendering reports the problem
+    return sources

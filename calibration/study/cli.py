@@ -143,12 +143,6 @@ def _run(args: argparse.Namespace, verb: str, compute) -> int:
     return run_verb(verb, compute, output_dir=args.output_dir, report=args.report, inputs=inputs, footer=footer)
 
 
-def _format(frame, float_format="{:.3f}") -> str:
-    if frame.empty:
-        return "  (none)"
-    return frame.to_string(index=False, float_format=lambda v: float_format.format(v), na_rep="-")
-
-
 # -- screen -------------------------------------------------------------------------------------------------------
 
 
@@ -163,38 +157,6 @@ def run_screen(args: argparse.Namespace) -> int:
         power=args.power, bootstrap=args.bootstrap, seed=args.seed))
 
 
-def print_screen(result, out=None) -> None:
-    out = sys.stdout if out is None else out
-    print(f"Systems: mean judge score per criterion, 95% percentile bootstrap CI ({result.n_resamples} resamples of "
-          "dialogues, paired across systems); tied = no system shown better (simultaneous paired bounds over every "
-          "pair of systems and criteria, Bonferroni-t: 5% for the whole table, dominated included)", file=out)
-    table = result.systems.assign(tied=result.systems["tied_with_best"].map({True: "tied", False: ""}))
-    print(_format(table[["criterion", "rank", "system", "mean", "ci_low", "ci_high", "n", "p_adjusted", "tied"]]),
-          file=out)
-    if result.dominated:
-        print("\nDominated on every criterion (kept; candidates to leave out of the human study): "
-              + "; ".join(f"{loser} (by {winner})" for loser, winner in sorted(result.dominated.items())), file=out)
-    else:
-        print("\nNo system is dominated on every criterion.", file=out)
-    top = result.items.sort_values(["priority", "item_id"], ascending=[False, True]).head(10)
-    print("\nDialogues that most need humans (uncertainty of the judgments + discrimination of the leading systems)",
-          file=out)
-    print(_format(top[["item_id", "uncertainty", "discrimination", "n_failed", "n_na", "n_order_disagreement",
-                       "part"]]), file=out)
-    print("\nPower", file=out)
-    print(_format(result.power), file=out)
-    print(f"\n{result.sentence}", file=out)
-    if result.plan is None:
-        print("\nNo --budget given: no plan written (add --budget N --output-dir DIR for plan.csv / plan.json).",
-              file=out)
-    else:
-        info = result.plan_info
-        dialogues = lambda n: f"{n} dialogue{'' if n == 1 else 's'}"  # noqa: E731
-        print(f"\nPlan: budget {info['budget']} {info['unit']}: {dialogues(info['n_random'])} drawn uniformly at random "
-              f"(share {info['random_share']}, seed {info['seed']}) and {dialogues(info['n_targeted'])} targeted.",
-              file=out)
-
-
 # -- estimate -----------------------------------------------------------------------------------------------------
 
 
@@ -206,52 +168,3 @@ def run_estimate(args: argparse.Namespace) -> int:
         score_column=args.score_column, clean=args.clean, scale=args.scale, confidence=args.confidence,
         failure_value=args.failure_value,
         apply_map=args.apply_map))
-
-
-def separated(differences):
-    """A difference is separated from zero only by an interval with two finite, distinct bounds that exclude it: a
-    NaN bound (no interval could hold) or a zero-width one (labels without variance) decides nothing."""
-    import numpy as np
-
-    low, high = differences["ci_low"].astype(float), differences["ci_high"].astype(float)
-    proper = np.isfinite(low) & np.isfinite(high) & (low < high)
-    return proper & ((low > 0) | (high < 0))
-
-
-def _with_note(frame):
-    """The table with a `note` column: estimate.py's interval_note (why no interval), blank where there is one."""
-    note = frame["interval_note"].fillna("").astype(str) if "interval_note" in frame else ""
-    return frame.assign(note=note)
-
-
-def print_estimate(result, out=None) -> None:
-    out = sys.stdout if out is None else out
-    if result.random_source == "plan":
-        print(f"Random sample: the {result.n_random} labelled dialogues of the plan's random part.", file=out)
-    else:
-        print(f"Random sample: no --plan given, so all {result.n_random} labelled dialogues are taken as a uniformly "
-              "random sample of the judged dialogues; if some were chosen on purpose, the estimates are biased.",
-              file=out)
-    human = "cleaned (DialSummEval noise removal) mean" if result.cleaned else "mean"
-    level = f"{result.confidence:.0%}"
-    print(f"Human score of a summary: the {human} over its annotators. Intervals: {level}, PPI++ with a t quantile.",
-          file=out)
-    if result.n_imputed:
-        print(f"{result.n_imputed} labelled cell(s) had no judgment line: counted as failed judgments.", file=out)
-    print("\nPer system (estimate = prediction-powered; human_only = the same labels alone)", file=out)
-    columns = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
-               "human_only_ci_high", "n_labelled", "n_judged", "width_ratio", "lambda"]
-    print(_format(_with_note(result.estimates)[columns + ["note"]]), file=out)
-    print(f"\nPaired differences system_a - system_b (per dialogue); each interval holds at {level} on its own, "
-          "not for all pairs at once; separated only where both bounds are finite and exclude 0", file=out)
-    differences = _with_note(result.differences).assign(separated=separated(result.differences).map(
-        {True: "yes", False: ""}))
-    print(_format(differences[["criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high",
-                               "human_only_ci_low", "human_only_ci_high", "n_labelled", "width_ratio",
-                               "separated", "note"]]), file=out)
-    if not result.targeted.empty:
-        print("\nLabels on targeted dialogues (not a random sample: not in the estimates above; read with care)",
-              file=out)
-        print(_format(result.targeted), file=out)
-    for note in result.notes:
-        print(f"note: {note}", file=out)

@@ -9,6 +9,7 @@ that does not match is refused, never re-counted: targeted dialogues taken as ra
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -21,6 +22,7 @@ from judge.resources import file_sha256
 from ..errors import CalibrationError
 from ..result import Result
 from .estimate import Estimates
+from .screen import format_table
 
 METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
           "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary")
@@ -59,7 +61,6 @@ class EstimateResult(Estimates, Result):
     def text(self) -> str:
         from io import StringIO
 
-        from .cli import print_estimate
 
         out = StringIO()
         print_estimate(self, out)
@@ -193,3 +194,53 @@ def check_key(path: Path, parts: dict[str, str], digest: str) -> None:
         if parts.get(item) != part:
             raise CalibrationError(f"{path}: task {task.get('task_id')!r} (dialogue {item!r}) is {part or 'unplanned'} "
                                    f"in the key and {parts.get(item, 'absent')} in the plan")
+
+
+# -- what `judge estimate` prints ------------------------------------------------------------------------------
+def separated(differences):
+    """A difference is separated from zero only by an interval with two finite, distinct bounds that exclude it: a
+    NaN bound (no interval could hold) or a zero-width one (labels without variance) decides nothing."""
+    import numpy as np
+
+    low, high = differences["ci_low"].astype(float), differences["ci_high"].astype(float)
+    proper = np.isfinite(low) & np.isfinite(high) & (low < high)
+    return proper & ((low > 0) | (high < 0))
+
+
+def _with_note(frame):
+    """The table with a `note` column: estimate.py's interval_note (why no interval), blank where there is one."""
+    note = frame["interval_note"].fillna("").astype(str) if "interval_note" in frame else ""
+    return frame.assign(note=note)
+
+
+def print_estimate(result, out=None) -> None:
+    out = sys.stdout if out is None else out
+    if result.random_source == "plan":
+        print(f"Random sample: the {result.n_random} labelled dialogues of the plan's random part.", file=out)
+    else:
+        print(f"Random sample: no --plan given, so all {result.n_random} labelled dialogues are taken as a uniformly "
+              "random sample of the judged dialogues; if some were chosen on purpose, the estimates are biased.",
+              file=out)
+    human = "cleaned (DialSummEval noise removal) mean" if result.cleaned else "mean"
+    level = f"{result.confidence:.0%}"
+    print(f"Human score of a summary: the {human} over its annotators. Intervals: {level}, PPI++ with a t quantile.",
+          file=out)
+    if result.n_imputed:
+        print(f"{result.n_imputed} labelled cell(s) had no judgment line: counted as failed judgments.", file=out)
+    print("\nPer system (estimate = prediction-powered; human_only = the same labels alone)", file=out)
+    columns = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
+               "human_only_ci_high", "n_labelled", "n_judged", "width_ratio", "lambda"]
+    print(format_table(_with_note(result.estimates)[columns + ["note"]]), file=out)
+    print(f"\nPaired differences system_a - system_b (per dialogue); each interval holds at {level} on its own, "
+          "not for all pairs at once; separated only where both bounds are finite and exclude 0", file=out)
+    differences = _with_note(result.differences).assign(separated=separated(result.differences).map(
+        {True: "yes", False: ""}))
+    print(format_table(differences[["criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high",
+                               "human_only_ci_low", "human_only_ci_high", "n_labelled", "width_ratio",
+                               "separated", "note"]]), file=out)
+    if not result.targeted.empty:
+        print("\nLabels on targeted dialogues (not a random sample: not in the estimates above; read with care)",
+              file=out)
+        print(format_table(result.targeted), file=out)
+    for note in result.notes:
+        print(f"note: {note}", file=out)

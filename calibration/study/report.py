@@ -1,6 +1,6 @@
 """HTML sections for `judge screen` and `judge estimate`: systems with their CIs as plots, and the tables.
 
-Imported only when --report is given (matplotlib comes with calibration.report).
+Imported only when --report is given (matplotlib comes with the figures of calibration.html_kit).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..report import STYLE, _grid, _png, _table
+from ..html_kit import STYLE, grid as _grid, png as _png, table as _table
 
 
 def _first(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -105,7 +106,6 @@ class ScreenResult(Result):
     def text(self) -> str:
         from io import StringIO
 
-        from .cli import print_screen
 
         out = StringIO()
         print_screen(self, out)
@@ -589,3 +589,42 @@ def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
         raise CalibrationError(f"{csv_path}:{line}: dialogue {plan['item_id'][duplicated].iloc[0]!r} "
                                "is listed twice")
     return plan, info
+
+
+# -- what `judge screen` prints ----------------------------------------------------------------------------------
+def format_table(frame, float_format="{:.3f}") -> str:
+    if frame.empty:
+        return "  (none)"
+    return frame.to_string(index=False, float_format=lambda v: float_format.format(v), na_rep="-")
+
+
+def print_screen(result, out=None) -> None:
+    out = sys.stdout if out is None else out
+    print(f"Systems: mean judge score per criterion, 95% percentile bootstrap CI ({result.n_resamples} resamples of "
+          "dialogues, paired across systems); tied = no system shown better (simultaneous paired bounds over every "
+          "pair of systems and criteria, Bonferroni-t: 5% for the whole table, dominated included)", file=out)
+    table = result.systems.assign(tied=result.systems["tied_with_best"].map({True: "tied", False: ""}))
+    print(format_table(table[["criterion", "rank", "system", "mean", "ci_low", "ci_high", "n", "p_adjusted", "tied"]]),
+          file=out)
+    if result.dominated:
+        print("\nDominated on every criterion (kept; candidates to leave out of the human study): "
+              + "; ".join(f"{loser} (by {winner})" for loser, winner in sorted(result.dominated.items())), file=out)
+    else:
+        print("\nNo system is dominated on every criterion.", file=out)
+    top = result.items.sort_values(["priority", "item_id"], ascending=[False, True]).head(10)
+    print("\nDialogues that most need humans (uncertainty of the judgments + discrimination of the leading systems)",
+          file=out)
+    print(format_table(top[["item_id", "uncertainty", "discrimination", "n_failed", "n_na", "n_order_disagreement",
+                       "part"]]), file=out)
+    print("\nPower", file=out)
+    print(format_table(result.power), file=out)
+    print(f"\n{result.sentence}", file=out)
+    if result.plan is None:
+        print("\nNo --budget given: no plan written (add --budget N --output-dir DIR for plan.csv / plan.json).",
+              file=out)
+    else:
+        info = result.plan_info
+        dialogues = lambda n: f"{n} dialogue{'' if n == 1 else 's'}"  # noqa: E731
+        print(f"\nPlan: budget {info['budget']} {info['unit']}: {dialogues(info['n_random'])} drawn uniformly at random "
+              f"(share {info['random_share']}, seed {info['seed']}) and {dialogues(info['n_targeted'])} targeted.",
+              file=out)

@@ -504,7 +504,7 @@ def drift_section(result: DriftResult) -> str:
     """The HTML section: each criterion's mean shift with its CI against the margin, then the tables."""
     import html
 
-    from ..report import _table  # matplotlib comes with these: only when a report is asked for
+    from ..html_kit import table as _table
     from ..study.report import intervals_figure
 
     table = result.drift.assign(what=[f"{v} ({100 * s:.0f}% changed)" for v, s in

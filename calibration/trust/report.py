@@ -1,6 +1,6 @@
 """The HTML section of `judge audit`: each effect as a point with its CI beside the humans' and zero, and the tables.
 
-Imported only when a report is asked for (matplotlib comes with calibration.report).
+Imported only when a report is asked for (matplotlib comes with the figures of calibration.html_kit).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import html
 import numpy as np
 import pandas as pd
 
-from ..report import _grid, _png, _table
+from ..html_kit import grid as _grid, png as _png, table as _table
 
 
 def _intervals(axis, labels, rows: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]], reference: float):

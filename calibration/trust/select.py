@@ -347,7 +347,7 @@ def select_section(result: SelectResult) -> str:
     """The HTML section: every judge (and the cross-fitted rows) with its CI per criterion, then the table."""
     import html
 
-    from ..report import _table  # matplotlib comes with these: only when a report is asked for
+    from ..html_kit import table as _table
     from ..study.report import intervals_figure
 
     table = result.selection.assign(judge=[f"{j}{' *' if b else ''}" for j, b in

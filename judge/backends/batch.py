@@ -124,7 +124,7 @@ def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
 def run_fingerprint(options) -> str:
     """What makes a run the same command: verb, rubric (its content), items (their bytes), criteria, templates (their
     text), model and decoding."""
-    from judge.judging import template_sources
+    from judge.prompting import template_sources
     from judge.judgment import digest
     from judge.rubric import load_rubric
 
