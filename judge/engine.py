@@ -284,22 +284,22 @@ class Engine:
             todo = sum(not results.finished(key) for unit in plan for key in unit.keys())
         tally = Tally()
         bar = Progress(todo, progress)
+        first_pass = True
 
         def pending():
             for unit in plan:
-                tally.planned += len(unit.items)
                 left = {k[1] for k in unit.keys() if not results.finished(k)}
-                tally.already_done += len(unit.items) - len(left)
+                if first_pass:
+                    tally.planned += len(unit.items)
+                    tally.already_done += len(unit.items) - len(left)
                 if left:
                     yield unit, left
 
-        queue = pending()
-
-        async def worker() -> None:
+        async def worker(queue) -> None:
             for unit, left in queue:
                 try:
                     done = await self._do(unit, left)
-                except Deferred:  # its answer comes in a later pass (--batch-dir)
+                except Deferred:  # its answer comes in a later pass (batch transports)
                     tally.deferred += len(left)
                     continue
                 for judged in done:
@@ -308,14 +308,25 @@ class Engine:
                     bar.update(cached=judged.cached)
 
         try:
-            workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(todo, self.settings.concurrency * 2)))]
-            try:
-                await asyncio.gather(*workers)
-            except BaseException:
-                for w in workers:  # the server is unusable, or a Ctrl-C: stop the others before they write more
-                    w.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
-                raise
+            while True:  # one pass; batch transports make more, until every answer is in or files await a runner
+                tally.deferred, queue = 0, pending()
+                workers = [asyncio.ensure_future(worker(queue))
+                           for _ in range(max(1, min(todo, self.settings.concurrency * 2)))]
+                try:
+                    await asyncio.gather(*workers)
+                except BaseException:
+                    for w in workers:  # the server is unusable, or a Ctrl-C: stop the others before they write more
+                        w.cancel()
+                    await asyncio.gather(*workers, return_exceptions=True)
+                    raise
+                first_pass = False
+                if not tally.deferred:
+                    break
+                note = await self.client.end_pass()
+                if note:
+                    from judge.backends.batch import BatchPending
+
+                    raise BatchPending(note)
         finally:
             bar.close()
             stats = self.asker.stats
@@ -329,8 +340,4 @@ class Engine:
                 tally.per_server = dict(self.client.stats())
             if hasattr(self.client, "summary"):  # a batch transport
                 tally.batch = self.client.summary()
-        if tally.deferred and (note := self.client.pending()):  # a transport that answers in later passes
-            from judge.backends.batch import BatchPending
-
-            raise BatchPending(note)
         return tally

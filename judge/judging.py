@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, token_budget, verdict_probabilities
 from judge.asking import Answer, Asker, add_usage
-from judge.errors import AnswerError, BackendError, RetryableError
+from judge.errors import AnswerError, BackendError, Deferred, RetryableError
 from judge.items import Item
 from judge.judgment import Judgment, SegmentVerdict, digest, fingerprint_of
 from judge.prompting import block_messages, criterion_messages, gate_messages, segment_messages, template_sources
@@ -90,7 +90,9 @@ class Judge:
     # -- shared, once-per-dialogue work ----------------------------------------------------------------------
     def _once(self, key: tuple, make) -> asyncio.Future:
         """A task started the first time `key` is asked for and shared by every later caller."""
-        if key not in self._shared:
+        task = self._shared.get(key)
+        deferred = task is not None and task.done() and not task.cancelled() and isinstance(task.exception(), Deferred)
+        if task is None or deferred:  # a question deferred to a batch is asked again in the next pass
             task = self._shared[key] = asyncio.ensure_future(make())
             # Its failure reaches every caller; if the run stops first, asyncio must not report it as unretrieved.
             task.add_done_callback(lambda t: t.cancelled() or t.exception())

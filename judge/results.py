@@ -62,9 +62,9 @@ class Check:
 class ResultsFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        # finished (not failed) judgments: index key -> (offset of its line, fingerprint digest, flags)
+        # finished judgments (and those this run failed): index key -> (offset of its line, fingerprint digest, flags)
         self._index: dict[str, tuple[int, int, int]] = {}
-        self._judges: list[tuple[str, str]] = []  # (rubric, model) of the finished judgments; flags >> 1 indexes it
+        self._judges: list[tuple[str, str]] = []  # (rubric, model) of the finished judgments; flags >> 2 indexes it
         self._lines = 0  # judgment lines read, failed ones included
         self._rewrite = False  # failed or repeated lines, or a torn last line, to drop
         self._handle = None
@@ -131,10 +131,15 @@ class ResultsFile:
                 if judgment.failed or key in self._index:
                     self._rewrite = True  # failed judgments are retried and their lines replaced; repeats dropped
                 if not judgment.failed:
-                    judge = judges.setdefault((judgment.rubric, judgment.model), len(judges))
-                    flags = (judge << 1) | bool(judgment.from_cache)
-                    self._index[key] = (start, print_digest(judgment.fingerprint), flags)
+                    self._add(key, start, judgment, judges)
         self._judges = list(judges)
+
+    def _add(self, key: str, offset: int, judgment: Judgment, judges: dict) -> None:
+        """Index a judgment's line; a failed one (written by this run) only so that a later pass of this run does
+        not ask it again: the next run retries it."""
+        judge = judges.setdefault((judgment.rubric, judgment.model), len(judges))
+        flags = (judge << 2) | (judgment.failed << 1) | bool(judgment.from_cache)
+        self._index[key] = (offset, print_digest(judgment.fingerprint), flags)
 
     def _read(self, offset: int) -> Judgment:
         with self.path.open("rb") as handle:
@@ -167,7 +172,7 @@ class ResultsFile:
             return None
         replaced = {index_key(k) for k in replaced}
         for key, (offset, _, flags) in self._index.items():
-            if key not in replaced and self._judges[flags >> 1] != (rubric, model):
+            if key not in replaced and self._judges[flags >> 2] != (rubric, model):
                 judgment = self._read(offset)
                 return (f"{self.path}: holds judgments of rubric {judgment.rubric or '?'} with model "
                         f"{judgment.model or '?'} (item {judgment.id!r}, criterion {judgment.criterion!r}), and this "
@@ -185,7 +190,7 @@ class ResultsFile:
             self._keep_only_indexed()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = self.path.open("a", encoding="utf-8")
+            self._handle = self.path.open("ab")
         except OSError as exc:
             raise OutputError(f"{self.path}: cannot be written: {exc.strerror}") from None
 
@@ -213,8 +218,14 @@ class ResultsFile:
         self._rewrite = False
 
     def write(self, judgment: Judgment) -> None:
-        self._handle.write(judgment.to_line() + "\n")
+        """Append a judgment and index it (a later pass of the run sees it done)."""
+        offset = self._handle.seek(0, os.SEEK_END)
+        self._handle.write((judgment.to_line() + "\n").encode("utf-8"))
         self._handle.flush()
+        judges = {judge: n for n, judge in enumerate(self._judges)}
+        self._add(index_key(judgment.key), offset, judgment, judges)
+        if len(judges) > len(self._judges):
+            self._judges = list(judges)
 
     def close(self) -> None:
         if self._handle is not None:

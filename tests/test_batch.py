@@ -388,7 +388,9 @@ def test_a_run_needing_re_asks_and_gates_takes_more_rounds_and_completes(server,
     records = lines(tmp_path / "out.jsonl")
     assert len(records) == 16 and not any(r["error"] for r in records)
     sizes = [len(f) for f in uploaded(server)]
-    assert sizes == [14, 4 + 3]  # the re-asks join the gated criterion's round
+    # Round 1: the 12 ungated questions and the 2 gates; the 4 gated questions and the 3 re-asks follow, in one
+    # round, or in two when a gate's answer was among the cut ones (its criterion waits for the gate's re-ask).
+    assert sizes[0] == 14 and sizes[1:] in ([7], [3, 4])
     reasks = [line for f in uploaded(server) for line in f if len(line["body"]["messages"]) > 2]
     assert len(reasks) == 3 and all("cannot be used" in r["body"]["messages"][-1]["content"] for r in reasks)
     assert f"over {len(sizes)} round(s)" in err

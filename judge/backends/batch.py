@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -44,7 +45,6 @@ ENDPOINT = "/v1/chat/completions"
 MAX_REQUESTS = 50_000
 MAX_BYTES = 200 * 1024 * 1024
 MARGIN = 0.9
-IDLE_TURNS = 20  # event-loop turns with no new request before a round is closed
 FINAL = ("completed", "expired", "cancelled", "failed")
 UNANSWERED = ("batch_expired", "batch_cancelled")  # error codes of requests the batch never ran: sent again
 RETRYABLE_CODES = ("rate_limit_exceeded", "server_error", "internal_error", "timeout")
@@ -190,79 +190,26 @@ class _Status:
 
 
 class Batcher:
-    """Parks requests and answers them in rounds; subclasses say how a round is answered."""
+    """A transport that answers in passes: `complete` answers a question whose answer is here, and otherwise
+    records it for a batch and raises `Deferred`; at the end of a pass over the plan the engine calls `end_pass`,
+    which gets the answers (a provider's Batch API) and returns None for another pass, or says what to run
+    (batch files for a runner). Nothing of the run is held in memory but the keys."""
 
     name = "batch"
+    price_note = ""
 
     def __init__(self, redact: Redactor | None = None, progress: bool = True):
         self.redact = redact or Redactor()
         self.status = _Status(progress)
-        self._waiting: dict[str, tuple[dict, list[asyncio.Future]]] = {}
-        self._arrivals = 0
-        self._runner: asyncio.Task | None = None
         self._sends: dict[str, int] = {}
         self.requests = self.batches = self.rounds = 0  # sent (or written) in batches
         self.answered = 0  # answers that came back from batches
         # Answers and tokens (prompt, cached, completion) from batches this run submitted, and from earlier ones.
         self.billed = {"this run": [0, 0, 0, 0], "earlier": [0, 0, 0, 0]}
 
-    async def complete(self, body: dict, timeout: float) -> dict:
-        key = request_key(body)
-        future = asyncio.get_running_loop().create_future()
-        if key in self._waiting:
-            self._waiting[key][1].append(future)
-        else:
-            self._waiting[key] = (body, [future])
-        self._arrivals += 1
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.ensure_future(self._rounds())
-        return await future
-
-    async def _idle(self) -> None:
-        """Return once no request has arrived for IDLE_TURNS turns of the event loop: every judgment that can ask
-        now has asked, and the rest wait on answers."""
-        seen, quiet = -1, 0
-        while quiet < IDLE_TURNS:
-            await asyncio.sleep(0)
-            if self._arrivals == seen:
-                quiet += 1
-            else:
-                seen, quiet = self._arrivals, 0
-
-    async def _rounds(self) -> None:
-        while self._waiting:
-            await self._idle()
-            taken, self._waiting = self._waiting, {}
-            taken = {k: v for k, v in taken.items() if not all(f.done() for f in v[1])}  # callers gone
-            if not taken:
-                continue
-            try:
-                again = await self.round(taken)
-            except BaseException as exc:
-                if isinstance(exc, JudgeError) and not isinstance(exc, ServerUnusable):
-                    exc = ServerUnusable(str(exc))
-                for _, futures in [*taken.values(), *self._waiting.values()]:
-                    for future in futures:
-                        if not future.done():
-                            future.set_exception(exc) if isinstance(exc, Exception) else future.cancel()
-                self._waiting = {}
-                if not isinstance(exc, Exception):
-                    raise
-                return
-            finally:
-                self.status.done()
-            for key, (body, futures) in again.items():  # never answered (expired, cancelled): the next round
-                self._sends[key] = self._sends.get(key, 0) + 1
-                if self._sends[key] >= MAX_SENDS:
-                    self.settle(futures, BackendError(f"not answered in {MAX_SENDS} batches (each ended before "
-                                                      "running it)"))
-                elif key in self._waiting:
-                    self._waiting[key][1].extend(futures)
-                else:
-                    self._waiting[key] = (body, futures)
-
-    def settle(self, futures: Iterable[asyncio.Future], result, mine: bool = False) -> None:
-        """Hand `result` to the waiting callers; `mine`: it came from a batch this run submitted (and pays for)."""
+    def settle(self, result, mine: bool = False) -> None:
+        """Count an answer handed to the asking layer; `mine`: it came from a batch this run submitted (and pays
+        for)."""
         self.answered += 1
         tally = self.billed["this run" if mine else "earlier"]
         tally[0] += 1
@@ -271,16 +218,8 @@ class Batcher:
             tally[1] += usage.get("prompt_tokens") or 0
             tally[2] += usage.get("cached_tokens") or 0
             tally[3] += usage.get("completion_tokens") or 0
-        for future in futures:
-            if future.done():
-                continue
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
 
-    async def round(self, taken: dict[str, tuple[dict, list]]) -> dict[str, tuple[dict, list]]:
-        """Answer (settle) the requests of one round; return those to send again."""
+    async def end_pass(self) -> str | None:
         raise NotImplementedError
 
     def summary(self) -> str:
@@ -299,14 +238,8 @@ class Batcher:
         both = [a + b for a, b in zip(earlier, mine)]
         return f"answers read: {self._tokens(both)}"
 
-    price_note = ""
-
     async def aclose(self) -> None:
-        """Stop the rounds (a Ctrl-C, a failed run) and wait until they have: no request is left in flight on a
-        client about to be closed."""
-        if self._runner is not None and not self._runner.done():
-            self._runner.cancel()
-            await asyncio.wait([self._runner], timeout=10)
+        pass
 
 
 # -- a provider's Batch API -----------------------------------------------------------------------------------
@@ -406,7 +339,12 @@ def check_batch_endpoints(base_url: str | None, api_key: str | None, where: str,
 
 
 class BatchAPIClient(Batcher):
-    """Rounds answered by a provider's Batch API (`files` and `batches`, through the official SDK)."""
+    """Passes answered by a provider's Batch API (`files` and `batches`, through the official SDK).
+
+    A pass writes the questions without an answer to request files on disk as they come (each cut under the API's
+    limits); `end_pass` uploads them, creates their batches (recorded in the manifest before any polling), polls
+    every batch the pass waits on, downloads the finished ones' results to disk and indexes them by offset; the
+    next pass finds its answers there. Memory holds keys, never the requests or the answers."""
 
     name = "batch-api"
     price_note = "; billed at the provider's batch price (half the online price on the OpenAI Batch API)"
@@ -419,15 +357,107 @@ class BatchAPIClient(Batcher):
         # by the SDK; `_submit` looks a batch up by its input file after any failure before creating it again.
         self._once = self._client.with_options(max_retries=0)
         self.manifest = manifest
-        self._results: dict[str, dict[str, dict]] = {}  # batch id -> custom_id -> result record
-        self._adopted = False
+        self._scratch = tempfile.TemporaryDirectory(prefix="judge-batch-")
+        self._results: dict[str, dict[str, tuple[Path, int]]] = {}  # batch id -> custom_id -> (file, offset)
+        self._fresh: dict[str, tuple[bool, object]] = {}  # custom_id -> (mine, result) of a batch this pass waited on
+        self._adopting: asyncio.Future | None = None
         self._submitted: set[str] = set()  # ids of the batches this run created (and pays for)
         self._seen_live: set[str] = set()  # ids of the batches this run saw running
+        self._parts: list[list] = []  # this pass's request files: [path, handle, size, keys]
+        self._written: set[str] = set()  # custom_ids written in this pass
+        self._deferred: set[str] = set()  # custom_ids this pass waits for
+        self._live: set[str] = set()  # ids of the unfinished batches this pass waits on
 
     async def aclose(self) -> None:
-        await super().aclose()
+        for part in self._parts:
+            part[1].close()
+        self._parts = []
         await self._client.close()
+        self._scratch.cleanup()
 
+    # -- a pass ------------------------------------------------------------------------------------------------
+    async def complete(self, body: dict, timeout: float) -> dict:
+        if self._adopting is None:
+            self._adopting = asyncio.ensure_future(self._adopt_orphans())
+        await asyncio.shield(self._adopting)
+        key = request_key(body)
+        if key in self._fresh:  # an answer (or error) of a batch this run waited on: handed out once
+            mine, result = self._fresh.pop(key)
+            if isinstance(result, tuple):  # where the result line stands: read now, not held
+                result = result_of(self._read(*result), self.redact)
+            self.settle(result, mine)
+            if isinstance(result, Exception):
+                raise result
+            return result
+        entry = self.manifest.index.get(key)
+        if entry is not None and entry.get("batch_id"):
+            if entry["status"] not in FINAL:  # paid for already: wait for it
+                self._live.add(entry["batch_id"])
+                self._deferred.add(key)
+                raise Deferred
+            answer = result_of(await self._record(entry, key), self.redact)
+            if isinstance(answer, dict):  # a finished batch's answer, not yet recorded
+                self.settle(answer)
+                return answer
+            # an error or an unanswered request of an earlier run: sent again
+        if key not in self._written:
+            if self._sends.get(key, 0) >= MAX_SENDS:
+                raise BackendError(f"not answered in {MAX_SENDS} batches (each ended before running it)")
+            self._write(key, body)
+        self._deferred.add(key)
+        raise Deferred
+
+    def _write(self, key: str, body: dict) -> None:
+        line = (batch_line(key, body) + "\n").encode("utf-8")
+        part = self._parts[-1] if self._parts else None
+        if part is None or len(part[3]) >= int(MAX_REQUESTS * MARGIN) or part[2] + len(line) > int(MAX_BYTES * MARGIN):
+            path = Path(self._scratch.name) / f"requests-{self.rounds + 1}-{len(self._parts) + 1}.jsonl"
+            part = [path, path.open("wb"), 0, []]
+            self._parts.append(part)
+        part[1].write(line)
+        part[2] += len(line)
+        part[3].append(key)
+        self._written.add(key)
+
+    async def end_pass(self) -> str | None:
+        import openai
+
+        try:
+            await self._end_pass()
+        except openai.APIError as exc:  # the Batch API itself failed (after the SDK's own retries): stop, in a line
+            status = getattr(exc, "status_code", None)
+            raise ServerUnusable(self.redact(f"the Batch API at {self.manifest.data.get('server')} failed"
+                                             f"{f' (HTTP {status})' if status else ''}: {' '.join(str(exc).split())[:300]}"
+                                             f"; the batches submitted so far are in {self.manifest.path}")) from None
+        return None  # the answers are in: another pass
+
+    async def _end_pass(self) -> None:
+        manifest = self.manifest
+        entries = [e for e in manifest.batches if e.get("batch_id") in self._live]
+        parts, self._parts = self._parts, []
+        if parts or entries:
+            self.rounds += 1  # a round that waits on batches (answers found in finished ones cost no round)
+        for path, handle, _, keys in parts:
+            handle.close()
+            uploaded = await self._upload(f"judge-round{self.rounds}.jsonl", path)
+            path.unlink()
+            entry = {"file_id": uploaded.id, "batch_id": None, "status": "uploaded", "round": self.rounds,
+                     "requests": len(keys), "custom_ids": keys}
+            manifest.add(entry)
+            manifest.save()  # before the batch exists: a crash now is adopted on the rerun, not paid twice
+            batch = await self._submit(uploaded.id)
+            self._submitted.add(batch.id)
+            entry.update(batch_id=batch.id, status=batch.status)
+            manifest.save()
+            entries.append(entry)
+            self.batches += 1
+            self.requests += len(keys)
+            for key in keys:
+                self._sends[key] = self._sends.get(key, 0) + 1
+        await self._poll(entries)
+        self._written, self._deferred, self._live = set(), set(), set()
+
+    # -- the provider's side ------------------------------------------------------------------------------------
     async def _find(self, file_ids: Iterable[str]) -> dict:
         """input file id -> the batch made of it, for those of `file_ids` the provider has a batch of."""
         wanted, found = set(file_ids), {}
@@ -449,85 +479,35 @@ class BatchAPIClient(Batcher):
                 entry["custom_ids"] = []
             self.manifest.save()
 
-    async def _records(self, entry: dict, batch=None) -> dict[str, dict]:
-        """custom_id -> result line of a finished batch (output and error files), downloaded once."""
-        if entry["batch_id"] in self._results:
-            return self._results[entry["batch_id"]]
-        if batch is None:
-            batch = await self._client.batches.retrieve(entry["batch_id"])
-        records: dict[str, dict] = {}
+    async def _record(self, entry: dict, key: str) -> dict | None:
+        """The result line of `key` in a finished batch (output and error files, downloaded once, to disk)."""
+        if entry["batch_id"] not in self._results:
+            await self._download(entry, await self._client.batches.retrieve(entry["batch_id"]))
+        where = self._results[entry["batch_id"]].get(key)
+        return None if where is None else self._read(*where)
+
+    @staticmethod
+    def _read(path: Path, offset: int) -> dict:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return json.loads(handle.readline().decode("utf-8"))
+
+    async def _download(self, entry: dict, batch) -> None:
+        index: dict[str, tuple[Path, int]] = {}
         for kind, file_id in (("error", batch.error_file_id), ("output", batch.output_file_id)):  # answers win
             if not file_id:
                 continue
             content = await self._client.files.content(file_id)
+            path = Path(self._scratch.name) / f"{entry['batch_id']}-{kind}.jsonl"
+            data = content.content
+            path.write_bytes(data if data.endswith(b"\n") or not data else data + b"\n")
+            del content, data
             where = f"the {kind} file {file_id} of batch {entry['batch_id']}"
-            for _, record in _jsonl(content.content, where, cut_ok=True):  # a cut last line: that request is resent
-                records[record["custom_id"]] = record
-        self._results[entry["batch_id"]] = records
-        return records
+            for _, offset, record in _batch_lines(path, cut_ok=True, where=where):  # a cut last line: resent
+                index[record["custom_id"]] = (path, offset)
+        self._results[entry["batch_id"]] = index
 
-    async def round(self, taken):
-        import openai
-
-        try:
-            return await self._round(taken)
-        except openai.APIError as exc:  # the Batch API itself failed (after the SDK's own retries): stop, in a line
-            status = getattr(exc, "status_code", None)
-            raise ServerUnusable(self.redact(f"the Batch API at {self.manifest.data.get('server')} failed"
-                                             f"{f' (HTTP {status})' if status else ''}: {' '.join(str(exc).split())[:300]}"
-                                             f"; the batches submitted so far are in {self.manifest.path}")) from None
-
-    async def _round(self, taken):
-        if not self._adopted:
-            await self._adopt_orphans()
-            self._adopted = True
-        manifest, again = self.manifest, {}
-        live: dict[str, list[str]] = {}
-        new: list[str] = []
-        for key in taken:
-            entry = manifest.index.get(key)
-            if entry is None or not entry.get("batch_id"):
-                new.append(key)
-            elif entry["status"] not in FINAL:
-                live.setdefault(entry["batch_id"], []).append(key)  # paid for already: wait for it
-            else:
-                answer = result_of((await self._records(entry)).get(key), self.redact)
-                if isinstance(answer, dict):
-                    self.settle(taken[key][1], answer)  # a finished batch's answer, not yet recorded
-                else:
-                    new.append(key)  # errors and unanswered requests of an earlier run are sent again
-        entries = [e for e in manifest.batches if e.get("batch_id") in live]
-        if new or live:
-            self.rounds += 1  # a round that waits on batches (answers found in finished ones cost no round)
-        for lines in split([batch_line(key, taken[key][0]) for key in new]):
-            keys = [json.loads(line)["custom_id"] for line in lines]
-            data = ("\n".join(lines) + "\n").encode("utf-8")
-            uploaded = await self._upload(f"judge-round{self.rounds}.jsonl", data)
-            entry = {"file_id": uploaded.id, "batch_id": None, "status": "uploaded", "round": self.rounds,
-                     "requests": len(keys), "custom_ids": keys}
-            manifest.add(entry)
-            manifest.save()  # before the batch exists: a crash now is adopted on the rerun, not paid twice
-            batch = await self._submit(uploaded.id)
-            self._submitted.add(batch.id)
-            entry.update(batch_id=batch.id, status=batch.status)
-            manifest.save()
-            entries.append(entry)
-            self.batches += 1
-            self.requests += len(keys)
-        await self._poll(entries, taken, again)
-        for key in taken:
-            if key not in again and not all(f.done() for f in taken[key][1]):
-                again[key] = taken[key]  # in no output or error line: never ran
-        return again
-
-    @staticmethod
-    def _worth_retrying(exc) -> bool:
-        import openai
-
-        status = getattr(exc, "status_code", None)
-        return isinstance(exc, openai.APIConnectionError) or status in (408, 409, 429) or (status or 0) >= 500
-
-    async def _upload(self, name: str, data: bytes):
+    async def _upload(self, name: str, path: Path):
         """Upload a batch input file; retried here on a connection error, 429 or 5xx (a file uploaded twice costs
         nothing: only the one a batch is made of is recorded)."""
         import openai
@@ -535,12 +515,20 @@ class BatchAPIClient(Batcher):
         wait = POLL_FIRST
         for attempt in range(CREATE_ATTEMPTS):
             try:
-                return await self._once.files.create(file=(name, data), purpose="batch")
+                with path.open("rb") as handle:
+                    return await self._once.files.create(file=(name, handle), purpose="batch")
             except openai.APIError as exc:
                 if attempt == CREATE_ATTEMPTS - 1 or not self._worth_retrying(exc):
                     raise
             await asyncio.sleep(wait)
             wait = min(wait * 2, POLL_MAX)
+
+    @staticmethod
+    def _worth_retrying(exc) -> bool:
+        import openai
+
+        status = getattr(exc, "status_code", None)
+        return isinstance(exc, openai.APIConnectionError) or status in (408, 409, 429) or (status or 0) >= 500
 
     async def _submit(self, file_id: str):
         """Create the batch of an uploaded file, once. The SDK does not retry it: after any failure (the batch may
@@ -564,7 +552,7 @@ class BatchAPIClient(Batcher):
                 if attempt == CREATE_ATTEMPTS - 1 or not self._worth_retrying(exc):
                     raise
 
-    async def _poll(self, entries: list[dict], taken, again) -> None:
+    async def _poll(self, entries: list[dict]) -> None:
         wait = POLL_FIRST
         pending = list(entries)
         while pending:
@@ -577,8 +565,8 @@ class BatchAPIClient(Batcher):
                     self._seen_live.add(batch.id)
                     continue
                 pending.remove(entry)
-                self._finish(entry, batch, await self._records(entry, batch), taken, again,
-                             mine=entry["batch_id"] in self._submitted)
+                await self._download(entry, batch)
+                self._finish(entry, batch, mine=entry["batch_id"] in self._submitted)
                 self.manifest.save()
             if pending:
                 done = sum(e.get("completed") or 0 for e in entries)
@@ -589,16 +577,18 @@ class BatchAPIClient(Batcher):
                                  f"{done}/{total} requests completed, {failed} failed", f"{self.rounds} {states}")
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, POLL_MAX)
+        self.status.done()
 
-    def _finish(self, entry: dict, batch, records: dict, taken, again, mine: bool) -> None:
+    def _finish(self, entry: dict, batch, mine: bool) -> None:
+        """The results of a batch this pass waited on, for the next pass: each handed out once."""
+        wanted = [key for key in entry["custom_ids"] if key in self._deferred]
         if batch.status == "failed":
             errors = (batch.errors.data if batch.errors else None) or []
             reasons = "; ".join(f"line {e.line}: {e.message} ({e.code})" if e.line is not None else
                                 f"{e.message} ({e.code})" for e in errors[:3]) or "no reason given"
             failure = BackendError(self.redact(f"batch {batch.id} failed validation: {reasons}"))
-            for key in entry["custom_ids"]:
-                if key in taken:
-                    self.settle(taken[key][1], failure, mine)
+            for key in wanted:
+                self._fresh[key] = (mine, failure)
             return
         # A batch cancelled while this run polled it was cancelled by someone (`judge batch cancel`, the provider's
         # console): its unanswered requests are recorded as failed, not sent again behind their back; the same
@@ -606,16 +596,18 @@ class BatchAPIClient(Batcher):
         cancelled = BackendError(f"batch {batch.id} was cancelled before this request ran: not sent again; run the "
                                  "same command to send it") if batch.status == "cancelled" and \
             batch.id in self._seen_live else None
-        for key in entry["custom_ids"]:
-            if key not in taken:
-                continue
-            answer = result_of(records.get(key), self.redact)
+        index = self._results[entry["batch_id"]]
+        for key in wanted:
+            where = index.get(key)
+            answer = result_of(None if where is None else self._read(*where), self.redact)
             if answer is None and cancelled is not None:
-                self.settle(taken[key][1], cancelled, mine)
-            elif answer is None:
-                again[key] = taken[key]  # expired before it ran: the next round
+                self._fresh[key] = (mine, cancelled)
+            elif answer is None:  # expired before it ran: written again by the next pass
+                if self._sends.get(key, 0) >= MAX_SENDS:
+                    self._fresh[key] = (mine, BackendError(f"not answered in {MAX_SENDS} batches (each ended before "
+                                                           "running it)"))
             else:
-                self.settle(taken[key][1], answer, mine)
+                self._fresh[key] = (mine, where)  # read again when handed out: answers are not held
 
     def _billing(self) -> str:
         mine, earlier = self.billed["this run"], self.billed["earlier"]
@@ -627,49 +619,14 @@ class BatchAPIClient(Batcher):
 DIR_MANIFEST = "batch-manifest.json"
 
 
-def _jsonl(data: bytes, where: str, cut_ok: bool) -> list[tuple[int, dict]]:
-    """(line number, record) of each line of a batch file. With `cut_ok` (a results file), a last line that does not
-    read (cut while the runner wrote it, or while it was fetched) is left out: that request has no answer and is sent
-    again. Any other line that does not read is an InputError naming `where` and the line."""
-    raw = data.split(b"\n")  # not splitlines: a JSON string may hold U+2028 and other line breaks
-    last = max((i for i, line in enumerate(raw) if line.strip()), default=-1)
-    records = []
-    for i, line in enumerate(raw):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            problem = f"not UTF-8 text (byte {exc.start + 1} of the line is 0x{line[exc.start]:02x})"
-        except json.JSONDecodeError as exc:
-            problem = f"not valid JSON ({exc.msg})"
-        else:
-            if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
-                raise InputError(f"{where}:{i + 1}: not a batch line (no custom_id)")
-            records.append((i + 1, record))
-            continue
-        if cut_ok and i == last:
-            continue
-        raise InputError(f"{where}:{i + 1}: {problem}; is it a batch file? (only a cut last line is read as "
-                         "a missing answer)")
-    return records
-
-
-def _read_jsonl(path: Path, cut_ok: bool) -> list[tuple[int, dict]]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    return _jsonl(data, str(path), cut_ok)
-
-
-def _batch_lines(path: Path, cut_ok: bool):
+def _batch_lines(path: Path, cut_ok: bool, where: str | None = None):
     """(line number, offset, record) of each line of a batch file, read one line at a time; the checks of `_jsonl`
     (a cut last line of a results file is a missing answer; any other unreadable line an InputError)."""
     try:
         handle = path.open("rb")
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    name = where or str(path)
     with handle:
         offset, previous = 0, None
         for number, line in enumerate(handle, start=1):
@@ -686,10 +643,10 @@ def _batch_lines(path: Path, cut_ok: bool):
                 problem = f"not valid JSON ({exc.msg})"
             else:
                 if not isinstance(record, dict) or not isinstance(record.get("custom_id"), str):
-                    raise InputError(f"{path}:{number}: not a batch line (no custom_id)")
+                    raise InputError(f"{name}:{number}: not a batch line (no custom_id)")
                 yield number, start, record
                 continue
-            previous = InputError(f"{path}:{number}: {problem}; is it a batch file? (only a cut last line is read "
+            previous = InputError(f"{name}:{number}: {problem}; is it a batch file? (only a cut last line is read "
                                   "as a missing answer)")
             if not cut_ok:
                 raise previous
@@ -822,7 +779,7 @@ class BatchDirClient(Batcher):
         key = request_key(body)
         answer = self._answer(key)
         if answer is not None:
-            self.settle([], answer)
+            self.settle(answer)
             if isinstance(answer, Exception):
                 raise answer
             return answer
@@ -847,8 +804,8 @@ class BatchDirClient(Batcher):
         self._written[key] = shard[-1]
         self._used.pop(key, None)
 
-    def pending(self) -> str | None:
-        """At the end of a pass: put this pass's files in place and say what to run, or None when nothing waits."""
+    async def end_pass(self) -> str | None:
+        """At the end of a pass: put this pass's files in place and say what to run (None when nothing waits)."""
         self._commit()
         if not self._deferred:
             return None
@@ -896,8 +853,7 @@ class BatchDirClient(Batcher):
 
 
 # -- opening -----------------------------------------------------------------------------------------------------
-BIG = 1 << 30  # "in flight" without a bound: every judgment asks at once, so a round holds all that is ready
-DIR_CONCURRENCY = 64  # --batch-dir answers from its folder at once: a small window streams the plan
+DIR_CONCURRENCY = 64  # batch transports answer from disk at once: a small window streams the plan
 
 
 @contextlib.contextmanager
@@ -933,7 +889,8 @@ def open_batch(options):
     manifest = Manifest(manifest_path(options.output), fingerprint, options.command, options.model, where)
     check_batch_endpoints(urls[0], api_key, where, redact)
     with _one_run_at_a_time(manifest.path):
-        yield Opened(BatchAPIClient(urls[0], api_key, manifest, redact, progress), options.model, "openai", where, BIG)
+        yield Opened(BatchAPIClient(urls[0], api_key, manifest, redact, progress), options.model, "openai", where,
+                     DIR_CONCURRENCY)
 
 
 @contextlib.contextmanager
