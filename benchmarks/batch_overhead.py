@@ -90,7 +90,7 @@ def main() -> int:
             manifest = batching.Manifest(batching.manifest_path(batch_dir / "out.jsonl"), "bench", "score", "stub",
                                          base_url)
             client = batching.BatchAPIClient(base_url, "sk-bench", manifest, Redactor(), progress=False)
-            w_b, c_b, t_b = run(client, batching.BIG, items, batch_dir)
+            w_b, c_b, t_b = run(client, batching.DIR_CONCURRENCY, items, batch_dir)
             assert t_b.judged == t_on.judged == 4 * n_items, (t_b.judged, t_on.judged)
             import openai
 
@@ -98,7 +98,7 @@ def main() -> int:
             request_bytes = sum(sdk.files.retrieve(b["file_id"]).bytes for b in manifest.batches)
             manifest_bytes = manifest.path.stat().st_size + (batch_dir / ".judge-written.json").stat().st_size
             dir_client = batching.BatchDirClient(files_dir / "batches", 1, "stub", "bench", "score", progress=False)
-            w_d, c_d, _ = run(dir_client, batching.BIG, items, files_dir)
+            w_d, c_d, _ = run(dir_client, batching.DIR_CONCURRENCY, items, files_dir)
             dir_bytes = sum(f.stat().st_size for f in (files_dir / "batches").iterdir())
             judged = t_on.judged
             print(f"{judged} judgments ({n_items} items x 4 criteria), one request each; server in its own process")

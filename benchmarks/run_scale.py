@@ -12,7 +12,7 @@ own processes, so only the client is measured:
 
 Beside the dir runs, a bare Python loop that reads the same items and writes request lines of the same size
 (json + hashlib) gives the floor; the ratio to it is printed. The flatness check: peak memory at the largest size
-minus the smallest, per extra judgment, must stay under 1 KB when the run streams (a run that holds its judgments
+minus the smallest, per extra judgment, must stay under 2 KB when the run streams (a run that holds its judgments
 keeps ~20 KB each).
 
     python benchmarks/run_scale.py                       # 10k and 100k
@@ -108,7 +108,7 @@ def bare_loop(items: Path, output: Path, request_bytes: int) -> dict:
 
 
 TRANSPORTS = ("online", "no-op", "batch", "dir-write", "dir-read")
-MARGINAL_KB = 1.0  # --check: above this many KB per extra judgment, a run holds what it should stream
+MARGINAL_KB = 2.0  # --check: above this many KB per extra judgment, a run holds what it should stream (held: 4-28)
 
 
 def one_size(n: int, workdir: Path, chat_url: str, batch_url: str, env: dict, transports=TRANSPORTS) -> list[dict]:
@@ -190,7 +190,7 @@ def main() -> int:
         marginal = 1024 * (mine[-1]["rss_mb"] - mine[0]["rss_mb"]) / (mine[-1]["n"] - mine[0]["n"])
         cells = "  ".join(f"{r['n']:>9,}: {r['rss_mb']:6.0f}" for r in mine)
         print(f"  {transport:<10} {cells}  growth {growth:.2f}x  marginal {marginal:.2f} KB/judgment")
-        if transport != "batch":  # --batch still holds a round in memory (see the README)
+        if transport != "batch":  # --batch keeps its manifest's custom_ids in memory (~1-2 KB each; see the README)
             failed |= marginal > MARGINAL_KB or mine[-1]["rss_mb"] > 1024
     if args.check and failed:
         print("FAIL: peak memory grows with the number of judgments (or exceeds 1 GB)")

@@ -303,7 +303,7 @@ class StubServer:
         return web.json_response({"ok": True})
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=256 * 1024 * 1024)  # a Batch API input file may hold up to 200 MB
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/stats", self.get_stats)
         app.router.add_post("/config", self.post_config)

@@ -1,7 +1,7 @@
 """The streaming promise, measured: a 20k-judgment run's peak memory must not grow with the number of judgments
 (benchmarks/run_scale.py --check: whole `judge score` processes against the stub servers, 2k then 20k judgments,
-online with its no-op rerun and --batch-dir writing then reading; more than 1 KB of extra peak memory per extra
-judgment fails). The full table (10k, 100k, 1M, every transport) is the README's."""
+online with its no-op rerun and --batch-dir writing then reading; more than 2 KB of extra peak memory per extra
+judgment fails; a run that holds its judgments keeps 4-28 KB each). The full table (10k, 100k, 1M, every transport) is the README's."""
 
 from __future__ import annotations
 
@@ -24,4 +24,4 @@ def test_memory_per_judgment_does_not_grow_with_the_run():
     for transport in ("online", "no-op", "dir-write", "dir-read"):
         line = next(x for x in table.splitlines() if x.strip().startswith(transport))
         marginal = float(line.split("marginal")[1].split()[0])
-        assert marginal < 1.0, line
+        assert marginal < 2.0, line
