@@ -147,7 +147,23 @@ def test_too_few_anchors_is_inconclusive_and_says_how_many():
     reference, new = simulated_runs(np.random.default_rng(7), n_items=6, n_systems=2, noise=0.3, k=2)
     row = drift(reference, new).drift.iloc[0]
     assert row.verdict == "inconclusive"
-    assert row.dialogues_needed > 6 and f"about {row.dialogues_needed} anchor dialogues" in row.note
+    assert f"about {row.dialogues_needed} anchor dialogues would settle it (6 now)" in row.note
+    # The count, independently: the larger of the two equivalence tests' normal-approximation sample sizes (one-
+    # sided 5%, 80% power): the changed share within the re-ask noise + 0.1, a binomial share at noise + 0.05 with
+    # 2 judgments per dialogue, and the mean shift within +-0.25, from the per-dialogue SD of the shift.
+    from scipy.stats import norm
+
+    z = norm.ppf(0.95) + norm.ppf(0.80)
+    p = row.reask_noise + 0.1 / 2
+    share = z ** 2 * p * (1 - p) / 0.1 ** 2 / 2
+    sd = (new["score"] - reference["score"]).groupby(reference["item_id"]).mean().std(ddof=1)
+    expected = max(share, (z * sd / 0.25) ** 2)
+    assert expected <= row.dialogues_needed <= expected * 1.01 + 1
+    # ... and that many anchor dialogues settle it: the same unchanged judge, judged again on that many, is now
+    # mostly called NO DRIFT (80% power: at least 3 studies of 5 here).
+    verdicts = [drift(*simulated_runs(np.random.default_rng(100 + s), n_items=int(row.dialogues_needed), n_systems=2,
+                                      noise=0.3, k=2)).drift.iloc[0].verdict for s in range(5)]
+    assert verdicts.count("no drift") >= 3, verdicts
 
 
 def test_labels_use_kappa_and_stuart_maxwell():

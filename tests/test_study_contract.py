@@ -346,7 +346,9 @@ def test_screen_and_estimate_take_dataframes_and_agree_with_paths(study):
     from_paths = estimate(study["judgments"], study["labels"])
     from_frames = estimate(judge, labels)
     pd.testing.assert_frame_equal(from_paths.estimates, from_frames.estimates)
-    assert from_paths.text() == str(from_frames) or "Random sample" in from_frames.text()
+    assert from_paths.text() == from_frames.text() == str(from_frames)
+    assert from_frames.text().startswith(f"Random sample: no --plan given, so all {len(study['planned'])} labelled "
+                                         "dialogues are taken as a uniformly random sample")
     assert set(from_paths.files()) == {"estimates.csv", "differences.csv", "targeted.csv", "summary.json"}
     a = screen(study["judgments"], bootstrap=40, budget=6)
     b = screen(judge, bootstrap=40, budget=6)

@@ -1,0 +1,188 @@
+"""The study verbs' rules that a mutation run (benchmarks/mutation.py) found no test for, each on a small invented
+input: screen's printed order of the dialogues that most need humans, its power table and sentence per criterion,
+the cap on a judgment's uncertainty, where the numbers came from; estimate's --criteria; the reports' plots (each
+interval drawn from its bounds, the scale shown) and sources; and the CLI's defaults, which must be the Python
+functions' own."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration.errors import CalibrationError
+from calibration.study.estimating import estimate
+from calibration.study.screen import screen
+
+SYSTEMS = ("alpha", "beta", "gamma")
+
+
+def judge_frame(means: dict, n_items=24, noise=0.6, seed=0):
+    """Scores per (dialogue, system, criterion): `means[criterion][system]` plus a dialogue effect and noise."""
+    rng = np.random.default_rng(seed)
+    difficulty = rng.normal(0, 0.5, n_items)
+    return pd.DataFrame([{"item_id": f"d{i:02d}", "system": system, "criterion": criterion,
+                          "score": mean + difficulty[i] + rng.normal(0, noise), "label": None, "status": "ok"}
+                         for i in range(n_items) for criterion, by_system in means.items()
+                         for system, mean in by_system.items()])
+
+
+def human_labels(judge: pd.DataFrame, items, seed=1) -> pd.DataFrame:
+    """Two annotators' 1-5 labels near the judge's scores on `items`."""
+    rng = np.random.default_rng(seed)
+    part = judge[judge["item_id"].isin(items)]
+    return pd.DataFrame([{"item_id": r.item_id, "system": r.system, "annotator": name, "criterion": r.criterion,
+                          "score": float(np.clip(np.round(r.score + rng.normal(0, 0.7)), 1, 5))}
+                         for r in part.itertuples() for name in ("ann1", "ann2")])
+
+
+# -- screen --------------------------------------------------------------------------------------------------------
+
+
+def test_screen_prints_the_dialogues_that_most_need_humans_first():
+    result = screen(judge_frame({"c": {"alpha": 3.5, "beta": 3.3, "gamma": 2.0}}, noise=0.9), bootstrap=100)
+    text = result.text()
+    block = text.split("Dialogues that most need humans")[1].split("\n\nPower")[0].strip().splitlines()[2:]
+    priorities = [float(line.split()[1]) + float(line.split()[2]) for line in block]  # uncertainty + discrimination
+    assert len(priorities) == 10
+    assert priorities == sorted(priorities, reverse=True)
+    assert priorities[0] == pytest.approx(result.items["priority"].max(), abs=1e-3)
+
+
+def test_the_power_table_follows_each_criteria_own_top_two():
+    means = {"up": {"alpha": 4.0, "beta": 3.4, "gamma": 2.0}, "down": {"alpha": 2.0, "beta": 3.4, "gamma": 4.0}}
+    result = screen(judge_frame(means), bootstrap=100)
+    power = result.power.set_index("criterion")
+    for criterion in means:
+        ranked = result.systems[result.systems["criterion"] == criterion].sort_values("rank")["system"].tolist()
+        assert [power.loc[criterion, "system_a"], power.loc[criterion, "system_b"]] == ranked[:2]
+    assert power.loc["up", "system_a"] == "alpha" and power.loc["down", "system_a"] == "gamma"
+
+
+def test_the_power_sentence_says_when_no_study_can_separate_the_top_two():
+    judge = judge_frame({"same": {"alpha": 3.0, "beta": 3.0, "gamma": 2.0}, "apart": {"alpha": 4.0, "beta": 3.0,
+                                                                                     "gamma": 2.0}})
+    same = judge["criterion"] == "same"
+    twin = judge[same & (judge["system"] == "alpha")].set_index("item_id")["score"]
+    judge.loc[same & (judge["system"] == "beta"), "score"] = judge.loc[same & (judge["system"] == "beta"),
+                                                                       "item_id"].map(twin).to_numpy()
+    result = screen(judge, bootstrap=100)
+    power = result.power.set_index("criterion")
+    assert pd.isna(power.loc["same", "dialogues_human_only"]) and power.loc["apart", "dialogues_human_only"] > 0
+    assert "same: more dialogues than any study can label (the judge sees no difference)" in result.sentence
+    assert f"apart: {power.loc['apart', 'dialogues_human_only']} dialogues for" in result.sentence
+
+
+def test_a_judgments_uncertainty_is_capped_at_one(tmp_path):
+    """A judgment whose samples spread wider than half the criterion's observed range counts as fully uncertain (1),
+    never more: uncertainty is 0..1."""
+    lines = [{"id": f"d{i}", "system": s, "criterion": "c", "score": 3.0 + 0.5 * (s == "b"), "rubric": "toy@1",
+              "model": "m"} for i in range(6) for s in ("a", "b")]
+    lines[0].update(samples=[1.0, 5.0, 3.0], spread=2.0)  # half the observed range is 0.25: 8 times over
+    path = tmp_path / "j.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    items = screen(path, bootstrap=100).items.set_index("item_id")
+    assert items.loc["d0", "uncertainty"] == pytest.approx(0.5)  # (1 + 0) / 2 judgments
+    assert items["uncertainty"].max() <= 1.0
+
+
+def test_screen_says_where_a_dataframe_came_from():
+    judge = judge_frame({"c": {"alpha": 3.0, "beta": 2.0}})
+    assert screen(judge, bootstrap=100).provenance["judgments"] == {"path": "(a DataFrame)", "sha256": None}
+    judge.attrs["path"] = "scores.csv"
+    assert screen(judge, bootstrap=100).provenance["judgments"]["path"] == "scores.csv"
+
+
+# -- estimate ------------------------------------------------------------------------------------------------------
+
+
+def test_estimate_takes_the_criteria_asked_for():
+    judge = judge_frame({"clarity": {"alpha": 3.5, "beta": 3.0}, "accuracy": {"alpha": 3.0, "beta": 3.2}})
+    labels = human_labels(judge, [f"d{i:02d}" for i in range(12)])
+    both = estimate(judge, labels, scale=(1, 5))
+    one = estimate(judge, labels, scale=(1, 5), criteria=["accuracy"])
+    assert one.criteria == ["accuracy"] and set(one.estimates["criterion"]) == {"accuracy"}
+    pd.testing.assert_frame_equal(one.estimates.reset_index(drop=True),
+                                  both.estimates[both.estimates["criterion"] == "accuracy"].reset_index(drop=True))
+    # A criterion the judge has, but with no score (every judgment failed), cannot be asked for: said, not skipped.
+    broken = pd.concat([judge, judge[judge["criterion"] == "accuracy"].assign(criterion="broken", score=np.nan,
+                                                                              status="error")])
+    labels = pd.concat([labels, labels[labels["criterion"] == "accuracy"].assign(criterion="broken")])
+    assert estimate(broken, labels, scale=(1, 5)).criteria == ["accuracy", "clarity"]
+    with pytest.raises(CalibrationError, match="--criteria: no judge scores for broken; the judgments have "
+                                               "accuracy, clarity"):
+        estimate(broken, labels, scale=(1, 5), criteria=["broken"])
+
+
+# -- the reports -----------------------------------------------------------------------------------------------------
+
+
+def _figures(monkeypatch, module) -> list:
+    figures = []
+
+    def keep(figure):
+        figures.append(figure)
+        return "data:image/png;base64,"
+
+    monkeypatch.setattr(module, "_png", keep)
+    return figures
+
+
+def test_the_estimate_report_draws_each_interval_from_its_bounds_on_the_scale(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from calibration.study import report
+
+    judge = judge_frame({"c": {"alpha": 3.5, "beta": 3.0, "gamma": 2.5}})
+    result = estimate(judge, human_labels(judge, [f"d{i:02d}" for i in range(14)]), scale=(1, 5))
+    figures = _figures(monkeypatch, report)
+    result.report_html()
+    try:
+        differences, estimates = figures  # differences first, then each system's mean
+        axis = estimates.axes[0]
+        assert axis.get_xlim() == pytest.approx((0.8, 5.2))  # the 1-5 scale and 5% of it either side
+        assert differences.axes[0].get_xlim() == pytest.approx((-4.4, 4.4))  # differences lie within +-4
+        drawn = sorted((round(float(a), 9), round(float(b), 9)) for a, b in
+                       (segment[:, 0] for segment in axis.containers[0].lines[2][0].get_segments()))
+        table = result.estimates
+        assert drawn == sorted((round(float(a), 9), round(float(b), 9)) for a, b in
+                               zip(table["ci_low"].clip(1, 5), table["ci_high"].clip(1, 5)))
+    finally:
+        for figure in figures:
+            plt.close(figure)
+
+
+def test_the_screen_report_names_its_resamples(monkeypatch):
+    from calibration.study import report
+
+    figures = _figures(monkeypatch, report)
+    page = screen(judge_frame({"c": {"alpha": 3.0, "beta": 2.0}}), bootstrap=120).report_html()
+    assert "<dt>Bootstrap</dt><dd>120 resamples</dd>" in page
+    import matplotlib.pyplot as plt
+
+    for figure in figures:
+        plt.close(figure)
+
+
+# -- the CLI's defaults are the functions' -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb, function, argv", [
+    ("screen", screen, ["--judgments", "j"]),
+    ("estimate", estimate, ["--judgments", "j", "--human", "h"]),
+])
+def test_the_cli_defaults_are_the_functions_defaults(verb, function, argv):
+    from judge.cli import build_parser
+
+    args = vars(build_parser().parse_args([verb, *argv]))
+    defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    compared = 0
+    for dest, value in args.items():
+        if dest in defaults and value is not None and not callable(value):
+            assert value == defaults[dest], (verb, dest)
+            compared += 1
+    assert compared >= 2

@@ -1,0 +1,360 @@
+"""The trust verbs' rules that a mutation run (benchmarks/mutation.py) found no test for, each checked against a
+hand computation or an independent one on a small invented input: audit's block letters past Z, two-sample noise,
+pre-aggregated labels, share intervals, the identification checks of the excess, pairwise strata and
+self-preference, Holm with a zero-width interval, its refusals and sentences; drift's binary labels, its count of
+anchor dialogues and its margins; the probes' labels and sentences; the audit report; select's criteria order; and
+the CLI's defaults, which must be the Python functions' own."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration.errors import CalibrationError
+from calibration.trust import audit as audit_module
+from calibration.trust.audit import (ONE_ANNOTATOR_NOTE, WEAK_NOTE, Dialogues, audit, block_position, family_wise,
+                                     length_slopes, noise_floor, pairwise_position, read_human)
+from calibration.trust.drift import drift
+from calibration.trust.probes import probe_sentences, probe_table
+from calibration.trust.select import select
+from judge.judgment import Judgment
+
+STUDY = Path(__file__).resolve().parents[1] / "examples" / "study"
+
+
+# -- audit: the statistics -------------------------------------------------------------------------------------------
+
+
+def test_block_letters_past_z_are_positions_26_and_up():
+    """A block of 28 candidates is shown under A..Z, AA, AB: the last two are positions 26 and 27, not unknown."""
+    letters = [chr(65 + k) for k in range(26)] + ["AA", "AB"]
+    judge = pd.DataFrame([{"item_id": f"d{d}", "system": f"s{k}", "criterion": "c", "score": 1.0 + 0.1 * k + d,
+                           "status": "ok", "position": letter} for d in range(4) for k, letter in enumerate(letters)])
+    row = block_position(judge, Dialogues(judge["item_id"], 100, 0), "c")
+    assert row["n"] == len(judge)  # every candidate placed, AA and AB included
+    assert row["position_slope"] == pytest.approx(0.1)
+
+
+def test_two_samples_are_a_reask_and_no_samples_is_no_noise():
+    """Re-ask noise from two samples per judgment: the share of judgments whose two samples differ. A criterion
+    without samples has no noise floor: source none, n 0."""
+    samples = [[3, 3], [3, 4], [2, 2], [5, 4], [1, 1], [2, 3]] * 4
+    judge = pd.DataFrame([{"item_id": f"d{k // 3}", "system": f"s{k % 3}", "criterion": "c", "score": np.mean(s),
+                           "status": "ok", "samples": s, "swapped": None} for k, s in enumerate(samples)]
+                         + [{"item_id": f"d{k // 3}", "system": f"s{k % 3}", "criterion": "plain", "score": 3.0,
+                             "status": "ok", "samples": None, "swapped": None} for k in range(len(samples))])
+    noise = noise_floor(judge, None, Dialogues(judge["item_id"], 100, 0), ["c", "plain"]).set_index("criterion")
+    assert noise.loc["c", "source"] == "samples" and noise.loc["c", "n"] == len(samples)
+    assert noise.loc["c", "changed_share"] == pytest.approx(np.mean([a != b for a, b in samples]))
+    assert noise.loc["plain", "source"] == "none" and noise.loc["plain", "n"] == 0
+
+
+def test_labels_already_averaged_by_a_script_are_taken_as_they_are():
+    means = pd.DataFrame({"item_id": ["d1", "d1", "d2"], "system": ["a", "b", "a"], "criterion": "c",
+                          "human": [3.5, 2.0, 4.25]})
+    out = read_human(means)
+    assert out[["item_id", "system", "criterion", "human"]].equals(means)
+    assert out["human_a"].isna().all() and out["human_b"].isna().all()
+
+
+def test_the_second_reading_is_the_mean_of_the_other_annotators():
+    """Two readings of each summary for the instrument: the first annotator by name, and the mean of the others."""
+    labels = pd.DataFrame([{"item_id": "d1", "system": "a", "annotator": name, "criterion": "c", "score": score}
+                           for name, score in (("ann2", 4), ("ann1", 2), ("ann3", 5))]
+                          + [{"item_id": "d1", "system": "b", "annotator": "ann1", "criterion": "c", "score": 3}])
+    out = read_human(labels).set_index("system")
+    assert out.loc["a", "human_a"] == 2 and out.loc["a", "human_b"] == pytest.approx(4.5)
+    assert out.loc["a", "human"] == pytest.approx(11 / 3)
+    assert out.loc["b", "human_a"] == 3 and np.isnan(out.loc["b", "human_b"])
+
+
+def test_a_share_of_independent_pairs_has_the_binomial_interval_of_all_pairs():
+    """40 dialogues of 10 independent pairs: the flip rate's interval is the Wilson interval at 400 pairs (the design
+    effect is 1), not the one at one pair per dialogue, which a wrong bootstrap spread falls back to."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for d in range(40):
+        for k in range(10):
+            f = "1" if rng.random() < 0.5 else "2"
+            s = f if rng.random() < 0.7 else ("2" if f == "1" else "1")
+            rows.append({"item_id": f"d{d:02d}", "system": f"a{k}|b{k}", "system_1": f"a{k}", "system_2": f"b{k}",
+                         "criterion": "c", "forward": f, "swapped": s, "label": f if f == s else "0",
+                         "status": "label"})
+    judge = pd.DataFrame(rows)
+    row = pairwise_position(judge, None, Dialogues(judge["item_id"], 1000, 0), "c")[0]
+    flips = int((judge["forward"] != judge["swapped"]).sum())
+    assert row["flip_rate"] == pytest.approx(flips / 400)
+    low, high = proportion_confint(flips, 400, 0.05, "wilson")
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), abs=0.01)
+
+
+def test_the_excess_is_tested_from_eight_dialogues_with_two_readings():
+    from audit_sim import study
+
+    for dialogues, tested in ((7, False), (8, True)):
+        judge, words, human = study(np.random.default_rng(0), dialogues=dialogues, gaps=0.0)
+        row = length_slopes(judge, words, human, Dialogues(judge["item_id"], 400, 0), "c")
+        assert (row["note"] != ONE_ANNOTATOR_NOTE.format(n=8)) == tested
+        assert np.isfinite(row["excess_slope"]) == tested
+
+
+def test_readings_that_agree_only_through_length_leave_the_excess_untested():
+    """Quality is length in every dialogue: the two readings agree through length alone, the instrument is weak,
+    and the excess is not tested (the first stage's partial covariance, not the plain one, decides)."""
+    rng = np.random.default_rng(1)
+    dialogues, systems = 30, 5
+    z = rng.normal(0, 1, (dialogues, systems))
+    a, b = z + rng.normal(0, 1, z.shape), z + rng.normal(0, 1, z.shape)
+    judge = pd.DataFrame({"item_id": np.repeat([f"d{i:02d}" for i in range(dialogues)], systems),
+                          "system": np.tile([f"s{k}" for k in range(systems)], dialogues), "criterion": "c",
+                          "score": (3 + z + rng.normal(0, 0.3, z.shape)).ravel(), "status": "ok"})
+    words = judge[["item_id", "system"]].assign(words=np.round(40 + 10 * z).ravel(), item_system=judge["system"])
+    human = judge[["item_id", "system", "criterion"]].assign(human=((a + b) / 2).ravel(), human_a=a.ravel(),
+                                                            human_b=b.ravel())
+    row = length_slopes(judge, words, human, Dialogues(judge["item_id"], 400, 0), "c")
+    assert np.isnan(row["excess_slope"]) and row["note"] == WEAK_NOTE.format(x="length")
+
+
+def test_a_zero_width_interval_at_zero_is_tested_and_not_flagged():
+    length = pd.DataFrame({"criterion": ["c"], "excess_slope": [0.0], "excess_ci_low": [0.0], "excess_ci_high": [0.0],
+                           "human_slope": [0.2]})
+    tested = family_wise(length, pd.DataFrame(columns=["position_slope"]), pd.DataFrame(columns=["self_preference"]),
+                         dialogues=20)
+    assert tested == 1 and length["p_adjusted"].iloc[0] == 1.0 and not length["effect"].iloc[0]
+
+
+# -- audit end to end: pairs with labels ----------------------------------------------------------------------------
+
+
+SYSTEMS = ("a", "b", "c")
+PAIRS = [("a", "b"), ("a", "c"), ("b", "c")]
+
+
+def _pairwise_study(tmp_path: Path) -> tuple[Path, Path, Path, pd.DataFrame, pd.DataFrame]:
+    """12 dialogues x 3 pairs judged in both orders (ties and flips among them) and one annotator's scores."""
+    rng = np.random.default_rng(4)
+    human = {(f"p{d:02d}", s): int(rng.integers(1, 6)) for d in range(12) for s in SYSTEMS}
+    items, judgments, pairs = [], [], []
+    for d in range(12):
+        for i, (x, y) in enumerate(PAIRS):
+            item = f"p{d:02d}"
+            forward, swapped = rng.choice(["1", "2", "0"], p=[0.5, 0.35, 0.15]), rng.choice(["1", "2", "0"])
+            label = forward if forward == swapped else "0"
+            items.append({"id": item, "dialogue": "A: hi", "system_1": x, "system_2": y,
+                          "candidate_1": "short " * (2 + i + d % 3), "candidate_2": "a longer one " * (1 + d % 4)})
+            judgments.append(Judgment(id=item, system=f"{x}|{y}", system_1=x, system_2=y, criterion="overall",
+                                      label=label, orders={"forward": forward, "swapped": swapped},
+                                      rubric="pairwise_summary@1", model="m"))
+            pairs.append({"item_id": item, "system_1": x, "system_2": y, "forward": forward, "swapped": swapped,
+                          "label": label, "h1": human[(item, x)], "h2": human[(item, y)]})
+    items_path, judgments_path, labels_path = tmp_path / "pairs.jsonl", tmp_path / "j.jsonl", tmp_path / "labels.csv"
+    items_path.write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
+    judgments_path.write_text("".join(j.to_line() + "\n" for j in judgments), encoding="utf-8")
+    labels_path.write_text("item_id,system,annotator,criterion,score\n" + "".join(
+        f"{i},{s},ann1,overall,{v}\n" for (i, s), v in human.items()), encoding="utf-8")
+    return judgments_path, items_path, labels_path, pd.DataFrame(pairs), pd.DataFrame(human.items())
+
+
+def test_pairwise_strata_and_self_preference_against_hand_counts(tmp_path):
+    judgments, items, labels, pairs, _ = _pairwise_study(tmp_path)
+    result = audit(judgments, items, labels, self_systems="a", bootstrap=200)
+    f, s = pairs["forward"].to_numpy(), pairs["swapped"].to_numpy()
+    first = (f == "1").astype(float) + (s == "2")
+    decided = (f != "0").astype(float) + (s != "0")
+    gap = np.abs(pairs["h1"] - pairs["h2"]).to_numpy()
+    position = result.position.set_index("stratum")
+    for low, high, name in audit_module.GAP_STRATA:
+        mask = (gap >= low) & (gap < high)
+        assert position.loc[name, "n"] == mask.sum()
+        assert position.loc[name, "first_shown_wins"] == pytest.approx(first[mask].sum() / decided[mask].sum())
+    # Self-preference of "a" against the others: win shares (a tie is half) minus a half, and minus the humans'.
+    own_first = (pairs["system_1"] == "a").to_numpy()
+    usable = own_first | (pairs["system_2"] == "a").to_numpy()
+    label = pairs["label"].to_numpy()
+    first_wins = np.where(label == "1", 1.0, np.where(label == "2", 0.0, 0.5))
+    judge_win = np.where(own_first, first_wins, 1 - first_wins)[usable]
+    h1, h2 = pairs["h1"].to_numpy(), pairs["h2"].to_numpy()
+    human_first = np.where(h1 > h2, 1.0, np.where(h1 < h2, 0.0, 0.5))
+    human_win = np.where(own_first, human_first, 1 - human_first)[usable]
+    row = result.self_preference.iloc[0]
+    assert row["judge_gap"] == pytest.approx(np.mean(judge_win - 0.5))
+    assert row["human_gap"] == pytest.approx(np.mean(human_win - 0.5))
+    assert row["self_preference"] == pytest.approx(np.mean(judge_win - human_win))
+
+
+def _figures(monkeypatch, module) -> list:
+    """The report's figures as matplotlib objects (module._png captured), closed by the caller."""
+    figures = []
+
+    def keep(figure):
+        figures.append(figure)
+        return "data:image/png;base64,"
+
+    monkeypatch.setattr(module, "_png", keep)
+    return figures
+
+
+def test_the_pairwise_audit_report_shows_position_overall_and_self_preference(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from calibration.trust import report
+
+    judgments, items, labels, _, _ = _pairwise_study(tmp_path)
+    result = audit(judgments, items, labels, self_systems="a", bootstrap=200)
+    figures = _figures(monkeypatch, report)
+    page = result.report_html()
+    assert "<h2>Audit: length and position (pairwise)</h2>" in page and "<h2>Audit: self-preference</h2>" in page
+    try:
+        position_axis = figures[0].axes[1]
+        assert [t.get_text() for t in position_axis.get_yticklabels()] == ["overall"]
+        overall = result.position[result.position["stratum"] == "all"].iloc[0]
+        drawn = sorted(float(c.lines[0].get_xdata()[0]) for c in position_axis.containers)
+        assert drawn == pytest.approx(sorted([overall["flip_rate"], overall["first_shown_wins"]]))
+    finally:
+        for figure in figures:
+            plt.close(figure)
+
+
+# -- audit: options, warnings, sentences ------------------------------------------------------------------------------
+
+
+def test_self_systems_must_all_be_named():
+    for value in ("alpha,,beta", []):
+        with pytest.raises(CalibrationError, match="--self must name one or more systems"):
+            audit(STUDY / "judgments.jsonl", STUDY / "items.jsonl", self_systems=value, bootstrap=100)
+
+
+def test_a_length_threshold_of_zero_is_a_share_and_one_is_not():
+    assert audit(STUDY / "judgments.jsonl", STUDY / "items.jsonl", length_threshold=0.0, bootstrap=100).mode
+    with pytest.raises(CalibrationError, match="--length-threshold must be a share"):
+        audit(STUDY / "judgments.jsonl", STUDY / "items.jsonl", length_threshold=1.0, bootstrap=100)
+
+
+@pytest.mark.parametrize("ratio, warned", [(0.3, True), (0.35, False), (2.9, False), (3.2, True)])
+def test_a_judge_on_another_scale_than_the_humans_is_warned_about(ratio, warned):
+    rng = np.random.default_rng(5)
+    keys = [(f"d{d}", s) for d in range(10) for s in SYSTEMS]
+    quality = rng.normal(3, 1, len(keys))
+    judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": 3 + ratio * (q - 3), "status": "ok"}
+                          for (i, s), q in zip(keys, quality)])
+    items = pd.DataFrame([{"id": i, "system": s, "dialogue": "A: hi", "candidate": "word " * (3 + k % 7)}
+                          for k, (i, s) in enumerate(keys)])
+    human = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "human": q}
+                          for (i, s), q in zip(keys, quality)])
+    result = audit(judge, items, human, bootstrap=100)
+    assert any("are on different scales" in w for w in result.warnings) == warned
+
+
+def test_the_sentences_print_the_judges_interval():
+    result = audit(STUDY / "judgments.jsonl", STUDY / "items.jsonl", bootstrap=200)
+    for row in result.length.itertuples():
+        assert np.isfinite(row.judge_slope_ci_low)
+        assert f"[{row.judge_slope_ci_low:+.2f}, {row.judge_slope_ci_high:+.2f}]" in result.text()
+    assert "[no interval]" not in result.text()
+
+
+# -- probes ------------------------------------------------------------------------------------------------------------
+
+
+def test_probes_count_changed_labels_and_say_the_noise_and_the_empty_probe():
+    keys = [(f"d{i}", "s") for i in range(8)]
+    judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "topic", "score": np.nan, "label": "x",
+                           "status": "label"} for i, s in keys])
+    probed = judge.assign(label=["y", "x", "x", "x"] * 2)  # a quarter of the labels changed
+    noise = pd.DataFrame({"criterion": ["topic"], "changed_share": [0.2]})
+    boot = Dialogues(judge["item_id"], 100, 0)
+    table = probe_table(judge, {"filler": (probed, keys), "attribution": (judge, keys[:1]),
+                                "order": (judge, [("elsewhere", "s")])}, noise, boot, ["topic"])
+    table = table.set_index("probe")
+    assert table.loc["filler", "changed_share"] == pytest.approx(0.25) and table.loc["attribution", "n"] == 1
+    said = dict(zip(table.index, probe_sentences(table.reset_index())))
+    assert "leaves 75% of 8 verdicts unchanged" in said["filler"] and "re-run noise changes 20%" in said["filler"]
+    assert "leaves 100% of 1 verdicts unchanged" in said["attribution"]
+    assert said["order"] == "topic: the order probe has no judgment to compare"
+    unknown = probe_table(judge, {"filler": (probed, keys)}, pd.DataFrame(columns=["criterion", "changed_share"]),
+                          boot, ["topic"])
+    assert "re-run noise unknown" in probe_sentences(unknown)[0]
+
+
+# -- drift -------------------------------------------------------------------------------------------------------------
+
+
+def _labels(values):
+    return pd.DataFrame([{"item_id": f"d{k}", "system": "s", "criterion": "ok", "score": np.nan, "label": v,
+                          "status": "label"} for k, v in enumerate(values)])
+
+
+def test_binary_labels_get_stuart_maxwell_which_is_mcnemar():
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    rng = np.random.default_rng(9)
+    old = rng.choice(["yes", "no"], size=120, p=[0.5, 0.5])
+    new = np.where((old == "no") & (rng.random(120) < 0.3), "yes", old)
+    row = drift(_labels(old), _labels(new)).drift.iloc[0]
+    table = pd.crosstab(old, new).reindex(index=["no", "yes"], columns=["no", "yes"], fill_value=0).to_numpy()
+    expected = mcnemar(table, exact=False, correction=False).pvalue
+    assert row.kind == "labels" and row.stuart_maxwell_p == pytest.approx(expected) and row.verdict == "drift"
+
+
+def test_an_inconclusive_verdict_asks_for_more_anchors_than_it_has():
+    """30 summaries per dialogue: the sample-size formulas ask for about 3 dialogues (the share's: 2.3, the
+    shift's: 0.7), fewer than the 6 that left it open; the verdict asks for one more than it has."""
+    from test_drift import simulated_runs
+
+    reference, new = simulated_runs(np.random.default_rng(1), n_items=6, n_systems=30, shift=0.1, noise=0.05, k=3)
+    row = drift(reference, new).drift.iloc[0]
+    assert row.verdict == "inconclusive"
+    assert row.dialogues_needed == 7 and row.note.startswith("about 7 anchor dialogues would settle it (6 now)")
+
+
+@pytest.mark.parametrize("share_margin", [0, 1])
+def test_the_share_margin_is_strictly_between_zero_and_one(share_margin):
+    reference = _labels(["a", "b"] * 10)
+    with pytest.raises(CalibrationError, match=f"--share-margin must be between 0 and 1, got {share_margin}"):
+        drift(reference, reference, share_margin=share_margin)
+
+
+# -- select ------------------------------------------------------------------------------------------------------------
+
+
+def test_select_prints_the_criteria_in_the_order_asked():
+    rng = np.random.default_rng(6)
+    keys = [(f"d{d:02d}", f"s{j}", c) for d in range(12) for j in range(4) for c in ("zeta", "alpha")]
+    truth = rng.normal(3, 1, len(keys))
+    human = pd.DataFrame([{"item_id": i, "system": s, "annotator": "a1", "criterion": c, "score": t}
+                          for (i, s, c), t in zip(keys, truth)])
+    judges = {name: pd.DataFrame([{"item_id": i, "system": s, "criterion": c, "score": t + rng.normal(0, sd)}
+                                  for (i, s, c), t in zip(keys, truth)]) for name, sd in (("j1", 0.5), ("j2", 1.5))}
+    text = select(human, judges, criteria=["zeta", "alpha"], bootstrap=100).text()
+    assert text.index("\nzeta:") < text.index("\nalpha:")
+
+
+# -- the CLI's defaults are the functions' -------------------------------------------------------------------------
+
+
+# audit's --seed is the model's (its bootstrap seed is --bootstrap-seed, the function's `seed`).
+@pytest.mark.parametrize("verb, function, argv, renamed", [
+    ("audit", audit, ["--judgments", "j", "--items", "i"], {"bootstrap_seed": "seed", "seed": None}),
+    ("drift", drift, ["--reference", "r", "--judgments", "j"], {}),
+    ("select", select, ["--human", "h", "--judge", "a=b"], {}),
+])
+def test_the_cli_defaults_are_the_functions_defaults(verb, function, argv, renamed):
+    from judge.cli import build_parser
+
+    args = vars(build_parser().parse_args([verb, *argv]))
+    defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    compared = 0
+    for dest, value in args.items():
+        name = renamed.get(dest, dest)
+        if name is not None and name in defaults and value is not None and not callable(value):
+            assert value == defaults[name], (verb, dest)
+            compared += 1
+    assert compared >= 3
