@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from judge.errors import InputError
+from judge.resources import open_user_file
 
 
 class Turn(BaseModel):
@@ -185,15 +186,7 @@ def _lines(path: Path):
     """(line number, text with its newline) of a user's UTF-8 file, read one line at a time; InputError naming the
     file, line and byte where it is not UTF-8 (the byte counted from the start of the file, a byte-order mark
     dropped)."""
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    with handle:
+    with open_user_file(path, InputError) as handle:
         offset = 0
         for number, raw in enumerate(handle, start=1):
             start, offset = offset, offset + len(raw)

@@ -16,6 +16,18 @@ def bundled_dir(name: str) -> Path:
     return inside if inside.is_dir() else _PACKAGE.parent / name
 
 
+def open_user_file(path: Path, error: type[JudgeError] = JudgeError):
+    """A user's file opened for reading bytes, or `error` with one line saying why not."""
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
 def read_text(path: str | Path, error: type[JudgeError] = JudgeError) -> str:
     """A user's text file as str, or `error` with one line saying why not (file, line, problem).
 
@@ -23,15 +35,8 @@ def read_text(path: str | Path, error: type[JudgeError] = JudgeError) -> str:
     column's name. Files in another encoding are refused rather than guessed: a wrong guess would change the
     very text the judge reads.
     """
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, not a file") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    with open_user_file(Path(path), error) as handle:
+        data = handle.read()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
