@@ -13,10 +13,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from judge.errors import JudgeError
-from judge.options import RunOptions
+
+if TYPE_CHECKING:  # pydantic is not imported by `judge --help`, which imports this module for its exit codes
+    from judge.options import RunOptions
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 EXIT_BATCH_PENDING = 3  # --batch-dir: batch files await a runner; the same command resumes
