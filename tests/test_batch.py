@@ -415,12 +415,6 @@ def test_files_above_the_limits_are_split(server, tmp_path, monkeypatch, limit):
     assert len(lines(tmp_path / "out.jsonl")) == 12
 
 
-def test_split_keeps_order_and_limits():
-    chunks = batching.split([f"line{n}" for n in range(10)], max_requests=3)
-    assert chunks == [["line0", "line1", "line2"], ["line3", "line4", "line5"], ["line6", "line7", "line8"], ["line9"]]
-    assert batching.split(["a" * 10] * 4, max_requests=100, max_bytes=22) == [["a" * 10] * 2] * 2
-
-
 # -- --batch-dir: files for any runner -------------------------------------------------------------------------
 def run_through(server: BatchServer, paths: list[Path]) -> None:
     """A runner for batch files: the Batch API server, driven by the SDK, writing each FILE.out.jsonl."""

@@ -70,23 +70,6 @@ def batch_line(key: str, body: dict) -> str:
                       separators=(",", ":"))
 
 
-def split(lines: list[str], max_requests: int | None = None, max_bytes: int | None = None) -> list[list[str]]:
-    """Lines in order, cut into files that keep under the API's request and size limits (with the margin)."""
-    max_requests = max_requests or int(MAX_REQUESTS * MARGIN)
-    max_bytes = max_bytes or int(MAX_BYTES * MARGIN)
-    files, current, size = [], [], 0
-    for line in lines:
-        n = len(line.encode("utf-8")) + 1
-        if current and (len(current) >= max_requests or size + n > max_bytes):
-            files.append(current)
-            current, size = [], 0
-        current.append(line)
-        size += n
-    if current:
-        files.append(current)
-    return files
-
-
 def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
     """One output- or error-file record as what `complete` returns or raises; None when the request never ran
     (expired, cancelled, or missing): it is sent again.
