@@ -358,3 +358,28 @@ def test_the_cli_defaults_are_the_functions_defaults(verb, function, argv, renam
             assert value == defaults[name], (verb, dest)
             compared += 1
     assert compared >= 3
+
+
+# -- gaps the second mutation draw (seed 2) found -----------------------------------------------------------------
+def test_drift_kappa_rounds_mean_scores_half_up_and_is_defined_for_two_values():
+    """Weighted kappa of two runs reads a mean of samples at its nearest scale point, halves up (2.47 is 2, 2.5 is
+    3), as scikit-learn computes it on those points; two distinct values are enough for a kappa."""
+    from sklearn.metrics import cohen_kappa_score
+
+    from calibration.trust.drift import _kappa
+
+    reference = [1, 2, 3, 1, 2, 3, 2, 1]
+    assert _kappa(reference, [1, 2.47, 3, 1, 2.47, 3, 2, 1], numeric=True) == pytest.approx(1.0)
+    halves = [1, 2.5, 3, 1, 2.5, 3, 2, 1]
+    expected = cohen_kappa_score(reference, [1, 3, 3, 1, 3, 3, 2, 1], weights="quadratic")
+    assert _kappa(reference, halves, numeric=True) == pytest.approx(expected) and expected < 1
+    assert _kappa([0, 1, 0, 1], [0, 1, 0, 1], numeric=True) == pytest.approx(1.0)  # binary scores
+    assert np.isnan(_kappa([1, 1, 1], [1, 1, 1], numeric=True))  # one value: undefined
+
+
+def test_select_without_a_judge_is_refused_by_the_parser(capsys):
+    from judge.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["select", "--human", "examples/study/labels.csv"])
+    assert stopped.value.code == 2 and "the following arguments are required: --judge" in capsys.readouterr().err
