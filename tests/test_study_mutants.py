@@ -186,3 +186,28 @@ def test_the_cli_defaults_are_the_functions_defaults(verb, function, argv):
             assert value == defaults[dest], (verb, dest)
             compared += 1
     assert compared >= 2
+
+
+# -- gaps the second mutation draw (seed 2) found -----------------------------------------------------------------
+def test_dialogues_needed_may_be_exactly_the_smallest_count_printed():
+    """With only MIN_LABELLED (3) dialogues judged and an effect that 3 labels already detect, 3 is the answer (a
+    limit equal to the smallest printed count is allowed)."""
+    from calibration.study.estimate import MIN_LABELLED
+    from calibration.study.power import dialogues_needed
+
+    assert dialogues_needed(10.0, rho=0.5, n_judged=MIN_LABELLED) == MIN_LABELLED
+    assert dialogues_needed(10.0, rho=0.5, n_judged=MIN_LABELLED - 1) is None
+
+
+def test_discrimination_is_the_contenders_spread_over_half_the_observed_range():
+    """Two contenders scored 1 and 5 on a dialogue (observed range 1..5, half of it 2): population SD 2 / 2 = 1;
+    scored 2 and 4: SD 1 / 2 = 0.5."""
+    from calibration.study.screen import discrimination
+
+    rows = [("d1", "a", 1.0), ("d1", "b", 5.0), ("d2", "a", 2.0), ("d2", "b", 4.0)]
+    judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": v, "status": "ok", "label": None}
+                          for i, s, v in rows])
+    systems = pd.DataFrame([{"criterion": "c", "system": "a", "rank": 1, "tied_with_best": True},
+                            {"criterion": "c", "system": "b", "rank": 2, "tied_with_best": True}])
+    values = discrimination(judge, systems, ["c"])
+    assert values["d1"] == pytest.approx(1.0) and values["d2"] == pytest.approx(0.5)

@@ -383,3 +383,24 @@ def test_select_without_a_judge_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit) as stopped:
         main(["select", "--human", "examples/study/labels.csv"])
     assert stopped.value.code == 2 and "the following arguments are required: --judge" in capsys.readouterr().err
+
+
+def test_the_report_has_a_block_position_section_only_for_a_block_audit(tmp_path):
+    from test_audit_cli import write_items, write_judgments
+
+    items = write_items(tmp_path / "items.jsonl")
+    block = audit(write_judgments(tmp_path / "block.jsonl", block=True), items, bootstrap=100).report_html()
+    pointwise = audit(write_judgments(tmp_path / "point.jsonl"), items, bootstrap=100).report_html()
+    assert "Audit: position in the block" in block and 'alt="position slope"' in block
+    assert "Audit: position in the block" not in pointwise
+
+
+def test_a_probe_sample_of_one_candidate_is_allowed(stub_server, tmp_path, capsys):
+    from test_audit_cli import _audit_probes, _judge
+    from test_audit_cli import write_items as items_file
+
+    items = items_file(tmp_path / "items.jsonl", dialogues=6)
+    judgments = _judge(stub_server, tmp_path, items, "j.jsonl")
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler", "--probe-sample", "1") == 0
+    probes = pd.read_csv(tmp_path / "audit" / "probes.csv")
+    assert set(probes["n"]) == {1}  # one perturbed candidate per criterion
