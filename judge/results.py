@@ -64,7 +64,8 @@ class ResultsFile:
         self.path = Path(path)
         # finished judgments (and those this run failed): index key -> (offset of its line, fingerprint digest, flags)
         self._index: dict[str, tuple[int, int, int]] = {}
-        self._judges: list[tuple[str, str]] = []  # (rubric, model) of the finished judgments; flags >> 2 indexes it
+        # (rubric, model) of the indexed judgments -> its number; flags >> 2 is that number
+        self._judges: dict[tuple[str, str], int] = {}
         self._lines = 0  # judgment lines read, failed ones included
         self._rewrite = False  # failed or repeated lines, or a torn last line, to drop
         self._handle = None
@@ -99,7 +100,6 @@ class ResultsFile:
             raise OutputError(f"{path}: is read-only")
 
     def _load(self) -> None:
-        judges: dict[tuple[str, str], int] = {}
         with self.path.open("rb") as handle:
             offset, number = 0, 0
             for raw in handle:
@@ -131,13 +131,12 @@ class ResultsFile:
                 if judgment.failed or key in self._index:
                     self._rewrite = True  # failed judgments are retried and their lines replaced; repeats dropped
                 if not judgment.failed:
-                    self._add(key, start, judgment, judges)
-        self._judges = list(judges)
+                    self._add(key, start, judgment)
 
-    def _add(self, key: str, offset: int, judgment: Judgment, judges: dict) -> None:
+    def _add(self, key: str, offset: int, judgment: Judgment) -> None:
         """Index a judgment's line; a failed one (written by this run) only so that a later pass of this run does
         not ask it again: the next run retries it."""
-        judge = judges.setdefault((judgment.rubric, judgment.model), len(judges))
+        judge = self._judges.setdefault((judgment.rubric, judgment.model), len(self._judges))
         flags = (judge << 2) | (judgment.failed << 1) | bool(judgment.from_cache)
         self._index[key] = (offset, print_digest(judgment.fingerprint), flags)
 
@@ -170,9 +169,9 @@ class ResultsFile:
         than rank across judges)."""
         if all(judge == (rubric, model) for judge in self._judges):
             return None
-        replaced = {index_key(k) for k in replaced}
+        replaced, judges = {index_key(k) for k in replaced}, list(self._judges)
         for key, (offset, _, flags) in self._index.items():
-            if key not in replaced and self._judges[flags >> 2] != (rubric, model):
+            if key not in replaced and judges[flags >> 2] != (rubric, model):
                 judgment = self._read(offset)
                 return (f"{self.path}: holds judgments of rubric {judgment.rubric or '?'} with model "
                         f"{judgment.model or '?'} (item {judgment.id!r}, criterion {judgment.criterion!r}), and this "
@@ -222,10 +221,7 @@ class ResultsFile:
         offset = self._handle.seek(0, os.SEEK_END)
         self._handle.write((judgment.to_line() + "\n").encode("utf-8"))
         self._handle.flush()
-        judges = {judge: n for n, judge in enumerate(self._judges)}
-        self._add(index_key(judgment.key), offset, judgment, judges)
-        if len(judges) > len(self._judges):
-            self._judges = list(judges)
+        self._add(index_key(judgment.key), offset, judgment)
 
     def close(self) -> None:
         if self._handle is not None:

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from test_trust_mutants import _figures  # the report's figures, captured
 
 from calibration.errors import CalibrationError
 from calibration.study.estimating import estimate
@@ -118,17 +119,6 @@ def test_estimate_takes_the_criteria_asked_for():
 
 
 # -- the reports -----------------------------------------------------------------------------------------------------
-
-
-def _figures(monkeypatch, module) -> list:
-    figures = []
-
-    def keep(figure):
-        figures.append(figure)
-        return "data:image/png;base64,"
-
-    monkeypatch.setattr(module, "_png", keep)
-    return figures
 
 
 def test_the_estimate_report_draws_each_interval_from_its_bounds_on_the_scale(monkeypatch):
