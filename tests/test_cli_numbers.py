@@ -76,7 +76,9 @@ def ppi_by_hand(y: np.ndarray, f: np.ndarray, confidence=0.95) -> dict:
             "ci_high": estimate + q * se if shown else nan, "human_only": yl.mean(),
             "human_only_ci_low": yl.mean() - human_q * human_se if shown else nan,
             "human_only_ci_high": yl.mean() + human_q * human_se if shown else nan, "lambda": lam, "n_labelled": n,
-            "width_ratio": se / human_se}
+            "width_ratio": q * se / (human_q * human_se) if shown else nan,
+            # what the estimate is worth in human-only labels: the n giving a human-only interval this wide
+            "effective_labels": n * (human_q * human_se / (q * se)) ** 2 if shown else nan}
 
 
 def hand_matrices(judge: pd.DataFrame, labels: pd.DataFrame, criterion: str, random_items: set[str]):
@@ -104,7 +106,7 @@ def random_part() -> set[str]:
 
 
 VALUE_COLUMNS = ["estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low", "human_only_ci_high",
-                 "lambda", "n_labelled", "width_ratio"]
+                 "lambda", "n_labelled", "width_ratio", "effective_labels"]
 
 
 def test_estimates_and_differences_equal_a_hand_computation_and_the_estimator(tmp_path):

@@ -50,7 +50,9 @@ examples:
 method: prediction-powered inference with the power-tuned lambda (PPI++): the judge's scores on every judged
 dialogue correct the mean of the human labels on the random sample; from 10 labelled dialogues on, lambda is
 tuned and the t interval has n - 2 degrees of freedom plus lambda's own error; below, the human mean with n - 1;
-no interval below 3 labels or on labels that do not vary (interval_note says why). width_ratio = PPI interval / human-only interval from the same labels.
+no interval below 3 labels or on labels that do not vary (interval_note says why). width_ratio = PPI interval /
+human-only interval from the same labels; effective_labels = n_labelled / width_ratio^2, the labels the human-only
+estimate would need for an interval this narrow (what the judge was worth).
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
 checks: every label on the rubric's scale (or --scale), on a judged dialogue, system and criterion; N/A (as
 `judge import` writes it) takes the cell out of that criterion's population; a labelled cell with no judgment line

@@ -70,11 +70,11 @@ from ..errors import CalibrationError
 from ..humans import aggregate_humans
 
 ESTIMATE_COLUMNS = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
-                    "human_only_ci_high", "n_labelled", "n_judged", "n_dialogues", "width_ratio", "lambda",
-                    "n_missing_labels", "interval_note"]
+                    "human_only_ci_high", "n_labelled", "n_judged", "n_dialogues", "width_ratio",
+                    "effective_labels", "lambda", "n_missing_labels", "interval_note"]
 DIFFERENCE_COLUMNS = ["criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high", "human_only",
-                      "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_dialogues", "width_ratio", "lambda",
-                      "interval_note"]
+                      "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_dialogues", "width_ratio",
+                      "effective_labels", "lambda", "interval_note"]
 
 
 @dataclass
@@ -349,11 +349,18 @@ def interval_note(code: str, n: int) -> str:
 
 
 def _rows(result: PPIResult, index: int) -> dict:
-    return {"interval_note": interval_note(str(result.no_interval[index]), int(result.n_labelled[index])),"estimate": float(result.estimate[index]), "ci_low": float(result.ci_low[index]),
+    width = float(result.ci_high[index] - result.ci_low[index])
+    human_width = float(result.human_only_ci_high[index] - result.human_only_ci_low[index])
+    # Ratio of the printed intervals (t quantiles included: a tuned lambda's lost degree of freedom counts), and
+    # what the estimate is worth in human-only labels: the n that would give the human-only interval this width.
+    ratio = width / human_width if human_width > 0 else float("nan")
+    n = int(result.n_labelled[index])
+    return {"interval_note": interval_note(str(result.no_interval[index]), n),
+            "estimate": float(result.estimate[index]), "ci_low": float(result.ci_low[index]),
             "ci_high": float(result.ci_high[index]), "human_only": float(result.human_only[index]),
             "human_only_ci_low": float(result.human_only_ci_low[index]),
             "human_only_ci_high": float(result.human_only_ci_high[index]),
-            "n_labelled": int(result.n_labelled[index]), "width_ratio": float(result.width_ratio[index]),
+            "n_labelled": n, "width_ratio": ratio, "effective_labels": n / ratio ** 2 if ratio > 0 else float("nan"),
             "lambda": float(result.lam[index])}
 
 
