@@ -65,7 +65,7 @@ def ppi_by_hand(y: np.ndarray, f: np.ndarray, confidence=0.95) -> dict:
     tuned = n >= 10 and m >= 2 and np.var(fl, ddof=1) >= 0.25 * var_f and np.var(fl, ddof=1) > 0
     if tuned:
         estimate, lam, se, _ = reference_ppi(y[unit], f[unit], labelled[unit], confidence)
-        q = stats.t.ppf(0.5 + confidence / 2, n - 2)
+        q = stats.t.ppf(0.5 + confidence / 2, n - 1)
     else:
         lam, estimate, se = 0.0, yl.mean(), human_se
         q = stats.t.ppf(0.5 + confidence / 2, n - 1)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import ppi_mean, ppi_mean_repeated
+from calibration.study.estimate import ppi_mean
 from judge.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "examples" / "study"
@@ -26,8 +26,31 @@ def correlated(rng, size, rho=0.7, scale=1.0, shift=0.0):
     return y, scale * f + shift
 
 
-def reference_ppi(y, f, labelled, confidence=0.95):
-    """PPI++ written out from the formulas, one vector at a time, with plain numpy and scipy: lambda tuned on the
+def reference_cross_fitted(y, f, labelled, confidence=0.95):
+    """Cross-fitted PPI++ (from MIN_CROSS_FITTED labels on) written out from the formulas, one vector and one labelled dialogue at a time, with plain
+    numpy and scipy: dialogue i's lambda is tuned on the other labelled dialogues (np.cov) and shrunk by
+    t^2 / (1 + t^2), t the others' correlation t statistic (scipy.stats.pearsonr); t interval on n - 1 df."""
+    f = f - f.mean()  # the judge centred on all judged dialogues
+    yl, fl, fu = y[labelled], f[labelled], f[~labelled]
+    n, m = len(yl), len(fu)
+    var_f = np.var(f, ddof=1)
+    lams = np.empty(n)
+    for i in range(n):
+        others = np.arange(n) != i
+        (_, cov), (_, var_fl) = np.cov(yl[others], fl[others], ddof=1)
+        r = stats.pearsonr(yl[others], fl[others]).statistic
+        t2 = r * r * (n - 3) / (1 - r * r)
+        lams[i] = cov / (var_fl + n / m * var_f) * t2 / (1 + t2)
+    rectified = yl - lams * fl
+    lam = lams.mean()
+    estimate = rectified.mean() + lam * fu.mean()
+    se = np.sqrt(lam ** 2 * var_f / m + np.var(rectified, ddof=1) / n)
+    q = stats.t.ppf(0.5 + confidence / 2, n - 1)
+    return estimate, lam, se, (estimate - q * se, estimate + q * se)
+
+
+def reference_in_sample(y, f, labelled, confidence=0.95):
+    """PPI++ with lambda fitted on all labels (below MIN_CROSS_FITTED) written out from the formulas, one vector at a time, with plain numpy and scipy: lambda tuned on the
     labels, so the residuals have n - 2 degrees of freedom and lambda's own error is added at the unlabelled mean."""
     yl, fl, fu = y[labelled], f[labelled], f[~labelled]
     n, m = len(yl), len(fu)
@@ -41,10 +64,19 @@ def reference_ppi(y, f, labelled, confidence=0.95):
     return estimate, lam, se, (estimate - q * se, estimate + q * se)
 
 
-def test_ppi_matches_the_formulas_row_by_row():
+def reference_ppi(y, f, labelled, confidence=0.95):
+    """The estimator `judge estimate` prints from MIN_TUNED labels on: fitted on all labels below 20, cross-fitted
+    from there."""
+    if labelled.sum() >= 20:
+        return reference_cross_fitted(y, f, labelled, confidence)
+    return reference_in_sample(y, f, labelled, confidence)
+
+
+@pytest.mark.parametrize("count", [14, 36])  # lambda fitted on the row's labels; cross-fitted
+def test_ppi_matches_the_formulas_row_by_row(count):
     rng = np.random.default_rng(1)
     y, f = correlated(rng, (5, 120), scale=0.2, shift=-3.0)
-    labelled = rng.random((5, 120)) < 0.25
+    labelled = rng.random((5, 120)).argsort(axis=1) < count
     result = ppi_mean(np.where(labelled, y, np.nan), f, confidence=0.9)
     for row in range(5):
         estimate, lam, se, (low, high) = reference_ppi(y[row], f[row], labelled[row], 0.9)
@@ -72,24 +104,24 @@ def test_narrower_with_a_good_judge(rho):
     y, f = correlated(rng, (300, 80), rho=rho)
     labelled = rng.random((300, 80)) < 0.3
     result = ppi_mean(np.where(labelled, y, np.nan), f)
-    # Theory: the width ratio tends to sqrt(1 - rho^2 m / (m + n)), less what lambda's degree of freedom costs.
+    # Theory: the width ratio tends to sqrt(1 - rho^2 m / (m + n)), plus what lambda's own error costs.
     expected = np.sqrt(1 - rho ** 2 * 0.7)
     assert np.median(result.width_ratio) == pytest.approx(expected, abs=0.06)
 
 
 def test_with_a_useless_judge_the_price_of_lambda_is_small():
     """No free lunch: a judge uncorrelated with humans makes the interval a little wider (lambda is estimated),
-    never narrower than the truth allows; about 1 + 1.5/n at these sizes."""
+    never narrower than the truth allows; the shrunk, cross-fitted lambda keeps it near 1 + 0.3/n at n = 24."""
     rng = np.random.default_rng(3)
     y, f = correlated(rng, (2000, 80), rho=0.0)
     labelled = np.zeros((2000, 80), dtype=bool)
     labelled[:, :24] = True
     result = ppi_mean(np.where(labelled, y, np.nan), f)
-    assert 1.0 < np.mean(result.width_ratio) < 1.08
+    assert 1.0 < np.mean(result.width_ratio) < 1.03
 
 
 def test_the_tuned_interval_is_the_regression_prediction_interval_of_statsmodels():
-    """With (almost) every judged dialogue unlabelled, PPI++'s lambda is the least-squares slope of y on f and the
+    """Below MIN_CROSS_FITTED labels, with (almost) every judged dialogue unlabelled, PPI++'s lambda is the least-squares slope of y on f and the
     estimate is the regression's prediction at the unlabelled mean of f: its standard error and t quantile
     (n - 2 degrees of freedom) must be statsmodels' se_mean of that prediction."""
     sm = pytest.importorskip("statsmodels.api")
@@ -108,6 +140,26 @@ def test_the_tuned_interval_is_the_regression_prediction_interval_of_statsmodels
     assert (float(result.ci_low), float(result.ci_high)) == pytest.approx((low, high), rel=1e-3)
 
 
+def test_each_lambda_is_tuned_without_its_own_label():
+    """Cross-fitting: changing one labelled dialogue's human score leaves its own lambda unchanged (it moves every
+    other one), so each rectified term y_i - lambda_i f_i is unbiased; the estimate moves by exactly the change / n
+    plus what the others' lambdas do."""
+    from calibration.study.estimate import cross_fitted_lambdas
+
+    rng = np.random.default_rng(9)
+    y, f = correlated(rng, 40, rho=0.6)
+    labelled = np.arange(40) < 12
+    f = f - f.mean()
+    y0, fl = np.where(labelled, y, 0.0), np.where(labelled, f, 0.0)
+    n, m, var_f = np.array([12.0]), np.array([28.0]), np.array([np.var(f, ddof=1)])
+    before = cross_fitted_lambdas(labelled, y0, fl, n, m, var_f)
+    y0[3] += 5.0
+    after = cross_fitted_lambdas(labelled, y0, fl, n, m, var_f)
+    assert after[3] == pytest.approx(before[3], rel=1e-12)
+    assert np.all(np.abs(np.delete(after - before, 3)[:11]) > 1e-6)
+    assert np.all(after[~labelled] == 0.0)
+
+
 def test_unbiased_and_covering_on_simulated_populations():
     """Superpopulation check: fresh dialogues each repetition, the interval covers the true mean 3.0."""
     rng = np.random.default_rng(4)
@@ -121,26 +173,19 @@ def test_unbiased_and_covering_on_simulated_populations():
     assert np.mean(result.ci_high - result.ci_low) < np.mean(result.human_only_ci_high - result.human_only_ci_low)
 
 
-def test_repeated_subsets_and_resamples_equal_one_at_a_time():
+def test_many_rows_and_repetitions_at_once_equal_one_at_a_time():
     rng = np.random.default_rng(7)
     y, f = correlated(rng, (4, 40), rho=0.6, scale=3.0, shift=10.0)
     y[1, 5] = np.nan  # a dialogue without a label in one row: it stays judged-only there
     f[2, 7] = np.nan  # a dialogue not judged for one row: not in that row's population
-    masks = rng.random((6, 40)) < 0.4
-    together = ppi_mean_repeated(y, f, masks.astype(float))
+    masks = rng.random((6, 1, 40)) < 0.4
+    together = ppi_mean(np.where(masks, y[None], np.nan), f[None])  # (repetitions, rows)
     for r in range(6):
-        alone = ppi_mean(np.where(masks[r], y, np.nan), f)
-        for name in ("estimate", "se", "ci_low", "ci_high", "lam", "human_only_ci_high"):
-            np.testing.assert_allclose(getattr(together, name)[r], getattr(alone, name), rtol=1e-9, atol=1e-12)
-    # Bootstrap counts: the same as the expanded (materialised) resample.
-    labelled = np.arange(40) < 15
-    counts = rng.integers(0, 3, size=(3, 40)).astype(float)
-    result = ppi_mean_repeated(y[:1], f[:1], counts * labelled, counts * ~labelled)
-    for r in range(3):
-        index = np.repeat(np.arange(40), counts[r].astype(int))
-        alone = ppi_mean(np.where(labelled[index], y[0, index], np.nan), f[0, index])
-        assert result.estimate[r, 0] == pytest.approx(float(alone.estimate))
-        assert result.se[r, 0] == pytest.approx(float(alone.se))
+        for row in range(4):
+            alone = ppi_mean(np.where(masks[r, 0], y[row], np.nan), f[row])
+            for name in ("estimate", "se", "ci_low", "ci_high", "lam", "human_only_ci_high"):
+                np.testing.assert_allclose(getattr(together, name)[r, row], getattr(alone, name), rtol=1e-9,
+                                           atol=1e-12)
 
 
 def test_all_labelled_or_constant_judge_falls_back_to_humans():
@@ -162,25 +207,29 @@ def test_paired_difference_is_the_estimator_on_differences_and_scipys_paired_t_w
 
 
 def test_against_ppi_python():
+    """The authors' cross-prediction estimator (crossppi_mean_*), given our n leave-one-out models' predictions:
+    the same point estimate; their interval is normal (z) with ddof=0 variances and the unlabelled part's variance
+    over the unlabelled dialogues only, so at n = 300 ours is theirs within 2%."""
     ppi_py = pytest.importorskip("ppi_py", reason="ppi_python (the method authors' library) is not installed")
+    from calibration.study.estimate import cross_fitted_lambdas
+
     rng = np.random.default_rng(6)
     y, f = correlated(rng, 3000, rho=0.6, scale=1.0)
     labelled = np.arange(3000) < 300
     result = ppi_mean(np.where(labelled, y, np.nan), f)
-    yl, fl, fu = y[labelled], f[labelled], f[~labelled]
-    # Same lambda: the same point estimate.
-    assert float(ppi_py.ppi_mean_pointestimate(yl, fl, fu, lam=float(result.lam))[0]) == \
-        pytest.approx(float(result.estimate))
-    # Their tuned lambda (pooled variance of f, clipped to [0, 1]) is ours up to estimation detail.
-    low, high = ppi_py.ppi_mean_ci(yl, fl, fu, alpha=0.05)
-    theirs = ppi_py.ppi_mean_pointestimate(yl, fl, fu)
-    assert float(theirs[0]) == pytest.approx(float(result.estimate), abs=0.01)
-    # Their interval is normal (z) with ddof=0 standard deviations; at n=300 it is ours within 2%.
+    centred = f - f.mean()
+    y0, fl = np.where(labelled, y - y[labelled].mean(), 0.0), np.where(labelled, centred, 0.0)
+    lams = cross_fitted_lambdas(labelled, y0, fl, np.array([300.0]), np.array([2700.0]),
+                                np.array([np.var(centred, ddof=1)]))[labelled]
+    yl, fl, fu = y[labelled], centred[labelled], centred[~labelled]
+    predictions, unlabelled = lams * fl, fu[:, None] * lams[None, :]  # model i: lambda_i f
+    assert float(ppi_py.crossppi_mean_pointestimate(yl, predictions, unlabelled)[0]) == \
+        pytest.approx(float(result.estimate), rel=1e-9)
+    low, high = ppi_py.crossppi_mean_ci(yl, predictions, unlabelled, alpha=0.05)
     z = stats.norm.ppf(0.975)
     assert float(high[0] - low[0]) / 2 / z == pytest.approx(float(result.se), rel=0.02)
+    assert float(result.lam) == pytest.approx(lams.mean())
 
-
-# -- the CLI ------------------------------------------------------------------------------------------------------
 
 
 def run_cli(*args):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from calibration.alignment import expand_all_criteria
-from calibration.study.estimate import pair_indices, ppi_mean, ppi_mean_repeated, study_matrices
+from calibration.study.estimate import pair_indices, ppi_mean, study_matrices
 from calibration.humans import aggregate_humans
 from calibration.io import load_human_labels, load_judge_scores
 
@@ -47,7 +47,7 @@ def coverage(human, judge, n_labelled, seed):
     """Per row: share of repetitions whose interval covers the all-labels mean; mean width ratio; human-only cover."""
     target = np.nanmean(human, axis=-1)
     masks = label_masks(np.random.default_rng(seed), human.shape[-1], n_labelled)
-    result = ppi_mean_repeated(human, judge, masks)
+    result = ppi_mean(np.where(masks[:, None, :] > 0, human[None], np.nan), judge[None])  # (R, rows)
     covered = (result.ci_low <= target) & (target <= result.ci_high)
     human_covered = (result.human_only_ci_low <= target) & (target <= result.human_only_ci_high)
     ratio = (result.ci_high - result.ci_low).mean(axis=0) / \

@@ -39,10 +39,10 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
     does (within n_judged for PPI, MAX_DIALOGUES otherwise).
 
     With `rho` and `n_judged`, the prediction-powered count (humans label n of the n_judged judged dialogues),
-    priced as estimate.py computes it: below MIN_TUNED labels the judge is not used, and from there lambda costs
-    a degree of freedom.
+    priced as estimate.py computes it: below MIN_TUNED labels the judge is not used, from there lambda costs a
+    degree of freedom, and from MIN_CROSS_FITTED on (cross-fitted) it costs none.
     """
-    from .estimate import MIN_LABELLED, MIN_TUNED
+    from .estimate import MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED
 
     if not np.isfinite(effect) or effect == 0.0:
         return None
@@ -54,9 +54,10 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
         if rho is None or n < MIN_TUNED:
             return bool(paired_power(effect, n, alpha) >= power)
         # lambda's own error adds about (1 - rho^2) / (n - 1) of the residual variance (the expected leverage of
-        # the unlabelled mean, E[(mean_U f - mean_L f)^2 / S_ff] ~ 1 / (n (n - 1))).
+        # the unlabelled mean, E[(mean_U f - mean_L f)^2 / S_ff] ~ 1 / (n (n - 1)); cross-fitted, the noise of
+        # each dialogue's lambda adds about as much).
         share = 1.0 - rho * rho * (n_judged - n) / n_judged + (1.0 - rho * rho) / (n - 1)
-        return bool(paired_power(effect, n, alpha, share, df_spent=2) >= power)
+        return bool(paired_power(effect, n, alpha, share, df_spent=1 if n >= MIN_CROSS_FITTED else 2) >= power)
 
     # Power grows with n (more dialogues, more degrees of freedom, less variance left): bisect.
     if limit < MIN_LABELLED or not reaches(limit):
