@@ -277,11 +277,17 @@ class Dialogues:
         spread = (high - low) / (2 * stats.norm.ppf(0.5 + self.confidence / 2)) if np.isfinite(high) else 0.0
         return (value, *widened_share(value, low, high, spread, n, used, self.confidence, "wilson"))
 
-    def interval(self, replicates: np.ndarray) -> tuple[float, float]:
+    def interval(self, replicates: np.ndarray, spent: int = 0) -> tuple[float, float]:
+        """The expanded percentile interval; `spent`: parameters estimated beside the statistic from the same
+        dialogues (each takes a degree of freedom from the expansion)."""
         replicates = replicates[np.isfinite(replicates)]
         if replicates.size < 2:
             return math.nan, math.nan
-        low, high = np.percentile(replicates, [self.tail, 100.0 - self.tail])
+        n = len(self.ids) - spent
+        tail = self.tail if not spent else expanded_tail(self.confidence, n) if n >= 2 else math.nan
+        if not np.isfinite(tail):
+            return math.nan, math.nan
+        low, high = np.percentile(replicates, [tail, 100.0 - tail])
         return float(low), float(high)
 
 
@@ -396,7 +402,10 @@ class Gain:
             return math.nan, math.nan, math.nan, WEAK_NOTE.format(x=covariate)
         _, b = self.solve()
         _, b_all = self.solve(counts)
-        return (float(b[0]), *self.boot.interval(b_all), "")
+        # b is estimated with the gain g from the same dialogues: one degree of freedom goes to g. With the plain
+        # expansion the own-system excess covered 0.91-0.93 at 10-20 dialogues and was flagged in 6.7-8.7% of
+        # audits with nothing planted.
+        return (float(b[0]), *self.boot.interval(b_all, spent=1), "")
 
 
 def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
