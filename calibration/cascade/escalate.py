@@ -51,7 +51,7 @@ DECISION_COLUMNS = ["item_id", "system", "criterion", "decided_by", "verdict", "
 THRESHOLD_COLUMNS = ["criterion", "judge", "signal", "threshold", "calibration_decided", "agreement",
                      "agreement_bound", "unlabelled_decided", "unlabelled_share"]
 PATH_STEPS = 40
-EXCHANGEABILITY = ("the labelled cells must be a random sample of the cells decided (exchangeable with them): the "
+EXCHANGEABILITY = ("that the labelled cells are a random sample of the cells decided (exchangeable with them): the "
                    "guarantee is over the draw of the calibration set, for cells drawn like it, not a promise about "
                    "any one small batch")
 
@@ -316,6 +316,7 @@ class EscalateResult(Result):
     judges: list[str]
     agreement: dict[str, str]  # criterion -> how agreement was defined there
     plan: pd.DataFrame | None = None
+    seed: int = 0
     warnings: list[str] = field(default_factory=list)
 
     def decisions_csv(self) -> str:
@@ -329,8 +330,18 @@ class EscalateResult(Result):
         out = {"decisions.csv": self.decisions_csv(), "thresholds.csv": self.thresholds.to_csv(index=False),
                "path.csv": self.path.to_csv(index=False), "risk_coverage.csv": self.risk_coverage.to_csv(index=False),
                "signals.csv": self.signals.to_csv(index=False), "cost.csv": self.cost.to_csv(index=False)}
-        if self.plan is not None:
-            out["plan.csv"] = self.plan.to_csv(index=False)
+        if self.plan is not None and len(self.plan):
+            import hashlib
+            import json
+
+            text = self.plan.to_csv(index=False)
+            out["plan.csv"] = text
+            out["plan.json"] = json.dumps({
+                "version": 1, "made_by": "judge escalate", "unit": "dialogue",
+                "random_dialogues": int((self.plan["part"] == "random").sum()), "seed": self.seed,
+                "plan_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                "note": "targeted: dialogues with a cell escalated to humans; random: a uniform draw of the "
+                        "dialogues with unlabelled cells (only this part may enter judge estimate)"}, indent=1) + "\n"
         return out
 
     def coverage(self, criterion: str | None = None) -> float:
@@ -619,7 +630,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     return EscalateResult(decisions_frame, pd.DataFrame(threshold_rows, columns=THRESHOLD_COLUMNS),
                           pd.concat(paths, ignore_index=True), pd.concat(curves, ignore_index=True),
                           pd.DataFrame(signal_rows), cost, alpha, delta, float(tolerance), names, agreement, plan,
-                          warnings)
+                          seed, warnings)
 
 
 def _risk_coverage(conf: np.ndarray, agree: np.ndarray, criterion: str, judge: str, signal: str,
