@@ -550,9 +550,11 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
         if kind == "categorical" and labels.loc[labels["criterion"] == criterion, "label"].isna().all() and \
                 labels.loc[labels["criterion"] == criterion, "score"].notna().any():
             warnings.append(f"{criterion}: the judges give labels and the humans numbers: compared as text")
-        is_cal = np.array([(i, s, criterion) in labelled_cells for i, s in zip(cells["item_id"], cells["system"])])
-        is_cal &= human_side.map(lambda h: h is not None).to_numpy()
-        labelled_here = np.array([(i, s, criterion) in labelled_cells for i, s in zip(cells["item_id"], cells["system"])])
+        # A cell is labelled when the humans labelled it, or (pairwise) labelled both of its systems on that item.
+        labelled_here = np.array([(i, s, criterion) in labelled_cells or (
+            isinstance(s1, str) and (i, s1, criterion) in labelled_cells and (i, s2, criterion) in labelled_cells)
+            for i, s, s1, s2 in zip(cells["item_id"], cells["system"], cells["system_1"], cells["system_2"])])
+        is_cal = labelled_here & human_side.map(lambda h: h is not None).to_numpy()
         conf = np.full((len(cells), len(names)), np.nan)
         agree = np.zeros((len(cells), len(names)), bool)
         for k, n in enumerate(names):
