@@ -134,8 +134,13 @@ def test_the_printed_numbers_are_the_calibration_cells_own(example):
     mine = [k for k in mine if small_conf[k] < example.thresholds.set_index("judge").loc["small", "threshold"]]
     agree = np.mean([abs(large.loc[k, "score"] - labels[k]) <= 0.5 for k in mine])
     assert row["calibration_decided"] == len(mine) and row["agreement"] == pytest.approx(agree)
-    cascade = example.thresholds.set_index("judge").loc["cascade"]
+    assert "betting over 60 labelled dialogues" in example.text()  # labels on whole dialogues: dialogues are units
+    assert np.isnan(example.thresholds["agreement_bound"]).all()  # a bound over cells would assume them independent
+    assert example.path.loc[example.path["chosen"], "p_value"].iloc[0] <= 0.1
+    cells = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, units="cells")
+    cascade = cells.thresholds.set_index("judge").loc["cascade"]
     assert cascade["agreement_bound"] >= 0.8  # what was tested: the cascade's bound clears 1 - alpha
+    assert "exact binomial over 180 labelled cells" in cells.text()
     assert "exchangeable" in example.text() and "0.9 over the draw of the calibration set" in example.text()
 
 

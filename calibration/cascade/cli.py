@@ -30,9 +30,10 @@ examples:
 the guarantee (per criterion): with probability >= 1 - delta over the draw of the calibration set (the cells with
 human labels), the verdicts the cascade accepts, whichever judge gave them, agree with humans at >= 1 - alpha, for
 cells drawn like the calibration cells (the labels must be a random sample of the judged cells). One fixed-sequence
-exact binomial test runs along a path through all judges' thresholds fixed from the unlabelled cells' confidences
+test runs along a path through all judges' thresholds fixed from the unlabelled cells' confidences
 (at step q every judge accepts at most its q most confident share), so the guarantee holds for the cascade, not
-judge by judge. Too few labels for alpha and delta (even no disagreement could not pass): refused, saying how many.
+judge by judge: exact binomial over cells, or a betting test over dialogues when labels come in whole dialogues
+(--units; cells of one dialogue are not independent). Too few labels for alpha and delta (even no disagreement could not pass): refused, saying how many.
 agreement: Likert, within --tolerance points of the human mean (default 0.5); categorical, the human majority label;
 pairwise, the human majority verdict (ties and abstentions are verdicts, and can be wrong).
 confidence (--signal, default: the first the file records): probs (the verdict's probability, --logprobs), samples
@@ -72,6 +73,10 @@ def register(sub) -> None:
     parser.add_argument("--signal", action="append", metavar="[NAME=]SIGNAL",
                         help="the confidence of a judge (or of all): probs, samples, order, jury or none "
                              "(default: the first its file records, in that order)")
+    parser.add_argument("--units", choices=["auto", "cells", "dialogues"], default="auto",
+                        help="what was drawn at random for labelling: dialogues (tested by betting over dialogues)"
+                             " or single cells (exact binomial); auto: dialogues when one has several "
+                             "labelled cells")
     parser.add_argument("--steps", type=_steps, default=40, metavar="N",
                         help="steps of the path from strict to loose (default 40)")
     parser.add_argument("--random-dialogues", type=_whole, default=0, metavar="N",
@@ -109,7 +114,7 @@ def run_escalate(args) -> int:
         # --output is checked before any work, and written by run_verb's caller only once every check passed
         check_writable(args.output, inputs=inputs, what="--output", page=False)
         result = escalate(args.human, list(args.judge), alpha=args.alpha, delta=args.delta, criteria=args.criteria,
-                          tolerance=args.tolerance, signal=signal, scale=args.scale, failure_value=args.failure_value,
+                          tolerance=args.tolerance, signal=signal, units=args.units, scale=args.scale, failure_value=args.failure_value,
                           steps=args.steps, random_dialogues=args.random_dialogues, seed=args.seed)
         written["result"] = result
         return result
