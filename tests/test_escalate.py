@@ -402,3 +402,21 @@ def test_no_confident_verdict_sends_everything_to_humans():
     result = calibration.escalate(labels, {"coin": judge}, alpha=0.1, delta=0.1)
     assert (result.decisions["decided_by"] == "human").all() and len(result.decisions) == 150
     assert any("no confident verdict could be guaranteed" in w for w in result.warnings)
+
+
+def test_the_function_prints_and_writes_what_the_cli_does(tmp_path, capsys, example):
+    code, out = _run(tmp_path, capsys, [])
+    assert code == 0 and out.out == example.text()
+    example.write(tmp_path / "api")
+    for name in example.files():
+        assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "out" / name).read_bytes(), name
+    assert (tmp_path / "decisions.csv").read_bytes() == (tmp_path / "api" / "decisions.csv").read_bytes()
+
+
+def test_a_judgments_frame_goes_in_as_its_file_does(example):
+    import judge
+
+    frames = {name: judge.judgments_frame(path) for name, path in JUDGES.items()}
+    from_frames = calibration.escalate(LABELS, frames, alpha=0.2, delta=0.1)
+    assert from_frames.decisions_csv() == example.decisions_csv()
+    assert from_frames.thresholds.equals(example.thresholds)
