@@ -143,7 +143,7 @@ def table(rows) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few settings (for the tests)")
-    parser.add_argument("--draws", type=int, default=None, help="calibration draws per setting (default 300, quick 200)")
+    parser.add_argument("--draws", type=int, default=None, help="draws per setting (default 300, quick 200)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     draws = args.draws or (200 if args.quick else 300)

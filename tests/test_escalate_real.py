@@ -174,7 +174,8 @@ def test_dialsummeval_metrics_as_a_cascade_of_pairwise_judges_hold_the_guarantee
         single = [_failure_rate(conf[:, [k]], agree[:, [k]], pool, n_cal, alpha, delta,
                                 np.random.default_rng(k), draws=100)[1] for k in range(len(metrics))]
         print(f"DialSummEval consistency n_cal={n_cal}: cascade failure rate {rate:.3f}, coverage {coverage:.3f}; "
-              f"{dialogues} dialogues drawn whole, tested by dialogue: {clustered:.3f}, {clustered_coverage:.3f} (binomial over "
+              f"{dialogues} dialogues drawn whole, tested by dialogue: {clustered:.3f}, {clustered_coverage:.3f} "
+              "(binomial over "
               f"their cells: failure rate {naive:.3f}); each metric alone covers "
               + ", ".join(f"{m} {c:.3f}" for m, c in zip(metrics, single)))
         assert rate <= delta + _allowance(delta)

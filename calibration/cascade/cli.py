@@ -115,7 +115,8 @@ def run_escalate(args) -> int:
         # --output is checked before any work, and written by run_verb's caller only once every check passed
         check_writable(args.output, inputs=inputs, what="--output", page=False)
         result = escalate(args.human, list(args.judge), alpha=args.alpha, delta=args.delta, criteria=args.criteria,
-                          tolerance=args.tolerance, signal=signal, units=args.units, scale=args.scale, failure_value=args.failure_value,
+                          tolerance=args.tolerance, signal=signal, units=args.units, scale=args.scale,
+                          failure_value=args.failure_value,
                           steps=args.steps, random_dialogues=args.random_dialogues, seed=args.seed)
         written["result"] = result
         return result

@@ -314,7 +314,7 @@ def available_signals(frame: pd.DataFrame, kind: str, judges: int) -> list[str]:
     return found + ["none"]
 
 
-# -- the human side -----------------------------------------------------------------------------------------------------
+# -- the human side ------------------------------------------------------------------------------------------------
 
 
 def _modal(values: pd.Series) -> frozenset:
@@ -337,7 +337,8 @@ def human_verdicts(labels: pd.DataFrame, criterion: str, kind: str, cells: pd.Da
     if kind == "pairwise":
         means = part[part["score"].notna() & part["label"].isna()].groupby(["item_id", "system"])["score"].mean()
         for i, row in enumerate(cells.itertuples(index=False)):
-            if out[i] is None and (row.item_id, row.system_1) in means.index and (row.item_id, row.system_2) in means.index:
+            if out[i] is None and (row.item_id, row.system_1) in means.index \
+                    and (row.item_id, row.system_2) in means.index:
                 a, b = means[(row.item_id, row.system_1)], means[(row.item_id, row.system_2)]
                 out[i] = frozenset({"1" if a > b else "2" if b > a else "0"})
     return pd.Series(out, index=cells.index, dtype=object)
@@ -419,7 +420,8 @@ class EscalateResult(Result):
                     if row.judge not in ("cascade", HUMAN) else ""
                 agree = "" if not np.isfinite(row.agreement) else f"  agreement {row.agreement:.3f}"
                 bound = "" if not np.isfinite(row.agreement_bound) else f" (>= {row.agreement_bound:.3f})"
-                lines.append(f"  {row.judge:<14} {row.signal:<8} {threshold:<14} calibration {row.calibration_decided:>5}"
+                lines.append(f"  {row.judge:<14} {row.signal:<8} {threshold:<14} calibration "
+                             f"{row.calibration_decided:>5}"
                              f"{agree}{bound}  unlabelled {row.unlabelled_decided:>6} ({row.unlabelled_share:.1%})")
         if not self.cost.empty and self.cost["tokens"].notna().any():
             lines.append("\nCost (tokens on the unlabelled cells): " + "; ".join(
@@ -505,8 +507,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
 
     >>> import calibration
     >>> result = calibration.escalate("examples/escalate/labels.csv",
-    ...                               {"small": "examples/escalate/small.jsonl", "large": "examples/escalate/large.jsonl"},
-    ...                               alpha=0.2, delta=0.1)
+    ...     {"small": "examples/escalate/small.jsonl", "large": "examples/escalate/large.jsonl"}, alpha=0.2, delta=0.1)
     >>> sorted(set(result.decisions["decided_by"])) <= ["human", "large", "small"]
     True
     """
@@ -700,10 +701,12 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                 values = np.array([_confidence(row, verdicts[n][i], kind, s, tolerance,
                                                [verdicts[o][i] for o in names if o != n])
                                    for i, row in enumerate(rows[n].itertuples(index=False))])
-                signal_rows.append(_signal_row(values[is_cal], agree[is_cal, k], criterion, n, s, s == chosen_signal[n]))
+                signal_rows.append(_signal_row(values[is_cal], agree[is_cal, k], criterion, n, s,
+                                               s == chosen_signal[n]))
         cost_rows += _cost(token_maps, names, cells, criterion, pool, first, chosen_signal)
     decisions_frame = pd.DataFrame(decisions, columns=DECISION_COLUMNS)
-    decisions_frame = decisions_frame.sort_values(["criterion", "item_id", "system"], kind="stable").reset_index(drop=True)
+    decisions_frame = decisions_frame.sort_values(["criterion", "item_id", "system"], kind="stable")
+    decisions_frame = decisions_frame.reset_index(drop=True)
     cost = _cost_table(cost_rows)
     plan = _plan(decisions_frame, random_dialogues, seed)
     return EscalateResult(decisions_frame, pd.DataFrame(threshold_rows, columns=THRESHOLD_COLUMNS),
@@ -743,7 +746,8 @@ def _signal_row(conf, agree, criterion, judge, signal, used) -> dict:
         ranks = rankdata(c)
         auc = (ranks[a].sum() - pos * (pos + 1) / 2) / (pos * neg)
     return {"criterion": criterion, "judge": judge, "signal": signal, "used": used, "n": int(finite.sum()),
-            "agreement": float(a.mean()) if len(a) else np.nan, "auroc": float(auc), "distinct_values": len(np.unique(c))}
+            "agreement": float(a.mean()) if len(a) else np.nan, "auroc": float(auc),
+            "distinct_values": len(np.unique(c))}
 
 
 def _cost(token_maps, names, cells, criterion, pool, first, chosen_signal) -> list[dict]:
@@ -768,7 +772,8 @@ def _cost_table(rows: list[dict]) -> pd.DataFrame:
         return pd.DataFrame(columns=["what", "cells_run", "tokens"])
     frame = pd.DataFrame(rows).groupby("judge", sort=False).sum(min_count=1).reset_index()
     out = [{"what": f"judge {r.judge}", "cells_run": int(r.cells_run), "tokens": r.tokens} for r in frame.itertuples()]
-    out.append({"what": "cascade", "cells_run": int(frame["cells_run"].sum()), "tokens": frame["tokens"].sum(min_count=1)})
+    out.append({"what": "cascade", "cells_run": int(frame["cells_run"].sum()),
+                "tokens": frame["tokens"].sum(min_count=1)})
     last = frame.iloc[-1]
     out.append({"what": f"strongest ({last['judge']}) alone", "cells_run": int(last["pool"]),
                 "tokens": last["tokens_alone"]})
