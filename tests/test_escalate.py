@@ -146,10 +146,17 @@ def test_the_printed_numbers_are_the_calibration_cells_own(example):
 
 def test_tokens_are_counted_against_the_strongest_judge_alone(example):
     cost = example.cost.set_index("what")
-    reach_large = int((example.decisions["decided_by"] != "small").sum())
-    assert cost.loc["judge large", "cells_run"] == reach_large
-    assert cost.loc["strongest (large) alone", "tokens"] == pytest.approx(len(example.decisions) * 904)
-    assert cost.loc["cascade", "tokens"] == pytest.approx(len(example.decisions) * 312 + reach_large * 904)
+    cells = len(example.decisions)
+    # without --path-cells every unlabelled cell fixes the path, so the large judge runs on all of them: no saving
+    assert cost.loc["judge large", "cells_run"] == cells
+    assert cost.loc["strongest (large) alone", "tokens"] == pytest.approx(cells * 904)
+    assert cost.loc["cascade", "tokens"] == pytest.approx(cells * 312 + cells * 904)
+    sampled = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, path_cells=60)
+    cost = sampled.cost.set_index("what")
+    reach = int((sampled.decisions["decided_by"] != "small").sum())
+    run = cost.loc["judge large", "cells_run"]
+    assert max(reach, 60) <= run <= reach + 60 < cells
+    assert cost.loc["cascade", "tokens"] == pytest.approx(cells * 312 + run * 904)
 
 
 # -- agreement per scale ----------------------------------------------------------------------------------------
@@ -420,3 +427,29 @@ def test_a_judgments_frame_goes_in_as_its_file_does(example):
     from_frames = calibration.escalate(LABELS, frames, alpha=0.2, delta=0.1)
     assert from_frames.decisions_csv() == example.decisions_csv()
     assert from_frames.thresholds.equals(example.thresholds)
+
+
+def test_a_cascade_run_in_rounds_ends_with_the_decisions_of_a_full_run(tmp_path):
+    """The cheap judge judges everything, the large one only the labelled cells at first; each round the large one
+    judges what pending.csv lists for it; with --path-cells the thresholds settle, and the decisions are the full
+    run's, while the large judge never judged the cells the small one kept."""
+    (tmp_path / "toy.yaml").write_bytes((EXAMPLE / "toy.yaml").read_bytes())
+    lines = JUDGES["large"].read_text(encoding="utf-8").splitlines(keepends=True)
+    key = lambda line: tuple(pd.read_json(__import__("io").StringIO(line), lines=True).iloc[0][["id", "system"]])  # noqa: E731
+    keys = [key(line) for line in lines]
+    labels = pd.read_csv(LABELS)
+    have = set(zip(labels["item_id"], labels["system"]))
+    full = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, path_cells=60)
+    assert full.pending.empty
+    for _ in range(5):
+        (tmp_path / "large.jsonl").write_text("".join(l for l, k in zip(lines, keys) if k in have), encoding="utf-8")
+        result = calibration.escalate(LABELS, {"small": JUDGES["small"], "large": tmp_path / "large.jsonl"},
+                                      alpha=0.2, delta=0.1, path_cells=60)
+        if result.pending.empty:
+            break
+        assert set(result.pending["judge"]) == {"large"}
+        have |= set(zip(result.pending["item_id"], result.pending["system"]))
+    assert result.pending.empty and result.decisions_csv() == full.decisions_csv()
+    kept_by_small = set(zip(*[full.decisions.loc[full.decisions["decided_by"] == "small", c]
+                              for c in ("item_id", "system")]))
+    assert len(have) < len(keys) and len(kept_by_small - have) > 50  # the large judge was spared these

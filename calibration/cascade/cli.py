@@ -41,7 +41,8 @@ confidence (--signal, default: the first the file records): probs (the verdict's
 (share of --samples agreeing), order (pairwise: both orders agree), jury (share of the other judges agreeing), none.
 writes: --output DECISIONS.csv item_id,system,criterion,decided_by,verdict,confidence (one row per unlabelled cell;
 decided_by = a judge NAME or human); with --output-dir: decisions.csv, thresholds.csv, path.csv (every step tested),
-risk_coverage.csv, signals.csv, cost.csv, and plan.csv + plan.json (the dialogues with a cell for humans, part
+risk_coverage.csv, signals.csv, cost.csv, pending.csv (cells a judge must still judge: a cascade in rounds),
+and plan.csv + plan.json (the dialogues with a cell for humans, part
 targeted; --random-dialogues N adds a uniform random part) for `judge export --plan DIR`.
 exit: 0 done, 2 bad input (nothing written).
 """
@@ -80,6 +81,9 @@ def register(sub) -> None:
                              "labelled cells")
     parser.add_argument("--steps", type=_steps, default=40, metavar="N",
                         help="steps of the path from strict to loose (default 40)")
+    parser.add_argument("--path-cells", type=_steps, metavar="N",
+                        help="fix the path from a seeded sample of N unlabelled cells (default: all): a later judge "
+                             "then needs only those, the labelled cells and the cells pending.csv lists for it")
     parser.add_argument("--random-dialogues", type=_whole, default=0, metavar="N",
                         help="add N dialogues drawn uniformly at random to plan.csv (its random part)")
     parser.add_argument("--seed", type=seed_type, default=0, help="seed of the random part of the plan (default 0)")
@@ -117,7 +121,7 @@ def run_escalate(args) -> int:
         result = escalate(args.human, list(args.judge), alpha=args.alpha, delta=args.delta, criteria=args.criteria,
                           tolerance=args.tolerance, signal=signal, units=args.units, scale=args.scale,
                           failure_value=args.failure_value,
-                          steps=args.steps, random_dialogues=args.random_dialogues, seed=args.seed)
+                          steps=args.steps, path_cells=args.path_cells, random_dialogues=args.random_dialogues, seed=args.seed)
         written["result"] = result
         return result
 

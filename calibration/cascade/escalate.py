@@ -375,6 +375,9 @@ class EscalateResult(Result):
     plan: pd.DataFrame | None = None
     seed: int = 0
     tests: dict[str, str] = field(default_factory=dict)  # criterion -> the test used
+    # cells every judge before `judge` escalated but `judge` has not judged: what to run it on next
+    pending: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["item_id", "system", "criterion",
+                                                                                "judge"]))
     warnings: list[str] = field(default_factory=list)
 
     def decisions_csv(self) -> str:
@@ -387,7 +390,8 @@ class EscalateResult(Result):
     def files(self) -> dict[str, str]:
         out = {"decisions.csv": self.decisions_csv(), "thresholds.csv": self.thresholds.to_csv(index=False),
                "path.csv": self.path.to_csv(index=False), "risk_coverage.csv": self.risk_coverage.to_csv(index=False),
-               "signals.csv": self.signals.to_csv(index=False), "cost.csv": self.cost.to_csv(index=False)}
+               "signals.csv": self.signals.to_csv(index=False), "cost.csv": self.cost.to_csv(index=False),
+               "pending.csv": self.pending.to_csv(index=False)}
         if self.plan is not None and len(self.plan):
             import hashlib
             import json
@@ -423,6 +427,9 @@ class EscalateResult(Result):
                 lines.append(f"  {row.judge:<14} {row.signal:<8} {threshold:<14} calibration "
                              f"{row.calibration_decided:>5}"
                              f"{agree}{bound}  unlabelled {row.unlabelled_decided:>6} ({row.unlabelled_share:.1%})")
+        if len(self.pending):
+            lines.append("\nNot judged yet by the judge whose turn it is (pending.csv; run it on them, then again): "
+                         + "; ".join(f"{j} {c}" for j, c in self.pending.groupby("judge", sort=False).size().items()))
         if not self.cost.empty and self.cost["tokens"].notna().any():
             lines.append("\nCost (tokens on the unlabelled cells): " + "; ".join(
                 f"{r.what} {r.tokens:,.0f}" for r in self.cost.itertuples() if pd.notna(r.tokens)))
@@ -500,7 +507,7 @@ def _tokens(source) -> dict[tuple, float]:
 
 def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolerance: float = 0.5, signal=None,
              units: str = "auto", scale=None, failure_value: float | None = None, steps: int = PATH_STEPS,
-             random_dialogues: int = 0, seed: int = 0) -> EscalateResult:
+             path_cells: int | None = None, random_dialogues: int = 0, seed: int = 0) -> EscalateResult:
     """Decide every unlabelled cell of the judges' files (name -> path or DataFrame, cheapest first) by a cascade
     whose accepted verdicts agree with the human labels (`human`: the calibration set) at >= 1 - alpha with
     probability >= 1 - delta.
@@ -520,6 +527,8 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
         raise CalibrationError(must_be("--tolerance", "a number of score points >= 0", tolerance))
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise CalibrationError(must_be("--steps", "a positive whole number", steps))
+    if path_cells is not None and (isinstance(path_cells, bool) or not isinstance(path_cells, int) or path_cells < 1):
+        raise CalibrationError(must_be("--path-cells", "a positive whole number", path_cells))
     if isinstance(random_dialogues, bool) or not isinstance(random_dialogues, int) or random_dialogues < 0:
         raise CalibrationError(must_be("--random-dialogues", "a whole number of at least 0", random_dialogues))
     seed = seed_option(seed)
@@ -572,7 +581,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
         raise CalibrationError(f"--criteria {unknown[0]!r} is not judged by any judge (they judge {', '.join(judged)})")
     labelled_cells = set(lab_cells)
     decisions, threshold_rows, paths, curves, signal_rows, cost_rows, agreement = [], [], [], [], [], [], {}
-    tests = {}
+    tests, pending = {}, []
     token_maps = {n: _tokens(s) for n, s in listed}
     for criterion in wanted:
         parts = {n: f[f["criterion"] == criterion] for n, f in frames.items()}
@@ -651,13 +660,40 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                     "cells were drawn one by one")
         else:
             tests[criterion] = f"exact binomial over {n_cal} labelled cells"
-        fit = fit_cascade(conf[is_cal], agree[is_cal], conf[pool], alpha, delta, steps,
+        path_pool = np.flatnonzero(pool)
+        if path_cells is not None and path_cells < len(path_pool):
+            # a seeded sample of the unlabelled cells fixes the path: a later judge needs to judge only these, the
+            # labelled cells and what reaches it, and the thresholds stay the same when it has judged the rest
+            path_pool = np.sort(np.random.default_rng([seed, path_cells]).choice(path_pool, path_cells, replace=False))
+        lacking = {n: int(np.isnan(conf[path_pool, k]).sum()) for k, n in enumerate(names)}
+        lacking = {n: c for n, c in lacking.items() if c > 0.1 * len(path_pool)}
+        if lacking:
+            warnings.append(f"{criterion}: " + ", ".join(f"{n} has no verdict on {c} of the {len(path_pool)} cells "
+                                                         "that fix the path" for n, c in lacking.items())
+                            + ": its thresholds are set as if it would not accept them (judge them for coverage)")
+        fit = fit_cascade(conf[is_cal], agree[is_cal], conf[path_pool], alpha, delta, steps,
                           groups=groups if by_dialogue else None)
         first = decide(conf, fit.thresholds)
         agreement[criterion] = {"likert": f"the verdict within {tolerance:g} points of the human mean",
                                 "categorical": "the human majority label (on a tie, one of the tied labels)",
                                 "pairwise": "the human majority verdict for the pair, tie (0) included, or the one "
                                             "the human means give"}[kind]
+        # A cascade run in rounds: each judge must judge the cells that fix the path (first), then the cells every
+        # judge before it escalated; what it has not judged yet is pending (run it on them, then escalate again: the
+        # thresholds depend on the labelled and the path's cells only, so they settle once those are judged).
+        judged = np.column_stack([rows[n]["status"].notna().to_numpy() for n in names])
+        waiting = set()
+        for j, n in enumerate(names):
+            waiting |= {(i, n) for i in path_pool if not judged[i, j]}
+        if not waiting:  # the thresholds are final only once every judge has judged the path's cells
+            for i in np.nonzero(pool)[0]:
+                if first[i] < 0:
+                    j = next((j for j in range(len(names)) if not judged[i, j]), None)
+                    if j is not None:
+                        waiting.add((i, names[j]))
+        for i, n in sorted(waiting, key=lambda w: (names.index(w[1]), w[0])):
+            pending.append({"item_id": cells["item_id"].iloc[i], "system": cells["system"].iloc[i],
+                            "criterion": criterion, "judge": n})
         for i in np.nonzero(pool)[0]:
             k = first[i]
             decisions.append({"item_id": cells["item_id"].iloc[i], "system": cells["system"].iloc[i],
@@ -703,7 +739,9 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                                    for i, row in enumerate(rows[n].itertuples(index=False))])
                 signal_rows.append(_signal_row(values[is_cal], agree[is_cal, k], criterion, n, s,
                                                s == chosen_signal[n]))
-        cost_rows += _cost(token_maps, names, cells, criterion, pool, first, chosen_signal)
+        in_path = np.zeros(len(cells), bool)
+        in_path[path_pool] = True
+        cost_rows += _cost(token_maps, names, cells, criterion, pool, first, chosen_signal, in_path)
     decisions_frame = pd.DataFrame(decisions, columns=DECISION_COLUMNS)
     decisions_frame = decisions_frame.sort_values(["criterion", "item_id", "system"], kind="stable")
     decisions_frame = decisions_frame.reset_index(drop=True)
@@ -712,7 +750,8 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     return EscalateResult(decisions_frame, pd.DataFrame(threshold_rows, columns=THRESHOLD_COLUMNS),
                           pd.concat(paths, ignore_index=True), pd.concat(curves, ignore_index=True),
                           pd.DataFrame(signal_rows), cost, alpha, delta, float(tolerance), names, agreement, plan,
-                          seed, tests, warnings)
+                          seed, tests, pd.DataFrame(pending, columns=["item_id", "system", "criterion", "judge"]),
+                          warnings)
 
 
 def _risk_coverage(conf: np.ndarray, agree: np.ndarray, criterion: str, judge: str, signal: str,
@@ -750,15 +789,16 @@ def _signal_row(conf, agree, criterion, judge, signal, used) -> dict:
             "distinct_values": len(np.unique(c))}
 
 
-def _cost(token_maps, names, cells, criterion, pool, first, chosen_signal) -> list[dict]:
-    """Tokens on the unlabelled cells: each judge runs on the cells that reach it (every cell if a jury signal is
-    used), against the strongest (last) judge alone."""
+def _cost(token_maps, names, cells, criterion, pool, first, chosen_signal, in_path) -> list[dict]:
+    """Tokens on the unlabelled cells: each judge runs on the cells that fix the path (every unlabelled cell unless
+    --path-cells) and on those that reach it (every cell if a jury signal is used), against the strongest (last)
+    judge alone."""
     rows = []
     jury = any(s == "jury" for s in chosen_signal.values())
     keys = [(i, s, criterion) for i, s in zip(cells["item_id"], cells["system"])]
     for k, n in enumerate(names):
         tokens = token_maps[n]
-        reach = pool & ((first < 0) | (first >= k)) if not jury else pool
+        reach = pool & ((first < 0) | (first >= k) | in_path) if not jury else pool
         values = [tokens.get(keys[i]) for i in np.nonzero(reach)[0]]
         alone = [tokens.get(keys[i]) for i in np.nonzero(pool)[0]]
         rows.append({"judge": n, "cells_run": int(reach.sum()), "pool": int(pool.sum()),
