@@ -453,3 +453,25 @@ def test_a_cascade_run_in_rounds_ends_with_the_decisions_of_a_full_run(tmp_path)
     kept_by_small = set(zip(*[full.decisions.loc[full.decisions["decided_by"] == "small", c]
                               for c in ("item_id", "system")]))
     assert len(have) < len(keys) and len(kept_by_small - have) > 50  # the large judge was spared these
+
+
+# (what a script passes, the message): the same wording as the CLI's, before any file is read
+OPTION_ROWS = [
+    ({"alpha": 1.0}, "--alpha must be between 0 and 1 (both excluded), got 1.0"),
+    ({"delta": 0}, "--delta must be between 0 and 1 (both excluded), got 0"),
+    ({"alpha": True}, "--alpha must be between 0 and 1 (both excluded), got True"),
+    ({"tolerance": -1}, "--tolerance must be a number of score points >= 0, got -1"),
+    ({"units": "rows"}, "--units must be one of auto, cells, dialogues, got 'rows'"),
+    ({"signal": "magic"}, "--signal must be one of probs, samples, order, jury, none (or NAME=SIGNAL), got 'magic'"),
+    ({"signal": "tiny=probs"}, "--signal names judge 'tiny', which is not among --judge (small, large)"),
+    ({"path_cells": 0}, "--path-cells must be a positive whole number, got 0"),
+    ({"criteria": ""}, "--criteria must be a comma-separated list of criteria"),
+]
+
+
+@pytest.mark.parametrize("given, message", OPTION_ROWS, ids=[m[:30] for _, m in OPTION_ROWS])
+def test_the_function_refuses_bad_options_in_the_clis_words(given, message):
+    options = {"alpha": 0.2, "delta": 0.1, **given}
+    with pytest.raises(CalibrationError) as caught:
+        calibration.escalate(LABELS, JUDGES, **options)
+    assert message in str(caught.value)
