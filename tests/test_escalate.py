@@ -475,3 +475,10 @@ def test_the_function_refuses_bad_options_in_the_clis_words(given, message):
     with pytest.raises(CalibrationError) as caught:
         calibration.escalate(LABELS, JUDGES, **options)
     assert message in str(caught.value)
+
+
+def test_every_help_line_starting_with_judge_is_a_runnable_example():
+    from calibration.cascade.cli import EPILOG
+
+    starts = [line.strip() for line in EPILOG.splitlines() if line.strip().startswith("judge ")]
+    assert len(starts) == 2 and all(line.startswith("judge escalate --judge ") for line in starts)

@@ -30,8 +30,8 @@ examples:
 the guarantee (per criterion): with probability >= 1 - delta over the draw of the calibration set (the cells with
 human labels), the verdicts the cascade accepts, whichever judge gave them, agree with humans at >= 1 - alpha, for
 cells drawn like the calibration cells (the labels must be a random sample of the judged cells). One fixed-sequence
-test runs along a path through all judges' thresholds, fixed from the unlabelled cells' confidences (at step q every
-judge accepts at most its q most confident share), so the guarantee holds for the cascade as a whole: an exact
+test runs along a path through all judges' thresholds, fixed from the unlabelled cells' confidences (at step q each
+of them accepts at most its q most confident share), so the guarantee holds for the cascade as a whole: an exact
 binomial test over cells, or a betting test over dialogues when labels come in whole dialogues (--units; cells of
 one dialogue are not independent). Too few labels for alpha and delta (even no disagreement could not pass):
 refused, saying how many.
