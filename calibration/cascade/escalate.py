@@ -427,6 +427,12 @@ class EscalateResult(Result):
                 lines.append(f"  {row.judge:<14} {row.signal:<8} {threshold:<14} calibration "
                              f"{row.calibration_decided:>5}"
                              f"{agree}{bound}  unlabelled {row.unlabelled_decided:>6} ({row.unlabelled_share:.1%})")
+        below = self.thresholds[~self.thresholds["judge"].isin(["cascade", HUMAN])
+                                & (self.thresholds["agreement"] < 1 - self.alpha)]
+        if len(below):
+            lines.append("\nNote: the guarantee is for every accepted verdict together; a judge's own share may lie "
+                         f"below {1 - self.alpha:g} when another's lies above (here: "
+                         + ", ".join(f"{r.criterion} {r.judge} {r.agreement:.3f}" for r in below.itertuples()) + ")")
         if len(self.pending):
             lines.append("\nNot judged yet by the judge whose turn it is (pending.csv; run it on them, then again): "
                          + "; ".join(f"{j} {c}" for j, c in self.pending.groupby("judge", sort=False).size().items()))
