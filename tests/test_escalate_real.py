@@ -154,6 +154,13 @@ def test_dialsummeval_metrics_as_a_cascade_of_pairwise_judges_hold_the_guarantee
     decided = result.decisions
     assert len(decided) == int((~np.isin(items, list(calib))).sum())  # every unlabelled pair, once
     assert set(result.thresholds["signal"].iloc[:3]) == {"probs"}
+    assert "testing by betting over 33 labelled dialogues" in result.text()  # whole dialogues: tested by dialogue
+    cells = calibration.escalate(labels[labels["item_id"].isin(calib)], frames, alpha=alpha, delta=delta,
+                                 scale=(1, 5), units="cells")
+    rows = cells.thresholds.set_index("judge")
+    assert rows.loc["cascade", "agreement_bound"] >= 1 - alpha  # what the binomial test passed
+    if (rows.loc[metrics, "agreement"] < 1 - alpha).any():  # rouge-1's own share: 0.626 here
+        assert "a judge's own share may lie below 0.65" in cells.text()
     truth = dict(zip(zip(items, frames[metrics[0]]["system"]),
                      agree[np.arange(len(items)), :].tolist()))
     kept = decided[decided["decided_by"] != "human"]
