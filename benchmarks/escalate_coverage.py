@@ -11,7 +11,8 @@ Signals: informative (confidence uniform, P(agree | c) rises from 0.5 to 1), coa
 cells at 0.92 agreement, the rest at 0.6), useless (confidence uniform, agreement 0.75 whatever it says), mixed
 (the cheap judges coarse, the last one informative). Judge k (0-based) of K agrees 0.04 k more often (later =
 stronger). For comparison, `per-judge` is the paper's rule applied to a cascade: each judge's threshold tested
-alone at delta, on the calibration cells that reach it (valid only at K x delta for the cascade).
+alone at delta, on the calibration cells that reach it (valid only at K x delta for the cascade); `split-delta` the
+same at delta / K (valid for the cascade, by Bonferroni).
 
     python benchmarks/escalate_coverage.py            # the full table (about 5-10 minutes on 2 cores)
     python benchmarks/escalate_coverage.py --quick    # a few settings, for the tests
@@ -98,7 +99,7 @@ def run(settings, draws: int, seed: int = 0, compare: bool = True):
             populations[(signal, judges)] = population(signal, judges, np.random.default_rng([seed, judges,
                                                                                               hash(signal) % 997]))
         conf, agree = populations[(signal, judges)]
-        failures, coverage, naive_failures, naive_coverage = 0, [], 0, []
+        failures, coverage, naive_failures, naive_coverage, split_failures, split_coverage = 0, [], 0, [], 0, []
         for _ in range(draws):
             cal = rng.integers(0, len(conf), n_cal)
             pool = rng.integers(0, len(conf), POOL)
@@ -110,10 +111,16 @@ def run(settings, draws: int, seed: int = 0, compare: bool = True):
                 share, agreement = realised(conf, agree, per_judge(conf[cal], agree[cal], conf[pool], alpha, delta))
                 naive_coverage.append(share)
                 naive_failures += bool(share > 0 and agreement < 1 - alpha)
+                share, agreement = realised(conf, agree, per_judge(conf[cal], agree[cal], conf[pool], alpha,
+                                                                   delta / judges))
+                split_coverage.append(share)
+                split_failures += bool(share > 0 and agreement < 1 - alpha)
         rows.append({"alpha": alpha, "delta": delta, "n_cal": n_cal, "signal": signal, "judges": judges,
                      "draws": draws, "failure_rate": failures / draws, "coverage": float(np.mean(coverage)),
                      "per_judge_failure_rate": naive_failures / draws if naive_coverage else np.nan,
-                     "per_judge_coverage": float(np.mean(naive_coverage)) if naive_coverage else np.nan})
+                     "per_judge_coverage": float(np.mean(naive_coverage)) if naive_coverage else np.nan,
+                     "split_failure_rate": split_failures / draws if split_coverage else np.nan,
+                     "split_coverage": float(np.mean(split_coverage)) if split_coverage else np.nan})
     return rows
 
 
@@ -130,11 +137,12 @@ def quick_settings():
 
 def table(rows) -> str:
     head = (f"{'alpha':>5} {'delta':>5} {'n_cal':>5} {'signal':<11} {'K':>1}  {'fail':>6} {'cover':>6}  "
-            f"{'per-judge fail':>14} {'cover':>6}")
+            f"{'per-judge fail':>14} {'cover':>6}  {'split-delta fail':>16} {'cover':>6}")
     lines = [head]
     for r in rows:
         naive = ("" if np.isnan(r["per_judge_coverage"]) else
-                 f"{r['per_judge_failure_rate']:>14.3f} {r['per_judge_coverage']:>6.3f}")
+                 f"{r['per_judge_failure_rate']:>14.3f} {r['per_judge_coverage']:>6.3f}  "
+                 f"{r['split_failure_rate']:>16.3f} {r['split_coverage']:>6.3f}")
         lines.append(f"{r['alpha']:>5} {r['delta']:>5} {r['n_cal']:>5} {r['signal']:<11} {r['judges']:>1}  "
                      f"{r['failure_rate']:>6.3f} {r['coverage']:>6.3f}  {naive}")
     return "\n".join(lines)
