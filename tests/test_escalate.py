@@ -482,3 +482,14 @@ def test_every_help_line_starting_with_judge_is_a_runnable_example():
 
     starts = [line.strip() for line in EPILOG.splitlines() if line.strip().startswith("judge ")]
     assert len(starts) == 2 and all(line.startswith("judge escalate --judge ") for line in starts)
+
+
+def test_too_few_dialogues_for_the_betting_test_are_refused_and_the_count_is_right():
+    from calibration.cascade.escalate import betting_p
+
+    labels = pd.read_csv(LABELS)
+    few = labels[labels["item_id"].isin(sorted(set(labels["item_id"]))[:12])]  # 12 dialogues x 3 cells
+    with pytest.raises(CalibrationError, match="12 labelled dialogues, too few .* needs 14; label at least 14"):
+        calibration.escalate(few, JUDGES, alpha=0.2, delta=0.1)
+    # the count is the test's own: 13 dialogues without a single disagreement cannot reject, 14 can
+    assert betting_p(np.zeros((1, 13)), 0.2, 0.1)[0] > 0.1 >= betting_p(np.zeros((1, 14)), 0.2, 0.1)[0]

@@ -658,12 +658,15 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
         if by_dialogue:
             tests[criterion] = (f"testing by betting over {len(set(groups))} labelled dialogues (their cells are not "
                                 "independent: each dialogue is one unit)")
-            if len(set(groups)) < need:
+            # the betting test's largest stake is 0.75 / (1 - alpha): with no disagreement and every cell accepted
+            # its wealth grows by at most 1 + 0.75 alpha / (1 - alpha) per dialogue, and must reach 1 / delta
+            need_units = max(need, math.ceil(math.log(1 / delta) / math.log1p(0.75 * alpha / (1 - alpha)) - 1e-9))
+            if len(set(groups)) < need_units:
                 raise CalibrationError(
                     f"{criterion}: {len(set(groups))} labelled dialogues, too few for alpha {alpha:g} and delta "
-                    f"{delta:g}: with dialogues as units even no disagreement at all needs {need}; label at least "
-                    f"{need} dialogues (several times that for useful coverage), or --units cells if the labelled "
-                    "cells were drawn one by one")
+                    f"{delta:g}: with dialogues as units even no disagreement at all needs {need_units}; label at "
+                    f"least {need_units} dialogues (several times that for useful coverage), or --units cells if the "
+                    "labelled cells were drawn one by one")
         else:
             tests[criterion] = f"exact binomial over {n_cal} labelled cells"
         path_pool = np.flatnonzero(pool)
