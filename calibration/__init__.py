@@ -29,6 +29,7 @@ _WHERE = {
     "AuditResult": "trust.audit", "audit": "trust.audit",
     "DriftResult": "trust.drift", "drift": "trust.drift",
     "SelectResult": "trust.select", "select": "trust.select",
+    "EscalateResult": "cascade.escalate", "escalate": "cascade.escalate",
 }
 
 __all__ = ["CalibrationError", *sorted(_WHERE)]

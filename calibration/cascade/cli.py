@@ -1,0 +1,142 @@
+"""`judge escalate`: the argument parser and the thin CLI layer over calibration.cascade.escalate.
+
+Nothing heavy is imported at module level: every `judge` command builds the whole parser.
+"""
+
+from __future__ import annotations
+
+from ..options import FAILURE_HELP, criteria_type, failure_value_type, flag_type, scale_type, seed_type
+
+EXAMPLES = "examples/escalate"
+# The ranges are checked by calibration.cascade.escalate in the same words; these types refuse what is not a number.
+_share = flag_type("between 0 and 1 (both excluded)", ok=lambda x: 0.0 < x < 1.0)
+_tolerance = flag_type("a number of score points >= 0", ok=lambda x: x >= 0)
+_whole = flag_type("a whole number of at least 0", int, lambda n: n >= 0)
+_steps = flag_type("a positive whole number", int, lambda n: n >= 1)
+
+EPILOG = f"""\
+examples:
+  # a cheap judge (3 samples per verdict) first, a stronger one (probs) next, humans last; 20% disagreement at most,
+  # guaranteed with probability 0.9 over the draw of the labelled cells
+  judge escalate --judge small={EXAMPLES}/small.jsonl --judge large={EXAMPLES}/large.jsonl \\
+      --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 --output decisions.csv --output-dir out/escalate
+
+  # one judge alone, a report, and 10 dialogues drawn at random in the plan (the part `judge estimate` takes) for
+  # `judge export --plan out/escalate-large`
+  judge escalate --judge large={EXAMPLES}/large.jsonl --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 \\
+      --tolerance 0.5 --output decisions-large.csv --output-dir out/escalate-large --random-dialogues 10 \\
+      --report escalate.html
+
+the guarantee (per criterion): with probability >= 1 - delta over the draw of the calibration set (the cells with
+human labels), the verdicts the cascade accepts, whichever judge gave them, agree with humans at >= 1 - alpha, for
+cells drawn like the calibration cells (the labels must be a random sample of the judged cells). One fixed-sequence
+test runs along a path through all judges' thresholds, fixed from the unlabelled cells' confidences (at step q each
+of them accepts at most its q most confident share), so the guarantee holds for the cascade as a whole: an exact
+binomial test over cells, or a betting test over dialogues when labels come in whole dialogues (--units; cells of
+one dialogue are not independent). Too few labels for alpha and delta (even no disagreement could not pass):
+refused, saying how many.
+agreement: Likert, within --tolerance points of the human mean (default 0.5); categorical, the human majority label;
+pairwise, the human majority verdict (ties and abstentions are verdicts, and can be wrong).
+confidence (--signal, default: the first the file records): probs (the verdict's probability, --logprobs), samples
+(share of --samples agreeing), order (pairwise: both orders agree), jury (share of the other judges agreeing), none.
+writes: --output DECISIONS.csv item_id,system,criterion,decided_by,verdict,confidence (one row per unlabelled cell;
+decided_by = a judge NAME or human); with --output-dir: decisions.csv, thresholds.csv, path.csv (every step tested),
+risk_coverage.csv, signals.csv, cost.csv, pending.csv (cells a judge must still judge: a cascade in rounds),
+and plan.csv + plan.json (the dialogues with a cell for humans, part
+targeted; --random-dialogues N adds a uniform random part) for `judge export --plan DIR`.
+exit: 0 done, 2 bad input (nothing written).
+"""
+
+
+def register(sub) -> None:
+    import argparse
+    from pathlib import Path
+
+    parser = sub.add_parser(
+        "escalate", help="Which verdicts may stand without a human, with a guaranteed agreement rate (cascade).",
+        description="Judges given cheapest first decide every unlabelled cell where their confidence passes a "
+                    "threshold; the rest go to humans. The thresholds are chosen on the cells with human labels so "
+                    "that the accepted verdicts agree with humans at >= 1 - alpha with probability >= 1 - delta.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--judge", required=True, action="append", type=_judge_spec, metavar="NAME=FILE",
+                        help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME); "
+                             "repeat, cheapest first")
+    parser.add_argument("--human", required=True, type=Path, metavar="CALIB.csv",
+                        help="human labels of a random sample of the judged cells (long CSV): the calibration set")
+    parser.add_argument("--alpha", required=True, type=_share, metavar="A",
+                        help="the disagreement rate allowed among accepted verdicts, e.g. 0.1")
+    parser.add_argument("--delta", required=True, type=_share, metavar="D",
+                        help="the chance the guarantee may fail over the draw of the labels, e.g. 0.1")
+    parser.add_argument("--output", required=True, type=Path, metavar="DECISIONS.csv",
+                        help="one row per unlabelled cell: who decides it and the verdict")
+    parser.add_argument("--criteria", type=criteria_type, metavar="a,b", help="only these criteria")
+    parser.add_argument("--tolerance", type=_tolerance, default=0.5, metavar="T",
+                        help="Likert: a verdict within T points of the human mean agrees (default 0.5)")
+    parser.add_argument("--signal", action="append", metavar="[NAME=]SIGNAL",
+                        help="the confidence of a judge (or of all): probs, samples, order, jury or none "
+                             "(default: the first its file records, in that order)")
+    parser.add_argument("--units", choices=["auto", "cells", "dialogues"], default="auto",
+                        help="what was drawn at random for labelling: dialogues (tested by betting over dialogues)"
+                             " or single cells (exact binomial); auto: dialogues when one has several "
+                             "labelled cells")
+    parser.add_argument("--steps", type=_steps, default=40, metavar="N",
+                        help="steps of the path from strict to loose (default 40)")
+    parser.add_argument("--path-cells", type=_steps, metavar="N",
+                        help="fix the path from a seeded sample of N unlabelled cells (default: all): a later judge "
+                             "then needs only those, the labelled cells and the cells pending.csv lists for it")
+    parser.add_argument("--random-dialogues", type=_whole, default=0, metavar="N",
+                        help="add N dialogues drawn uniformly at random to plan.csv (its random part)")
+    parser.add_argument("--seed", type=seed_type, default=0, help="seed of the random part of the plan (default 0)")
+    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+                        help="the human labels' scale, when no judge names a rubric (CSVs of scores)")
+    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
+    parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables and the plan here")
+    parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the curves")
+    parser.set_defaults(run=run_escalate)
+
+
+def _judge_spec(value: str) -> tuple[str, str]:
+    from ..trust.cli import _judge_spec as spec
+
+    return spec(value)
+
+
+def run_escalate(args) -> int:
+    import sys
+    from pathlib import Path
+
+    from judge.errors import JudgeError
+    from judge.outputs import check_writable, write_files
+
+    from ..result import run_verb
+    from .escalate import escalate
+
+    inputs = [args.human, *(Path(p) for _, p in args.judge)]
+    signal = ",".join(args.signal) if args.signal else None
+    written = {}
+
+    def compute():
+        # --output is checked before any work, and written by run_verb's caller only once every check passed
+        check_writable(args.output, inputs=inputs, what="--output", page=False)
+        result = escalate(args.human, list(args.judge), alpha=args.alpha, delta=args.delta, criteria=args.criteria,
+                          tolerance=args.tolerance, signal=signal, units=args.units, scale=args.scale,
+                          failure_value=args.failure_value,
+                          steps=args.steps, path_cells=args.path_cells, random_dialogues=args.random_dialogues, seed=args.seed)
+        written["result"] = result
+        return result
+
+    code = run_verb("escalate", compute, output_dir=args.output_dir, report=args.report, inputs=inputs)
+    if code != 0 or "result" not in written:
+        return code
+    try:
+        replaced = write_files({args.output: written["result"].decisions_csv()}, verb="escalate", inputs=inputs)
+    except JudgeError as exc:
+        print(f"judge escalate: error: {exc}", file=sys.stderr)
+        return 2
+    decisions = written["result"].decisions
+    kept = int((decisions["decided_by"] != "human").sum())
+    if replaced:
+        print(f"replaced (written by an earlier run): {args.output}", file=sys.stderr)
+    print(f"judge escalate: {len(decisions)} unlabelled cells: {kept} decided by a judge, {len(decisions) - kept} "
+          f"to humans; decisions in {args.output}", file=sys.stderr)
+    return 0
