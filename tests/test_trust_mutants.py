@@ -404,3 +404,149 @@ def test_a_probe_sample_of_one_candidate_is_allowed(stub_server, tmp_path, capsy
     assert _audit_probes(stub_server, tmp_path, judgments, items, "filler", "--probe-sample", "1") == 0
     probes = pd.read_csv(tmp_path / "audit" / "probes.csv")
     assert set(probes["n"]) == {1}  # one perturbed candidate per criterion
+
+
+# -- gaps the second mutation draw (seed 2) left, round two ---------------------------------------------------------
+def test_an_item_with_an_empty_dialogue_is_measured_not_refused():
+    """Lengths are all the audit reads: an empty (or blank) dialogue is no reason to refuse the item."""
+    from calibration.trust.audit import read_items
+
+    frame = read_items(pd.DataFrame([{"id": "d1", "system": "a", "dialogue": "", "candidate": "one two three"},
+                                     {"id": "d1", "system": "b", "dialogue": "   ", "candidate": "four five"},
+                                     {"id": "d2", "system": "a", "dialogue": "A: hi", "candidate": "six"}]))
+    assert frame.set_index(["item_id", "system"])["words"].to_dict() == {("d1", "a"): 3, ("d1", "b"): 2,
+                                                                         ("d2", "a"): 1}
+
+
+@pytest.mark.parametrize("text, unit, length", [
+    ("订单退款 delayed", "words", 2),  # 4 of 11 letters unspaced: a minority, words
+    ("中文 ab", "words", 2),  # exactly half: not most, words
+    ("中文中 ab", "characters", 5),  # 3 of 5: most, characters
+])
+def test_the_length_unit_is_characters_only_when_most_letters_are_unspaced(text, unit, length):
+    from calibration.trust.audit import length_unit, read_items
+
+    assert length_unit([text]) == unit
+    frame = read_items([{"id": "d1", "system": "a", "dialogue": "A: hi", "candidate": text}])
+    assert frame.attrs["length_unit"] == unit and frame["words"].iloc[0] == length
+
+
+def test_a_share_of_one_decided_pair_is_its_value_not_undefined():
+    """A ratio whose denominator sums to 1 (one decided pair) or less (fractional weights) is defined; only an
+    empty denominator is not."""
+    boot = Dialogues(["d1", "d2"], 200, 0)
+    index = boot.index(["d1", "d2"])
+    assert boot.ratio(index, [1.0, 0.0], [1.0, 0.0])[0] == 1.0
+    assert boot.ratio(index, [0.5, 0.0], [0.5, 0.25])[0] == pytest.approx(2 / 3)
+    assert np.isnan(boot.ratio(index, [0.0, 0.0], [0.0, 0.0])[0])
+    value, low, high = boot.share(index, [1.0, 0.0], [1.0, 0.0])
+    assert value == 1.0 and 0 < low < 1 and high == pytest.approx(1.0)
+
+
+def test_an_interval_from_two_defined_replicates_is_their_expanded_percentiles():
+    """Replicates undefined in most resamples: two defined ones still give an interval (the expanded percentile one
+    over 4 dialogues: sqrt(4/3) t_3 in place of z), one does not."""
+    from scipy import stats
+
+    boot = Dialogues(["d1", "d2", "d3", "d4"], 200, 0)
+    tail = 100 * stats.norm.sf(np.sqrt(4 / 3) * stats.t.ppf(0.975, 3))
+    low, high = boot.interval(np.array([1.0, np.nan, 3.0, np.inf]))
+    assert (low, high) == pytest.approx(tuple(np.percentile([1.0, 3.0], [tail, 100 - tail])))
+    assert np.isnan(boot.interval(np.array([1.0, np.nan]))).all()
+
+
+def test_pairs_exactly_at_the_length_threshold_are_not_apart():
+    """'Lengths differ by more than the threshold': 10 against 9 words is 10% apart, not more than 10%."""
+    from calibration.trust.audit import pairwise_length
+
+    rows, lengths = [], []
+    for d in range(12):
+        shorter = 9 if d < 6 else 8  # 10% apart (left out), then 20% apart (counted)
+        rows.append({"item_id": f"p{d}", "system_1": "a", "system_2": "b", "criterion": "c",
+                     "label": "1" if d % 3 else "2"})
+        lengths += [{"item_id": f"p{d}", "system": "a", "words": 10}, {"item_id": f"p{d}", "system": "b",
+                                                                       "words": shorter}]
+    judge, words = pd.DataFrame(rows), pd.DataFrame(lengths)
+    row = pairwise_length(judge, words, None, Dialogues(judge["item_id"], 200, 0), "c", threshold=0.1)
+    assert row["n_pairs"] == 6 and row["n_dialogues"] == 6
+    assert row["prefers_longer"] == pytest.approx(np.mean([d % 3 != 0 for d in range(6, 12)]))
+
+
+def test_drift_csv_has_the_tables_columns_and_no_index(tmp_path):
+    from test_drift import simulated_runs
+
+    reference, new = simulated_runs(np.random.default_rng(2), n_items=12, n_systems=3)
+    result = drift(reference, new, bootstrap=100)
+    for name, table in (("drift.csv", result.drift), ("provenance.csv", result.provenance)):
+        (tmp_path / name).write_text(result.files()[name], encoding="utf-8")
+        assert pd.read_csv(tmp_path / name).columns.tolist() == table.columns.tolist(), name
+
+
+def test_drift_measures_the_agreement_with_humans_from_three_labelled_summaries():
+    """Three labelled judgments are enough for a Pearson r (scipy's), two are not."""
+    from scipy.stats import pearsonr
+
+    from test_drift import simulated_runs
+
+    reference, new = simulated_runs(np.random.default_rng(3), n_items=12, n_systems=3, shift=0.3)
+    keys = reference[["item_id", "system"]].iloc[[0, 4, 8]]
+    human = keys.assign(annotator="ann1", criterion="coherence", score=[2.0, 5.0, 3.0])
+    row = drift(reference, new, human, bootstrap=100).drift.iloc[0]
+    ref = reference.set_index(["item_id", "system"]).loc[list(map(tuple, keys.to_numpy())), "score"].to_numpy()
+    now = new.set_index(["item_id", "system"]).loc[list(map(tuple, keys.to_numpy())), "score"].to_numpy()
+    assert row.human_r_reference == pytest.approx(pearsonr(ref, human["score"]).statistic)
+    assert row.human_r_new == pytest.approx(pearsonr(now, human["score"]).statistic)
+    two = drift(reference, new, human.iloc[:2], bootstrap=100).drift.iloc[0]
+    assert np.isnan(two.human_r_reference)
+
+
+def test_the_pointwise_audit_report_leaves_out_columns_with_no_value(monkeypatch):
+    """Without human labels the length table has no human or excess slope, and a pointwise audit no pairwise
+    columns: the report's table shows only the columns with a value."""
+    from calibration.trust import report
+
+    figures = _figures(monkeypatch, report)
+    result = audit(STUDY / "judgments.jsonl", STUDY / "items.jsonl", bootstrap=100)
+    page = result.report_html()
+    import matplotlib.pyplot as plt
+
+    for figure in figures:
+        plt.close(figure)
+    table = page.split("<h2>Audit: length</h2>")[1].split("<h2>")[0]
+    assert "<th>judge_slope</th>" in table
+    for column in ("human_slope", "excess_slope", "prefers_longer", "n_pairs"):
+        assert result.length[column].isna().all() and f"<th>{column}</th>" not in table
+
+
+def _select_data(rng, dialogues, systems, drop=0):
+    keys = [(f"d{d:02d}", f"s{j}") for d in range(dialogues) for j in range(systems)]
+    truth = rng.normal(3, 1, len(keys))
+    human = pd.DataFrame([{"item_id": i, "system": s, "annotator": "a1", "criterion": "c", "score": t}
+                          for (i, s), t in zip(keys, truth)])
+    judges = {name: pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": t + rng.normal(0, sd)}
+                                  for (i, s), t in zip(keys, truth)]) for name, sd in (("j1", 0.5), ("j2", 1.5))}
+    judges["j2"] = judges["j2"].iloc[:len(keys) - drop]
+    return human, judges
+
+
+def test_select_says_which_judge_scored_more_than_the_compared_summaries():
+    human, judges = _select_data(np.random.default_rng(6), 12, 4, drop=3)
+    lines = select(human, judges, bootstrap=100).text().splitlines()
+    line = {name: next(x for x in lines if x.strip(" *").startswith(name)) for name in ("j1", "j2", "jury (all")}
+    assert "c: 45 summaries judged by every judge" in lines
+    assert line["j1"].endswith("(judged 48)") and "(judged" not in line["j2"] and "(judged" not in line["jury (all"]
+
+
+def test_select_at_summary_level_compares_dialogues_of_two_systems():
+    """Two systems per dialogue: each dialogue's correlation is the sign of the judge's difference times the
+    humans'; all 12 dialogues vary and are compared, with intervals and a best set."""
+    human, judges = _select_data(np.random.default_rng(6), 12, 2)
+    result = select(human, judges, bootstrap=100)
+    rows = result.selection.set_index("judge")
+    h = human.pivot(index="item_id", columns="system", values="score")
+    for name, frame in judges.items():
+        j = frame.pivot(index="item_id", columns="system", values="score")
+        signs = np.sign((j["s0"] - j["s1"]) * (h["s0"] - h["s1"]))
+        assert rows.loc[name, "estimate"] == pytest.approx(signs.mean())
+        assert rows.loc[name, "n_compared"] == 12 and np.isfinite(rows.loc[name, "ci_low"])
+    assert not isinstance(rows["note"].iloc[0], str) or not rows["note"].iloc[0]
