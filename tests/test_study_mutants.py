@@ -273,3 +273,67 @@ def test_a_plan_with_bad_parts_names_the_line_of_the_first(tmp_path):
         f"d{k},{p},x\n" for k, p in enumerate(parts)), encoding="utf-8")
     with pytest.raises(CalibrationError, match=r"plan\.csv:4: part must be random or targeted, got 'Random'"):
         read_plan(tmp_path)
+
+
+# -- gaps the third mutation draw (seed 3) found ------------------------------------------------------------------
+def test_lambda_is_tuned_once_the_labelled_judge_scores_spread_a_quarter_as_much_as_all():
+    """lambda is tuned (the power-tuned PPI++ value, cov / (var_L f + n/m var f)) when the labelled dialogues' judge
+    scores vary at least 1/4 as much as all judged ones, and is 0 (humans only) below: at 26% and 24% of it."""
+    from scipy.optimize import brentq
+
+    from calibration.study.estimate import ppi_mean
+
+    rng = np.random.default_rng(0)
+    n, m = 12, 28
+    base, wide = rng.normal(0, 1, n), rng.normal(3, 1.5, m)
+    y = 3 + base + rng.normal(0, 0.5, n)
+
+    def judge(a):
+        return np.concatenate([3 + a * base, wide])
+
+    def ratio(a):
+        f = judge(a)
+        return np.var(f[:n], ddof=1) / np.var(f, ddof=1)
+
+    for share, tuned in ((0.26, True), (0.24, False)):
+        f = judge(brentq(lambda a: ratio(a) - share, 0.01, 10))
+        result = ppi_mean(np.concatenate([y, np.full(m, np.nan)]), f)
+        fl = f[:n]
+        expected = np.cov(y, fl)[0, 1] / (np.var(fl, ddof=1) + n / m * np.var(f, ddof=1))
+        assert abs(expected) > 0.05  # a lambda that would matter
+        assert float(result.lam) == pytest.approx(expected if tuned else 0.0)
+        assert float(result.estimate) == pytest.approx(y.mean() + float(result.lam) * (f[n:].mean() - fl.mean()))
+
+
+def test_a_zero_probability_leaves_the_entropy_of_the_others():
+    """Probabilities {1: .5, 2: .5, 3: 0}: entropy ln 2 / ln 3 (scipy's, normalised by the 3 labels offered); a zero
+    is no event, not an undefined term."""
+    from scipy.stats import entropy
+
+    from calibration.study.screen import judgment_uncertainty
+
+    judge = pd.DataFrame([{"item_id": "d1", "system": "a", "criterion": "c", "score": 1.5, "status": "ok",
+                           "probs": {"1": 0.5, "2": 0.5, "3": 0.0}},
+                          {"item_id": "d1", "system": "b", "criterion": "c", "score": 3.0, "status": "ok",
+                           "probs": {"1": 0.0, "2": 0.0, "3": 1.0}}])
+    frame = judgment_uncertainty(judge)
+    assert frame["entropy"].tolist() == pytest.approx([entropy([0.5, 0.5]) / np.log(3), 0.0])
+    assert frame["uncertainty"].iloc[0] == pytest.approx(np.log(2) / np.log(3))
+
+
+def test_the_pilot_effect_of_each_criterion_comes_from_its_own_labels():
+    """A pilot labelling every dialogue: each criterion's human difference is the mean paired difference of its own
+    labels (the PPI++ estimate with nothing unlabelled), its rho their correlation with the judge's differences."""
+    means = {"up": {"alpha": 4.0, "beta": 3.4, "gamma": 2.0}, "down": {"alpha": 2.0, "beta": 3.4, "gamma": 4.0}}
+    judge = judge_frame(means)
+    labels = human_labels(judge, judge["item_id"].unique())
+    power = screen(judge, labels, scale=(1, 5), bootstrap=100).power.set_index("criterion")
+    human = labels.groupby(["criterion", "item_id", "system"])["score"].mean()
+    scores = judge.set_index(["criterion", "item_id", "system"])["score"]
+    for criterion in means:
+        a, b = power.loc[criterion, "system_a"], power.loc[criterion, "system_b"]
+        d = human[criterion].unstack()[a] - human[criterion].unstack()[b]
+        g = scores[criterion].unstack()[a] - scores[criterion].unstack()[b]
+        assert power.loc[criterion, "n_pilot"] == 24
+        assert power.loc[criterion, "human_difference"] == pytest.approx(d.mean())
+        assert power.loc[criterion, "rho"] == pytest.approx(np.corrcoef(d, g.loc[d.index])[0, 1])
