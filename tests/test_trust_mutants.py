@@ -593,3 +593,26 @@ def test_an_effects_p_value_is_read_from_its_expanded_interval_from_two_dialogue
     assert _p_from_interval(0.5, 0.3, 0.7, dialogues) == pytest.approx(expected)
     assert 0 < expected < 0.5
     assert np.isnan(_p_from_interval(0.5, 0.3, 0.7, 1))
+
+
+def test_the_audit_figures_draw_each_reference_line_at_its_null(tmp_path, monkeypatch):
+    """The pairwise figure's dashed line is at 50% (its label says so) on both panels, the self-preference one at 0
+    (no preference)."""
+    import matplotlib.pyplot as plt
+
+    from calibration.trust import report
+
+    judgments, items, labels, _, _ = _pairwise_study(tmp_path)
+    result = audit(judgments, items, labels, self_systems="a", bootstrap=200)
+    figures = _figures(monkeypatch, report)
+    result.report_html()
+    try:
+        def dashed(axis):
+            return [float(line.get_xdata()[0]) for line in axis.lines if line.get_linestyle() == "--"]
+
+        pairwise, own = figures
+        assert [dashed(axis) for axis in pairwise.axes] == [[0.5], [0.5]]
+        assert dashed(own.axes[0]) == [0.0]
+    finally:
+        for figure in figures:
+            plt.close(figure)
