@@ -616,3 +616,33 @@ def test_the_audit_figures_draw_each_reference_line_at_its_null(tmp_path, monkey
     finally:
         for figure in figures:
             plt.close(figure)
+
+
+@pytest.mark.parametrize("sample", ["0", "-3"])
+def test_a_probe_sample_of_no_candidate_is_refused(tmp_path, capsys, sample):
+    from judge.cli import main
+
+    code = main(["audit", "--judgments", str(STUDY / "judgments.jsonl"), "--items", str(STUDY / "items.jsonl"),
+                 "--probe", "filler", "--probe-sample", sample, "--rubric", "dialsummeval", "--output-dir",
+                 str(tmp_path / "audit"), "--bootstrap", "100"])
+    assert code == 2
+    assert capsys.readouterr().err.strip().endswith("--probe-sample must be a positive whole number")
+    assert not (tmp_path / "audit").exists()
+
+
+def test_the_order_probe_runs_with_another_seed_a_score_run_could_use(stub_server, tmp_path):
+    """The order probe reshuffles each block with another seed than the audited run's (0, the default), and one that
+    `judge score --seed` accepts (numpy's generators take no negative seed), so the probe run can be made again."""
+    from test_audit_cli import _audit_probes, _judge, write_items
+
+    from calibration.options import seed_type
+
+    items = write_items(tmp_path / "items.jsonl", dialogues=6)
+    judgments = _judge(stub_server, tmp_path, items, "j.jsonl", "--mode", "block")
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "order") == 0
+    audited = {json.loads(line)["fingerprint"]["seed"] for line in judgments.read_text().splitlines()}
+    probed = {json.loads(line)["fingerprint"]["seed"]
+              for line in (tmp_path / "audit" / "probe_order.jsonl").read_text().splitlines()}
+    assert audited == {0} and len(probed) == 1
+    seed = probed.pop()
+    assert seed != 0 and seed_type(str(seed)) == seed
