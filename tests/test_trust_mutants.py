@@ -646,3 +646,48 @@ def test_the_order_probe_runs_with_another_seed_a_score_run_could_use(stub_serve
     assert audited == {0} and len(probed) == 1
     seed = probed.pop()
     assert seed != 0 and seed_type(str(seed)) == seed
+
+
+def test_selects_p_value_at_summary_level_is_the_expanded_paired_t_over_dialogues():
+    """Two judges at summary level: the worse one's p-value is the two-sided t_{n-1} test of the difference of their
+    mean per-dialogue correlations (scipy's pearsonr per dialogue), its standard error the paired bootstrap SD over
+    the same resampled dialogues (numpy's draws from the seed) widened by sqrt(n / (n - 1)): 15 dialogues, not a z."""
+    from scipy import stats
+
+    rng = np.random.default_rng(6)
+    dialogues, systems, resamples = 15, 4, 400
+    keys = [(f"d{d:02d}", f"s{j}") for d in range(dialogues) for j in range(systems)]
+    truth = rng.normal(3, 1, len(keys))
+    human = pd.DataFrame([{"item_id": i, "system": s, "annotator": "a1", "criterion": "c", "score": t}
+                          for (i, s), t in zip(keys, truth)])
+    judges = {name: pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": t + rng.normal(0, sd)}
+                                  for (i, s), t in zip(keys, truth)]) for name, sd in (("j1", 0.6), ("j2", 1.2))}
+    rows = select(human, judges, bootstrap=resamples, seed=3).selection.set_index("judge")
+    h = human.pivot(index="item_id", columns="system", values="score")
+    per_dialogue = {}
+    for name, frame in judges.items():
+        j = frame.pivot(index="item_id", columns="system", values="score").loc[h.index, h.columns]
+        per_dialogue[name] = np.array([stats.pearsonr(j.loc[d], h.loc[d]).statistic for d in h.index])
+    draws = np.random.default_rng(3).integers(0, dialogues, size=(resamples, dialogues))
+    counts = np.array([np.bincount(row, minlength=dialogues) for row in draws], float)
+    replicates = {name: counts @ r / counts.sum(axis=1) for name, r in per_dialogue.items()}
+    difference = per_dialogue["j1"].mean() - per_dialogue["j2"].mean()
+    se = (replicates["j1"] - replicates["j2"]).std(ddof=1) * np.sqrt(dialogues / (dialogues - 1))
+    assert rows.loc["j1", "estimate"] == pytest.approx(per_dialogue["j1"].mean())
+    assert rows.loc["j2", "p_adjusted"] == pytest.approx(2 * stats.t.sf(abs(difference) / se, dialogues - 1))
+    assert np.isnan(rows.loc["j1", "p_adjusted"])
+
+
+def test_a_long_score_file_is_read_from_its_score_column_whatever_else_it_has(tmp_path):
+    """A long-form CSV (criterion, score) that also keeps a column named after the judge (its raw answers) is read
+    from `score`; the column named NAME is read only from a wide file, which has no `score` column."""
+    human, judges = _select_data(np.random.default_rng(7), 12, 3)
+    long_form = judges["j1"].assign(j1=lambda f: "answer: " + f["score"].round(1).astype(str))
+    long_form.to_csv(tmp_path / "long.csv", index=False)
+    wide = judges["j2"].rename(columns={"score": "j2"}).drop(columns="criterion")
+    wide.to_csv(tmp_path / "wide.csv", index=False)
+    from_files = select(human, {"j1": tmp_path / "long.csv", "j2": tmp_path / "wide.csv"}, scale=None,
+                        bootstrap=100).selection.set_index("judge")
+    from_frames = select(human, judges, bootstrap=100).selection.set_index("judge")
+    for name in ("j1", "j2"):
+        assert from_files.loc[name, "estimate"] == pytest.approx(from_frames.loc[name, "estimate"])
