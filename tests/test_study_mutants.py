@@ -201,3 +201,139 @@ def test_discrimination_is_the_contenders_spread_over_half_the_observed_range():
                             {"criterion": "c", "system": "b", "rank": 2, "tied_with_best": True}])
     values = discrimination(judge, systems, ["c"])
     assert values["d1"] == pytest.approx(1.0) and values["d2"] == pytest.approx(0.5)
+
+
+# -- gaps the second mutation draw (seed 2) left, round two ---------------------------------------------------------
+def _tuned_power(effect, n, share, df_spent):
+    """Two-sided paired t power from scipy's noncentral t, on n - df_spent degrees of freedom."""
+    from scipy import stats
+
+    df = n - df_spent
+    critical, noncentrality = stats.t.ppf(0.975, df), effect * np.sqrt(n / share)
+    return stats.nct.sf(critical, df, noncentrality) + stats.nct.cdf(-critical, df, noncentrality)
+
+
+def _needed_by_search(effect, rho, n_judged, df_spent=2):
+    """The smallest n with 80% power, by a linear search: human-only below MIN_TUNED labels; from there the judge's
+    residual share plus lambda's own error, and lambda costs a degree of freedom (n - 2, as estimate.py's t)."""
+    from calibration.study.estimate import MIN_LABELLED, MIN_TUNED
+
+    for n in range(MIN_LABELLED, n_judged + 1):
+        if n < MIN_TUNED:
+            reached = _tuned_power(effect, n, 1.0, 1) >= 0.8
+        else:
+            share = 1 - rho * rho * (n_judged - n) / n_judged + (1 - rho * rho) / (n - 1)
+            reached = _tuned_power(effect, n, share, df_spent) >= 0.8
+        if reached:
+            return n
+    return None
+
+
+def test_dialogues_needed_with_the_judge_prices_lambda_as_a_spent_degree_of_freedom():
+    """estimate.py's tuned interval is a t on n - 2 degrees of freedom: the count screen prints is the smallest n
+    whose power on that t reaches 80%, not one on n - 3 (nor n - 1)."""
+    from calibration.study.power import dialogues_needed
+
+    cases = [(0.6, 0.7), (0.5, 0.5), (0.65, 0.8), (0.55, 0.6), (0.45, 0.9)]
+    differs = 0
+    for effect, rho in cases:
+        expected = _needed_by_search(effect, rho, 200)
+        assert dialogues_needed(effect, rho=rho, n_judged=200) == expected, (effect, rho)
+        differs += _needed_by_search(effect, rho, 200, df_spent=3) != expected
+    assert differs >= 1  # the cases tell n - 2 from n - 3
+
+
+def test_a_criterion_scored_the_same_everywhere_reads_spread_against_one_point():
+    """Every judgment of a criterion has the same mean score (no observed range): a judgment's sample spread is read
+    in score points (divided by 1), not as infinitely uncertain."""
+    from calibration.study.screen import judgment_uncertainty
+
+    judge = pd.DataFrame([{"item_id": f"d{i}", "system": s, "criterion": "flat", "score": 3.0, "status": "ok",
+                           "spread": 0.0} for i in range(4) for s in ("a", "b")])
+    judge.loc[0, "spread"] = 0.4  # samples 2.6 and 3.4: mean 3
+    frame = judgment_uncertainty(judge)
+    assert frame["spread"].tolist() == pytest.approx([0.4] + [0.0] * 7)
+    assert frame["uncertainty"].iloc[0] == pytest.approx(0.4)
+
+
+def test_the_plan_file_counts_its_random_and_targeted_dialogues():
+    """plan.json's n_random and n_targeted are the counts of plan.csv's parts (a quarter of 12 drawn at random)."""
+    result = screen(judge_frame({"c": {"alpha": 3.5, "beta": 3.0}}), budget=12, random_share=0.25, bootstrap=100)
+    parts = result.plan["part"].value_counts()
+    assert (parts["random"], parts["targeted"]) == (3, 9)
+    assert (result.plan_info["n_random"], result.plan_info["n_targeted"]) == (3, 9)
+
+
+def test_a_plan_with_bad_parts_names_the_line_of_the_first(tmp_path):
+    from calibration.study.screen import read_plan
+
+    (tmp_path / "plan.json").write_text(json.dumps({"version": 1}), encoding="utf-8")
+    parts = ["random", "targeted", "Random", "random", "manual"]
+    (tmp_path / "plan.csv").write_text("item_id,part,reason\n" + "".join(
+        f"d{k},{p},x\n" for k, p in enumerate(parts)), encoding="utf-8")
+    with pytest.raises(CalibrationError, match=r"plan\.csv:4: part must be random or targeted, got 'Random'"):
+        read_plan(tmp_path)
+
+
+# -- gaps the third mutation draw (seed 3) found ------------------------------------------------------------------
+def test_lambda_is_tuned_once_the_labelled_judge_scores_spread_a_quarter_as_much_as_all():
+    """lambda is tuned (the power-tuned PPI++ value, cov / (var_L f + n/m var f)) when the labelled dialogues' judge
+    scores vary at least 1/4 as much as all judged ones, and is 0 (humans only) below: at 26% and 24% of it."""
+    from scipy.optimize import brentq
+
+    from calibration.study.estimate import ppi_mean
+
+    rng = np.random.default_rng(0)
+    n, m = 12, 28
+    base, wide = rng.normal(0, 1, n), rng.normal(3, 1.5, m)
+    y = 3 + base + rng.normal(0, 0.5, n)
+
+    def judge(a):
+        return np.concatenate([3 + a * base, wide])
+
+    def ratio(a):
+        f = judge(a)
+        return np.var(f[:n], ddof=1) / np.var(f, ddof=1)
+
+    for share, tuned in ((0.26, True), (0.24, False)):
+        f = judge(brentq(lambda a: ratio(a) - share, 0.01, 10))
+        result = ppi_mean(np.concatenate([y, np.full(m, np.nan)]), f)
+        fl = f[:n]
+        expected = np.cov(y, fl)[0, 1] / (np.var(fl, ddof=1) + n / m * np.var(f, ddof=1))
+        assert abs(expected) > 0.05  # a lambda that would matter
+        assert float(result.lam) == pytest.approx(expected if tuned else 0.0)
+        assert float(result.estimate) == pytest.approx(y.mean() + float(result.lam) * (f[n:].mean() - fl.mean()))
+
+
+def test_a_zero_probability_leaves_the_entropy_of_the_others():
+    """Probabilities {1: .5, 2: .5, 3: 0}: entropy ln 2 / ln 3 (scipy's, normalised by the 3 labels offered); a zero
+    is no event, not an undefined term."""
+    from scipy.stats import entropy
+
+    from calibration.study.screen import judgment_uncertainty
+
+    judge = pd.DataFrame([{"item_id": "d1", "system": "a", "criterion": "c", "score": 1.5, "status": "ok",
+                           "probs": {"1": 0.5, "2": 0.5, "3": 0.0}},
+                          {"item_id": "d1", "system": "b", "criterion": "c", "score": 3.0, "status": "ok",
+                           "probs": {"1": 0.0, "2": 0.0, "3": 1.0}}])
+    frame = judgment_uncertainty(judge)
+    assert frame["entropy"].tolist() == pytest.approx([entropy([0.5, 0.5]) / np.log(3), 0.0])
+    assert frame["uncertainty"].iloc[0] == pytest.approx(np.log(2) / np.log(3))
+
+
+def test_the_pilot_effect_of_each_criterion_comes_from_its_own_labels():
+    """A pilot labelling every dialogue: each criterion's human difference is the mean paired difference of its own
+    labels (the PPI++ estimate with nothing unlabelled), its rho their correlation with the judge's differences."""
+    means = {"up": {"alpha": 4.0, "beta": 3.4, "gamma": 2.0}, "down": {"alpha": 2.0, "beta": 3.4, "gamma": 4.0}}
+    judge = judge_frame(means)
+    labels = human_labels(judge, judge["item_id"].unique())
+    power = screen(judge, labels, scale=(1, 5), bootstrap=100).power.set_index("criterion")
+    human = labels.groupby(["criterion", "item_id", "system"])["score"].mean()
+    scores = judge.set_index(["criterion", "item_id", "system"])["score"]
+    for criterion in means:
+        a, b = power.loc[criterion, "system_a"], power.loc[criterion, "system_b"]
+        d = human[criterion].unstack()[a] - human[criterion].unstack()[b]
+        g = scores[criterion].unstack()[a] - scores[criterion].unstack()[b]
+        assert power.loc[criterion, "n_pilot"] == 24
+        assert power.loc[criterion, "human_difference"] == pytest.approx(d.mean())
+        assert power.loc[criterion, "rho"] == pytest.approx(np.corrcoef(d, g.loc[d.index])[0, 1])

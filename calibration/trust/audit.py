@@ -465,7 +465,12 @@ def length_controlled_means(judge, words, human, boot: Dialogues, criterion: str
     xx = np.stack([boot.sums(index, outer[:, k]) for k in range(p * p)], axis=1)  # (dialogues, p*p)
     xy = np.stack([boot.sums(index, design[:, k] * y) for k in range(p)], axis=1)
     beta_point = (np.linalg.pinv(xx.sum(0).reshape(p, p)) @ xy.sum(0))[0]
-    beta = np.einsum("bij,bj->bi", np.linalg.pinv((boot.counts @ xx).reshape(-1, p, p)), boot.counts @ xy)[:, 0]
+    gram = (boot.counts @ xx).reshape(-1, p, p)
+    beta = np.einsum("bij,bj->bi", np.linalg.pinv(gram), boot.counts @ xy)[:, 0]
+    if p > 1:  # a resample whose dialogues confound length with the systems cannot tell beta (pinv's answer would
+        # depend on which system is the baseline, i.e. on the names): undefined, left out of the interval
+        rank = np.linalg.matrix_rank
+        beta[rank(gram, hermitian=True) <= rank(gram[:, 1:, 1:], hermitian=True)] = np.nan
     rows = []
     for k, system in enumerate(systems):
         mine = code == k
