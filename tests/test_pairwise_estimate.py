@@ -314,8 +314,8 @@ def _label_edit(kind):
             extra = judge.iloc[:1].assign(item_id="d000", system="gamma|omega", system_1="gamma", system_2="omega")
             judge = pd.concat([judge, extra], ignore_index=True)
             labels = labels[~labels["system"].str.contains("gamma")]
-        elif kind == "no votes":
-            labels = labels.assign(criterion="other")
+        elif kind == "criterion":
+            labels.loc[3:, "criterion"] = "Quality"
         return judge, labels
     return edit
 
@@ -327,7 +327,7 @@ LABEL_BAD = [
     ("unjudged", ":5: pair 'alpha|omega' of dialogue"),
     ("item", ":5: item 'd999' is not in the judgments"),
     ("disconnected", "gamma, omega never meet(s) the baseline 'base'"),
-    ("no votes", "the pairwise judgments and the human labels have no criterion in common"),
+    ("criterion", ":5: criterion 'Quality' matches no pairwise criterion of the judgments; they have quality"),
 ]
 
 
@@ -372,3 +372,77 @@ def test_quick_simulation_covers():
             assert float(cover) >= 0.95 - allowance, line
         rank_cover = float(line.split("|")[3].split()[0])
         assert rank_cover >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 150), line
+
+
+# -- the study loop end to end: compare (stub server) -> export -> import -> estimate --baseline ---------------------
+
+QUALITY = {"base": 0.0, "alpha": 1.2, "beta": 0.2, "gamma": -1.0}
+
+
+def test_compare_export_import_estimate_end_to_end(stub_server, tmp_path, capsys):
+    from judge.cli import main
+
+    rng = np.random.default_rng(11)
+    items = tmp_path / "pairs.jsonl"
+    with items.open("w") as handle:
+        for d in range(30):
+            dialogue = f"Customer {d} asks about order {100 + d}; the agent says it ships on day {d % 7 + 1}."
+            for s in ("alpha", "beta", "gamma"):
+                a, b = (s, "base") if rng.random() < 0.5 else ("base", s)
+                handle.write(json.dumps({"id": f"chat-{d:02d}", "system_1": a, "system_2": b, "dialogue": dialogue,
+                                         "candidate_1": f"Summary by {a}: order {100 + d} ships on day {d % 7 + 1}.",
+                                         "candidate_2": f"Summary by {b}: order {100 + d} ships day {d % 7 + 1}."})
+                             + "\n")
+    stub_server.configure(changed_share=0.4)  # a judge whose two orders often disagree: position bias
+    judgments = tmp_path / "judgments.jsonl"
+    assert main(["compare", "--rubric", "pairwise_summary", "--input", str(items), "--output", str(judgments),
+                 "--criteria", "faithfulness", "--base-url", stub_server.base_url, "--model", "M", "--no-cache",
+                 "--no-progress"]) == 0
+    assert main(["export", "--rubric", "pairwise_summary", "--input", str(items), "--format", "csv",
+                 "--output", str(tmp_path / "sheets"), "--no-qualification", "--seed", "2"]) == 0
+    # the annotator votes on 15 dialogues drawn at random, from the systems' hidden quality
+    sheet = list(csv.DictReader((tmp_path / "sheets" / "sheet.csv").open(newline="", encoding="utf-8")))
+    key = json.loads((tmp_path / "sheets" / "key.json").read_text())
+    tasks = {t["task_id"]: t for t in key["tasks"]}
+    chosen = set(rng.choice(30, 15, replace=False))
+    for row in sheet:
+        row["annotator"] = "ann1"
+        task = tasks[row["task_id"]]
+        if row["candidate_1"] == row["candidate_2"]:
+            row["faithfulness"] = "0"
+        elif task["kind"] == "item" and int(task["item_id"][-2:]) in chosen:
+            shown = [row[f"candidate_{k}"].split(":")[0].removeprefix("Summary by ") for k in (1, 2)]
+            p = 1 / (1 + np.exp(-(QUALITY[shown[0]] - QUALITY[shown[1]])))
+            u = rng.random()
+            row["faithfulness"] = "1" if u < p - 0.1 else ("0" if u < p + 0.1 else "2")
+    filled = tmp_path / "filled.csv"
+    with filled.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(sheet[0]))
+        writer.writeheader()
+        writer.writerows(sheet)
+    labels = tmp_path / "labels.csv"
+    assert main(["import", "--from", str(filled), "--key", str(tmp_path / "sheets" / "key.json"),
+                 "--output", str(labels)]) == 0
+    capsys.readouterr()
+    code = main(["estimate", "--judgments", str(judgments), "--human", str(labels), "--baseline", "base",
+                 "--margin", "0.1", "--output-dir", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    assert code in (0, 1), out.err
+    table = pd.read_csv(tmp_path / "out" / "estimates.csv")
+    assert sorted(table["system"].unique()) == ["alpha", "beta", "gamma"] and (table["baseline"] == "base").all()
+    wins = table[table["quantity"] == "win_rate"].set_index("system")
+    assert (wins["n_judged"] == 30).all() and (wins["n_labelled"] == 15).all()
+    # the human-only win rate is the share of the imputed votes won, by hand from labels.csv
+    votes_ = pd.read_csv(labels, dtype=str)
+    for system in ("alpha", "gamma"):
+        mine = votes_[votes_["system"].str.contains(system)]
+        first = mine["system"].str.startswith(system + "|")
+        won = np.where(first, mine["score"].map({"1": 1.0, "2": 0.0, "0": 0.5}),
+                       mine["score"].map({"1": 0.0, "2": 1.0, "0": 0.5}))
+        assert wins.loc[system, "human_only"] == pytest.approx(won.mean())
+        assert wins.loc[system, "ci_low"] < wins.loc[system, "estimate"] < wins.loc[system, "ci_high"]
+    assert code == (0 if (wins["noninferior"] == "yes").all() else 1)
+    ranking = pd.read_csv(tmp_path / "out" / "ranking.csv")
+    assert sorted(ranking["system"]) == ["alpha", "base", "beta", "gamma"]
+    assert ranking.set_index("system").loc["alpha", "rank"] == 1
+    assert (tmp_path / "out" / "summary.md").read_text().startswith("## Pairwise estimate against `base`")

@@ -220,6 +220,13 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
         row = labels[unknown].iloc[0]
         raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{row['line']}: item {row['item_id']!r} "
                                f"is not in the judgments ({int(unknown.sum())} label(s) like it)")
+    judged = set(judge.loc[judge["system_1"].notna(), "criterion"])
+    unknown = ~labels["criterion"].isin(judged)
+    if unknown.any():
+        row = labels[unknown].iloc[0]
+        raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{row['line']}: criterion "
+                               f"{row['criterion']!r} matches no pairwise criterion of the judgments; they have "
+                               f"{', '.join(sorted(judged))} ({int(unknown.sum())} label(s) like it)")
     warnings = []
     if judge["system_1"].isna().any():
         warnings.append(f"{int(judge['system_1'].isna().sum())} judgment(s) score one system (not a pair): left out of "
