@@ -217,7 +217,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     cells = QUICK if args.quick else FULL
-    repetitions = args.repetitions or (150 if args.quick else 400)
+    repetitions = args.repetitions or (150 if args.quick else 300)
     print(HEADER)
     started = time.perf_counter()
     for index, cell in enumerate(cells):

@@ -14,7 +14,8 @@ judged ones (no --plan: every labelled dialogue is taken as such, and the output
 Win rate of system s against the baseline b: the population mean, over dialogues, of the share of the dialogue's s
 vs b pairs s wins (a tie counting 1/2; either order). On dialogues with one such pair (the usual design) this is the
 share of pairs. Estimated by estimate.py's PPI++ mean (`ppi_mean`: lambda tuned from 10 labelled dialogues on, t
-intervals, none below 3 labels or on labels that do not vary), with dialogues as units.
+intervals, none below 3 labels), with dialogues as units; the interval adds Agresti-Coull's pseudo-votes (two wins,
+two losses; see adjusted_intervals), as a share near 0 or 1 needs.
 
 Bradley-Terry: log strengths theta (baseline 0) with P(i beats j) = sigmoid(theta_i - theta_j); the estimand is the
 fit to the human votes over the population of judged pairs, ties counting 1/2 in the likelihood (the logistic loss
@@ -47,6 +48,7 @@ claim.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -186,21 +188,56 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
         human[row, lab_d.index.to_numpy(int)] = lab_d["h"].to_numpy()
         counts.append((int(labelled.sum()), int(mine.sum())))
     result = ppi_mean(human, judge, confidence)
+    low, high, human_low, human_high, ratio = adjusted_intervals(human, judge, result, confidence)
     rows = []
     for row, s in enumerate(others):
         n_labelled, n_judged = counts[row]
-        note = interval_note(str(result.no_interval[row]), int(result.n_labelled[row]))
+        n = int(result.n_labelled[row])
+        note = interval_note("few", n) if n < MIN_LABELLED else ""
         if n_judged == 0:
             note = "no judged pair against the baseline: see bradley_terry for a comparison through other systems"
-        ratio = float(result.width_ratio[row])
+        shown = not note
+        nan = math.nan
         rows.append({"quantity": "win_rate", "system": data.systems[s], "estimate": float(result.estimate[row]),
-                     "ci_low": float(result.ci_low[row]), "ci_high": float(result.ci_high[row]),
-                     "human_only": float(result.human_only[row]) if n_labelled else math.nan,
-                     "human_only_ci_low": float(result.human_only_ci_low[row]),
-                     "human_only_ci_high": float(result.human_only_ci_high[row]), "n_labelled": n_labelled,
-                     "n_judged": n_judged, "width_ratio": ratio,
-                     "effective_labels": _effective(int(result.n_labelled[row]), ratio), "interval_note": note})
+                     "ci_low": low[row] if shown else nan, "ci_high": high[row] if shown else nan,
+                     "human_only": float(result.human_only[row]) if n_labelled else nan,
+                     "human_only_ci_low": human_low[row] if shown else nan,
+                     "human_only_ci_high": human_high[row] if shown else nan, "n_labelled": n_labelled,
+                     "n_judged": n_judged, "width_ratio": ratio[row] if shown else nan,
+                     "effective_labels": _effective(n, ratio[row]) if shown else nan, "interval_note": note})
     return rows
+
+
+# Agresti-Coull's pseudo-votes: z^2 ~ 4 at 95%, two wins and two losses.
+PSEUDO_VOTES = np.array([1.0, 1.0, 0.0, 0.0])
+
+
+def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence: float):
+    """Win-rate intervals as Agresti and Coull's for a proportion: the same PPI++ interval computed with four
+    pseudo-votes added to the labelled dialogues (two wins, two losses, each with the judge's mean prediction, so the
+    judge's correction is not moved). A share near 0 or 1 from few votes has a sample variance that is too small
+    (the t interval covered 0.925-0.935 at 15-20 labelled dialogues in benchmarks/pairwise_coverage.py); the
+    pseudo-votes fix that (0.965-0.97 there) and give an interval where every vote agrees (estimate.py's "flat").
+    lambda as estimate.py chooses it on the real votes: 0 below 10 of them. The bounds are clipped to [0, 1] and
+    widened to hold the unadjusted estimate. Returns (low, high, human-only low, human-only high, width ratio)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a system without a pair against the baseline
+        mean_f = np.nanmean(judge, axis=1, keepdims=True)
+    extra_h = np.broadcast_to(PSEUDO_VOTES, (len(human), len(PSEUDO_VOTES)))
+    extra_f = np.broadcast_to(np.nan_to_num(mean_f, nan=0.5), (len(human), len(PSEUDO_VOTES)))
+    aug_h, aug_f = np.hstack([human, extra_h]), np.hstack([judge, extra_f])
+    tuned = ppi_mean(aug_h, aug_f, confidence)
+    fixed = ppi_mean(aug_h, aug_f, confidence, lam=0.0)
+    small = result.n_labelled < MIN_TUNED
+    pick = lambda a, b: np.where(small, b, a)  # noqa: E731
+    low, high = pick(tuned.ci_low, fixed.ci_low), pick(tuned.ci_high, fixed.ci_high)
+    low = np.clip(np.minimum(low, result.estimate), 0.0, 1.0)
+    high = np.clip(np.maximum(high, result.estimate), 0.0, 1.0)
+    human_low = np.clip(np.minimum(fixed.human_only_ci_low, result.human_only), 0.0, 1.0)
+    human_high = np.clip(np.maximum(fixed.human_only_ci_high, result.human_only), 0.0, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = (high - low) / (human_high - human_low)
+    return low, high, human_low, human_high, ratio
 
 
 def _effective(n: int, ratio: float) -> float:
