@@ -214,17 +214,23 @@ PSEUDO_VOTES = np.array([1.0, 1.0, 0.0, 0.0])
 
 def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence: float):
     """Win-rate intervals as Agresti and Coull's for a proportion: the same PPI++ interval computed with four
-    pseudo-votes added to the labelled dialogues (two wins, two losses, each with the judge's mean prediction, so the
-    judge's correction is not moved). A share near 0 or 1 from few votes has a sample variance that is too small
-    (the t interval covered 0.925-0.935 at 15-20 labelled dialogues in benchmarks/pairwise_coverage.py); the
-    pseudo-votes fix that (0.965-0.97 there) and give an interval where every vote agrees (estimate.py's "flat").
-    lambda as estimate.py chooses it on the real votes: 0 below 10 of them. The bounds are clipped to [0, 1] and
-    widened to hold the unadjusted estimate. Returns (low, high, human-only low, human-only high, width ratio)."""
+    pseudo-votes added to the labelled dialogues, two wins and two losses. A share near 0 or 1 from few votes has a
+    sample variance that is too small (the t interval covered 0.925-0.938 at 15-20 labelled dialogues in
+    benchmarks/pairwise_coverage.py); the pseudo-votes fix that and give an interval where every vote agrees
+    (estimate.py's "flat"). Each pseudo-win carries the judge's mean prediction on the labelled dialogues the system
+    won, each pseudo-loss its mean on those it lost (the overall mean where there is none), so that the judge's help
+    is not lost (with the overall mean for all four: 0.97-0.985 and the width gain halved). lambda as estimate.py
+    chooses it on the real votes: 0 below 10 of them. The bounds are clipped to [0, 1] and widened to hold the
+    unadjusted estimate. Returns (low, high, human-only low, human-only high, width ratio)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a system without a pair against the baseline
-        mean_f = np.nanmean(judge, axis=1, keepdims=True)
+        mean_f = np.nanmean(judge, axis=1)
+        won = np.where(human > 0.5, judge, np.nan)
+        lost = np.where(human < 0.5, judge, np.nan)
+        f_won = np.where(np.isfinite(np.nanmean(won, axis=1)), np.nanmean(won, axis=1), mean_f)
+        f_lost = np.where(np.isfinite(np.nanmean(lost, axis=1)), np.nanmean(lost, axis=1), mean_f)
     extra_h = np.broadcast_to(PSEUDO_VOTES, (len(human), len(PSEUDO_VOTES)))
-    extra_f = np.broadcast_to(np.nan_to_num(mean_f, nan=0.5), (len(human), len(PSEUDO_VOTES)))
+    extra_f = np.nan_to_num(np.stack([f_won, f_won, f_lost, f_lost], axis=1), nan=0.5)
     aug_h, aug_f = np.hstack([human, extra_h]), np.hstack([judge, extra_f])
     tuned = ppi_mean(aug_h, aug_f, confidence)
     fixed = ppi_mean(aug_h, aug_f, confidence, lam=0.0)
