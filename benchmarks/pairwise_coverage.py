@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -172,12 +173,14 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
         human = bradley_terry(data, 0, CONFIDENCE, human_only=True)
         stats["lam"].append(fit.lam)
         if fit.ok and fit.df >= 1:
-            q = float(__import__("scipy.stats").stats.t.ppf(0.5 + CONFIDENCE / 2, fit.df))
+            q = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, fit.df))
             se = fit.se[1:]
-            stats["bt_shown"].extend([True] * (k - 1))
-            stats["bt_cover"].extend(np.abs(fit.theta[1:] - theta[1:]) <= q * se)
+            shown = np.isfinite(se) & np.isfinite(fit.theta[1:])
+            stats["bt_shown"].extend(shown)
+            stats["bt_cover"].extend((np.abs(fit.theta[1:] - theta[1:]) <= q * se)[shown])
             if human.ok:
-                stats["bt_ratio"].extend(se / human.se[1:])
+                both = shown & np.isfinite(human.se[1:]) & np.isfinite(human.theta[1:])
+                stats["bt_ratio"].extend((se / human.se[1:])[both])
         else:
             stats["bt_shown"].extend([False] * (k - 1))
         _, low, high = rank_sets(fit.theta, fit.cov, fit.df if fit.ok else np.nan, CONFIDENCE)
@@ -194,6 +197,7 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
             "judge": cell.judge, "corr": mean("corr"), "lambda": mean("lam"),
             "win_cover": mean("win_cover"), "win_n": len(stats["win_cover"]), "win_shown": mean("win_shown"),
             "win_ratio": mean("win_ratio"), "bt_cover": mean("bt_cover"), "bt_n": len(stats["bt_cover"]),
+            "bt_shown": mean("bt_shown"),
             "bt_ratio": mean("bt_ratio"), "rank_cover": mean("rank_cover"), "rank_cover_h": mean("rank_cover_h"),
             "rank_size": mean("rank_size"), "rank_size_h": mean("rank_size_h"), "rank_larger": mean("rank_larger"),
             "repetitions": repetitions}

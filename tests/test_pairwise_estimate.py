@@ -496,3 +496,66 @@ def test_the_readme_pairwise_loop_runs_and_matches_the_example(tmp_path, stub_se
     wins = pd.read_csv(work / "estimate" / "estimates.csv").query("quantity == 'win_rate'")
     assert set(wins.loc[wins["noninferior"] == "no", "system"]) == {"pegasus"}
     assert len(pd.read_csv(work / "judgments.jsonl", sep="\t", header=None)) == 96 * 2
+
+
+# -- real votes: DialSummEval's campus annotations turned into pairs, a metric as the judge -------------------------
+
+import os  # noqa: E402
+
+SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", ROOT.parent / "shared" / "data"))
+DIALSUMMEVAL = SHARED / "dialsummeval"
+
+
+@pytest.mark.skipif(not (DIALSUMMEVAL / "annotations.csv").is_file(),
+                    reason=f"DialSummEval not found in {DIALSUMMEVAL} (set JUDGE_SHARED_DATA)")
+def test_dialsummeval_pairs_hiding_votes_covers_the_all_votes_answer(capsys):
+    """Every system against LEAD-3 on each of the 100 dialogues: the human vote is which summary has the higher mean
+    campus score (equal: a tie), the judge's is which has the higher BARTScore (s->h). The all-votes win rates and
+    Bradley-Terry fit are the truth; 25 dialogues keep their votes, 300 times: the intervals must cover it."""
+    from calibration.study.pairwise import win_rate_rows
+
+    criterion, metric, baseline = "consistency", "bartscore_s_h", "LEAD-3"
+    human = pd.read_csv(DIALSUMMEVAL / "annotations.csv").query("criterion == @criterion")
+    human = human.groupby(["item_id", "system"])["score"].mean().unstack()
+    judge = pd.read_csv(DIALSUMMEVAL / "metric_scores.csv").set_index(["item_id", "system"])[metric].unstack()
+    systems = [s for s in human.columns if s != "reference"]
+    b = systems.index(baseline)
+    others = [k for k in range(len(systems)) if k != b]
+    first, second, dialogue, h, f = [], [], [], [], []
+    for d, item in enumerate(human.index):
+        for k in others:
+            a, c = (k, b) if (d + k) % 2 else (b, k)
+            first.append(a)
+            second.append(c)
+            dialogue.append(d)
+            h.append(float(np.sign(human.loc[item, systems[a]] - human.loc[item, systems[c]]) / 2 + 0.5))
+            f.append(float(np.sign(judge.loc[item, systems[a]] - judge.loc[item, systems[c]]) / 2 + 0.5))
+    first, second, dialogue, h, f = map(np.array, (first, second, dialogue, h, f))
+    full = Pairs(criterion, systems, first, second, dialogue, np.arange(len(human)), f, h)
+    truth_win = np.array([r["human_only"] for r in win_rate_rows(full, b, 0.95)])
+    truth_bt = bradley_terry(full, b, 0.95, human_only=True).theta
+    rng = np.random.default_rng(0)
+    win_cover, bt_cover, win_ratio, bt_ratio, bt_shown = [], [], [], [], []
+    for _ in range(300):
+        keep = np.isin(dialogue, rng.choice(len(human), 25, replace=False))
+        data = Pairs(criterion, systems, first, second, dialogue, full.dialogues, f, np.where(keep, h, np.nan))
+        rows = win_rate_rows(data, b, 0.95)
+        win_cover += [r["ci_low"] <= t <= r["ci_high"] for r, t in zip(rows, truth_win)]
+        win_ratio += [r["width_ratio"] for r in rows]
+        fit = bradley_terry(data, b, 0.95)
+        human_fit = bradley_terry(data, b, 0.95, human_only=True)
+        q = float(__import__("scipy.stats").stats.t.ppf(0.975, fit.df))
+        se, error = np.delete(fit.se, b), np.abs(np.delete(fit.theta - truth_bt, b))
+        shown = np.isfinite(se) & np.isfinite(error)  # a system that lost every pair has no interval
+        bt_shown += list(shown)
+        bt_cover += list((error <= q * se)[shown])
+        if human_fit.ok:
+            ratio = se / np.delete(human_fit.se, b)
+            bt_ratio += list(ratio[np.isfinite(ratio)])
+    with capsys.disabled():
+        print(f"\nDialSummEval pairs ({criterion}, {metric} as the judge, 25 of 100 dialogues voted): win-rate coverage "
+              f"{np.mean(win_cover):.3f}, width ratio {np.nanmean(win_ratio):.2f}; Bradley-Terry coverage "
+              f"{np.mean(bt_cover):.3f} ({np.mean(bt_shown):.0%} of the strengths finite), width ratio "
+              f"{np.nanmean(bt_ratio):.2f}")
+    # a finite population (the 100 dialogues) is covered more often than the super-population the intervals are for
+    assert np.mean(win_cover) >= 0.94 and np.mean(bt_cover) >= 0.94

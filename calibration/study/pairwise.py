@@ -13,7 +13,7 @@ judged ones (no --plan: every labelled dialogue is taken as such, and the output
 
 Win rate of system s against the baseline b: the population mean, over dialogues, of the share of the dialogue's s
 vs b pairs s wins (a tie counting 1/2; either order). On dialogues with one such pair (the usual design) this is the
-share of pairs. Estimated by estimate.py's PPI++ mean (`ppi_mean`: lambda tuned from 10 labelled dialogues on, t
+share of pairs. Estimated by estimate.py's PPI++ mean (`ppi_mean`: lambda tuned from 20 labelled dialogues on, t
 intervals, none below 3 labels), with dialogues as units; the interval adds Agresti-Coull's pseudo-votes (two wins,
 two losses; see adjusted_intervals), as a share near 0 or 1 needs.
 
@@ -188,7 +188,10 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
         human[row, lab_d.index.to_numpy(int)] = lab_d["h"].to_numpy()
         counts.append((int(labelled.sum()), int(mine.sum())))
     result = ppi_mean(human, judge, confidence)
-    low, high, human_low, human_high, ratio = adjusted_intervals(human, judge, result, confidence)
+    # lambda is tuned from WIN_TUNED real votes on (below: the human-only share, lambda = 0)
+    small = result.n_labelled < WIN_TUNED
+    result.estimate = np.where(small, result.human_only, result.estimate)
+    low, high, human_low, human_high, ratio = adjusted_intervals(human, judge, result, confidence, small)
     rows = []
     for row, s in enumerate(others):
         n_labelled, n_judged = counts[row]
@@ -209,10 +212,13 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
 
 
 # Agresti-Coull's pseudo-votes: z^2 ~ 4 at 95%, two wins and two losses.
+# Win rates tune lambda from this many labelled dialogues on: with 10-19 votes a tuned lambda covered 0.927 on a
+# length-biased judge (benchmarks/pairwise_coverage.py), the human-only share with pseudo-votes 0.96-0.97.
+WIN_TUNED = 20
 PSEUDO_VOTES = np.array([1.0, 1.0, 0.0, 0.0])
 
 
-def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence: float):
+def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence: float, small: np.ndarray):
     """Win-rate intervals as Agresti and Coull's for a proportion: the same PPI++ interval computed with four
     pseudo-votes added to the labelled dialogues, two wins and two losses. A share near 0 or 1 from few votes has a
     sample variance that is too small (the t interval covered 0.925-0.938 at 15-20 labelled dialogues in
@@ -220,7 +226,7 @@ def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence:
     (estimate.py's "flat"). Each pseudo-win carries the judge's mean prediction on the labelled dialogues the system
     won, each pseudo-loss its mean on those it lost (the overall mean where there is none), so that the judge's help
     is not lost (with the overall mean for all four: 0.97-0.985 and the width gain halved). lambda as estimate.py
-    chooses it on the real votes: 0 below 10 of them. The bounds are clipped to [0, 1] and widened to hold the
+    tunes it on the real votes, from WIN_TUNED of them on (`small`: the rows below, lambda = 0). The bounds are clipped to [0, 1] and widened to hold the
     unadjusted estimate. Returns (low, high, human-only low, human-only high, width ratio)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a system without a pair against the baseline
@@ -234,7 +240,6 @@ def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence:
     aug_h, aug_f = np.hstack([human, extra_h]), np.hstack([judge, extra_f])
     tuned = ppi_mean(aug_h, aug_f, confidence)
     fixed = ppi_mean(aug_h, aug_f, confidence, lam=0.0)
-    small = result.n_labelled < MIN_TUNED
     pick = lambda a, b: np.where(small, b, a)  # noqa: E731
     low, high = pick(tuned.ci_low, fixed.ci_low), pick(tuned.ci_high, fixed.ci_high)
     low = np.clip(np.minimum(low, result.estimate), 0.0, 1.0)
@@ -268,7 +273,8 @@ class BTFit:
 
     @property
     def se(self) -> np.ndarray:
-        return np.sqrt(np.maximum(np.diag(self.cov), 0.0))
+        with np.errstate(invalid="ignore"):
+            return np.sqrt(np.maximum(np.diag(self.cov), 0.0))
 
 
 def design(data: Pairs, baseline: int) -> np.ndarray:
@@ -319,8 +325,12 @@ def newton(x: np.ndarray, w: np.ndarray, v: np.ndarray, start=None, tol: float =
 class _Parts:
     """Per-dialogue sums of the pairs' gradients, for the PPI estimating equation and its sandwich."""
 
-    def __init__(self, data: Pairs, baseline: int):
-        self.x = design(data, baseline)
+    def __init__(self, data: Pairs, baseline: int, active: np.ndarray | None = None):
+        """`active`: the systems in the fit (the others' pairs weigh nothing, their columns are dropped)."""
+        active = np.ones(len(data.systems), bool) if active is None else active
+        self.columns = np.delete(active, baseline)
+        self.x = design(data, baseline)[:, self.columns]
+        kept = active[data.first] & active[data.second]
         labelled = data.labelled
         n_dialogues = len(data.dialogues)
         per = np.bincount(data.dialogue, minlength=n_dialogues).astype(float)
@@ -331,8 +341,8 @@ class _Parts:
         # a labelled dialogue stands for all its pairs: its labelled pairs weigh pairs / labelled pairs
         ratio = np.divide(per, lab, out=np.zeros_like(per), where=lab > 0)
         in_l = self.is_l[data.dialogue]
-        self.lab_pair = labelled  # pairs entering the labelled terms
-        self.u_pair = ~in_l  # pairs of judged-only dialogues
+        self.lab_pair = labelled & kept  # pairs entering the labelled terms
+        self.u_pair = ~in_l & kept  # pairs of judged-only dialogues
         self.r = np.where(labelled, ratio[data.dialogue], 0.0)
         self.h = np.where(labelled, data.human, 0.0)
         self.f = data.judge
@@ -403,9 +413,43 @@ def connected(k: int, first: np.ndarray, second: np.ndarray, baseline: int) -> n
     return component == component[baseline]
 
 
+def set_apart(data: Pairs, baseline: int, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """(active systems, direction): a system whose weighted wins (or losses) in the PPI loss at lambda are nil or
+    negative has its strength at -infinity (+infinity): the fit has no finite optimum with it. Its pairs then add
+    nothing to the others' fit (at the limit they are won or lost with probability 1), so it is set apart (direction
+    -1 or +1) and the rest is fitted, again until none is left; systems the remaining pairs no longer connect to the
+    baseline are set apart with direction 0. With the baseline itself degenerate nothing is active."""
+    k = len(data.systems)
+    active = np.ones(k, bool)
+    direction = np.zeros(k)
+    full = _Parts(data, baseline)
+    w0, v0 = full.weights(lam)
+    scale = max(float(np.abs(w0).sum()), 1e-300)
+    for _ in range(k):
+        keep = active[data.first] & active[data.second]
+        w, v = np.where(keep, w0, 0.0), np.where(keep, v0, 0.0)
+        wins = np.bincount(data.first, v, k) + np.bincount(data.second, w - v, k)
+        losses = np.bincount(data.first, w - v, k) + np.bincount(data.second, v, k)
+        weight = np.bincount(data.first, w, k) + np.bincount(data.second, w, k)
+        lost, won = wins <= 1e-12 * scale, losses <= 1e-12 * scale
+        bad = active & (weight > 0) & (lost | won)
+        if bad[baseline]:
+            return np.zeros(k, bool), direction
+        if not bad.any():
+            break
+        direction[bad] = np.where(lost[bad], -1.0, 1.0)
+        active &= ~bad
+    keep = active[data.first] & active[data.second] & (np.abs(w0) > 0)
+    reach = connected(k, data.first[keep], data.second[keep], baseline)
+    active &= reach
+    return active, direction
+
+
 def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | None = None,
                   human_only: bool = False) -> BTFit:
-    """The PPI(++) Bradley-Terry fit (see the module docstring); `human_only`: lambda = 0 on the labelled pairs."""
+    """The PPI(++) Bradley-Terry fit (see the module docstring); `human_only`: lambda = 0 on the labelled pairs.
+    A system that won (lost) every pair the fit weighs has strength +infinity (-infinity) and no interval
+    (`set_apart`); the others are fitted without it."""
     k = len(data.systems)
     parts = _Parts(data, baseline)
     n = parts.n
@@ -426,20 +470,38 @@ def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | No
         return nan
     fitted = lam is None
     if fitted:
+        lam = 1.0  # classic PPI below MIN_TUNED labelled dialogues: unbiased whatever the judge
         if n >= MIN_TUNED:
-            start, ok = newton(parts.x, *parts.weights(1.0))
-            lam = parts.tuned_lambda(start) if ok else 1.0
-        else:
-            lam = 1.0  # classic PPI: unbiased whatever the judge
-    theta, ok = newton(parts.x, *parts.weights(lam))
-    if not ok:
-        nan.note = ("a system won or lost every labelled pair: its strength is infinite" if human_only else
-                    "the Bradley-Terry fit did not converge (a system wins or loses every pair)")
+            active, _ = set_apart(data, baseline, 1.0)
+            start_parts = _Parts(data, baseline, active)
+            start, ok = newton(start_parts.x, *start_parts.weights(1.0)) if active.any() else (None, False)
+            lam = start_parts.tuned_lambda(start) if ok else 1.0
+    tried = [lam] + ([lam / 2, lam / 4, 0.0] if fitted and lam > 0 else [])
+    for lam in tried:
+        active, direction = set_apart(data, baseline, lam)
+        if not active.any():
+            continue
+        fit_parts = _Parts(data, baseline, active)
+        theta, ok = newton(fit_parts.x, *fit_parts.weights(lam))
+        if ok:
+            break
+    else:
+        nan.note = ("the baseline won or lost every labelled pair, or a group of systems did: no finite strength"
+                    if human_only else "the Bradley-Terry fit did not converge (a system or a group of systems "
+                                       "wins or loses every pair)")
         nan.lam = lam
         return nan
-    cov, _ = parts.covariance(theta, lam)
-    full_theta = np.insert(theta, baseline, 0.0)
-    full_cov = np.insert(np.insert(cov, baseline, 0.0, axis=0), baseline, 0.0, axis=1)
+    cov, _ = fit_parts.covariance(theta, lam)
+    index = np.flatnonzero(np.delete(active, baseline))
+    p = k - 1
+    small_theta = np.full(p, np.nan)
+    small_theta[index] = theta
+    small_cov = np.full((p, p), np.nan)
+    small_cov[np.ix_(index, index)] = cov
+    full_theta = np.insert(small_theta, baseline, 0.0)
+    infinite = np.isnan(full_theta) & (direction != 0)
+    full_theta[infinite] = direction[infinite] * np.inf
+    full_cov = np.insert(np.insert(small_cov, baseline, 0.0, axis=0), baseline, 0.0, axis=1)
     df = n - 2 if (fitted and n >= MIN_TUNED and lam != 0.0) else n - 1
     note = ""
     if n < MIN_LABELLED:
@@ -464,17 +526,26 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
             note = interval_note("few", n_lab_d).replace("labelled dialogue", "labelled dialogue with a pair of this "
                                                                              "system", 1)
         se, hse = fit.se[s], human.se[s] if human.ok else math.nan
-        shown = fit.ok and not note
-        low, high = (fit.theta[s] - q * se, fit.theta[s] + q * se) if shown else (math.nan, math.nan)
-        human_shown = human.ok and n_lab_d >= MIN_LABELLED
-        hlow, hhigh = (human.theta[s] - qh * hse, human.theta[s] + qh * hse) if human_shown else (math.nan, math.nan)
+        value, human_value = (fit.theta[s] if fit.ok else math.nan), (human.theta[s] if human.ok else math.nan)
+        if not note and np.isinf(value):
+            note = (f"{data.systems[s]} {'won' if value > 0 else 'lost'} every pair the fit weighs: its strength is "
+                    f"{'+' if value > 0 else '-'}infinite, no interval (its win rate has one)")
+        elif not note and np.isnan(value):
+            note = "not connected to the baseline by the pairs left once the systems with infinite strength are set apart"
+        shown = fit.ok and not note and np.isfinite(se)
+        low, high = (value - q * se, value + q * se) if shown else (math.nan, math.nan)
+        human_shown = human.ok and n_lab_d >= MIN_LABELLED and np.isfinite(human_value) and np.isfinite(hse)
+        hlow, hhigh = (human_value - qh * hse, human_value + qh * hse) if human_shown else (math.nan, math.nan)
         ratio = float(se / hse) if shown and human_shown and hse > 0 else math.nan
         if not note and not human.ok:
             note = f"human-only: {human.note}"
+        elif not note and np.isinf(human_value):
+            note = (f"human-only: {data.systems[s]} {'won' if human_value > 0 else 'lost'} every labelled pair "
+                    "(strength infinite)")
         rows.append({"quantity": "bradley_terry", "system": data.systems[s],
-                     "estimate": float(fit.theta[s]) if fit.ok else math.nan, "ci_low": low, "ci_high": high,
-                     "human_only": float(human.theta[s]) if human.ok else math.nan, "human_only_ci_low": hlow,
-                     "human_only_ci_high": hhigh, "n_labelled": int((touches & lab).sum()),
+                     "estimate": float(value) if np.isfinite(value) else math.nan, "ci_low": low, "ci_high": high,
+                     "human_only": float(human_value) if np.isfinite(human_value) else math.nan,
+                     "human_only_ci_low": hlow, "human_only_ci_high": hhigh, "n_labelled": int((touches & lab).sum()),
                      "n_judged": int(touches.sum()), "width_ratio": ratio,
                      "effective_labels": _effective(int((touches & lab).sum()), ratio), "interval_note": note})
     return rows
@@ -486,19 +557,24 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
 def rank_sets(theta: np.ndarray, cov: np.ndarray, df: float, confidence: float) -> tuple[np.ndarray, np.ndarray,
                                                                                             np.ndarray]:
     """(rank, rank_low, rank_high) of every system, 1 = strongest, from simultaneous Bonferroni-t intervals on
-    every difference theta_i - theta_j; all ranks possible where nothing is known."""
+    every difference theta_i - theta_j (i is surely above j when the interval excludes 0); all ranks possible where
+    nothing is known. An infinite strength (a system that won or lost every pair) ranks first or last but is never
+    surely above or below anyone: it has no interval. A system without any strength ranks last."""
     k = len(theta)
-    rank = np.full(k, k, dtype=float) if not np.isfinite(theta).all() else \
-        1.0 + (theta[None, :] > theta[:, None]).sum(1)
-    if k < 2 or not np.isfinite(theta).all() or not df >= 1:
+    theta = np.asarray(theta, dtype=float)
+    known = ~np.isnan(theta)
+    ordered = np.where(known, theta, -np.inf)
+    rank = np.where(known, 1.0 + (ordered[None, :] > ordered[:, None]).sum(1), float(k))
+    if k < 2 or not df >= 1:
         return rank, np.ones(k), np.full(k, float(k))
     pairs = k * (k - 1) / 2.0
     q = scipy_stats.t.ppf(1.0 - (1.0 - confidence) / (2.0 * pairs), df)
+    finite = np.isfinite(theta)
     var = np.diag(cov)
     with np.errstate(invalid="ignore"):
         se = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2.0 * cov, 0.0))
         diff = theta[:, None] - theta[None, :]  # i minus j
-        above = (diff - q * se > 0) & np.isfinite(se) & (se > 0)  # i surely above j
+        above = (diff - q * se > 0) & np.isfinite(se) & (se > 0) & finite[:, None] & finite[None, :]
     low = 1.0 + above.sum(0)  # systems surely above i
     high = k - above.sum(1)  # minus systems surely below i
     return rank, low, high
