@@ -559,3 +559,28 @@ def test_dialsummeval_pairs_hiding_votes_covers_the_all_votes_answer(capsys):
               f"{np.nanmean(bt_ratio):.2f}")
     # a finite population (the 100 dialogues) is covered more often than the super-population the intervals are for
     assert np.mean(win_cover) >= 0.94 and np.mean(bt_cover) >= 0.94
+
+
+def test_a_system_that_lost_every_pair_is_set_apart_and_the_others_fitted_without_it():
+    judge, labels = study(seed=12, labelled=30)
+    # gamma loses every pair, in the votes and in both of the judge's orders
+    def lose(frame, column):
+        a, b = frame["system"].str.split("|", expand=True).T.to_numpy()
+        verdict = np.where(a == "gamma", "2", np.where(b == "gamma", "1", frame[column]))
+        return frame.assign(**{column: verdict})
+    for column in ("forward", "swapped", "label"):
+        judge = lose(judge, column)
+    labels = lose(labels, "score")
+    result = calibration.estimate(judge, labels, baseline="base")
+    bt = result.estimates[result.estimates["quantity"] == "bradley_terry"].set_index("system")
+    assert np.isnan(bt.loc["gamma", "estimate"]) and np.isnan(bt.loc["gamma", "ci_low"])
+    assert "gamma lost every pair the fit weighs: its strength is -infinite" in bt.loc["gamma", "interval_note"]
+    rest = labels[~labels["system"].str.contains("gamma")]
+    expected = fit_statsmodels(rest, votes(rest), [s for s in SYSTEMS if s != "gamma"])
+    for system, value in expected.items():
+        assert bt.loc[system, "human_only"] == pytest.approx(value, abs=1e-6)
+        assert np.isfinite(bt.loc[system, "ci_low"])
+    ranking = result.ranking.set_index("system")
+    assert ranking.loc["gamma", "rank"] == 5 and ranking.loc["gamma", "rank_low"] == 1  # last, but no interval
+    wins = result.estimates[result.estimates["quantity"] == "win_rate"].set_index("system")
+    assert wins.loc["gamma", "estimate"] == 0 and 0 < wins.loc["gamma", "ci_high"] < 0.5  # the share has one
