@@ -584,3 +584,18 @@ def test_a_system_that_lost_every_pair_is_set_apart_and_the_others_fitted_withou
     assert ranking.loc["gamma", "rank"] == 5 and ranking.loc["gamma", "rank_low"] == 1  # last, but no interval
     wins = result.estimates[result.estimates["quantity"] == "win_rate"].set_index("system")
     assert wins.loc["gamma", "estimate"] == 0 and 0 < wins.loc["gamma", "ci_high"] < 0.5  # the share has one
+
+
+def test_a_csv_of_pair_probabilities_is_read_as_the_judge_and_a_score_off_0_1_refused(tmp_path):
+    judge, labels = study(seed=13, labelled=30)
+    value = {"1": 1.0, "2": 0.0, "0": 0.5}
+    probability = (judge["forward"].map(value) + judge["swapped"].map(value)) / 2
+    scores = judge[["item_id", "system", "criterion"]].assign(score=probability)
+    scores.to_csv(tmp_path / "pairs.csv", index=False)
+    from_csv = calibration.estimate(tmp_path / "pairs.csv", labels, baseline="base").estimates
+    from_frame = calibration.estimate(judge, labels, baseline="base").estimates
+    pd.testing.assert_frame_equal(from_csv, from_frame)
+    scores.loc[4, "score"] = 3.0
+    scores.to_csv(tmp_path / "pairs.csv", index=False)
+    with pytest.raises(CalibrationError, match=r"line 6: pair .* has score 3: a pair's score is the probability"):
+        calibration.estimate(tmp_path / "pairs.csv", labels, baseline="base")

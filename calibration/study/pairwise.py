@@ -149,6 +149,12 @@ def read_pairs(judge: pd.DataFrame, labels: pd.DataFrame, criterion: str, where:
     pairs = judge[(judge["criterion"] == criterion) & judge["system_1"].notna() & (judge["status"] != "na")]
     pairs = pairs.reset_index(drop=True)
     f, failed = judge_predictions(pairs)
+    off = (f < 0) | (f > 1)
+    if off.any():
+        row = pairs[off].iloc[0]
+        raise CalibrationError(f"line {row['line']}: pair {row['system']!r} of dialogue {row['item_id']!r} has score "
+                               f"{f[off][0]:g}: a pair's score is the probability that its first system wins, 0 to 1 "
+                               f"(or give verdicts 1, 2, 0 as `judge compare` writes them)")
     votes = human_votes(labels, pairs, criterion, where)
     h = np.full(len(pairs), np.nan)
     h[votes.index.to_numpy(int)] = votes.to_numpy(float)
