@@ -219,8 +219,9 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
 
 
 # Agresti-Coull's pseudo-votes: z^2 ~ 4 at 95%, two wins and two losses.
-# Win rates tune lambda from this many labelled dialogues on: with 10-19 votes a tuned lambda covered 0.927 on a
-# length-biased judge (benchmarks/pairwise_coverage.py), the human-only share with pseudo-votes 0.96-0.97.
+# Win rates use the judge from this many labelled dialogues on, where estimate.py cross-fits lambda: with 10-19
+# votes its in-sample tuned lambda covered 0.927 on a length-biased judge (benchmarks/pairwise_coverage.py), the
+# human-only share with pseudo-votes 0.96-0.97.
 WIN_TUNED = 20
 PSEUDO_VOTES = np.array([1.0, 1.0, 0.0, 0.0])
 
