@@ -128,7 +128,7 @@ class PairwiseEstimateResult(Result):
 def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_column: str | None = None,
              clean: bool = False, scale: tuple[float, float] | None = None, confidence: float = 0.95,
              apply_map=None, failure_value: float | None = None, baseline: str | None = None,
-             margin: float | None = None):
+             margin: float | None = None) -> EstimateResult | PairwiseEstimateResult:
     """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
     folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
     the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
