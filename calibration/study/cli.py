@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..options import (FAILURE_HELP, SHARE, criteria_type, failure_value_type, flag_type, positive_type, scale_type,
+from ..options import (FAILURE_HELP, NUMBER, SHARE, criteria_type, failure_value_type, flag_type, positive_type, scale_type,
                        seed_type, share_type)
 
 FIXTURES = "examples/study"
@@ -54,6 +54,14 @@ no interval below 3 labels or on labels that do not vary (interval_note says why
 human-only interval from the same labels; effective_labels = n_labelled / width_ratio^2, the labels the human-only
 estimate would need for an interval this narrow (what the judge was worth).
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
+
+pairwise judgments (`judge compare`) and votes "A|B" (`judge import`): --baseline SYSTEM gives per system the win
+rate against it and the Bradley-Terry log strength (PPI-corrected, beside the human-only estimate), ranking.csv with
+rank sets that hold jointly at --confidence, and summary.md; --margin M decides non-inferiority:
+  judge estimate --judgments examples/pairwise/judgments.jsonl --human examples/pairwise/labels.csv \\
+      --baseline lead-3 --margin 0.1 --output-dir out/pairwise
+exit status with --margin: 0 every system non-inferior (win rate's lower bound above 0.5 - M), 1 one is not,
+2 bad input.
 checks: every label on the rubric's scale (or --scale), on a judged dialogue, system and criterion; N/A (as
 `judge import` writes it) takes the cell out of that criterion's population; a labelled cell with no judgment line
 counts as a failed judgment; judgments of two rubrics or models in one file are refused; with --key, the labels'
@@ -64,6 +72,7 @@ sheets must come from --plan. No interval is printed where none can hold; `separ
 # Every flag's error names the flag and says what it must be, in the wording calibration.screen and estimate use;
 # ranges the functions check themselves (--power, --confidence's open interval) come from them, word for word.
 _power_type = flag_type(SHARE)
+_number_type = flag_type(NUMBER)
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,13 +127,19 @@ def register(sub) -> None:
     estimate.add_argument("--confidence", type=share_type, default=0.95, help="interval level (default 0.95)")
     estimate.add_argument("--apply-map", type=Path, metavar="MAP.json",
                           help="judge scores through a map fitted by `judge calibrate --fit-map`")
+    estimate.add_argument("--baseline", metavar="SYSTEM",
+                          help="pairwise judgments (`judge compare`): win rates and Bradley-Terry strengths against "
+                               "this system, and rank sets of every system")
+    estimate.add_argument("--margin", type=_number_type, metavar="M",
+                          help="with --baseline: non-inferiority margin, 0 <= M < 0.5; exit 1 unless every system's "
+                               "win rate has its lower bound above 0.5 - M")
     estimate.set_defaults(run=run_estimate)
 
 
 # -- running: the functions do the work, the CLI checks every path, writes, prints ------------------------------
 
 
-def _run(args: argparse.Namespace, verb: str, compute) -> int:
+def _run(args: argparse.Namespace, verb: str, compute, exit_code=lambda result: 0) -> int:
     from ..result import run_verb
 
     started = time.perf_counter()
@@ -135,6 +150,8 @@ def _run(args: argparse.Namespace, verb: str, compute) -> int:
 
     def footer(result) -> str:
         systems = (result.systems if verb == "screen" else result.estimates)["system"].nunique()
+        if getattr(result, "baseline", None) is not None:
+            systems += 1  # the baseline has no row of its own in estimates.csv
         detail = (f"{len(result.items)} dialogues, {result.n_resamples} resamples" if verb == "screen"
                   else f"from {result.n_random} random-sample dialogues")
         planned = "" if verb != "screen" or result.plan is None else (
@@ -142,7 +159,8 @@ def _run(args: argparse.Namespace, verb: str, compute) -> int:
         return (f"\n{verb}: {len(result.criteria)} criteria, {systems} systems, {detail}{planned}, "
                 f"{time.perf_counter() - started:.1f}s")
 
-    return run_verb(verb, compute, output_dir=args.output_dir, report=args.report, inputs=inputs, footer=footer)
+    return run_verb(verb, compute, output_dir=args.output_dir, report=args.report, inputs=inputs, footer=footer,
+                    exit_code=exit_code)
 
 
 # -- screen -------------------------------------------------------------------------------------------------------
@@ -169,4 +187,5 @@ def run_estimate(args: argparse.Namespace) -> int:
         args.judgments, args.human, plan=args.plan, key=args.key, criteria=args.criteria,
         score_column=args.score_column, clean=args.clean, scale=args.scale, confidence=args.confidence,
         failure_value=args.failure_value,
-        apply_map=args.apply_map))
+        apply_map=args.apply_map, baseline=args.baseline, margin=args.margin),
+        exit_code=lambda result: getattr(result, "exit_code", 0))

@@ -67,13 +67,74 @@ class EstimateResult(Estimates, Result):
         return out.getvalue()
 
 
+@dataclass
+class PairwiseEstimateResult(Result):
+    """`judge estimate --baseline`: win rates and Bradley-Terry strengths against the baseline, and rank sets
+    (calibration.study.pairwise); `exit_code` is 1 when --margin was given and a system is not shown non-inferior."""
+
+    verb: ClassVar[str] = "estimate"
+
+    estimates: pd.DataFrame
+    ranking: pd.DataFrame
+    criteria: list[str]
+    confidence: float
+    baseline: str
+    margin: float | None
+    n_random: int
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    provenance: dict = field(default_factory=dict)
+    lambdas: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if self.margin is None:
+            return 0
+        rows = self.estimates[self.estimates["quantity"] == "win_rate"]
+        return 0 if (rows["noninferior"] == "yes").all() else 1
+
+    def summary(self) -> dict:
+        from .pairwise import METHOD as PAIRWISE_METHOD
+
+        return {"criteria": self.criteria, "confidence": self.confidence, "baseline": self.baseline,
+                "margin": self.margin, "random_sample": "all labelled", "n_random_dialogues": self.n_random,
+                "lambda_bradley_terry": self.lambdas, "method": PAIRWISE_METHOD, "provenance": self.provenance,
+                "notes": self.notes + self.warnings}
+
+    def files(self) -> dict[str, str]:
+        from .pairwise import summary_markdown
+
+        return {"estimates.csv": self.estimates.to_csv(index=False), "ranking.csv": self.ranking.to_csv(index=False),
+                "summary.json": json.dumps(self.summary(), indent=2, default=str) + "\n",
+                "summary.md": summary_markdown(self)}
+
+    def report_html(self) -> str:
+        import html
+
+        from .pairwise import summary_markdown
+
+        return f"<h2>Pairwise estimate</h2><pre>{html.escape(summary_markdown(self))}</pre>"
+
+    def text(self) -> str:
+        from io import StringIO
+
+        from .pairwise import print_pairwise
+
+        out = StringIO()
+        print_pairwise(self, out)
+        return out.getvalue()
+
+
 def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_column: str | None = None,
              clean: bool = False, scale: tuple[float, float] | None = None, confidence: float = 0.95,
-             apply_map=None, failure_value: float | None = None) -> EstimateResult:
+             apply_map=None, failure_value: float | None = None, baseline: str | None = None,
+             margin: float | None = None) -> EstimateResult | PairwiseEstimateResult:
     """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
     folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
     the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
-    `result.warnings`.
+    `result.warnings`. With `baseline` (pairwise judgments, as `judge compare` writes them, and pairwise votes
+    "A|B" as `judge import` writes them) a PairwiseEstimateResult: win rates, Bradley-Terry strengths and rank sets
+    (calibration.study.pairwise); `margin` adds the non-inferiority decision.
 
     >>> import calibration
     >>> result = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
@@ -93,9 +154,19 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     from ..options import criteria_option, scale_option
 
     scale, criteria = scale_option(scale), criteria_option(criteria)
+    from .pairwise import margin_option
+
+    margin = margin_option(margin, baseline)
+    if baseline is not None:
+        return pairwise_result(judgments, human, baseline, margin=margin, plan=plan, key=key, criteria=criteria,
+                               score_column=score_column, clean=clean, confidence=confidence, apply_map=apply_map,
+                               failure_value=failure_value)
     if key is not None and plan is None:
         raise CalibrationError("--key checks the labels against a plan: give --plan too")
     judge, where = read_judge_scores(judgments, score_column, failure_value)
+    if len(judge) and judge["system_1"].notna().all():
+        raise CalibrationError(f"{where}: pairwise judgments (as `judge compare` writes them): give --baseline SYSTEM "
+                               "for win rates, Bradley-Terry strengths and rank sets against it")
     scales, warnings = judge_scales(judge, scale, judgments, required=True)
     labels = read_human_labels(human, scales)
     judge, imputed = check_labels(labels, judge, criteria=criteria)
@@ -121,6 +192,51 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if human_na:
         result.notes.append(f"{human_na} labelled cell(s) the annotators called N/A: left out of that criterion's "
                             "population, as the judge's N/A are")
+    return result
+
+
+def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, score_column, clean, confidence,
+                    apply_map, failure_value) -> PairwiseEstimateResult:
+    """The pairwise path of estimate(): inputs read and checked, then calibration.study.pairwise."""
+    from ..io import read_human_labels, read_judge_scores
+    from .pairwise import pairwise_estimate
+    from .screen import provenance
+
+    if not isinstance(baseline, str) or not baseline.strip():
+        raise CalibrationError(f"--baseline must name a system of the pairs, got {baseline!r}")
+    refused = [flag for flag, value in (("--plan", plan), ("--key", key), ("--clean", clean),
+                                        ("--apply-map", apply_map)) if value]
+    if refused:
+        raise CalibrationError(f"{', '.join(refused)} do(es) not apply to pairwise estimates (--baseline): "
+                               "`judge screen` does not plan pairs yet; every labelled dialogue is taken as the "
+                               "random sample")
+    judge, where = read_judge_scores(judgments, score_column, failure_value)
+    if not judge["system_1"].notna().any():
+        raise CalibrationError(f"{where}: no pairwise judgment (system_1 / system_2, as `judge compare` writes "
+                               "them): --baseline applies to pairwise studies; without it, estimate scores systems")
+    labels = read_human_labels(human, {})
+    unknown = ~labels["item_id"].isin(set(judge["item_id"]))
+    if unknown.any():
+        row = labels[unknown].iloc[0]
+        raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{row['line']}: item {row['item_id']!r} "
+                               f"is not in the judgments ({int(unknown.sum())} label(s) like it)")
+    judged = set(judge.loc[judge["system_1"].notna(), "criterion"])
+    unknown = ~labels["criterion"].isin(judged)
+    if unknown.any():
+        row = labels[unknown].iloc[0]
+        raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{row['line']}: criterion "
+                               f"{row['criterion']!r} matches no pairwise criterion of the judgments; they have "
+                               f"{', '.join(sorted(judged))} ({int(unknown.sum())} label(s) like it)")
+    warnings = []
+    if judge["system_1"].isna().any():
+        warnings.append(f"{int(judge['system_1'].isna().sum())} judgment(s) score one system (not a pair): left out of "
+                        "the pairwise estimate")
+    tables = pairwise_estimate(judge, labels, baseline.strip(), criteria=criteria, confidence=confidence,
+                               margin=margin, where=labels.attrs.get("path", "the human labels"))
+    result = PairwiseEstimateResult(tables.estimates, tables.ranking, tables.criteria, tables.confidence,
+                                    tables.baseline, tables.margin, tables.n_random, list(tables.notes), warnings,
+                                    provenance(judgments, judge, human, None), tables.lambdas)
+    result.provenance.pop("seed", None)
     return result
 
 

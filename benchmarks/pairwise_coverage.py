@@ -1,0 +1,237 @@
+"""Acceptance simulation of `judge estimate --baseline` (calibration.study.pairwise): coverage of the win-rate and
+Bradley-Terry intervals, width against the human-only ones, and rank sets against the true ranking.
+
+Each cell simulates a pairwise study many times: K systems with true strengths, D dialogues; on every dialogue
+each system is compared with the baseline and (K - 1) // 2 more random pairs of the others (both orders asked).
+Human votes: P(first wins) = sigmoid(q_1 - q_2) with q = strength + a per-dialogue-and-system effect (tau), ties
+in between (a tie keeps the expected vote); one vote per pair. The judge copies the human vote with probability
+`copy` and otherwise votes from its own view (its strengths, distorted by a length bias, plus a position bias for
+the system shown first); its verdict is the mean over the two orders. A uniform random share of dialogues is
+labelled (all their pairs). The truth is the population estimand: each system's expected win rate against the
+baseline and the Bradley-Terry fit to the expected votes over the design's pairs (tau attenuates it), computed
+once per cell by quadrature. Coverage counts rows where an interval is printed (`shown` says how many).
+
+    nice -n 10 python benchmarks/pairwise_coverage.py            # the table in the README (about 10 minutes)
+    python benchmarks/pairwise_coverage.py --quick               # a smaller grid (tests/test_pairwise_estimate.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from calibration.study.pairwise import Pairs, bradley_terry, newton, rank_sets, win_rate_rows  # noqa: E402
+
+CONFIDENCE = 0.95
+TAU = 0.6  # per-dialogue spread of a system's quality, in log odds
+TIE = 0.3  # share of the smaller side's probability turned into ties
+
+# judges: copy = P(verdict = the human vote), own = weight of the true strengths in its own view,
+# length = its length bias (log odds per sd of a system's length), position = log odds for the first shown
+JUDGES = {
+    "none (r=0)": dict(copy=0.0, own=0.0, length=0.0, position=0.0),
+    "weak": dict(copy=0.2, own=0.5, length=0.5, position=0.0),
+    "good": dict(copy=0.6, own=1.0, length=0.0, position=0.0),
+    "strong (0.9)": dict(copy=0.9, own=1.0, length=0.0, position=0.0),
+    "position-biased": dict(copy=0.4, own=1.0, length=0.0, position=1.5),
+    "length-biased": dict(copy=0.4, own=1.0, length=1.0, position=0.0),
+}
+
+
+@dataclass
+class Cell:
+    systems: int
+    dialogues: int
+    share: float
+    judge: str
+
+    @property
+    def pairs(self) -> int:
+        return self.dialogues * (self.systems - 1 + (self.systems - 1) // 2)
+
+
+FULL = [Cell(6, 100, 0.05, "none (r=0)"), Cell(6, 100, 0.2, "good"), Cell(6, 400, 0.1, "position-biased"),
+        Cell(10, 200, 0.1, "weak"), Cell(10, 200, 0.1, "strong (0.9)"), Cell(12, 300, 0.05, "length-biased"),
+        Cell(20, 150, 0.2, "good"), Cell(20, 700, 0.05, "position-biased"), Cell(20, 700, 0.1, "none (r=0)")]
+QUICK = [Cell(6, 100, 0.1, "position-biased"), Cell(8, 150, 0.2, "good"), Cell(10, 100, 0.1, "none (r=0)")]
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+GH_X, GH_W = np.polynomial.hermite_e.hermegauss(60)
+GH_W = GH_W / GH_W.sum()
+
+
+def expected_vote(delta):
+    """E[sigmoid(delta + tau (z1 - z2))], z standard normal: the population's expected vote for a gap."""
+    delta = np.asarray(delta, dtype=float)
+    return (sigmoid(delta[..., None] + TAU * np.sqrt(2.0) * GH_X) * GH_W).sum(-1)
+
+
+def design(k: int, dialogues: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, second, dialogue) of every pair; system 0 is the baseline."""
+    extra = (k - 1) // 2
+    first, second, dialogue = [], [], []
+    others = np.arange(1, k)
+    for d in range(dialogues):
+        a = list(others)
+        b = [0] * (k - 1)
+        for _ in range(extra):
+            i, j = rng.choice(others, 2, replace=False)
+            a.append(i)
+            b.append(j)
+        a, b = np.array(a), np.array(b)
+        flip = rng.random(len(a)) < 0.5
+        first.append(np.where(flip, b, a))
+        second.append(np.where(flip, a, b))
+        dialogue.append(np.full(len(a), d))
+    return np.concatenate(first), np.concatenate(second), np.concatenate(dialogue)
+
+
+def truth(k: int, strengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(win rate of each system against the baseline, population Bradley-Terry strengths), baseline = 0."""
+    win = expected_vote(strengths - strengths[0])
+    extra = (k - 1) // 2
+    rows, weights, outcomes = [], [], []
+    for i in range(1, k):
+        rows.append((i, 0))
+        weights.append(1.0)
+    n_other = (k - 1) * (k - 2) / 2
+    for i in range(1, k):
+        for j in range(i + 1, k):
+            rows.append((i, j))
+            weights.append(extra / n_other if n_other else 0.0)
+    x = np.zeros((len(rows), k))
+    for r, (i, j) in enumerate(rows):
+        x[r, i] += 1
+        x[r, j] -= 1
+        outcomes.append(expected_vote(strengths[i] - strengths[j]))
+    x = x[:, 1:]
+    w = np.array(weights)
+    theta, ok = newton(x, w, w * np.array(outcomes))
+    assert ok
+    return win, np.insert(theta, 0, 0.0)
+
+
+def simulate(cell: Cell, strengths, lengths, rng) -> Pairs:
+    k = cell.systems
+    first, second, dialogue = design(k, cell.dialogues, rng)
+    z = TAU * rng.standard_normal((cell.dialogues, k))
+    p = sigmoid(strengths[first] - strengths[second] + z[dialogue, first] - z[dialogue, second])
+    tie = TIE * 2 * np.minimum(p, 1 - p)
+    u = rng.random(len(p))
+    h = np.where(u < p - tie / 2, 1.0, np.where(u < p + tie / 2, 0.5, 0.0))
+    j = JUDGES[cell.judge]
+    view = j["own"] * strengths + j["length"] * lengths
+
+    def order(shown_first, shown_second):  # P(the first shown wins) in the judge's own view; 10% ties
+        q = sigmoid(view[shown_first] - view[shown_second] + j["position"])
+        v = rng.random(len(q))
+        return np.where(v < 0.1, 0.5, np.where(rng.random(len(q)) < q, 1.0, 0.0))
+
+    forward = order(first, second)  # P(first) as shown
+    swapped = 1.0 - order(second, first)  # shown swapped, mapped back to the pair's order
+    copy = rng.random(len(p)) < j["copy"]
+    f = np.where(copy, h, (forward + swapped) / 2.0)
+    labelled_dialogues = rng.choice(cell.dialogues, max(1, round(cell.share * cell.dialogues)), replace=False)
+    labelled = np.isin(dialogue, labelled_dialogues)
+    systems = [f"s{i:02d}" for i in range(k)]
+    return Pairs("sim", systems, first, second, dialogue, np.arange(cell.dialogues), f, np.where(labelled, h, np.nan))
+
+
+def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    k = cell.systems
+    strengths = np.concatenate([[0.0], rng.normal(0.0, 0.7, k - 1)])
+    lengths = rng.standard_normal(k)
+    win, theta = truth(k, strengths)
+    true_rank = 1 + (theta[None, :] > theta[:, None]).sum(1)
+    stats = {key: [] for key in ("win_cover", "win_shown", "bt_cover", "bt_shown", "win_ratio", "bt_ratio",
+                                 "rank_cover", "rank_cover_h", "rank_size", "rank_size_h", "rank_larger", "corr",
+                                 "lam")}
+    for _ in range(repetitions):
+        data = simulate(cell, strengths, lengths, rng)
+        rows = win_rate_rows(data, 0, CONFIDENCE)
+        for r, s in zip(rows, range(1, k)):
+            shown = np.isfinite(r["ci_low"])
+            stats["win_shown"].append(shown)
+            if shown:
+                stats["win_cover"].append(r["ci_low"] <= win[s] <= r["ci_high"])
+                if np.isfinite(r["width_ratio"]):
+                    stats["win_ratio"].append(r["width_ratio"])
+        fit = bradley_terry(data, 0, CONFIDENCE)
+        human = bradley_terry(data, 0, CONFIDENCE, human_only=True)
+        stats["lam"].append(fit.lam)
+        if fit.ok and fit.df >= 1:
+            q = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, fit.df))
+            se = fit.se[1:]
+            shown = np.isfinite(se) & np.isfinite(fit.theta[1:])
+            stats["bt_shown"].extend(shown)
+            stats["bt_cover"].extend((np.abs(fit.theta[1:] - theta[1:]) <= q * se)[shown])
+            if human.ok:
+                both = shown & np.isfinite(human.se[1:]) & np.isfinite(human.theta[1:])
+                stats["bt_ratio"].extend((se / human.se[1:])[both])
+        else:
+            stats["bt_shown"].extend([False] * (k - 1))
+        _, low, high = rank_sets(fit.theta, fit.cov, fit.df if fit.ok else np.nan, CONFIDENCE)
+        _, hlow, hhigh = rank_sets(human.theta, human.cov, human.df if human.ok else np.nan, CONFIDENCE)
+        stats["rank_cover"].append(bool(((low <= true_rank) & (true_rank <= high)).all()))
+        stats["rank_cover_h"].append(bool(((hlow <= true_rank) & (true_rank <= hhigh)).all()))
+        stats["rank_size"].append(float(np.mean(high - low + 1)))
+        stats["rank_size_h"].append(float(np.mean(hhigh - hlow + 1)))
+        stats["rank_larger"].append(float(np.mean((high - low) > (hhigh - hlow))))
+        lab = data.labelled
+        stats["corr"].append(np.corrcoef(data.judge[lab], data.human[lab])[0, 1] if lab.sum() > 2 else np.nan)
+    mean = lambda key: float(np.nanmean(stats[key])) if len(stats[key]) else float("nan")  # noqa: E731
+    return {"systems": k, "pairs": cell.pairs, "share": cell.share, "labelled": round(cell.share * cell.dialogues),
+            "judge": cell.judge, "corr": mean("corr"), "lambda": mean("lam"),
+            "win_cover": mean("win_cover"), "win_n": len(stats["win_cover"]), "win_shown": mean("win_shown"),
+            "win_ratio": mean("win_ratio"), "bt_cover": mean("bt_cover"), "bt_n": len(stats["bt_cover"]),
+            "bt_shown": mean("bt_shown"),
+            "bt_ratio": mean("bt_ratio"), "rank_cover": mean("rank_cover"), "rank_cover_h": mean("rank_cover_h"),
+            "rank_size": mean("rank_size"), "rank_size_h": mean("rank_size_h"), "rank_larger": mean("rank_larger"),
+            "repetitions": repetitions}
+
+
+HEADER = ("systems  pairs  labelled(dialogues)  judge             corr  lambda | win cover (n)   width | "
+          "BT cover (n)    width | rank cover  human | set size  human  larger")
+
+
+def line(r: dict) -> str:
+    return (f"{r['systems']:>7} {r['pairs']:>6} {r['share']:>8.0%} ({r['labelled']:>4})   {r['judge']:<16} "
+            f"{r['corr']:5.2f} {r['lambda']:6.2f} | {r['win_cover']:.3f} ({r['win_n']:>5}) {r['win_ratio']:5.2f} | "
+            f"{r['bt_cover']:.3f} ({r['bt_n']:>5}) {r['bt_ratio']:5.2f} | {r['rank_cover']:10.3f} "
+            f"{r['rank_cover_h']:6.3f} | {r['rank_size']:8.2f} {r['rank_size_h']:6.2f} {r['rank_larger']:6.3f}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small grid, few repetitions (for the test)")
+    parser.add_argument("--repetitions", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    cells = QUICK if args.quick else FULL
+    repetitions = args.repetitions or (150 if args.quick else 300)
+    print(HEADER)
+    started = time.perf_counter()
+    for index, cell in enumerate(cells):
+        result = run_cell(cell, repetitions, args.seed + index)
+        print(line(result), flush=True)
+    print(f"({repetitions} repetitions a cell, {CONFIDENCE:.0%} intervals, {time.perf_counter() - started:.0f}s; "
+          "width = PPI / human-only interval width, mean where both exist; larger = share of systems whose rank set "
+          "is larger than the human-only one)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,789 @@
+"""Pairwise studies to a ranking: win rates against a baseline, Bradley-Terry strengths and rank sets, from the
+judge's verdict on every judged pair corrected by the human votes on a few (prediction-powered inference).
+
+The data. A unit is one judged pair (dialogue, system_1|system_2, criterion) as `judge compare` writes it. The
+judge's prediction f of a pair is the probability that system_1 wins as the judge says it: the mean of its two
+verdicts when both orders were asked (1 = system_1 better, 0 = system_2, 1/2 a tie; both orders average the
+position bias out), else its one verdict; a failed or abstaining judgment keeps the pair in the population with
+f = 1/2 (a constant; any fixed prediction keeps the estimators unbiased). The human vote h of a pair is the mean over
+its annotators of the same coding (`judge import` writes "1", "2", "0" in the judgments' order; a label given in
+the reverse order "B|A" is turned round). The sampling unit is the dialogue: every estimator sums a dialogue's pairs
+before taking variances (cluster by dialogue), and the labelled dialogues must be a uniformly random sample of the
+judged ones (no --plan: every labelled dialogue is taken as such, and the output says so).
+
+Win rate of system s against the baseline b: the population mean, over dialogues, of the share of the dialogue's s
+vs b pairs s wins (a tie counting 1/2; either order). On dialogues with one such pair (the usual design) this is the
+share of pairs. Estimated by estimate.py's PPI++ mean (`ppi_mean`: lambda tuned from 20 labelled dialogues on, t
+intervals, none below 3 labels), with dialogues as units; the interval adds Agresti-Coull's pseudo-votes (two wins,
+two losses; see adjusted_intervals), as a share near 0 or 1 needs.
+
+Bradley-Terry: log strengths theta (baseline 0) with P(i beats j) = sigmoid(theta_i - theta_j); the estimand is the
+fit to the human votes over the population of judged pairs, ties counting 1/2 in the likelihood (the logistic loss
+with outcome 1/2 is half a win each way). It is a logistic regression without intercept on x = e_1 - e_2 (the
+baseline's column dropped), so PPI for M-estimation applies (Angelopoulos et al. 2023; PPI++ for GLMs): with n
+labelled dialogues L and m judged-only dialogues U, theta solves
+
+    (1/n) sum_L g(theta; h) + lambda [ (1/m) sum_U g(theta; f) - (1/n) sum_L g(theta; f) ] = 0,
+
+g(theta; y) = sum over the dialogue's pairs of x (sigmoid(x theta) - y). The loss is convex for lambda in [0, 1]
+(lambda is clipped there: judge and humans are on one scale), and systems met only through others are estimated
+through the judged pairs of U. Its covariance is the cluster sandwich H^-1 [lambda^2 Cov_U(g_f)/m +
+Cov_L(g_h - lambda g_f)/n] H^-1; lambda minimises its trace (PPI++), from 10 labelled dialogues on; below that
+lambda = 1 (classic PPI, always unbiased; the human-only fit is often not even defined with few labels). Intervals
+use a t quantile on n - 1 degrees of freedom (n - 2 with a tuned lambda). Human-only: the same fit with lambda = 0
+(a plain Bradley-Terry fit of the labelled pairs; tests check it against statsmodels' GLM), its interval from the
+same sandwich; not defined when the labelled pairs leave a system unconnected to the baseline or a system wins or
+loses every labelled pair (interval_note says so).
+
+Rank sets: every difference theta_i - theta_j gets an interval that holds for all K(K-1)/2 pairs at once (the
+max-|t| quantile of the strengths' estimated covariance, by Monte Carlo with a fixed seed, never above Bonferroni's
+t quantile at 1 - alpha / K(K-1)); i is surely above j when that interval excludes 0. rank_low = 1 +
+the number of systems surely above, rank_high = K - the number surely below; when every interval covers, every
+system's true rank is inside its set, so the sets cover the true ranking jointly at --confidence.
+
+Non-inferiority (--margin M): a system is non-inferior to the baseline when its win rate's lower bound exceeds
+0.5 - M (the two-sided interval's lower end: a one-sided test at (1 + confidence) / 2 per system); no interval, no
+claim.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+from scipy import stats as scipy_stats
+
+from ..errors import CalibrationError
+from .estimate import MIN_LABELLED, MIN_TUNED, interval_note, ppi_mean, t_quantile
+
+ESTIMATE_COLUMNS = ["criterion", "quantity", "system", "baseline", "estimate", "ci_low", "ci_high", "human_only",
+                    "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_judged", "width_ratio",
+                    "effective_labels", "interval_note"]
+RANKING_COLUMNS = ["criterion", "system", "rank", "rank_low", "rank_high", "human_only_rank_low",
+                   "human_only_rank_high"]
+VERDICT = {"1": 1.0, "2": 0.0, "0": 0.5}
+# A strength this far from the baseline (in log odds) means the fit ran away: a system that won or lost every pair.
+DIVERGED = 25.0
+
+
+# -- the pairs of one criterion --------------------------------------------------------------------------------
+
+
+@dataclass
+class Pairs:
+    """One criterion's judged pairs: systems by index, the dialogue of each pair, judge prediction f and human vote
+    h (NaN where unlabelled), both as P(first system wins)."""
+
+    criterion: str
+    systems: list[str]
+    first: np.ndarray
+    second: np.ndarray
+    dialogue: np.ndarray  # index into `dialogues`
+    dialogues: np.ndarray
+    judge: np.ndarray
+    human: np.ndarray
+    n_failed: int = 0
+
+    @property
+    def labelled(self) -> np.ndarray:
+        return ~np.isnan(self.human)
+
+
+def _verdict(value) -> float:
+    return VERDICT.get(str(value).strip(), math.nan) if value is not None else math.nan
+
+
+def judge_predictions(frame: pd.DataFrame) -> tuple[np.ndarray, int]:
+    """P(system_1 wins) per judged pair: the mean of the two orders' verdicts when recorded, else the verdict; 1/2
+    for a failed or abstaining judgment (counted)."""
+    forward = frame["forward"].map(_verdict) if "forward" in frame else pd.Series(np.nan, index=frame.index)
+    swapped = frame["swapped"].map(_verdict) if "swapped" in frame else pd.Series(np.nan, index=frame.index)
+    single = frame["label"].map(_verdict)
+    if "score" in frame and frame["label"].isna().all():  # a CSV of pair scores: the score is P(system_1 wins)
+        single = frame["score"].astype(float)
+    both = (forward + swapped) / 2.0
+    value = both.where(both.notna(), single).to_numpy(float)
+    failed = np.isnan(value)
+    return np.where(failed, 0.5, value), int(failed.sum())
+
+
+def human_votes(labels: pd.DataFrame, pairs: pd.DataFrame, criterion: str, where: str) -> pd.Series:
+    """Mean human vote per judged pair (index: position in `pairs`), as P(system_1 wins). Every label must be a
+    verdict 1, 2 or 0 on a judged pair of this criterion; one given in the reverse order is turned round."""
+    part = labels[(labels["criterion"] == criterion) & ~labels.get("na", pd.Series(False, index=labels.index))]
+    if part.empty:
+        return pd.Series(dtype=float)
+    text = part["label"].where(part["label"].notna(), part["score"].map(
+        lambda v: "" if pd.isna(v) else (f"{v:g}" if isinstance(v, float) else str(v)))).astype(str).str.strip()
+    votes = text.map(VERDICT)
+    bad = votes.isna()
+    if bad.any():
+        row = part[bad].iloc[0]
+        raise CalibrationError(f"{where}:{row['line']}: {text[bad].iloc[0]!r} is not a pairwise verdict of criterion "
+                               f"{criterion!r}: give 1 (the first system of the pair better), 2 (the second) or 0 "
+                               f"(a tie), in the judgments' order ({int(bad.sum())} label(s) like it)")
+    index = {(i, s): k for k, (i, s) in enumerate(zip(pairs["item_id"], pairs["system"]))}
+    reverse = {(i, f"{b}|{a}"): k for k, (i, a, b) in enumerate(zip(pairs["item_id"], pairs["system_1"],
+                                                                      pairs["system_2"]))}
+    keys = list(zip(part["item_id"], part["system"]))
+    position = [index.get(key, reverse.get(key, -1)) for key in keys]
+    flipped = np.array([key not in index and key in reverse for key in keys])
+    missing = np.array(position) < 0
+    if missing.any():
+        row = part[missing].iloc[0]
+        if "|" not in str(row["system"]):
+            message = (f"system {row['system']!r} is not a pair: pairwise judgments take labels on pairs, system "
+                       "'A|B' as `judge import` writes them")
+        else:
+            message = f"pair {row['system']!r} of dialogue {row['item_id']!r} was not judged on {criterion!r}"
+        raise CalibrationError(f"{where}:{row['line']}: {message} ({int(missing.sum())} label(s) like it)")
+    values = np.where(flipped, 1.0 - votes.to_numpy(float), votes.to_numpy(float))
+    return pd.Series(values).groupby(np.array(position)).mean()
+
+
+def read_pairs(judge: pd.DataFrame, labels: pd.DataFrame, criterion: str, where: str) -> Pairs:
+    """The Pairs of one criterion from the judgments table and the labels (rows with system_1 / system_2)."""
+    pairs = judge[(judge["criterion"] == criterion) & judge["system_1"].notna() & (judge["status"] != "na")]
+    pairs = pairs.reset_index(drop=True)
+    f, failed = judge_predictions(pairs)
+    off = (f < 0) | (f > 1)
+    if off.any():
+        row = pairs[off].iloc[0]
+        raise CalibrationError(f"line {row['line']}: pair {row['system']!r} of dialogue {row['item_id']!r} has score "
+                               f"{f[off][0]:g}: a pair's score is the probability that its first system wins, 0 to 1 "
+                               f"(or give verdicts 1, 2, 0 as `judge compare` writes them)")
+    votes = human_votes(labels, pairs, criterion, where)
+    h = np.full(len(pairs), np.nan)
+    h[votes.index.to_numpy(int)] = votes.to_numpy(float)
+    systems = sorted(set(pairs["system_1"]) | set(pairs["system_2"]))
+    number = {s: k for k, s in enumerate(systems)}
+    dialogues, dialogue = np.unique(pairs["item_id"].astype(str).to_numpy(), return_inverse=True)
+    first = pairs["system_1"].map(number).to_numpy(int)
+    second = pairs["system_2"].map(number).to_numpy(int)
+    same = first == second
+    keep = ~same
+    return Pairs(criterion, systems, first[keep], second[keep], dialogue[keep], dialogues, f[keep], h[keep], failed)
+
+
+# -- win rates against the baseline ----------------------------------------------------------------------------
+
+
+def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
+    """PPI++ win rate of every system against the baseline, dialogues as units (estimate.py's ppi_mean)."""
+    others = [k for k in range(len(data.systems)) if k != baseline]
+    n_dialogues = len(data.dialogues)
+    human = np.full((len(others), n_dialogues), np.nan)
+    judge = np.full((len(others), n_dialogues), np.nan)
+    counts = []
+    for row, s in enumerate(others):
+        mine = ((data.first == s) & (data.second == baseline)) | ((data.first == baseline) & (data.second == s))
+        sign = data.first[mine] == s
+        f = np.where(sign, data.judge[mine], 1.0 - data.judge[mine])
+        h = np.where(sign, data.human[mine], 1.0 - data.human[mine])
+        d = data.dialogue[mine]
+        labelled = ~np.isnan(h)
+        # per dialogue: the mean over its pairs; on a labelled dialogue both over the labelled pairs (matched)
+        frame = pd.DataFrame({"d": d, "f": f, "h": h, "lab": labelled})
+        lab_d = frame[frame["lab"]].groupby("d").agg(f=("f", "mean"), h=("h", "mean"))
+        all_d = frame.groupby("d")["f"].mean()
+        judge[row, all_d.index.to_numpy(int)] = all_d.to_numpy()
+        judge[row, lab_d.index.to_numpy(int)] = lab_d["f"].to_numpy()
+        human[row, lab_d.index.to_numpy(int)] = lab_d["h"].to_numpy()
+        counts.append((int(labelled.sum()), int(mine.sum())))
+    result = ppi_mean(human, judge, confidence)
+    # lambda is tuned from WIN_TUNED real votes on (below: the human-only share, lambda = 0)
+    small = result.n_labelled < WIN_TUNED
+    result.estimate = np.where(small, result.human_only, result.estimate)
+    low, high, human_low, human_high, ratio = adjusted_intervals(human, judge, result, confidence, small)
+    rows = []
+    for row, s in enumerate(others):
+        n_labelled, n_judged = counts[row]
+        n = int(result.n_labelled[row])
+        note = interval_note("few", n) if n < MIN_LABELLED else ""
+        if n_judged == 0:
+            note = "no judged pair against the baseline: see bradley_terry for a comparison through other systems"
+        shown = not note
+        nan = math.nan
+        rows.append({"quantity": "win_rate", "system": data.systems[s], "estimate": float(result.estimate[row]),
+                     "ci_low": low[row] if shown else nan, "ci_high": high[row] if shown else nan,
+                     "human_only": float(result.human_only[row]) if n_labelled else nan,
+                     "human_only_ci_low": human_low[row] if shown else nan,
+                     "human_only_ci_high": human_high[row] if shown else nan, "n_labelled": n_labelled,
+                     "n_judged": n_judged, "width_ratio": ratio[row] if shown else nan,
+                     "effective_labels": _effective(n, ratio[row]) if shown else nan, "interval_note": note})
+    return rows
+
+
+# Agresti-Coull's pseudo-votes: z^2 ~ 4 at 95%, two wins and two losses.
+# Win rates use the judge from this many labelled dialogues on, where estimate.py cross-fits lambda: with 10-19
+# votes its in-sample tuned lambda covered 0.927 on a length-biased judge (benchmarks/pairwise_coverage.py), the
+# human-only share with pseudo-votes 0.96-0.97.
+WIN_TUNED = 20
+PSEUDO_VOTES = np.array([1.0, 1.0, 0.0, 0.0])
+
+
+def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence: float, small: np.ndarray):
+    """Win-rate intervals as Agresti and Coull's for a proportion: the same PPI++ interval computed with four
+    pseudo-votes added to the labelled dialogues, two wins and two losses. A share near 0 or 1 from few votes has a
+    sample variance that is too small (the t interval covered 0.925-0.938 at 15-20 labelled dialogues in
+    benchmarks/pairwise_coverage.py); the pseudo-votes fix that and give an interval where every vote agrees
+    (estimate.py's "flat"). Each pseudo-win carries the judge's mean prediction on the labelled dialogues the system
+    won, each pseudo-loss its mean on those it lost (the overall mean where there is none), so that the judge's help
+    is not lost (with the overall mean for all four: 0.97-0.985 and the width gain halved). lambda as estimate.py
+    tunes it on the real votes, from WIN_TUNED of them on (`small`: the rows below, lambda = 0). The bounds are clipped to [0, 1] and widened to hold the
+    unadjusted estimate. Returns (low, high, human-only low, human-only high, width ratio)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a system without a pair against the baseline
+        mean_f = np.nanmean(judge, axis=1)
+        won = np.where(human > 0.5, judge, np.nan)
+        lost = np.where(human < 0.5, judge, np.nan)
+        f_won = np.where(np.isfinite(np.nanmean(won, axis=1)), np.nanmean(won, axis=1), mean_f)
+        f_lost = np.where(np.isfinite(np.nanmean(lost, axis=1)), np.nanmean(lost, axis=1), mean_f)
+    extra_h = np.broadcast_to(PSEUDO_VOTES, (len(human), len(PSEUDO_VOTES)))
+    extra_f = np.nan_to_num(np.stack([f_won, f_won, f_lost, f_lost], axis=1), nan=0.5)
+    aug_h, aug_f = np.hstack([human, extra_h]), np.hstack([judge, extra_f])
+    tuned = ppi_mean(aug_h, aug_f, confidence)
+    fixed = ppi_mean(aug_h, aug_f, confidence, lam=0.0)
+    pick = lambda a, b: np.where(small, b, a)  # noqa: E731
+    low, high = pick(tuned.ci_low, fixed.ci_low), pick(tuned.ci_high, fixed.ci_high)
+    low = np.clip(np.minimum(low, result.estimate), 0.0, 1.0)
+    high = np.clip(np.maximum(high, result.estimate), 0.0, 1.0)
+    human_low = np.clip(np.minimum(fixed.human_only_ci_low, result.human_only), 0.0, 1.0)
+    human_high = np.clip(np.maximum(fixed.human_only_ci_high, result.human_only), 0.0, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = (high - low) / (human_high - human_low)
+    return low, high, human_low, human_high, ratio
+
+
+def _effective(n: int, ratio: float) -> float:
+    """Human labels alone that would give the same width: n / width_ratio^2."""
+    return float(n / ratio ** 2) if np.isfinite(ratio) and ratio > 0 else math.nan
+
+
+# -- Bradley-Terry -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BTFit:
+    """Strengths of every system (baseline 0) and their covariance (K x K, the baseline's row and column 0)."""
+
+    theta: np.ndarray
+    cov: np.ndarray
+    df: float
+    lam: float
+    n_labelled: int  # labelled dialogues
+    note: str = ""  # why there is no estimate / interval ("" when there is)
+    ok: bool = True
+
+    @property
+    def se(self) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            return np.sqrt(np.maximum(np.diag(self.cov), 0.0))
+
+
+def design(data: Pairs, baseline: int) -> np.ndarray:
+    """x = e_first - e_second, the baseline's column dropped."""
+    k = len(data.systems)
+    rows = np.arange(len(data.first))
+    x = np.zeros((len(rows), k))
+    x[rows, data.first] += 1.0
+    x[rows, data.second] -= 1.0
+    return np.delete(x, baseline, axis=1)
+
+
+def newton(x: np.ndarray, w: np.ndarray, v: np.ndarray, start=None, tol: float = 1e-12, max_iter: int = 100):
+    """Minimise sum_k w_k softplus(x_k theta) - v_k x_k theta (convex for w >= 0): Newton with step halving.
+    Returns (theta, converged)."""
+    p = x.shape[1]
+    theta = np.zeros(p) if start is None else np.array(start, dtype=float)
+
+    def loss(t):
+        eta = x @ t
+        return float(w @ np.logaddexp(0.0, eta) - v @ eta)
+
+    current = loss(theta)
+    for _ in range(max_iter):
+        eta = x @ theta
+        p_hat = 1.0 / (1.0 + np.exp(-eta))
+        grad = x.T @ (w * p_hat - v)
+        hess = (x * (w * p_hat * (1.0 - p_hat))[:, None]).T @ x
+        try:
+            step = np.linalg.solve(hess + 1e-12 * np.eye(p), grad)
+        except np.linalg.LinAlgError:
+            return theta, False
+        size = 1.0
+        while size > 1e-10:
+            trial = theta - size * step
+            value = loss(trial)
+            if value <= current + 1e-15 * abs(current):
+                break
+            size /= 2.0
+        theta, previous, current = trial, current, value
+        if np.max(np.abs(theta)) > DIVERGED:
+            return theta, False
+        if np.max(np.abs(size * step)) < 1e-10 or abs(previous - current) <= tol * max(1.0, abs(current)):
+            return theta, True
+    return theta, False
+
+
+class _Parts:
+    """Per-dialogue sums of the pairs' gradients, for the PPI estimating equation and its sandwich."""
+
+    def __init__(self, data: Pairs, baseline: int, active: np.ndarray | None = None):
+        """`active`: the systems in the fit (the others' pairs weigh nothing, their columns are dropped)."""
+        active = np.ones(len(data.systems), bool) if active is None else active
+        self.columns = np.delete(active, baseline)
+        self.x = design(data, baseline)[:, self.columns]
+        kept = active[data.first] & active[data.second]
+        labelled = data.labelled
+        n_dialogues = len(data.dialogues)
+        per = np.bincount(data.dialogue, minlength=n_dialogues).astype(float)
+        lab = np.bincount(data.dialogue, weights=labelled.astype(float), minlength=n_dialogues)
+        self.is_l = lab > 0  # a labelled dialogue
+        self.is_u = (per > 0) & ~self.is_l
+        self.n, self.m = int(self.is_l.sum()), int(self.is_u.sum())
+        # a labelled dialogue stands for all its pairs: its labelled pairs weigh pairs / labelled pairs
+        ratio = np.divide(per, lab, out=np.zeros_like(per), where=lab > 0)
+        in_l = self.is_l[data.dialogue]
+        self.lab_pair = labelled & kept  # pairs entering the labelled terms
+        self.u_pair = ~in_l & kept  # pairs of judged-only dialogues
+        self.r = np.where(labelled, ratio[data.dialogue], 0.0)
+        self.h = np.where(labelled, data.human, 0.0)
+        self.f = data.judge
+        self.dialogue = data.dialogue
+        self.n_dialogues = n_dialogues
+        self.sum = sparse.csr_matrix((np.ones(len(data.dialogue)), (data.dialogue, np.arange(len(data.dialogue)))),
+                                     shape=(n_dialogues, len(data.dialogue)))
+
+    def weights(self, lam: float) -> tuple[np.ndarray, np.ndarray]:
+        """(w, v) of the PPI loss at lambda (see newton)."""
+        n, m = max(self.n, 1), max(self.m, 1)
+        w = np.where(self.lab_pair, (1.0 - lam) * self.r / n, 0.0) + np.where(self.u_pair, lam / m, 0.0)
+        v = np.where(self.lab_pair, self.r * (self.h - lam * self.f) / n, 0.0) + np.where(self.u_pair,
+                                                                                         lam * self.f / m, 0.0)
+        if self.m == 0:
+            w = np.where(self.lab_pair, self.r / n, 0.0)
+            v = np.where(self.lab_pair, self.r * self.h / n, 0.0)
+        return w, v
+
+    def gradients(self, theta: np.ndarray):
+        """Per-dialogue gradient sums (dialogues x p): human on L, judge on L, judge on U."""
+        p_hat = 1.0 / (1.0 + np.exp(-(self.x @ theta)))
+        gh = self.sum @ (self.x * (self.r * (p_hat - self.h) * self.lab_pair)[:, None])
+        gf_l = self.sum @ (self.x * (self.r * (p_hat - self.f) * self.lab_pair)[:, None])
+        gf_u = self.sum @ (self.x * ((p_hat - self.f) * self.u_pair)[:, None])
+        return gh[self.is_l], gf_l[self.is_l], gf_u[self.is_u], p_hat
+
+    def hessian(self, p_hat: np.ndarray, lam: float) -> np.ndarray:
+        w, _ = self.weights(lam)
+        return (self.x * (w * p_hat * (1.0 - p_hat))[:, None]).T @ self.x
+
+    def covariance(self, theta: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
+        """(sandwich covariance of theta, the Hessian's inverse)."""
+        gh, gf_l, gf_u, p_hat = self.gradients(theta)
+        h_inv = np.linalg.pinv(self.hessian(p_hat, lam))
+        n, m = self.n, self.m
+        meat = _cov(gh - lam * gf_l) / n
+        if lam != 0.0 and m >= 2:
+            meat = meat + lam * lam * _cov(gf_u) / m
+        return h_inv @ meat @ h_inv, h_inv
+
+    def tuned_lambda(self, theta: np.ndarray) -> float:
+        """PPI++'s trace-optimal lambda at theta, clipped to [0, 1]."""
+        gh, gf_l, gf_u, p_hat = self.gradients(theta)
+        h_inv = np.linalg.pinv(self.hessian(p_hat, 1.0) if self.m else self.hessian(p_hat, 0.0))
+        n, m = self.n, max(self.m, 1)
+        centred_h, centred_f = gh - gh.mean(0), gf_l - gf_l.mean(0)
+        cross = centred_h.T @ centred_f / (n - 1)
+        all_f = np.vstack([gf_l, gf_u])
+        var_f = _cov(all_f)
+        top = np.trace(h_inv @ (cross + cross.T) @ h_inv)
+        bottom = 2.0 * (1.0 + n / m) * np.trace(h_inv @ var_f @ h_inv)
+        lam = top / bottom if bottom > 0 else 0.0
+        return float(np.clip(lam, 0.0, 1.0)) if np.isfinite(lam) else 0.0
+
+
+def _cov(g: np.ndarray) -> np.ndarray:
+    if len(g) < 2:
+        return np.full((g.shape[1], g.shape[1]), np.nan)
+    centred = g - g.mean(0)
+    return centred.T @ centred / (len(g) - 1)
+
+
+def connected(k: int, first: np.ndarray, second: np.ndarray, baseline: int) -> np.ndarray:
+    """Which systems the pairs connect to the baseline, directly or through others."""
+    graph = sparse.csr_matrix((np.ones(len(first)), (first, second)), shape=(k, k))
+    _, component = sparse.csgraph.connected_components(graph, directed=False)
+    return component == component[baseline]
+
+
+def set_apart(data: Pairs, baseline: int, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """(active systems, direction): a system whose weighted wins (or losses) in the PPI loss at lambda are nil or
+    negative has its strength at -infinity (+infinity): the fit has no finite optimum with it. Its pairs then add
+    nothing to the others' fit (at the limit they are won or lost with probability 1), so it is set apart (direction
+    -1 or +1) and the rest is fitted, again until none is left; systems the remaining pairs no longer connect to the
+    baseline are set apart with direction 0. With the baseline itself degenerate nothing is active."""
+    k = len(data.systems)
+    active = np.ones(k, bool)
+    direction = np.zeros(k)
+    full = _Parts(data, baseline)
+    w0, v0 = full.weights(lam)
+    scale = max(float(np.abs(w0).sum()), 1e-300)
+    for _ in range(k):
+        keep = active[data.first] & active[data.second]
+        w, v = np.where(keep, w0, 0.0), np.where(keep, v0, 0.0)
+        wins = np.bincount(data.first, v, k) + np.bincount(data.second, w - v, k)
+        losses = np.bincount(data.first, w - v, k) + np.bincount(data.second, v, k)
+        weight = np.bincount(data.first, w, k) + np.bincount(data.second, w, k)
+        lost, won = wins <= 1e-12 * scale, losses <= 1e-12 * scale
+        bad = active & (weight > 0) & (lost | won)
+        if bad[baseline]:
+            return np.zeros(k, bool), direction
+        if not bad.any():
+            break
+        direction[bad] = np.where(lost[bad], -1.0, 1.0)
+        active &= ~bad
+    keep = active[data.first] & active[data.second] & (np.abs(w0) > 0)
+    reach = connected(k, data.first[keep], data.second[keep], baseline)
+    active &= reach
+    return active, direction
+
+
+def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | None = None,
+                  human_only: bool = False) -> BTFit:
+    """The PPI(++) Bradley-Terry fit (see the module docstring); `human_only`: lambda = 0 on the labelled pairs.
+    A system that won (lost) every pair the fit weighs has strength +infinity (-infinity) and no interval
+    (`set_apart`); the others are fitted without it."""
+    k = len(data.systems)
+    parts = _Parts(data, baseline)
+    n = parts.n
+    nan = BTFit(np.full(k, np.nan), np.full((k, k), np.nan), math.nan, 0.0, n, ok=False)
+    if human_only:
+        lam = 0.0
+        lab = data.labelled
+        reach = connected(k, data.first[lab], data.second[lab], baseline)
+        if not reach.all():
+            missing = [data.systems[s] for s in np.flatnonzero(~reach)]
+            nan.note = (f"the labelled pairs do not connect {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
+                        " to the baseline: no human-only strength")
+            return nan
+    elif parts.m == 0:
+        lam = 0.0
+    if n == 0:
+        nan.note = "no labelled pair: no estimate"
+        return nan
+    fitted = lam is None
+    if fitted:
+        lam = 1.0  # classic PPI below MIN_TUNED labelled dialogues: unbiased whatever the judge
+        if n >= MIN_TUNED:
+            active, _ = set_apart(data, baseline, 1.0)
+            start_parts = _Parts(data, baseline, active)
+            start, ok = newton(start_parts.x, *start_parts.weights(1.0)) if active.any() else (None, False)
+            lam = start_parts.tuned_lambda(start) if ok else 1.0
+    tried = [lam] + ([lam / 2, lam / 4, 0.0] if fitted and lam > 0 else [])
+    for lam in tried:
+        active, direction = set_apart(data, baseline, lam)
+        if not active.any():
+            continue
+        fit_parts = _Parts(data, baseline, active)
+        theta, ok = newton(fit_parts.x, *fit_parts.weights(lam))
+        if ok:
+            break
+    else:
+        nan.note = ("the baseline won or lost every labelled pair, or a group of systems did: no finite strength"
+                    if human_only else "the Bradley-Terry fit did not converge (a system or a group of systems "
+                                       "wins or loses every pair)")
+        nan.lam = lam
+        return nan
+    cov, _ = fit_parts.covariance(theta, lam)
+    index = np.flatnonzero(np.delete(active, baseline))
+    p = k - 1
+    small_theta = np.full(p, np.nan)
+    small_theta[index] = theta
+    small_cov = np.full((p, p), np.nan)
+    small_cov[np.ix_(index, index)] = cov
+    full_theta = np.insert(small_theta, baseline, 0.0)
+    infinite = np.isnan(full_theta) & (direction != 0)
+    full_theta[infinite] = direction[infinite] * np.inf
+    full_cov = np.insert(np.insert(small_cov, baseline, 0.0, axis=0), baseline, 0.0, axis=1)
+    df = n - 2 if (fitted and n >= MIN_TUNED and lam != 0.0) else n - 1
+    note = ""
+    if n < MIN_LABELLED:
+        note = "few"
+    return BTFit(full_theta, full_cov, float(df), float(lam), n, note=note)
+
+
+def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BTFit) -> list[dict]:
+    rows = []
+    q = float(t_quantile(confidence, fit.df)) if fit.df >= 1 else math.nan
+    qh = float(t_quantile(confidence, human.df)) if human.ok and human.df >= 1 else math.nan
+    lab = data.labelled
+    for s in range(len(data.systems)):
+        if s == baseline:
+            continue
+        touches = (data.first == s) | (data.second == s)
+        n_lab_d = len(np.unique(data.dialogue[touches & lab]))
+        note = ""
+        if not fit.ok:
+            note = fit.note
+        elif n_lab_d < MIN_LABELLED:
+            note = interval_note("few", n_lab_d).replace("labelled dialogue", "labelled dialogue with a pair of this "
+                                                                             "system", 1)
+        se, hse = fit.se[s], human.se[s] if human.ok else math.nan
+        value, human_value = (fit.theta[s] if fit.ok else math.nan), (human.theta[s] if human.ok else math.nan)
+        if not note and np.isinf(value):
+            note = (f"{data.systems[s]} {'won' if value > 0 else 'lost'} every pair the fit weighs: its strength is "
+                    f"{'+' if value > 0 else '-'}infinite, no interval (its win rate has one)")
+        elif not note and np.isnan(value):
+            note = "not connected to the baseline by the pairs left once the systems with infinite strength are set apart"
+        shown = fit.ok and not note and np.isfinite(se)
+        low, high = (value - q * se, value + q * se) if shown else (math.nan, math.nan)
+        human_shown = human.ok and n_lab_d >= MIN_LABELLED and np.isfinite(human_value) and np.isfinite(hse)
+        hlow, hhigh = (human_value - qh * hse, human_value + qh * hse) if human_shown else (math.nan, math.nan)
+        ratio = float(se / hse) if shown and human_shown and hse > 0 else math.nan
+        if not note and not human.ok:
+            note = f"human-only: {human.note}"
+        elif not note and np.isinf(human_value):
+            note = (f"human-only: {data.systems[s]} {'won' if human_value > 0 else 'lost'} every labelled pair "
+                    "(strength infinite)")
+        rows.append({"quantity": "bradley_terry", "system": data.systems[s],
+                     "estimate": float(value) if np.isfinite(value) else math.nan, "ci_low": low, "ci_high": high,
+                     "human_only": float(human_value) if np.isfinite(human_value) else math.nan,
+                     "human_only_ci_low": hlow, "human_only_ci_high": hhigh, "n_labelled": int((touches & lab).sum()),
+                     "n_judged": int(touches.sum()), "width_ratio": ratio,
+                     "effective_labels": _effective(int((touches & lab).sum()), ratio), "interval_note": note})
+    return rows
+
+
+# -- rank sets ---------------------------------------------------------------------------------------------------
+
+
+def rank_sets(theta: np.ndarray, cov: np.ndarray, df: float, confidence: float) -> tuple[np.ndarray, np.ndarray,
+                                                                                            np.ndarray]:
+    """(rank, rank_low, rank_high) of every system, 1 = strongest, from simultaneous max-t intervals on every
+    difference theta_i - theta_j (i is surely above j when the interval excludes 0); all ranks possible where
+    nothing is known. An infinite strength (a system that won or lost every pair) ranks first or last but is never
+    surely above or below anyone: it has no interval. A system without any strength ranks last."""
+    k = len(theta)
+    theta = np.asarray(theta, dtype=float)
+    known = ~np.isnan(theta)
+    ordered = np.where(known, theta, -np.inf)
+    rank = np.where(known, 1.0 + (ordered[None, :] > ordered[:, None]).sum(1), float(k))
+    if k < 2 or not df >= 1:
+        return rank, np.ones(k), np.full(k, float(k))
+    finite = np.isfinite(theta)
+    var = np.diag(cov)
+    with np.errstate(invalid="ignore"):
+        se = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2.0 * cov, 0.0))
+        diff = theta[:, None] - theta[None, :]  # i minus j
+        usable = np.isfinite(se) & (se > 0) & finite[:, None] & finite[None, :]
+        q = max_t_quantile(cov, usable, df, confidence)
+        above = (diff - q * se > 0) & usable
+    low = 1.0 + above.sum(0)  # systems surely above i
+    high = k - above.sum(1)  # minus systems surely below i
+    return rank, low, high
+
+
+def max_t_quantile(cov: np.ndarray, usable: np.ndarray, df: float, confidence: float, draws: int = 4000,
+                   seed: int = 0) -> float:
+    """The quantile at `confidence` of max |theta_i - theta_j| / se_ij over the usable pairs, for a multivariate t
+    with `df` degrees of freedom and scale `cov` (Monte Carlo, fixed seed): simultaneous intervals less conservative
+    than Bonferroni's, which is the fallback (and the bound: never above it) when the draws cannot be made."""
+    k = len(cov)
+    count = max(int(np.triu(usable, 1).sum()), 1)
+    bonferroni = float(scipy_stats.t.ppf(1.0 - (1.0 - confidence) / (2.0 * count), df))
+    rows, cols = np.nonzero(np.triu(usable, 1))
+    if len(rows) < 2:
+        return bonferroni
+    inside = np.zeros(k, bool)
+    inside[rows] = inside[cols] = True
+    index = np.flatnonzero(inside)
+    sub = cov[np.ix_(index, index)]
+    try:
+        values, vectors = np.linalg.eigh((sub + sub.T) / 2.0)
+    except np.linalg.LinAlgError:
+        return bonferroni
+    root = vectors * np.sqrt(np.clip(values, 0.0, None))
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((draws, len(index))) @ root.T
+    z /= np.sqrt(rng.chisquare(df, size=(draws, 1)) / df)
+    position = {s: k for k, s in enumerate(index)}
+    a = np.array([position[r] for r in rows])
+    b = np.array([position[c] for c in cols])
+    scale = np.sqrt(np.maximum(np.diag(sub)[a] + np.diag(sub)[b] - 2.0 * sub[a, b], 1e-300))
+    largest = np.max(np.abs(z[:, a] - z[:, b]) / scale, axis=1)
+    return float(min(np.quantile(largest, confidence), bonferroni))
+
+
+# -- the whole pairwise estimate ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PairwiseTables:
+    estimates: pd.DataFrame
+    ranking: pd.DataFrame
+    criteria: list[str]
+    confidence: float
+    baseline: str
+    margin: float | None
+    n_random: int
+    notes: list[str] = field(default_factory=list)
+    lambdas: dict = field(default_factory=dict)
+
+
+def pairwise_criteria(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None) -> list[str]:
+    judged = sorted(set(judge.loc[judge["system_1"].notna(), "criterion"]))
+    voted = sorted(set(labels.loc[labels["system"].astype(str).str.contains("|", regex=False), "criterion"]))
+    if criteria is not None:
+        unknown = [c for c in criteria if c not in judged]
+        if unknown:
+            raise CalibrationError(f"--criteria: no pairwise judgment on {', '.join(unknown)}; the judgments have "
+                                   f"{', '.join(judged) or 'none'}")
+        return list(criteria)
+    shared = [c for c in judged if c in voted]
+    if not shared:
+        raise CalibrationError("the pairwise judgments and the human labels have no criterion in common (judgments: "
+                               f"{', '.join(judged) or '-'}; labels on pairs: {', '.join(voted) or '-'}); pairwise "
+                               "labels name a pair as system 'A|B', as `judge import` writes them")
+    return shared
+
+
+def pairwise_estimate(judge: pd.DataFrame, labels: pd.DataFrame, baseline: str, *, criteria=None,
+                      confidence: float = 0.95, margin: float | None = None, where: str = "the human labels"
+                      ) -> PairwiseTables:
+    """Win rates, Bradley-Terry strengths and rank sets of every criterion (frames as calibration.io reads them)."""
+    criteria = pairwise_criteria(judge, labels, criteria)
+    estimates, ranking, notes, lambdas = [], [], [], {}
+    random_dialogues = set()
+    for criterion in criteria:
+        data = read_pairs(judge, labels, criterion, where)
+        if baseline not in data.systems:
+            raise CalibrationError(f"--baseline {baseline!r} is not a system of the pairs judged on {criterion!r} "
+                                   f"(they have {', '.join(data.systems)})")
+        b = data.systems.index(baseline)
+        reach = connected(len(data.systems), data.first, data.second, b)
+        if not reach.all():
+            lost = [data.systems[s] for s in np.flatnonzero(~reach)]
+            raise CalibrationError(f"{criterion}: {', '.join(lost)} never meet(s) the baseline {baseline!r}, directly "
+                                   "or through other systems: no strength relative to it can be estimated; judge "
+                                   "pairs that connect them")
+        if not data.labelled.any():
+            raise CalibrationError(f"{criterion}: no human vote on a judged pair: the estimates need votes on a random "
+                                   "sample of the judged pairs")
+        random_dialogues |= set(data.dialogues[np.unique(data.dialogue[data.labelled])])
+        rows = win_rate_rows(data, b, confidence)
+        fit = bradley_terry(data, b, confidence)
+        human = bradley_terry(data, b, confidence, human_only=True)
+        lambdas[criterion] = fit.lam
+        rows += bt_rows(data, b, confidence, fit, human)
+        table = pd.DataFrame(rows).assign(criterion=criterion, baseline=baseline)
+        estimates.append(table)
+        rank, low, high = rank_sets(fit.theta, fit.cov, fit.df, confidence) if fit.ok and fit.df >= 1 else \
+            rank_sets(fit.theta, fit.cov, math.nan, confidence)
+        _, hlow, hhigh = rank_sets(human.theta, human.cov, human.df, confidence)
+        ranking.append(pd.DataFrame({"criterion": criterion, "system": data.systems, "rank": rank.astype(int),
+                                     "rank_low": low.astype(int), "rank_high": high.astype(int),
+                                     "human_only_rank_low": hlow.astype(int),
+                                     "human_only_rank_high": hhigh.astype(int)}).sort_values(["rank", "system"]))
+        if data.n_failed:
+            notes.append(f"{criterion}: {data.n_failed} pair(s) without a usable verdict (failed or abstained): kept "
+                         "with the judge's prediction 1/2")
+        if fit.ok and fit.n_labelled < MIN_TUNED:
+            notes.append(f"{criterion}: {fit.n_labelled} labelled dialogues: Bradley-Terry with lambda = 1 (classic "
+                         f"PPI); lambda is tuned from {MIN_TUNED} on")
+        if not human.ok:
+            notes.append(f"{criterion}: {human.note}")
+    frame = pd.concat(estimates, ignore_index=True)
+    columns = list(ESTIMATE_COLUMNS)
+    if margin is not None:
+        low = frame["ci_low"].astype(float)
+        frame["noninferior"] = np.where(frame["quantity"] == "win_rate", np.where(
+            np.isfinite(low) & (low > 0.5 - margin), "yes", "no"), "")
+        columns.append("noninferior")
+    return PairwiseTables(frame[columns], pd.concat(ranking, ignore_index=True)[RANKING_COLUMNS], criteria,
+                          confidence, baseline, margin, len(random_dialogues), notes, lambdas)
+
+
+# -- the result ------------------------------------------------------------------------------------------------------
+
+METHOD = ("pairwise: win rates by PPI++ (estimate.py's mean, dialogues as units); Bradley-Terry by PPI for "
+          "M-estimation (logistic loss, ties 1/2, cluster sandwich by dialogue, lambda tuned from 10 labelled "
+          "dialogues on, else 1); rank sets from simultaneous max-t intervals on all strength differences")
+
+
+def margin_option(margin, baseline) -> float | None:
+    """--margin as the functions take it: None, or a number in [0, 0.5), and only with --baseline."""
+    import numbers
+
+    from ..options import must_be
+
+    if margin is None:
+        return None
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not math.isfinite(margin) \
+            or not 0.0 <= margin < 0.5:
+        raise CalibrationError(must_be("--margin", "a number from 0 up to (not including) 0.5, e.g. 0.05", margin))
+    if baseline is None:
+        raise CalibrationError("--margin says how far below the baseline a system may be: give --baseline SYSTEM "
+                               "too (pairwise judgments)")
+    return float(margin)
+
+
+def summary_markdown(tables: PairwiseTables) -> str:
+    """The short Markdown a CI job can post: the decision per system and criterion."""
+    level = f"{tables.confidence:.0%}"
+    rows = tables.estimates[tables.estimates["quantity"] == "win_rate"]
+    lines = [f"## Pairwise estimate against `{tables.baseline}`", ""]
+    if tables.margin is not None:
+        failing = rows[rows["noninferior"] != "yes"]
+        verdict = ("every system is non-inferior" if failing.empty else
+                   f"{len(failing)} of {len(rows)} system-criterion rows are not shown non-inferior")
+        lines += [f"**Non-inferiority** (margin {tables.margin:g}: win rate's {level} lower bound above "
+                  f"{0.5 - tables.margin:g}): {verdict}.", ""]
+    lines += ["| criterion | system | win rate | " + level + " interval | human only | labelled / judged pairs |"
+              + (" non-inferior |" if tables.margin is not None else ""),
+              "|---|---|---|---|---|---|" + ("---|" if tables.margin is not None else "")]
+    for r in rows.itertuples():
+        interval = "-" if not np.isfinite(r.ci_low) else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]"
+        human = "-" if not np.isfinite(r.human_only) else f"{r.human_only:.3f}"
+        lines.append(f"| {r.criterion} | {r.system} | {r.estimate:.3f} | {interval} | {human} | "
+                     f"{r.n_labelled} / {r.n_judged} |" + (f" {r.noninferior} |" if tables.margin is not None else ""))
+    lines += ["", f"Ranking (Bradley-Terry, rank sets jointly at {level}):", ""]
+    for criterion, part in tables.ranking.groupby("criterion", sort=False):
+        ranks = ", ".join(f"{r.system} {r.rank} [{r.rank_low}-{r.rank_high}]" for r in part.itertuples())
+        lines.append(f"- {criterion}: {ranks}")
+    return "\n".join(lines) + "\n"
+
+
+def print_pairwise(result, out) -> None:
+    from .screen import format_table
+
+    level = f"{result.confidence:.0%}"
+    print(f"Random sample: all {result.n_random} dialogues with human votes are taken as a uniformly random sample of "
+          "the judged dialogues; if some were chosen on purpose, the estimates are biased.", file=out)
+    print(f"Against the baseline {result.baseline!r}: win_rate = share of its pairs with the baseline a system wins "
+          "(tie 1/2, either order); bradley_terry = log strength relative to the baseline, fitted over every judged "
+          f"pair. Intervals: {level}, prediction-powered (judge verdict on every pair, human votes correct it).",
+          file=out)
+    columns = ["criterion", "quantity", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
+               "human_only_ci_high", "n_labelled", "n_judged", "width_ratio"]
+    if result.margin is not None:
+        columns.append("noninferior")
+    table = result.estimates.assign(note=result.estimates["interval_note"].fillna(""))
+    print(format_table(table[columns + ["note"]]), file=out)
+    print(f"\nRanking (1 = best; rank_low..rank_high hold jointly for all systems at {level})", file=out)
+    print(format_table(result.ranking), file=out)
+    if result.margin is not None:
+        failing = result.estimates[(result.estimates["quantity"] == "win_rate")
+                                   & (result.estimates["noninferior"] != "yes")]
+        if failing.empty:
+            print(f"\nnon-inferior: every system (win rate's lower bound above {0.5 - result.margin:g})", file=out)
+        else:
+            names = ", ".join(f"{r.system} ({r.criterion})" for r in failing.itertuples())
+            print(f"\nNOT shown non-inferior (win rate's lower bound not above {0.5 - result.margin:g}): {names}",
+                  file=out)
+    for note in result.notes:
+        print(f"note: {note}", file=out)

@@ -1,0 +1,608 @@
+"""`judge estimate --baseline`: win rates, Bradley-Terry strengths and rank sets from pairwise judgments plus a few
+human votes (calibration.study.pairwise), checked against independent computations (statsmodels' GLM, a direct
+minimisation of the PPI loss, ppi_py's logistic PPI, hand formulas), the bad inputs a user could give, the
+non-inferiority exit code, the acceptance simulation's quick grid, and the study loop end to end (compare with the
+stub server, export, import, estimate)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import calibration
+from calibration.errors import CalibrationError
+from calibration.study.pairwise import Pairs, bradley_terry, rank_sets, read_pairs
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEMS = ["base", "alpha", "beta", "gamma", "delta"]
+STRENGTH = {"base": 0.0, "alpha": 0.8, "beta": 0.3, "gamma": -0.5, "delta": 1.4}
+CODE = {1.0: "1", 0.0: "2", 0.5: "0"}
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def study(seed=0, dialogues=60, labelled=20, per_dialogue=("base",), ties=True, copy=0.6, extra=1, rubric="r@1"):
+    """(judgments frame, labels frame): every system against the baseline on each dialogue plus `extra` random pairs
+    of the others; the judge copies the vote with probability `copy`, else votes at random (both orders)."""
+    rng = np.random.default_rng(seed)
+    judge_rows, label_rows = [], []
+    chosen = set(rng.choice(dialogues, labelled, replace=False))
+    others = SYSTEMS[1:]
+    for d in range(dialogues):
+        pairs = [(s, "base") for s in others]
+        for _ in range(extra):
+            i, j = rng.choice(len(others), 2, replace=False)
+            pairs.append((others[i], others[j]))
+        for a, b in pairs:
+            if rng.random() < 0.5:
+                a, b = b, a
+            p = sigmoid(STRENGTH[a] - STRENGTH[b])
+            u = rng.random()
+            h = 1.0 if u < p - (0.15 if ties else 0) else (0.5 if u < p + (0.15 if ties else 0) else 0.0)
+            h = 1.0 if (not ties and h == 0.5) else h
+            if rng.random() < copy:
+                forward = swapped = CODE[h]
+            else:
+                forward, swapped = (CODE[float(rng.choice([0.0, 0.5, 1.0]))] for _ in range(2))
+            judge_rows.append({"item_id": f"d{d:03d}", "system": f"{a}|{b}", "criterion": "quality",
+                               "score": np.nan, "label": forward if forward == swapped else "0", "status": "label",
+                               "system_1": a, "system_2": b, "rubric": rubric, "model": "m",
+                               "forward": forward, "swapped": swapped})
+            if d in chosen:
+                label_rows.append({"item_id": f"d{d:03d}", "system": f"{a}|{b}", "annotator": "ann",
+                                   "criterion": "quality", "score": CODE[h]})
+    return pd.DataFrame(judge_rows), pd.DataFrame(label_rows)
+
+
+def votes(labels):
+    return labels["score"].map({"1": 1.0, "2": 0.0, "0": 0.5}).to_numpy()
+
+
+def fit_statsmodels(frame, outcome, systems, baseline="base"):
+    """Bradley-Terry by statsmodels' GLM: a tie as half a win and half a loss (frequency weights 1/2)."""
+    import statsmodels.api as sm
+
+    names = [s for s in systems if s != baseline]
+    a, b = frame["system"].str.split("|", expand=True).T.to_numpy()
+    x = np.zeros((len(frame), len(names)))
+    for k, s in enumerate(names):
+        x[:, k] = (a == s).astype(float) - (b == s).astype(float)
+    tie = outcome == 0.5
+    xx = np.vstack([x[~tie], x[tie], x[tie]])
+    yy = np.concatenate([outcome[~tie], np.ones(tie.sum()), np.zeros(tie.sum())])
+    ww = np.concatenate([np.ones((~tie).sum()), np.full(tie.sum(), 0.5), np.full(tie.sum(), 0.5)])
+    model = sm.GLM(yy, xx, family=sm.families.Binomial(), freq_weights=ww).fit(tol=1e-14)
+    return dict(zip(names, model.params))
+
+
+# -- against independent computations -------------------------------------------------------------------------------
+
+
+def test_human_only_bradley_terry_equals_statsmodels_glm_with_ties_as_half():
+    judge, labels = study(seed=1, labelled=40)
+    result = calibration.estimate(judge, labels, baseline="base")
+    bt = result.estimates[result.estimates["quantity"] == "bradley_terry"].set_index("system")
+    expected = fit_statsmodels(labels, votes(labels), SYSTEMS)
+    assert (votes(labels) == 0.5).sum() > 10  # ties are in play
+    for system, value in expected.items():
+        assert bt.loc[system, "human_only"] == pytest.approx(value, abs=1e-6)
+
+
+@pytest.mark.parametrize("labelled", [15, 25])
+def test_win_rate_is_the_ppi_mean_of_the_votes_against_the_baseline_by_hand(labelled):
+    """Per system: the judge's prediction and the vote of each pair against the baseline, turned to the system's side
+    by hand; the estimate is estimate.py's PPI++ mean of those per-dialogue vectors from 20 labelled dialogues on
+    (below, the human share), the human-only the share of votes won."""
+    from calibration.study.estimate import ppi_mean
+
+    judge, labels = study(seed=2, labelled=labelled)
+    result = calibration.estimate(judge, labels, baseline="base")
+    rows = result.estimates[result.estimates["quantity"] == "win_rate"].set_index("system")
+    value = {"1": 1.0, "2": 0.0, "0": 0.5}
+    for system in SYSTEMS[1:]:
+        mine = judge[judge["system"].isin([f"{system}|base", f"base|{system}"])].copy()
+        first = mine["system_1"] == system
+        f = (mine["forward"].map(value) + mine["swapped"].map(value)) / 2
+        f = pd.Series(np.where(first, f, 1 - f), index=mine["item_id"].to_numpy())
+        lab = labels[labels["system"].isin(mine["system"])]
+        h = pd.Series(np.where(lab["system"].str.startswith(system + "|"), votes(lab), 1 - votes(lab)),
+                      index=lab["item_id"].to_numpy())
+        assert rows.loc[system, "human_only"] == pytest.approx(h.mean(), abs=1e-12)
+        expected = ppi_mean(h.reindex(f.index).to_numpy(), f.to_numpy()).estimate if labelled >= 20 else h.mean()
+        assert rows.loc[system, "estimate"] == pytest.approx(float(np.squeeze(expected)), abs=1e-12)
+        assert rows.loc[system, "n_labelled"] == len(h) and rows.loc[system, "n_judged"] == len(f)
+        ratio = rows.loc[system, "width_ratio"]
+        assert ratio == pytest.approx((rows.loc[system, "ci_high"] - rows.loc[system, "ci_low"])
+                                      / (rows.loc[system, "human_only_ci_high"] - rows.loc[system, "human_only_ci_low"]))
+        assert rows.loc[system, "effective_labels"] == pytest.approx(len(h) / ratio ** 2)
+        if labelled < 20:
+            assert ratio == pytest.approx(1.0)
+
+
+def _loss_minimiser(x, h, f, lab, unl, lam):
+    """The PPI loss written out and minimised by scipy (BFGS, analytic gradient): an independent route."""
+    from scipy.optimize import minimize
+
+    def ell(theta, xs, y):
+        eta = xs @ theta
+        return np.logaddexp(0.0, eta) - y * eta
+
+    def grad(theta, xs, y):
+        return xs.T @ (sigmoid(xs @ theta) - y)
+
+    n, m = lab.sum(), unl.sum()
+
+    def loss(theta):
+        return (ell(theta, x[lab], h[lab]).sum() / n - lam * ell(theta, x[lab], f[lab]).sum() / n
+                + lam * ell(theta, x[unl], f[unl]).sum() / m)
+
+    def jac(theta):
+        return (grad(theta, x[lab], h[lab]) / n - lam * grad(theta, x[lab], f[lab]) / n
+                + lam * grad(theta, x[unl], f[unl]) / m)
+
+    return minimize(loss, np.zeros(x.shape[1]), jac=jac, method="BFGS", options={"gtol": 1e-12}).x
+
+
+def _pairs_of(judge, labels):
+    return read_pairs(judge, labels.assign(line=range(2, len(labels) + 2), label=None, na=False), "quality",
+                      "labels")
+
+
+def test_ppi_bradley_terry_at_a_fixed_lambda_minimises_the_ppi_loss():
+    # one pair per dialogue: dialogue clusters are single pairs, so the loss is the textbook one
+    judge, labels = study(seed=3, dialogues=400, labelled=80, extra=0, copy=0.5)
+    judge = judge.assign(item_id=judge["item_id"] + "/" + judge["system"])
+    labels = labels.assign(item_id=labels["item_id"] + "/" + labels["system"])
+    data = _pairs_of(judge, labels)
+    b = data.systems.index("base")
+    x = np.zeros((len(data.first), len(data.systems)))
+    x[np.arange(len(x)), data.first] += 1
+    x[np.arange(len(x)), data.second] -= 1
+    x = np.delete(x, b, axis=1)
+    lab = data.labelled
+    for lam in (0.0, 0.4, 1.0):
+        fit = bradley_terry(data, b, 0.95, lam=lam)
+        expected = _loss_minimiser(x, np.nan_to_num(data.human), data.judge, lab, ~lab, lam)
+        assert np.delete(fit.theta, b) == pytest.approx(expected, abs=1e-6)
+
+
+def test_ppi_bradley_terry_agrees_with_ppi_py_logistic_on_binary_votes():
+    ppi_py = pytest.importorskip("ppi_py")
+    judge, labels = study(seed=4, dialogues=500, labelled=120, extra=0, copy=0.7, ties=False)
+    judge = judge.assign(item_id=judge["item_id"] + "/" + judge["system"])
+    labels = labels.assign(item_id=labels["item_id"] + "/" + labels["system"])
+    data = _pairs_of(judge, labels)
+    b = data.systems.index("base")
+    x = np.zeros((len(data.first), len(data.systems)))
+    x[np.arange(len(x)), data.first] += 1
+    x[np.arange(len(x)), data.second] -= 1
+    x = np.delete(x, b, axis=1)
+    lab = data.labelled
+    fit = bradley_terry(data, b, 0.95, lam=0.5)
+    theirs = ppi_py.ppi_logistic_pointestimate(x[lab], data.human[lab], data.judge[lab], x[~lab], data.judge[~lab],
+                                               lam=0.5)
+    assert np.delete(fit.theta, b) == pytest.approx(theirs, abs=1e-4)
+    low, high = ppi_py.ppi_logistic_ci(x[lab], data.human[lab], data.judge[lab], x[~lab], data.judge[~lab],
+                                       alpha=0.05, lam=0.5)
+    ours = np.delete(fit.se, b) * 1.959964
+    assert ours == pytest.approx((high - low) / 2, rel=0.03)  # theirs: z and 1/n covariances; ours: n - 1
+
+
+def test_rank_sets_from_simultaneous_intervals():
+    theta = np.array([0.0, 3.0, 3.05, -3.0])
+    cov = np.diag([0.0, 0.01, 0.01, 0.01])
+    rank, low, high = rank_sets(theta, cov, 200, 0.95)
+    assert rank.tolist() == [3, 2, 1, 4]
+    assert low.tolist() == [3, 1, 1, 4] and high.tolist() == [3, 2, 2, 4]  # alpha and beta cannot be told apart
+    _, low, high = rank_sets(theta, np.eye(4) * 100.0, 200, 0.95)
+    assert low.tolist() == [1] * 4 and high.tolist() == [4] * 4
+    _, low, high = rank_sets(np.full(4, np.nan), cov, 200, 0.95)
+    assert low.tolist() == [1] * 4 and high.tolist() == [4] * 4
+
+
+def test_ranking_table_and_files():
+    judge, labels = study(seed=5, dialogues=200, labelled=60, copy=0.8)
+    result = calibration.estimate(judge, labels, baseline="base", confidence=0.9)
+    assert sorted(result.files()) == ["estimates.csv", "ranking.csv", "summary.json", "summary.md"]
+    ranking = result.ranking.set_index("system")
+    assert ranking.loc["delta", "rank"] == 1 and ranking.loc["gamma", "rank"] == 5
+    assert (ranking["rank_low"] <= ranking["rank"]).all() and (ranking["rank"] <= ranking["rank_high"]).all()
+    assert (ranking["human_only_rank_low"] <= ranking["human_only_rank_high"]).all()
+    columns = result.estimates.columns.tolist()
+    assert columns == ["criterion", "quantity", "system", "baseline", "estimate", "ci_low", "ci_high", "human_only",
+                       "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_judged", "width_ratio",
+                       "effective_labels", "interval_note"]
+    assert len(result.estimates) == 2 * 4
+    bt = result.estimates[result.estimates["quantity"] == "bradley_terry"].set_index("system")
+    assert bt.loc["delta", "ci_low"] > 0 and bt.loc["gamma", "ci_high"] < 0
+    assert json.loads(result.files()["summary.json"])["baseline"] == "base"
+
+
+def test_a_label_in_the_reverse_order_is_turned_round():
+    judge, labels = study(seed=6, labelled=30)
+    first = calibration.estimate(judge, labels, baseline="base").estimates
+    a, b = labels["system"].str.split("|", expand=True).T.to_numpy()
+    turned = labels.assign(system=[f"{y}|{x}" for x, y in zip(a, b)],
+                           score=labels["score"].map({"1": "2", "2": "1", "0": "0"}))
+    second = calibration.estimate(judge, turned, baseline="base").estimates
+    pd.testing.assert_frame_equal(first, second)
+
+
+# -- non-inferiority, and the CLI ---------------------------------------------------------------------------------
+
+
+def _write(tmp_path, judge, labels):
+    judgments = tmp_path / "pairs.jsonl"
+    with judgments.open("w") as handle:
+        for row in judge.itertuples():
+            handle.write(json.dumps({"id": row.item_id, "system": row.system, "system_1": row.system_1,
+                                     "system_2": row.system_2, "criterion": row.criterion, "label": row.label,
+                                     "score": None, "orders": {"forward": row.forward, "swapped": row.swapped},
+                                     "order_disagreement": row.forward != row.swapped,
+                                     "rubric": "pairwise_summary@1", "model": "m"}) + "\n")
+    human = tmp_path / "votes.csv"
+    labels.to_csv(human, index=False)
+    return judgments, human
+
+
+def test_margin_decides_the_exit_code_and_writes_a_summary(tmp_path, capsys):
+    from judge.cli import main
+
+    judge, labels = study(seed=7, dialogues=150, labelled=50, copy=0.8)
+    judgments, human = _write(tmp_path, judge, labels)
+    # delta and alpha beat the baseline clearly; gamma (-0.5) does not reach 0.5 - 0.05
+    code = main(["estimate", "--judgments", str(judgments), "--human", str(human), "--baseline", "base",
+                 "--margin", "0.05", "--output-dir", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert code == 1 and "NOT shown non-inferior" in out and "gamma" in out.split("NOT shown")[1]
+    table = pd.read_csv(tmp_path / "out" / "estimates.csv")
+    wins = table[table["quantity"] == "win_rate"].set_index("system")
+    assert wins.loc["gamma", "noninferior"] == "no" and wins.loc["delta", "noninferior"] == "yes"
+    assert (wins["noninferior"] == np.where(wins["ci_low"] > 0.45, "yes", "no")).all()
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "Non-inferiority" in md and "| quality | gamma |" in md
+    # without the weak system every one is non-inferior: exit 0
+    keep = lambda f: ~f["system"].str.contains("gamma")  # noqa: E731
+    judgments, human = _write(tmp_path, judge[keep(judge)], labels[keep(labels)])
+    code = main(["estimate", "--judgments", str(judgments), "--human", str(human), "--baseline", "base",
+                 "--margin", "0.05"])
+    assert code == 0, capsys.readouterr()
+    assert "non-inferior: every system" in capsys.readouterr().out
+
+
+BAD = [
+    # (what the user gives, expected message)
+    ({"margin": 0.1}, "--margin says how far below the baseline a system may be: give --baseline"),
+    ({"baseline": "base", "margin": 0.5}, "--margin must be a number from 0 up to (not including) 0.5"),
+    ({"baseline": "base", "margin": -0.01}, "--margin must be a number from 0 up to"),
+    ({"baseline": "base", "margin": "0.1"}, "--margin must be a number"),
+    ({"baseline": "Base"}, "--baseline 'Base' is not a system of the pairs judged on 'quality' (they have alpha, "
+                           "base, beta, delta, gamma)"),
+    ({"baseline": ""}, "--baseline must name a system of the pairs"),
+    ({}, "pairwise judgments (as `judge compare` writes them): give --baseline SYSTEM"),
+    ({"baseline": "base", "plan": "examples/study/plan"}, "--plan do(es) not apply to pairwise estimates"),
+    ({"baseline": "base", "confidence": 1.5}, "--confidence must be between 0 and 1"),
+    ({"baseline": "base", "criteria": "qualty"}, "--criteria: no pairwise judgment on qualty; the judgments have "
+                                                 "quality"),
+]
+
+
+@pytest.mark.parametrize("options, message", BAD)
+def test_bad_options_are_refused_with_the_message(options, message):
+    judge, labels = study(seed=8)
+    with pytest.raises(CalibrationError) as error:
+        calibration.estimate(judge, labels, **options)
+    assert message in str(error.value)
+
+
+def _label_edit(kind):
+    def edit(judge, labels):
+        labels = labels.copy()
+        if kind == "verdict":
+            labels.loc[3, "score"] = "3"
+        elif kind == "pointwise":
+            labels.loc[3, "system"] = "alpha"
+        elif kind == "unjudged":
+            labels.loc[3, "system"] = "alpha|omega"
+        elif kind == "item":
+            labels.loc[3, "item_id"] = "d999"
+        elif kind == "disconnected":
+            judge = judge[~judge["system"].str.contains("gamma")].copy()
+            extra = judge.iloc[:1].assign(item_id="d000", system="gamma|omega", system_1="gamma", system_2="omega")
+            judge = pd.concat([judge, extra], ignore_index=True)
+            labels = labels[~labels["system"].str.contains("gamma")]
+        elif kind == "criterion":
+            labels.loc[3:, "criterion"] = "Quality"
+        return judge, labels
+    return edit
+
+
+LABEL_BAD = [
+    ("verdict", "line 5: '3' is not a pairwise verdict of criterion 'quality': give 1 (the first system of the pair "
+                "better), 2 (the second) or 0 (a tie)"),
+    ("pointwise", ":5: system 'alpha' is not a pair: pairwise judgments take labels on pairs, system 'A|B'"),
+    ("unjudged", ":5: pair 'alpha|omega' of dialogue"),
+    ("item", ":5: item 'd999' is not in the judgments"),
+    ("disconnected", "gamma, omega never meet(s) the baseline 'base'"),
+    ("criterion", ":5: criterion 'Quality' matches no pairwise criterion of the judgments; they have quality"),
+]
+
+
+@pytest.mark.parametrize("kind, message", LABEL_BAD)
+def test_bad_labels_and_judgments_name_the_line_and_the_fix(tmp_path, kind, message):
+    judge, labels = _label_edit(kind)(*study(seed=9))
+    path = tmp_path / "votes.csv"
+    labels.to_csv(path, index=False)
+    with pytest.raises(CalibrationError) as error:
+        calibration.estimate(judge, path, baseline="base")
+    assert message.replace("line 5", "votes.csv:5") in str(error.value)
+
+
+def test_cli_refuses_bad_flags_with_exit_2(tmp_path, capsys):
+    from judge.cli import main
+
+    judge, labels = study(seed=10)
+    judgments, human = _write(tmp_path, judge, labels)
+    base = ["estimate", "--judgments", str(judgments), "--human", str(human)]
+    assert main(base + ["--margin", "0.1"]) == 2
+    assert "give --baseline SYSTEM too" in capsys.readouterr().err
+    assert main(base + ["--baseline", "nobody"]) == 2
+    assert "--baseline 'nobody' is not a system" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(base + ["--baseline", "base", "--margin", "lots"])
+    assert exit_.value.code == 2 and "--margin: must be a number, got 'lots'" in capsys.readouterr().err
+
+
+# -- the acceptance simulation, quick grid --------------------------------------------------------------------------
+
+
+def test_quick_simulation_covers():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "pairwise_coverage.py"), "--quick"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if re.match(r"\s+\d+\s+\d+", line)]
+    assert len(rows) == 3, done.stdout
+    for line in rows:
+        numbers = re.findall(r"(\d\.\d{3}) \(\s*(\d+)\)", line)
+        for cover, n in numbers:  # win rates and strengths: 0.95 less 3 binomial standard errors (correlated rows)
+            allowance = 3 * np.sqrt(0.95 * 0.05 / int(n)) * 2
+            assert float(cover) >= 0.95 - allowance, line
+        rank_cover = float(line.split("|")[3].split()[0])
+        assert rank_cover >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 150), line
+
+
+# -- the study loop end to end: compare (stub server) -> export -> import -> estimate --baseline ---------------------
+
+QUALITY = {"base": 0.0, "alpha": 1.2, "beta": 0.2, "gamma": -1.0}
+
+
+def test_compare_export_import_estimate_end_to_end(stub_server, tmp_path, capsys):
+    from judge.cli import main
+
+    rng = np.random.default_rng(11)
+    items = tmp_path / "pairs.jsonl"
+    with items.open("w") as handle:
+        for d in range(30):
+            dialogue = f"Customer {d} asks about order {100 + d}; the agent says it ships on day {d % 7 + 1}."
+            for s in ("alpha", "beta", "gamma"):
+                a, b = (s, "base") if rng.random() < 0.5 else ("base", s)
+                handle.write(json.dumps({"id": f"chat-{d:02d}", "system_1": a, "system_2": b, "dialogue": dialogue,
+                                         "candidate_1": f"Summary by {a}: order {100 + d} ships on day {d % 7 + 1}.",
+                                         "candidate_2": f"Summary by {b}: order {100 + d} ships day {d % 7 + 1}."})
+                             + "\n")
+    stub_server.configure(changed_share=0.4)  # a judge whose two orders often disagree: position bias
+    judgments = tmp_path / "judgments.jsonl"
+    assert main(["compare", "--rubric", "pairwise_summary", "--input", str(items), "--output", str(judgments),
+                 "--criteria", "faithfulness", "--base-url", stub_server.base_url, "--model", "M", "--no-cache",
+                 "--no-progress"]) == 0
+    assert main(["export", "--rubric", "pairwise_summary", "--input", str(items), "--format", "csv",
+                 "--output", str(tmp_path / "sheets"), "--no-qualification", "--seed", "2"]) == 0
+    # the annotator votes on 15 dialogues drawn at random, from the systems' hidden quality
+    sheet = list(csv.DictReader((tmp_path / "sheets" / "sheet.csv").open(newline="", encoding="utf-8")))
+    key = json.loads((tmp_path / "sheets" / "key.json").read_text())
+    tasks = {t["task_id"]: t for t in key["tasks"]}
+    chosen = set(rng.choice(30, 15, replace=False))
+    for row in sheet:
+        row["annotator"] = "ann1"
+        task = tasks[row["task_id"]]
+        if row["candidate_1"] == row["candidate_2"]:
+            row["faithfulness"] = "0"
+        elif task["kind"] == "item" and int(task["item_id"][-2:]) in chosen:
+            shown = [row[f"candidate_{k}"].split(":")[0].removeprefix("Summary by ") for k in (1, 2)]
+            p = 1 / (1 + np.exp(-(QUALITY[shown[0]] - QUALITY[shown[1]])))
+            u = rng.random()
+            row["faithfulness"] = "1" if u < p - 0.1 else ("0" if u < p + 0.1 else "2")
+    filled = tmp_path / "filled.csv"
+    with filled.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(sheet[0]))
+        writer.writeheader()
+        writer.writerows(sheet)
+    labels = tmp_path / "labels.csv"
+    assert main(["import", "--from", str(filled), "--key", str(tmp_path / "sheets" / "key.json"),
+                 "--output", str(labels)]) == 0
+    capsys.readouterr()
+    code = main(["estimate", "--judgments", str(judgments), "--human", str(labels), "--baseline", "base",
+                 "--margin", "0.1", "--output-dir", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    assert code in (0, 1), out.err
+    table = pd.read_csv(tmp_path / "out" / "estimates.csv")
+    assert sorted(table["system"].unique()) == ["alpha", "beta", "gamma"] and (table["baseline"] == "base").all()
+    wins = table[table["quantity"] == "win_rate"].set_index("system")
+    assert (wins["n_judged"] == 30).all() and (wins["n_labelled"] == 15).all()
+    # the human-only win rate is the share of the imputed votes won, by hand from labels.csv
+    votes_ = pd.read_csv(labels, dtype=str)
+    for system in ("alpha", "gamma"):
+        mine = votes_[votes_["system"].str.contains(system)]
+        first = mine["system"].str.startswith(system + "|")
+        won = np.where(first, mine["score"].map({"1": 1.0, "2": 0.0, "0": 0.5}),
+                       mine["score"].map({"1": 0.0, "2": 1.0, "0": 0.5}))
+        assert wins.loc[system, "human_only"] == pytest.approx(won.mean())
+        assert wins.loc[system, "ci_low"] < wins.loc[system, "estimate"] < wins.loc[system, "ci_high"]
+    assert code == (0 if (wins["noninferior"] == "yes").all() else 1)
+    ranking = pd.read_csv(tmp_path / "out" / "ranking.csv")
+    assert sorted(ranking["system"]) == ["alpha", "base", "beta", "gamma"]
+    assert ranking.set_index("system").loc["alpha", "rank"] == 1
+    assert (tmp_path / "out" / "summary.md").read_text().startswith("## Pairwise estimate against `base`")
+
+
+# -- the README's pairwise loop, as written --------------------------------------------------------------------------
+
+
+def readme_pairwise_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Pairwise studies"):]
+    block = section[section.index("```bash") + len("```bash"):]
+    block = block[:block.index("```")]
+    commands, pending = [], ""
+    for line in block.splitlines():
+        code = line.split("  #")[0].strip() if not line.strip().startswith("#") else ""
+        if not code:
+            continue
+        pending = f"{pending} {code.removesuffix(chr(92)).strip()}".strip()
+        if not code.endswith("\\"):
+            commands.append(pending)
+            pending = ""
+    return commands
+
+
+def test_the_readme_pairwise_loop_runs_and_matches_the_example(tmp_path, stub_server, monkeypatch, capsys):
+    import shlex
+    import shutil
+
+    from judge.cli import main
+
+    commands = readme_pairwise_commands()
+    assert commands[0].startswith("mkdir -p ") and [c.split()[1] for c in commands[1:]] == [
+        "compare", "export", "import", "estimate"]
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    work = tmp_path / commands[0].split()[2]
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    codes = []
+    for command in commands[1:]:
+        argv = shlex.split(command)[1:]
+        if argv[0] == "compare":
+            argv += ["--base-url", stub_server.base_url, "--model", "stub-model", "--no-progress"]
+        capsys.readouterr()
+        codes.append(main(argv))
+        assert codes[-1] in (0, 1), (command, capsys.readouterr().err[-800:])
+    assert codes == [0, 0, 0, 1]  # pegasus is not shown non-inferior, as the README says
+    # the sheets exported here are the ones the example's filled sheet came from: import gives its labels back
+    assert (work / "labels.csv").read_bytes() == (ROOT / "examples" / "pairwise" / "labels.csv").read_bytes()
+    wins = pd.read_csv(work / "estimate" / "estimates.csv").query("quantity == 'win_rate'")
+    assert set(wins.loc[wins["noninferior"] == "no", "system"]) == {"pegasus"}
+    assert len(pd.read_csv(work / "judgments.jsonl", sep="\t", header=None)) == 96 * 2
+
+
+# -- real votes: DialSummEval's campus annotations turned into pairs, a metric as the judge -------------------------
+
+import os  # noqa: E402
+
+SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", ROOT.parent / "shared" / "data"))
+DIALSUMMEVAL = SHARED / "dialsummeval"
+
+
+@pytest.mark.skipif(not (DIALSUMMEVAL / "annotations.csv").is_file(),
+                    reason=f"DialSummEval not found in {DIALSUMMEVAL} (set JUDGE_SHARED_DATA)")
+def test_dialsummeval_pairs_hiding_votes_covers_the_all_votes_answer(capsys):
+    """Every system against LEAD-3 on each of the 100 dialogues: the human vote is which summary has the higher mean
+    campus score (equal: a tie), the judge's is which has the higher BARTScore (s->h). The all-votes win rates and
+    Bradley-Terry fit are the truth; 25 dialogues keep their votes, 300 times: the intervals must cover it."""
+    from calibration.study.pairwise import win_rate_rows
+
+    criterion, metric, baseline = "consistency", "bartscore_s_h", "LEAD-3"
+    human = pd.read_csv(DIALSUMMEVAL / "annotations.csv").query("criterion == @criterion")
+    human = human.groupby(["item_id", "system"])["score"].mean().unstack()
+    judge = pd.read_csv(DIALSUMMEVAL / "metric_scores.csv").set_index(["item_id", "system"])[metric].unstack()
+    systems = [s for s in human.columns if s != "reference"]
+    b = systems.index(baseline)
+    others = [k for k in range(len(systems)) if k != b]
+    first, second, dialogue, h, f = [], [], [], [], []
+    for d, item in enumerate(human.index):
+        for k in others:
+            a, c = (k, b) if (d + k) % 2 else (b, k)
+            first.append(a)
+            second.append(c)
+            dialogue.append(d)
+            h.append(float(np.sign(human.loc[item, systems[a]] - human.loc[item, systems[c]]) / 2 + 0.5))
+            f.append(float(np.sign(judge.loc[item, systems[a]] - judge.loc[item, systems[c]]) / 2 + 0.5))
+    first, second, dialogue, h, f = map(np.array, (first, second, dialogue, h, f))
+    full = Pairs(criterion, systems, first, second, dialogue, np.arange(len(human)), f, h)
+    truth_win = np.array([r["human_only"] for r in win_rate_rows(full, b, 0.95)])
+    truth_bt = bradley_terry(full, b, 0.95, human_only=True).theta
+    rng = np.random.default_rng(0)
+    win_cover, bt_cover, win_ratio, bt_ratio, bt_shown = [], [], [], [], []
+    for _ in range(300):
+        keep = np.isin(dialogue, rng.choice(len(human), 25, replace=False))
+        data = Pairs(criterion, systems, first, second, dialogue, full.dialogues, f, np.where(keep, h, np.nan))
+        rows = win_rate_rows(data, b, 0.95)
+        win_cover += [r["ci_low"] <= t <= r["ci_high"] for r, t in zip(rows, truth_win)]
+        win_ratio += [r["width_ratio"] for r in rows]
+        fit = bradley_terry(data, b, 0.95)
+        human_fit = bradley_terry(data, b, 0.95, human_only=True)
+        q = float(__import__("scipy.stats").stats.t.ppf(0.975, fit.df))
+        se, error = np.delete(fit.se, b), np.abs(np.delete(fit.theta - truth_bt, b))
+        shown = np.isfinite(se) & np.isfinite(error)  # a system that lost every pair has no interval
+        bt_shown += list(shown)
+        bt_cover += list((error <= q * se)[shown])
+        if human_fit.ok:
+            ratio = se / np.delete(human_fit.se, b)
+            bt_ratio += list(ratio[np.isfinite(ratio)])
+    with capsys.disabled():
+        print(f"\nDialSummEval pairs ({criterion}, {metric} as the judge, 25 of 100 dialogues voted): win-rate coverage "
+              f"{np.mean(win_cover):.3f}, width ratio {np.nanmean(win_ratio):.2f}; Bradley-Terry coverage "
+              f"{np.mean(bt_cover):.3f} ({np.mean(bt_shown):.0%} of the strengths finite), width ratio "
+              f"{np.nanmean(bt_ratio):.2f}")
+    # a finite population (the 100 dialogues) is covered more often than the super-population the intervals are for
+    assert np.mean(win_cover) >= 0.94 and np.mean(bt_cover) >= 0.94
+
+
+def test_a_system_that_lost_every_pair_is_set_apart_and_the_others_fitted_without_it():
+    judge, labels = study(seed=12, labelled=30)
+    # gamma loses every pair, in the votes and in both of the judge's orders
+    def lose(frame, column):
+        a, b = frame["system"].str.split("|", expand=True).T.to_numpy()
+        verdict = np.where(a == "gamma", "2", np.where(b == "gamma", "1", frame[column]))
+        return frame.assign(**{column: verdict})
+    for column in ("forward", "swapped", "label"):
+        judge = lose(judge, column)
+    labels = lose(labels, "score")
+    result = calibration.estimate(judge, labels, baseline="base")
+    bt = result.estimates[result.estimates["quantity"] == "bradley_terry"].set_index("system")
+    assert np.isnan(bt.loc["gamma", "estimate"]) and np.isnan(bt.loc["gamma", "ci_low"])
+    assert "gamma lost every pair the fit weighs: its strength is -infinite" in bt.loc["gamma", "interval_note"]
+    rest = labels[~labels["system"].str.contains("gamma")]
+    expected = fit_statsmodels(rest, votes(rest), [s for s in SYSTEMS if s != "gamma"])
+    for system, value in expected.items():
+        assert bt.loc[system, "human_only"] == pytest.approx(value, abs=1e-6)
+        assert np.isfinite(bt.loc[system, "ci_low"])
+    ranking = result.ranking.set_index("system")
+    assert ranking.loc["gamma", "rank"] == 5 and ranking.loc["gamma", "rank_low"] == 1  # last, but no interval
+    wins = result.estimates[result.estimates["quantity"] == "win_rate"].set_index("system")
+    assert wins.loc["gamma", "estimate"] == 0 and 0 < wins.loc["gamma", "ci_high"] < 0.5  # the share has one
+
+
+def test_a_csv_of_pair_probabilities_is_read_as_the_judge_and_a_score_off_0_1_refused(tmp_path):
+    judge, labels = study(seed=13, labelled=30)
+    value = {"1": 1.0, "2": 0.0, "0": 0.5}
+    probability = (judge["forward"].map(value) + judge["swapped"].map(value)) / 2
+    scores = judge[["item_id", "system", "criterion"]].assign(score=probability)
+    scores.to_csv(tmp_path / "pairs.csv", index=False)
+    from_csv = calibration.estimate(tmp_path / "pairs.csv", labels, baseline="base").estimates
+    from_frame = calibration.estimate(judge, labels, baseline="base").estimates
+    pd.testing.assert_frame_equal(from_csv, from_frame)
+    scores.loc[4, "score"] = 3.0
+    scores.to_csv(tmp_path / "pairs.csv", index=False)
+    with pytest.raises(CalibrationError, match=r"line 6: pair .* has score 3: a pair's score is the probability"):
+        calibration.estimate(tmp_path / "pairs.csv", labels, baseline="base")
