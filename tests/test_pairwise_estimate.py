@@ -459,20 +459,9 @@ def test_compare_export_import_estimate_end_to_end(stub_server, tmp_path, capsys
 
 
 def readme_pairwise_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Pairwise studies"):]
-    block = section[section.index("```bash") + len("```bash"):]
-    block = block[:block.index("```")]
-    commands, pending = [], ""
-    for line in block.splitlines():
-        code = line.split("  #")[0].strip() if not line.strip().startswith("#") else ""
-        if not code:
-            continue
-        pending = f"{pending} {code.removesuffix(chr(92)).strip()}".strip()
-        if not code.endswith("\\"):
-            commands.append(pending)
-            pending = ""
-    return commands
+    from test_readme_loop import loop_commands
+
+    return loop_commands("### Pairwise studies")
 
 
 def test_the_readme_pairwise_loop_runs_and_matches_the_example(tmp_path, stub_server, monkeypatch, capsys):

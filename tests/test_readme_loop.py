@@ -18,9 +18,10 @@ from judge.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def loop_commands() -> list[str]:
+def loop_commands(heading: str = "## The study loop") -> list[str]:
+    """The first bash block after `heading` in the README, as commands (continuation lines joined, comments out)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## The study loop"):]
+    section = text[text.index(heading):]
     block = section[section.index("```bash") + len("```bash"):]
     block = block[:block.index("```")]
     commands, pending = [], ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,6 +22,7 @@ from judge.resources import file_sha256
 from ..errors import CalibrationError
 from ..result import Result
 from .estimate import Estimates
+from .pairwise import PairwiseTables
 from .screen import format_table
 
 METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
@@ -68,23 +69,15 @@ class EstimateResult(Estimates, Result):
 
 
 @dataclass
-class PairwiseEstimateResult(Result):
+class PairwiseEstimateResult(PairwiseTables, Result):
     """`judge estimate --baseline`: win rates and Bradley-Terry strengths against the baseline, and rank sets
-    (calibration.study.pairwise); `exit_code` is 1 when --margin was given and a system is not shown non-inferior."""
+    (pairwise.py's tables), with what went in; `exit_code` is 1 when --margin was given and a system is not shown
+    non-inferior."""
 
     verb: ClassVar[str] = "estimate"
 
-    estimates: pd.DataFrame
-    ranking: pd.DataFrame
-    criteria: list[str]
-    confidence: float
-    baseline: str
-    margin: float | None
-    n_random: int
-    notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     provenance: dict = field(default_factory=dict)
-    lambdas: dict = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -233,9 +226,8 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
                         "the pairwise estimate")
     tables = pairwise_estimate(judge, labels, baseline.strip(), criteria=criteria, confidence=confidence,
                                margin=margin, where=labels.attrs.get("path", "the human labels"))
-    result = PairwiseEstimateResult(tables.estimates, tables.ranking, tables.criteria, tables.confidence,
-                                    tables.baseline, tables.margin, tables.n_random, list(tables.notes), warnings,
-                                    provenance(judgments, judge, human, None), tables.lambdas)
+    result = PairwiseEstimateResult(**{f.name: getattr(tables, f.name) for f in fields(tables)}, warnings=warnings,
+                                    provenance=provenance(judgments, judge, human, None))
     result.provenance.pop("seed", None)
     return result
 
