@@ -257,8 +257,6 @@ SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().paren
 DECODA = SHARED / "decoda_llm_sum_guidelines"
 
 
-@pytest.mark.skipif(not (DECODA / "annotations.csv").exists(),
-                    reason=f"DECODA data not found at {DECODA} (set JUDGE_SHARED_DATA)")
 def _iv_excess(units: pd.DataFrame, z: pd.Series, criterion: str) -> float:
     from statsmodels.sandbox.regression.gmm import IV2SLS
 
@@ -274,6 +272,8 @@ def _iv_excess(units: pd.DataFrame, z: pd.Series, criterion: str) -> float:
     return fit.params[1]  # b: the judge's length effect beyond quality, in its points
 
 
+@pytest.mark.skipif(not (DECODA / "annotations.csv").exists(),
+                    reason=f"DECODA data not found at {DECODA} (set JUDGE_SHARED_DATA)")
 def test_decoda_judge_length_slopes_beside_the_humans(tmp_path, capsys):
     """Items built from the release's items.csv (dialogues) and outputs.csv (summaries), in the test's scratch."""
     dialogues = pd.read_csv(DECODA / "items.csv").set_index("item_id")["dialogue"]
