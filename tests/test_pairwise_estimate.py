@@ -158,9 +158,10 @@ def _pairs_of(judge, labels):
                       "labels")
 
 
-def test_ppi_bradley_terry_at_a_fixed_lambda_minimises_the_ppi_loss():
-    # one pair per dialogue: dialogue clusters are single pairs, so the loss is the textbook one
-    judge, labels = study(seed=3, dialogues=400, labelled=80, extra=0, copy=0.5)
+def _single_pairs(**study_options):
+    """One pair per dialogue (dialogue clusters are single pairs, so the loss is the textbook one): the pairs, the
+    baseline's index and the design matrix (+1 first system, -1 second, the baseline's column dropped)."""
+    judge, labels = study(extra=0, **study_options)
     judge = judge.assign(item_id=judge["item_id"] + "/" + judge["system"])
     labels = labels.assign(item_id=labels["item_id"] + "/" + labels["system"])
     data = _pairs_of(judge, labels)
@@ -168,7 +169,11 @@ def test_ppi_bradley_terry_at_a_fixed_lambda_minimises_the_ppi_loss():
     x = np.zeros((len(data.first), len(data.systems)))
     x[np.arange(len(x)), data.first] += 1
     x[np.arange(len(x)), data.second] -= 1
-    x = np.delete(x, b, axis=1)
+    return data, b, np.delete(x, b, axis=1)
+
+
+def test_ppi_bradley_terry_at_a_fixed_lambda_minimises_the_ppi_loss():
+    data, b, x = _single_pairs(seed=3, dialogues=400, labelled=80, copy=0.5)
     lab = data.labelled
     for lam in (0.0, 0.4, 1.0):
         fit = bradley_terry(data, b, 0.95, lam=lam)
@@ -178,15 +183,7 @@ def test_ppi_bradley_terry_at_a_fixed_lambda_minimises_the_ppi_loss():
 
 def test_ppi_bradley_terry_agrees_with_ppi_py_logistic_on_binary_votes():
     ppi_py = pytest.importorskip("ppi_py")
-    judge, labels = study(seed=4, dialogues=500, labelled=120, extra=0, copy=0.7, ties=False)
-    judge = judge.assign(item_id=judge["item_id"] + "/" + judge["system"])
-    labels = labels.assign(item_id=labels["item_id"] + "/" + labels["system"])
-    data = _pairs_of(judge, labels)
-    b = data.systems.index("base")
-    x = np.zeros((len(data.first), len(data.systems)))
-    x[np.arange(len(x)), data.first] += 1
-    x[np.arange(len(x)), data.second] -= 1
-    x = np.delete(x, b, axis=1)
+    data, b, x = _single_pairs(seed=4, dialogues=500, labelled=120, copy=0.7, ties=False)
     lab = data.labelled
     fit = bradley_terry(data, b, 0.95, lam=0.5)
     theirs = ppi_py.ppi_logistic_pointestimate(x[lab], data.human[lab], data.judge[lab], x[~lab], data.judge[~lab],
