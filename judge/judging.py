@@ -285,4 +285,23 @@ class Judge:
             disagree = first["label"] != second["label"]
             fields.update(label="0" if disagree else first["label"], samples=first["samples"] + second["samples"],
                           orders={"forward": first["label"], "swapped": second["label"]}, order_disagreement=disagree)
+        if (probs := self._pair_probs(fmt, answered, fields["samples"])) is not None:
+            fields["probs"] = probs
         return Judged(self._judgment(criterion, item, fingerprint, **fields), all(a.cached for a in every))
+
+    def _pair_probs(self, fmt: AnswerFormat, answered: list[list[Answer]], samples: list[str]) -> dict | None:
+        """How likely each verdict ("1", "2", "0", in the input's order) is, over both orders: from the verdict
+        token's log-probabilities with --logprobs, else from the samples' shares with --samples > 1 (a confidence
+        `judge escalate` can use); None otherwise."""
+        if self.settings.logprobs:
+            usable = []
+            for n, answers in enumerate(answered):
+                for answer in answers:
+                    p = verdict_probabilities(answer.completion.get("logprobs") or [], fmt)
+                    if p is not None:
+                        usable.append({SWAP_BACK[k] if n else k: v for k, v in p.items()})
+            if usable:
+                return {k: sum(p.get(k, 0.0) for p in usable) / len(usable) for k in sorted(usable[0])}
+        if self.settings.samples > 1:
+            return {label: samples.count(label) / len(samples) for label in sorted(set(map(str, fmt.allowed)))}
+        return None

@@ -217,6 +217,48 @@ def test_pairwise_both_orders_identical_tie_and_position_bias(tmp_path):
     assert len(client.bodies) == 2 and all("order_disagreement" not in l for l in lines)
 
 
+def test_pairwise_probs_from_samples_and_from_logprobs_in_the_inputs_order(tmp_path):
+    """`probs` ("1", "2", "0" in the input's order, over both orders) is what `judge escalate` reads as the
+    verdict's probability: the samples' shares with --samples > 1, the verdict token's probabilities with
+    --logprobs; a swapped answer's "1" is the input's "2"."""
+    import math
+
+    rubric = Rubric.model_validate(PAIRWISE)
+    by_seed = {0: "1", 1: "2", 2: "1"}  # the label shown first wins in seeds 0 and 2, whichever the order
+
+    def sampled(body):
+        return json.dumps({"rationale": "r", "label": by_seed[body["seed"]]})
+
+    _, [line] = run(ScriptedClient(sampled), rubric, rubric.criteria, [pair("p", "one", "two")], tmp_path,
+                    mode="pairwise", samples=3, temperature=1.0)
+    # forward 1, 2, 1; swapped 1, 2, 1 read back as 2, 1, 2: three "1" and three "2" in six samples
+    assert line["samples"] == ["1", "2", "1", "2", "1", "2"]
+    assert line["probs"] == pytest.approx({"0": 0.0, "1": 0.5, "2": 0.5})
+
+    class LogprobClient(ScriptedClient):
+        async def complete(self, body, timeout):
+            head, content = '{"rationale": "r", "label": "', '{"rationale": "r", "label": "1"}'
+            verdict = {"token": "1", "logprob": math.log(0.7), "top_logprobs": [
+                {"token": "1", "logprob": math.log(0.7)}, {"token": "2", "logprob": math.log(0.2)},
+                {"token": "0", "logprob": math.log(0.1)}]}
+            tokens = [{"token": head, "logprob": 0.0, "top_logprobs": []}, verdict,
+                      {"token": '"}', "logprob": 0.0, "top_logprobs": []}]
+            return {"content": content, "finish_reason": "stop", "logprobs": tokens,
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 2}}
+
+    (tmp_path / "lp").mkdir()
+    _, [line] = run(LogprobClient(None), rubric, rubric.criteria, [pair("p", "one", "two")], tmp_path / "lp",
+                    mode="pairwise", logprobs=True)
+    # forward: 1 at 0.7, 2 at 0.2; swapped read back: 2 at 0.7, 1 at 0.2; the mean over the two orders
+    assert line["label"] == "0" and line["order_disagreement"]
+    assert line["probs"] == pytest.approx({"0": 0.1, "1": 0.45, "2": 0.45})
+
+    (tmp_path / "plain").mkdir()
+    _, [line] = run(ScriptedClient(sampled), rubric, rubric.criteria, [pair("p", "one", "two")], tmp_path / "plain",
+                    mode="pairwise")
+    assert line.get("probs") is None  # one sample per order and no log-probabilities: the order signal instead
+
+
 SEGMENTED = {
     "name": "seg", "version": "1", "language": "en", "task": "summary", "title": "t", "instructions": "i",
     "inputs": ["dialogue", "candidate"], "segment_instructions": "one segment per topic",
