@@ -102,6 +102,27 @@ def seed_option(seed, flag: str = "--seed") -> int:
     return int(seed)
 
 
+def judges_option(judges, verb: str, minimum: int, reserved: tuple[str, ...] = ()) -> list[tuple[str, object]]:
+    """`--judge NAME=FILE` pairs (a dict or (name, source) pairs) checked: at least `minimum` judges, each NAME
+    given once, not empty (spaces around it dropped) and none of the names `reserved` for the output's own rows."""
+    from .errors import CalibrationError
+
+    items = list(judges.items()) if isinstance(judges, dict) else list(judges)
+    if len(items) < minimum:
+        raise CalibrationError(f"{verb} needs at least {'one' if minimum == 1 else 'two'} --judge NAME=FILE"
+                               + (" to compare" if minimum > 1 else ""))
+    names = [str(name).strip() for name, _ in items]
+    if any(not n for n in names):
+        raise CalibrationError("--judge needs NAME=FILE with a non-empty NAME")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise CalibrationError(f"--judge name {repeated[0]!r} is given twice: give each judge its own NAME")
+    if any(n in reserved for n in names):
+        raise CalibrationError(f"--judge NAME may not be {' or '.join(map(repr, reserved))}: those name rows of "
+                               "the output")
+    return [(n, source) for n, (_, source) in zip(names, items)]
+
+
 def _split(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 

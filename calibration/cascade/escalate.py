@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CalibrationError
-from ..options import criteria_option, must_be, scale_option, seed_option
+from ..options import criteria_option, judges_option, must_be, scale_option, seed_option
 from ..result import Result
 
 UNITS = ("auto", "cells", "dialogues")
@@ -459,21 +459,6 @@ def _share_option(value, flag: str) -> float:
     return float(value)
 
 
-def _judges(judges) -> list[tuple[str, object]]:
-    items = list(judges.items()) if isinstance(judges, dict) else list(judges)
-    if not items:
-        raise CalibrationError("escalate needs at least one --judge NAME=FILE")
-    names = [str(name).strip() for name, _ in items]
-    if any(not n for n in names):
-        raise CalibrationError("--judge needs NAME=FILE with a non-empty NAME")
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise CalibrationError(f"--judge name {repeated[0]!r} is given twice: give each judge its own NAME")
-    if HUMAN in names or "cascade" in names:
-        raise CalibrationError(f"--judge NAME may not be {HUMAN!r} or 'cascade': those name rows of the output")
-    return [(n, s) for n, (_, s) in zip(names, items)]
-
-
 def _signal_map(signal, names: list[str]) -> dict[str, str]:
     if signal is None or signal == "auto":
         return {}
@@ -541,7 +526,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     if units not in UNITS:
         raise CalibrationError(must_be("--units", "one of " + ", ".join(UNITS), units))
     criteria = criteria_option(criteria)
-    listed = _judges(judges)
+    listed = judges_option(judges, "escalate", 1, reserved=(HUMAN, "cascade"))
     names = [n for n, _ in listed]
     signals_asked = _signal_map(signal, names)
     with each_csv_parsed_once():

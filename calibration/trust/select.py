@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, level_statistic
 from ..errors import CalibrationError
-from ..options import criteria_option, resamples_option, scale_option, seed_option
+from ..options import criteria_option, judges_option, resamples_option, scale_option, seed_option
 from ..result import Result
 from ..stats import percentile_interval, resample_counts
 
@@ -116,20 +116,6 @@ def _check_options(level: str, statistic: str, n_resamples: int, confidence: flo
     if not (isinstance(confidence, (int, float)) and 0.5 <= confidence < 1.0):
         raise CalibrationError(f"--confidence must be between 0.5 and 1, got {confidence!r}")
     resamples_option(n_resamples, confidence, floor=100)
-
-
-def _judge_list(judges) -> list[tuple[str, object]]:
-    items = list(judges.items()) if isinstance(judges, dict) else list(judges)
-    names = [str(name) for name, _ in items]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise CalibrationError(f"--judge name {repeated[0]!r} is given twice: give each judge its own NAME")
-    if len(items) < 2:
-        raise CalibrationError("select needs at least two --judge NAME=FILE to compare")
-    for name in names:
-        if not name.strip():
-            raise CalibrationError("--judge needs NAME=FILE with a non-empty NAME")
-    return [(str(name), source) for name, source in items]
 
 
 def _standardise(matrix: np.ndarray) -> np.ndarray:
@@ -248,7 +234,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
     _check_options(level, statistic, bootstrap, confidence)
     seed = seed_option(seed)
     criteria = criteria_option(criteria)
-    listed = _judge_list(judges)
+    listed = judges_option(judges, "select", 2)
     with each_csv_parsed_once():
         frames = {name: _read_judge(name, source, failure_value) for name, source in listed}
     # Labels checked against the scale of the rubric a judge names (or --scale), as calibrate, screen and estimate do.
