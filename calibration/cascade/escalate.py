@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CalibrationError
-from ..options import criteria_option, judges_option, must_be, scale_option, seed_option
+from ..options import criteria_option, judges_option, must_be, seed_option
 from ..result import Result
 
 UNITS = ("auto", "cells", "dialogues")
@@ -510,8 +510,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     True
     """
     from ..alignment import expand_all_criteria
-    from ..io import each_csv_parsed_once, judge_scales, read_human_labels
-    from ..trust.select import _read_judge
+    from ..trust.select import read_judges
 
     alpha, delta = _share_option(alpha, "--alpha"), _share_option(delta, "--delta")
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (tolerance >= 0):
@@ -529,12 +528,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     listed = judges_option(judges, "escalate", 1, reserved=(HUMAN, "cascade"))
     names = [n for n, _ in listed]
     signals_asked = _signal_map(signal, names)
-    with each_csv_parsed_once():
-        frames = {name: _read_judge(name, source, failure_value) for name, source in listed}
-    named = next((f for f in frames.values() if f["rubric"].fillna("").astype(bool).any()), next(iter(frames.values())))
-    source = next((s for (n, s) in listed if frames[n] is named), None)
-    scales, notes = judge_scales(named, scale_option(scale), source)
-    labels = read_human_labels(human, scales)
+    frames, labels, notes = read_judges(listed, human, scale, failure_value)
     where = labels.attrs.get("path", "the human labels")
     label_criteria = sorted(set(labels["criterion"]))
     frames = {n: expand_all_criteria(f, label_criteria) for n, f in frames.items()}

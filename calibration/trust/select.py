@@ -108,6 +108,20 @@ def _read_judge(name: str, source, failure_value: float | None = None) -> pd.Dat
     return read_judge_scores(path, failure_value=failure_value)[0]
 
 
+def read_judges(listed, human, scale, failure_value) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[str]]:
+    """Each judge's scores (`_read_judge`; a CSV shared by several judges parsed once) and the human labels, checked
+    against the scale of the rubric a judge names (or --scale), as calibrate, screen and estimate do; with the
+    notes on what could not be checked."""
+    from ..io import each_csv_parsed_once, judge_scales, read_human_labels
+
+    with each_csv_parsed_once():
+        frames = {name: _read_judge(name, source, failure_value) for name, source in listed}
+    named = next((f for f in frames.values() if f["rubric"].fillna("").astype(bool).any()), next(iter(frames.values())))
+    source = next((s for (n, s) in listed if frames[n] is named), None)
+    scales, notes = judge_scales(named, scale_option(scale), source)
+    return frames, read_human_labels(human, scales), notes
+
+
 def _check_options(level: str, statistic: str, n_resamples: int, confidence: float) -> None:
     if level not in LEVELS:
         raise CalibrationError(f"--level must be one of {', '.join(LEVELS)}, got {level!r}")
@@ -229,21 +243,11 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
     """
     from ..alignment import align
     from ..humans import aggregate_humans
-    from ..io import each_csv_parsed_once, read_human_labels
-
     _check_options(level, statistic, bootstrap, confidence)
     seed = seed_option(seed)
     criteria = criteria_option(criteria)
     listed = judges_option(judges, "select", 2)
-    with each_csv_parsed_once():
-        frames = {name: _read_judge(name, source, failure_value) for name, source in listed}
-    # Labels checked against the scale of the rubric a judge names (or --scale), as calibrate, screen and estimate do.
-    from ..io import judge_scales
-
-    named = next((f for f in frames.values() if f["rubric"].fillna("").astype(bool).any()), next(iter(frames.values())))
-    source = next((s for (n, s) in listed if frames[n] is named), None)
-    scales, unchecked = judge_scales(named, scale_option(scale), source)
-    labels = read_human_labels(human, scales)
+    frames, labels, unchecked = read_judges(listed, human, scale, failure_value)
     means = aggregate_humans(labels, clean=clean)
     pairs = {name: align(frame, means)[0] for name, frame in frames.items()}
     names = [name for name, _ in listed]
