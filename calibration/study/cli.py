@@ -72,6 +72,12 @@ sheets must come from --plan. No interval is printed where none can hold; `separ
 # Every flag's error names the flag and says what it must be, in the wording calibration.screen and estimate use;
 # ranges the functions check themselves (--power, --confidence's open interval) come from them, word for word.
 _power_type = flag_type(SHARE)
+
+
+def _judge_spec(value: str):
+    from ..trust.cli import _judge_spec as judge_spec  # NAME=FILE, as `judge select` reads it
+
+    return judge_spec(value)
 _number_type = flag_type(NUMBER)
 
 
@@ -127,6 +133,10 @@ def register(sub) -> None:
     estimate.add_argument("--confidence", type=share_type, default=0.95, help="interval level (default 0.95)")
     estimate.add_argument("--apply-map", type=Path, metavar="MAP.json",
                           help="judge scores through a map fitted by `judge calibrate --fit-map`")
+    estimate.add_argument("--judge", action="append", type=_judge_spec, metavar="NAME=FILE",
+                          help="one more predictor beside --judgments (another judge, prompt or metric; a wide CSV "
+                               "gives its column NAME); repeat: all are combined into one by a cross-fitted "
+                               "regression on the labels")
     estimate.add_argument("--baseline", metavar="SYSTEM",
                           help="pairwise judgments (`judge compare`): win rates and Bradley-Terry strengths against "
                                "this system, and rank sets of every system")
@@ -144,6 +154,7 @@ def _run(args: argparse.Namespace, verb: str, compute, exit_code=lambda result: 
 
     started = time.perf_counter()
     inputs = [p for p in (args.judgments, getattr(args, "human", None), getattr(args, "key", None)) if p]
+    inputs += [Path(source) for _, source in getattr(args, "judge", None) or []]
     plan = getattr(args, "plan", None)
     if plan is not None:
         inputs += [Path(plan) / "plan.csv", Path(plan) / "plan.json"]
@@ -187,5 +198,5 @@ def run_estimate(args: argparse.Namespace) -> int:
         args.judgments, args.human, plan=args.plan, key=args.key, criteria=args.criteria,
         score_column=args.score_column, clean=args.clean, scale=args.scale, confidence=args.confidence,
         failure_value=args.failure_value,
-        apply_map=args.apply_map, baseline=args.baseline, margin=args.margin),
+        apply_map=args.apply_map, baseline=args.baseline, margin=args.margin, judges=args.judge),
         exit_code=lambda result: getattr(result, "exit_code", 0))

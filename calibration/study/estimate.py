@@ -359,8 +359,17 @@ def _rows(result: PPIResult, index: int) -> dict:
             "lambda": float(result.lam[index])}
 
 
-def system_estimates(matrices: StudyMatrices, confidence: float) -> pd.DataFrame:
-    result = ppi_mean(matrices.human.T, matrices.judge.T, confidence)
+def _ppi(human, judge, confidence: float, combined: bool) -> PPIResult:
+    """ppi_mean with the judge's lambda tuned, or for a combined (cross-fitted) predictor the design's own."""
+    if not combined:
+        return ppi_mean(human, judge, confidence)
+    from .predictor import cross_prediction_lambda
+
+    return ppi_mean(human, judge, confidence, lam=cross_prediction_lambda(human, judge))
+
+
+def system_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False) -> pd.DataFrame:
+    result = _ppi(matrices.human.T, matrices.judge.T, confidence, combined)
     rows = []
     for j, system in enumerate(matrices.systems):
         units = ~np.isnan(matrices.judge[:, j])
@@ -374,13 +383,13 @@ def pair_indices(count: int) -> tuple[np.ndarray, np.ndarray]:
     return pairs[:, 0], pairs[:, 1]
 
 
-def difference_estimates(matrices: StudyMatrices, confidence: float) -> pd.DataFrame:
+def difference_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False) -> pd.DataFrame:
     a, b = pair_indices(len(matrices.systems))
     if len(a) == 0:
         return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
     judge = (matrices.judge[:, a] - matrices.judge[:, b]).T
     human = (matrices.human[:, a] - matrices.human[:, b]).T
-    result = ppi_mean(human, judge, confidence)
+    result = _ppi(human, judge, confidence, combined)
     rows = [{"criterion": matrices.criterion, "system_a": matrices.systems[i], "system_b": matrices.systems[k],
              **_rows(result, p), "n_dialogues": int((~np.isnan(judge[p])).sum())}
             for p, (i, k) in enumerate(zip(a, b))]
@@ -388,11 +397,14 @@ def difference_estimates(matrices: StudyMatrices, confidence: float) -> pd.DataF
 
 
 def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bool = False,
-             random_items=None, targeted_items=None, confidence: float = 0.95) -> Estimates:
+             random_items=None, targeted_items=None, confidence: float = 0.95,
+             judges: dict[str, pd.DataFrame] | None = None) -> Estimates:
     """The whole `judge estimate` computation on loaded frames (load_judge_scores / load_human_labels).
 
     `random_items`: the dialogues of the plan's random part (None: every labelled dialogue). `targeted_items`:
-    the plan's targeted dialogues, whose labels are summarised apart and never enter the estimates.
+    the plan's targeted dialogues, whose labels are summarised apart and never enter the estimates. `judges`:
+    more judges' score frames (name -> frame); with them, `judge` and these are one predictor, a cross-fitted
+    regression on the labels (calibration.study.predictor).
     """
     if not 0.0 < confidence < 1.0:
         raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence}")
@@ -401,6 +413,7 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
         judge = judge[judge["system_1"].isna()]  # pairwise verdicts are not scores of a system
     criteria = numeric_criteria(judge, human, criteria)
     judge = expand_all_criteria(judge, criteria)
+    judges = {name: expand_all_criteria(frame, criteria) for name, frame in (judges or {}).items()}
     labelled_items = set(human["item_id"])
     source = "plan" if random_items is not None else "all labelled"
     random_items = set(labelled_items if random_items is None else random_items)
@@ -411,7 +424,9 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
     estimates, differences, targeted, notes = [], [], [], []
     for criterion in criteria:
         matrices = study_matrices(judge, human, criterion, random_items)
-        table = system_estimates(matrices, confidence)
+        if judges:
+            matrices = combined_matrices(matrices, judges)
+        table = system_estimates(matrices, confidence, combined=bool(judges))
         # Random-sample dialogues that have labels for other cells but not for this one: the estimate assumes
         # these labels are missing at random (or that the criterion did not apply, as the judge would say).
         in_sample = np.isin(matrices.items, list(random_labelled))
@@ -419,7 +434,7 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
                                           & np.isnan(matrices.human[:, j])).sum())
                                      for j in range(len(matrices.systems))]
         estimates.append(table)
-        differences.append(difference_estimates(matrices, confidence))
+        differences.append(difference_estimates(matrices, confidence, combined=bool(judges)))
         if targeted_items:
             targeted.append(targeted_summary(judge, human, criterion, targeted_items))
         if (table["n_labelled"] >= table["n_dialogues"]).all():
@@ -434,6 +449,30 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
     return Estimates(pd.concat(estimates, ignore_index=True)[ESTIMATE_COLUMNS],
                      pd.concat(differences, ignore_index=True)[DIFFERENCE_COLUMNS], targeted_frame,
                      list(criteria), confidence, source, len(random_labelled), clean, notes)
+
+
+def predictor_features(matrices: StudyMatrices, judges: dict[str, pd.DataFrame]) -> np.ndarray:
+    """(dialogues, systems, 1 + len(judges)) scores: the judge's, then each other judge's on the same cells
+    (NaN where it has none: predictor.py gives such a cell its system's mean)."""
+    layers = [matrices.judge]
+    for frame in judges.values():
+        part = frame[(frame["criterion"] == matrices.criterion) & (frame["status"] == "ok")]
+        if "system_1" in part.columns:
+            part = part[part["system_1"].isna()]
+        table = part.pivot_table(index="item_id", columns="system", values="score", aggfunc="mean")
+        layers.append(table.reindex(index=matrices.items, columns=matrices.systems).to_numpy(float))
+    return np.stack(layers, axis=-1)
+
+
+def combined_matrices(matrices: StudyMatrices, judges: dict[str, pd.DataFrame]) -> StudyMatrices:
+    """The matrices with the judge replaced by the cross-fitted combination of it and `judges`."""
+    from dataclasses import replace
+
+    from .predictor import cross_fitted_prediction
+
+    units = ~np.isnan(matrices.judge)
+    combined = cross_fitted_prediction(predictor_features(matrices, judges), matrices.human, units)
+    return replace(matrices, judge=combined)
 
 
 def targeted_summary(judge: pd.DataFrame, human: pd.DataFrame, criterion: str, targeted_items) -> pd.DataFrame:

@@ -121,13 +121,15 @@ class PairwiseEstimateResult(PairwiseTables, Result):
 def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_column: str | None = None,
              clean: bool = False, scale: tuple[float, float] | None = None, confidence: float = 0.95,
              apply_map=None, failure_value: float | None = None, baseline: str | None = None,
-             margin: float | None = None) -> EstimateResult | PairwiseEstimateResult:
+             margin: float | None = None, judges=None) -> EstimateResult | PairwiseEstimateResult:
     """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
     folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
     the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
     `result.warnings`. With `baseline` (pairwise judgments, as `judge compare` writes them, and pairwise votes
     "A|B" as `judge import` writes them) a PairwiseEstimateResult: win rates, Bradley-Terry strengths and rank sets
-    (calibration.study.pairwise); `margin` adds the non-inferiority decision.
+    (calibration.study.pairwise); `margin` adds the non-inferiority decision. `judges` (--judge NAME=FILE: a dict
+    or (name, path or DataFrame) pairs) are more judges, metrics or prompts: with them the judgments and these are
+    combined into one predictor by a cross-fitted regression on the labels (calibration.study.predictor).
 
     >>> import calibration
     >>> result = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
@@ -150,6 +152,9 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     from .pairwise import margin_option
 
     margin = margin_option(margin, baseline)
+    if baseline is not None and judges:
+        raise CalibrationError("--judge does not apply to pairwise estimates (--baseline): their judge is the "
+                               "pairwise judgments' verdict")
     if baseline is not None:
         return pairwise_result(judgments, human, baseline, margin=margin, plan=plan, key=key, criteria=criteria,
                                score_column=score_column, clean=clean, confidence=confidence, apply_map=apply_map,
@@ -173,7 +178,9 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
         from ..maps import apply_maps, load_maps
 
         judge = apply_maps(judge, load_maps(apply_map))
-    tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence)
+    others, notes = other_judges(judges, human, scale, failure_value, judge)
+    warnings += notes
+    tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence, others)
     bounds = {c: (s.low, s.high) for c, s in scales.items() if s.kind == "numeric" and s.low is not None}
     result = EstimateResult(tables.estimates, tables.differences, tables.targeted, tables.criteria,
                             tables.confidence, tables.random_source, tables.n_random, tables.cleaned,
@@ -185,7 +192,45 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if human_na:
         result.notes.append(f"{human_na} labelled cell(s) the annotators called N/A: left out of that criterion's "
                             "population, as the judge's N/A are")
+    if others:
+        result.provenance["judges"] = {name: named_source(source) for name, source in judges_listed(judges)}
+        result.notes.append(f"the judge is one predictor from the judgments and {len(others)} more "
+                            f"({', '.join(others)}): a ridge regression on the labels, cross-fitted over folds of "
+                            "labelled dialogues, with lambda = the unlabelled share m / (n + m) (no degree of "
+                            "freedom spent)")
     return result
+
+
+def judges_listed(judges) -> list[tuple[str, object]]:
+    from ..options import judges_option
+
+    return judges_option(judges, "estimate --judge", 1)
+
+
+def named_source(source) -> dict:
+    if isinstance(source, (str, Path)):
+        return {"path": str(source), "sha256": file_sha256(Path(source))}
+    return {"path": source.attrs.get("path", "(a DataFrame)"), "sha256": None}
+
+
+def other_judges(judges, human, scale, failure_value, judge: pd.DataFrame) -> tuple[dict[str, pd.DataFrame],
+                                                                                     list[str]]:
+    """--judge NAME=FILE: each judge's scores, read and checked as `judge select` reads its judges; a judge that
+    scores no judged dialogue is refused (its name is wrong, or it is of another study)."""
+    if not judges:
+        return {}, []
+    from ..trust.select import read_judges
+
+    frames, _, notes = read_judges(judges_listed(judges), human, scale, failure_value)
+    for name, frame in frames.items():
+        if len(frame) and frame["system_1"].notna().all():
+            raise CalibrationError(f"--judge {name}: pairwise judgments (`judge compare`) cannot be a predictor of "
+                                   "a system's score")
+        cells = set(zip(judge["item_id"], judge["system"]))
+        if not any(cell in cells for cell in zip(frame["item_id"], frame["system"])):
+            raise CalibrationError(f"--judge {name}: scores no dialogue and system of --judgments: not the same "
+                                   "study")
+    return frames, [f"--judge: {note}" for note in notes]
 
 
 def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, score_column, clean, confidence,

@@ -1,0 +1,135 @@
+"""Several judges as one predictor: a cross-fitted ridge regression of the human score on every judge's scores.
+
+`judge estimate --judge NAME=FILE ...` gives PPI++ more than one predictor (LLM judges, prompts, metrics, a
+judge's probability expectation). They are combined into one score per summary by a ridge regression of the
+human score on the standardised predictors, fitted on labelled dialogues and then handed to estimate.ppi_mean as
+its judge. Fitting it on the labels it corrects would fit them (a 32-metric regression on 20 labels explains
+noise), so the fit is cross-fitted (cross-prediction, Zrnic & Candes 2024): the labelled dialogues are split into
+K folds, each fold's summaries are predicted by the regression fitted on the other folds, and an unlabelled
+dialogue gets the mean of the K regressions. No prediction of a labelled summary has seen its own label, so the
+rectifier y - f keeps its mean and the regression spends no degree of freedom of the interval.
+
+What is fitted, and why:
+- one regression per criterion, pooled over its systems (n labelled dialogues x S systems rows, where a
+  per-system fit has only n), within systems: every predictor centred on its system's mean over all judged
+  dialogues (no label used) and the labels on their system's mean in the training folds. Levels between systems
+  are what the study estimates; only the within-system variation helps PPI (a constant shift of a system's
+  predictor leaves its estimate unchanged), and PPI++ tunes each system's own slope (lambda) afterwards.
+- folds over dialogues, never over summaries: a dialogue's summaries share its difficulty, so a fold that
+  held one of them out while training on another would leak it.
+- the ridge penalty chosen by generalised cross-validation on each training set, from a grid wide enough to
+  reach "all predictors in proportion to their covariance with the labels" (a large penalty; PPI++'s lambda
+  restores the scale) and near least squares (a small one, when labels are plentiful).
+- a predictor's missing cells (failures, a metric absent for a summary) take its system's mean over the judged
+  dialogues: a constant carries no information and costs no bias.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Folds of labelled dialogues (K); fewer labelled dialogues than this: leave one out.
+FOLDS = 10
+# Ridge penalties, relative to the mean eigenvalue of the training set's Gram matrix; infinity is "no predictor"
+# (every coefficient 0), chosen when no combination beats the systems' means: a useless jury then costs nothing.
+PENALTIES = np.array([0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0, np.inf])
+
+
+def standardised(features: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """(..., D, S, k) predictors centred on each system's mean over its units (judged dialogues) and scaled by each
+    predictor's within-system sd; 0 outside the units and where a predictor is missing (its system's mean). No
+    label is used. A predictor constant within every system is 0 everywhere (it cannot help)."""
+    x = np.where(units[..., None], features, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            centred = x - np.nanmean(x, axis=-3, keepdims=True)
+            sd = np.sqrt(np.nanmean(centred * centred, axis=(-3, -2), keepdims=True))
+        scaled = np.where(sd > 1e-12, centred / sd, 0.0)
+    return np.nan_to_num(scaled)
+
+
+def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS) -> np.ndarray:
+    """One predictor per summary from several: (..., D, S) out of (..., D, S, k) `features` (dialogues x systems
+    x predictors; NaN where a predictor has no score) and (..., D, S) `human` labels (NaN where unlabelled).
+
+    `units`: (..., D, S) booleans, the summaries in the population (default: where any predictor has a score);
+    NaN outside them. A labelled summary's prediction comes from the regression fitted on the other folds of
+    labelled dialogues; an unlabelled one's is the mean of every fold's. Vectorised over leading axes
+    (repetitions in the simulations).
+    """
+    features, human = np.asarray(features, dtype=float), np.asarray(human, dtype=float)
+    if units is None:
+        units = np.isfinite(features).any(-1)
+    units = np.asarray(units, dtype=bool)
+    x = standardised(features, units)
+    labelled = units & np.isfinite(human)
+    y = np.where(labelled, human, 0.0)
+    dialogue_labelled = labelled.any(-1)  # (..., D)
+    n = dialogue_labelled.sum(-1, keepdims=True)  # (..., 1)
+    k_folds = np.maximum(np.minimum(n, folds), 1)
+    # Fold of each labelled dialogue: its rank among the labelled ones, modulo K (the labelled dialogues are a
+    # random sample already, so their order is as good as a shuffle); -1 for unlabelled dialogues.
+    rank = np.cumsum(dialogue_labelled, axis=-1) - 1
+    fold = np.where(dialogue_labelled, rank % k_folds, -1)
+    fold_ids = np.arange(folds)
+    # Training weights per fold: (..., K, D, S).
+    train = (labelled[..., None, :, :] & (fold[..., None, :, None] != fold_ids[:, None, None])
+             & (fold_ids[:, None, None] < k_folds[..., None, None]))
+    w = train.astype(float)
+    # The labels centred on their system's training mean (within-system regression).
+    count = w.sum(-2, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y_mean = np.where(count > 0, (w * y[..., None, :, :]).sum(-2, keepdims=True) / count, 0.0)
+    yc = (y[..., None, :, :] - y_mean) * w
+    xs = x[..., None, :, :, :]  # (..., 1, D, S, k)
+    k = x.shape[-1]
+    gram = np.einsum("...dsi,...dsj->...ij", xs * w[..., None], np.broadcast_to(xs, w.shape + (k,)))
+    cross = np.einsum("...dsi,...ds->...i", np.broadcast_to(xs, w.shape + (k,)), yc)
+    yy = (yc * yc).sum((-2, -1))
+    rows = w.sum((-2, -1))
+    systems = (count[..., 0, :] > 0).sum(-1)  # intercepts spent on the systems' centring
+    eigenvalues, vectors = np.linalg.eigh(gram)  # (..., K, k), (..., K, k, k)
+    eigenvalues = np.maximum(eigenvalues, 0.0)
+    scale = np.maximum(eigenvalues.mean(-1, keepdims=True), 1e-12)
+    penalties = PENALTIES * scale  # (..., K, G)
+    projected = np.einsum("...ij,...i->...j", vectors, cross)  # Q'b, (..., K, k)
+    with np.errstate(invalid="ignore"):
+        shrink = np.nan_to_num(1.0 / (eigenvalues[..., None, :] + penalties[..., :, None]))  # (..., K, G, k)
+    # Residual sum of squares and effective degrees of freedom of each penalty, in closed form.
+    rss = (yy[..., None] - 2.0 * (shrink * projected[..., None, :] ** 2).sum(-1)
+           + (eigenvalues[..., None, :] * shrink ** 2 * projected[..., None, :] ** 2).sum(-1))
+    dof = (eigenvalues[..., None, :] * shrink).sum(-1) + systems[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # Generalised cross-validation with each degree of freedom counted twice: plain GCV is optimistic on
+        # 10-20 labelled dialogues (eight useless predictors widened the interval by 2% at 8 labels; counted
+        # twice, by nothing, while a useful jury still saves 15% at 10 labels; benchmarks/labels_coverage.py).
+        gcv = np.where(2.0 * dof < rows[..., None] - 1.0,
+                       np.maximum(rss, 0.0) / (1.0 - 2.0 * dof / rows[..., None]) ** 2, np.inf)
+    best = np.argmin(np.where(np.isfinite(gcv), gcv, np.inf), axis=-1)  # (..., K)
+    chosen = np.take_along_axis(shrink, best[..., None, None], axis=-2)[..., 0, :]  # (..., K, k)
+    beta = np.einsum("...ij,...j->...i", vectors, chosen * projected)
+    usable = np.isfinite(gcv).any(-1) & (rows > systems + 1)  # too few training rows: no prediction (0)
+    beta = np.where(usable[..., None], beta, 0.0)
+    predictions = np.einsum("...dsi,...ki->...kds", x, beta)  # (..., K, D, S)
+    mine = fold[..., None, :, None] == fold_ids[:, None, None]  # the fold a labelled dialogue was held out of
+    held_out = (predictions * mine).sum(-3)
+    active = (fold_ids < k_folds)[..., None, None]  # (..., K, 1, 1)
+    averaged = (predictions * active).sum(-3) / k_folds[..., None]
+    combined = np.where(dialogue_labelled[..., None], held_out, averaged)
+    return np.where(units, combined, np.nan)
+
+
+def cross_prediction_lambda(human, judge) -> np.ndarray:
+    """The weight of a cross-fitted predictor in ppi_mean, per row: m / (n + m) (n labelled, m judged but
+    unlabelled dialogues). The predictor is a regression on the labels' own scale, so its slope on y is 1 and the
+    PPI++ optimum cov(y, f) / (var(f) (1 + n/m)) is m / (n + m): fixed by the design, nothing fitted, no degree of
+    freedom spent (a lambda tuned per system at 10-19 labels widened a useless jury's interval by 5%)."""
+    human, judge = np.asarray(human, dtype=float), np.asarray(judge, dtype=float)
+    units = np.isfinite(judge)
+    n = (units & np.isfinite(human)).sum(-1)
+    m = units.sum(-1) - n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n + m > 0, m / (n + m), 0.0)
