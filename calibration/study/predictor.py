@@ -32,6 +32,7 @@ import numpy as np
 FOLDS = 10
 # Ridge penalties, relative to the mean eigenvalue of the training set's Gram matrix; infinity is "no predictor"
 # (every coefficient 0), chosen when no combination beats the systems' means: a useless jury then costs nothing.
+DOF_WEIGHT = 2.0  # see the choice of the penalty below
 PENALTIES = np.array([0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0, np.inf])
 
 
@@ -106,8 +107,8 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS) -> 
         # Generalised cross-validation with each degree of freedom counted twice: plain GCV is optimistic on
         # 10-20 labelled dialogues (eight useless predictors widened the interval by 2% at 8 labels; counted
         # twice, by nothing, while a useful jury still saves 15% at 10 labels; benchmarks/labels_coverage.py).
-        gcv = np.where(2.0 * dof < rows[..., None] - 1.0,
-                       np.maximum(rss, 0.0) / (1.0 - 2.0 * dof / rows[..., None]) ** 2, np.inf)
+        gcv = np.where(DOF_WEIGHT * dof < rows[..., None] - 1.0,
+                       np.maximum(rss, 0.0) / (1.0 - DOF_WEIGHT * dof / rows[..., None]) ** 2, np.inf)
     best = np.argmin(np.where(np.isfinite(gcv), gcv, np.inf), axis=-1)  # (..., K)
     chosen = np.take_along_axis(shrink, best[..., None, None], axis=-2)[..., 0, :]  # (..., K, k)
     beta = np.einsum("...ij,...j->...i", vectors, chosen * projected)

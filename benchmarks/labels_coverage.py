@@ -1,0 +1,251 @@
+"""Acceptance simulation of issue 24's jury (`judge estimate --judge ...`, calibration.study.predictor): coverage
+and width of the means and paired differences when several judges are one cross-fitted predictor, beside the one
+judge alone (PPI++ as `judge estimate` runs it without --judge), against human-only and the oracle.
+
+Simulated part. Per cell: S systems on N dialogues; a summary's quality is 0.8 * the dialogue's difficulty +
+0.6 * its own + the system's shift (0, 0.15, 0.3, ...); humans: 3 annotators ("likert": each rounds 3.2 + 0.9 q
++ 0.7 noise to 1..5, the summary's score their mean; "gaussian": q + noise 0.5 / sqrt 3); four judges with
+correlations rho, 0.8 rho, 0.5 rho and 0 to the quality (likert: each rounded to 1..5). n dialogues are labelled
+uniformly at random (all their summaries). The truth is the super-population mean (a draw of 400,000). Coverage
+counts rows that print an interval; `mean` is over every system (means) or pair (differences) and repetition,
+`min` the worst system or pair. Widths are averages over repetitions, as ratios:
+  jury/h   the jury's interval over human-only from the same labels
+  one/h    the first judge alone (PPI++ as now) over human-only
+  oracle/h sqrt(1 - R^2 (1 - n/N)): the best linear combination of the judges and its lambda known in advance
+           (R^2 within systems, from the large draw)
+  jury/or  jury/h over oracle/h
+
+Real part (--real): DialSummEval (../shared/data/dialsummeval or $JUDGE_SHARED_DATA): 100 dialogues x 14 systems,
+4 criteria, the mean of 3 annotators; the jury is all 32 metrics of metric_scores.csv, the single judge QuestEval.
+n dialogues redrawn at random; truth = the mean over the 100 dialogues; oracle = the within-system correlation
+of the human score with the jury's least-squares fit on all 1,400 summaries (optimistic: fitted on every label).
+
+    nice -n 10 python benchmarks/labels_coverage.py            # the table of the report (about 10 minutes)
+    nice -n 10 python benchmarks/labels_coverage.py --real     # DialSummEval
+    python benchmarks/labels_coverage.py --quick               # a few cells
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from calibration.study.estimate import ppi_mean  # noqa: E402
+from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda  # noqa: E402
+
+WEIGHTS = np.array([1.0, 0.8, 0.5, 0.0])  # each judge's correlation, as a share of rho
+CHUNK = 50  # repetitions per call (memory)
+
+
+def draw(rng, shape, kind: str, rho: float, systems: int):
+    """(human (..., D, S), judges (..., D, S, k)) of one study."""
+    dialogue = rng.standard_normal(shape + (1,))
+    quality = 0.8 * dialogue + 0.6 * rng.standard_normal(shape + (systems,)) + 0.15 * np.arange(systems)
+    latent = quality / 1.0  # sd of quality within a system: 1.0
+    r = rho * WEIGHTS
+    noise = rng.standard_normal(shape + (systems, len(WEIGHTS)))
+    judges = r * (latent[..., None] - 0.15 * np.arange(systems)[:, None]) + np.sqrt(1 - r * r) * noise
+    judges = judges + 0.15 * np.arange(systems)[:, None]
+    if kind == "gaussian":
+        human = quality + 0.5 * rng.standard_normal((3,) + shape + (systems,)).mean(0)
+        return human, judges
+    ratings = np.clip(np.rint(3.2 + 0.9 * quality + 0.7 * rng.standard_normal((3,) + shape + (systems,))), 1, 5)
+    return ratings.mean(0), np.clip(np.rint(3.0 + 1.1 * judges), 1, 5)
+
+
+def oracle_r2(human, judges):
+    """Within-system R^2 of the best linear combination of the judges, for levels and for paired differences."""
+    def r2(y, x):
+        y = y - y.mean(0)
+        x = x - x.mean(0)
+        beta = np.linalg.lstsq(x, y, rcond=None)[0]
+        return 1.0 - np.var(y - x @ beta) / np.var(y)
+
+    levels = np.mean([r2(human[:, s], judges[:, s]) for s in range(human.shape[1])])
+    pairs = list(combinations(range(human.shape[1]), 2))
+    differences = np.mean([r2(human[:, a] - human[:, b], judges[:, a] - judges[:, b]) for a, b in pairs])
+    return levels, differences
+
+
+def intervals(human, judge, combined: bool):
+    """ppi_mean as `judge estimate` runs it: the judge's PPI++ lambda, or the jury's m / (n + m)."""
+    if combined:
+        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge))
+    return ppi_mean(human, judge)
+
+
+def measure(human, judge, truth, combined: bool) -> dict:
+    result = intervals(human, judge, combined)
+    shown = np.isfinite(result.ci_low)
+    covered = (result.ci_low <= truth) & (truth <= result.ci_high)
+    axes = tuple(range(covered.ndim - 1))  # all but the system / pair axis
+    width = np.where(shown, result.ci_high - result.ci_low, np.nan)
+    human_width = np.where(shown, result.human_only_ci_high - result.human_only_ci_low, np.nan)
+    return {"covered": (covered & shown).sum(axis=axes), "shown": shown.sum(axis=axes),
+            "width": np.nanmean(width), "human_width": np.nanmean(human_width)}
+
+
+def combine(parts: list[dict]) -> dict:
+    """Coverage over every row, the worst system's or pair's, and the width ratio of the averages."""
+    covered, shown = sum(p["covered"] for p in parts), sum(p["shown"] for p in parts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_row = np.where(shown > 0, covered / shown, np.nan)
+    return {"coverage": covered.sum() / shown.sum() if shown.sum() else np.nan, "shown": int(shown.sum()),
+            "worst": np.nanmin(per_row) if np.isfinite(per_row).any() else np.nan,
+            "ratio": np.mean([p["width"] for p in parts]) / np.mean([p["human_width"] for p in parts])}
+
+
+def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    big_h, big_j = draw(np.random.default_rng(12345), (400_000 // systems,), kind, rho, systems)
+    truth = big_h.mean(0)
+    r2_level, r2_difference = oracle_r2(big_h, big_j) if rho > 0 else (0.0, 0.0)
+    a, b = np.array(list(combinations(range(systems), 2))).T
+    parts = {key: [] for key in ("jury_mean", "one_mean", "jury_diff", "one_diff")}
+    for start in range(0, reps, CHUNK):
+        count = min(CHUNK, reps - start)
+        human, judges = draw(rng, (count, n_judged), kind, rho, systems)
+        labelled = rng.random((count, n_judged)).argsort(axis=1) < n
+        y = np.where(labelled[..., None], human, np.nan)
+        jury = cross_fitted_prediction(judges, y)
+        move = lambda m: np.moveaxis(m, -1, -2)  # noqa: E731  (..., D, S) -> (..., S, D)
+        parts["jury_mean"].append(measure(move(y), move(jury), truth, True))
+        parts["one_mean"].append(measure(move(y), move(judges[..., 0]), truth, False))
+        dy, dt = move(y[..., a] - y[..., b]), truth[a] - truth[b]
+        parts["jury_diff"].append(measure(dy, move(jury[..., a] - jury[..., b]), dt, True))
+        parts["one_diff"].append(measure(dy, move(judges[..., a, 0] - judges[..., b, 0]), dt, False))
+    out = {key: combine(value) for key, value in parts.items()}
+    share = 1.0 - n / n_judged
+    out["oracle_mean"], out["oracle_diff"] = np.sqrt(1 - r2_level * share), np.sqrt(1 - r2_difference * share)
+    return out
+
+
+def cell_line(kind, rho, n, systems, n_judged, out, reps) -> str:
+    se = lambda p: np.sqrt(p * (1 - p) / max(out["jury_mean"]["shown"], 1))  # noqa: E731  (of `cover`)
+    parts = [f"{kind:8s} {rho:3.1f} {n_judged:4d} {systems:2d} {n:3d}"]
+    for what in ("mean", "diff"):
+        jury, one, oracle = out[f"jury_{what}"], out[f"one_{what}"], out[f"oracle_{what}"]
+        parts.append(f"{jury['coverage']:.3f} {jury['worst']:.3f} {one['coverage']:.3f} "
+                     f"{jury['ratio']:.3f} {one['ratio']:.3f} {oracle:.3f} {jury['ratio'] / oracle:.3f}")
+    return " | ".join(parts) + f"   (MC se of a coverage ~{se(0.95):.3f}, {reps} reps)"
+
+
+HEADER = ("kind     rho    N  S   n | means: cover worst one_cov jury/h one/h oracle/h jury/or "
+          "| differences: cover worst one_cov jury/h one/h oracle/h jury/or")
+
+
+# -- DialSummEval ---------------------------------------------------------------------------------------------------
+
+
+def shared_data() -> Path:
+    return Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+
+
+def dialsummeval():
+    """(criteria, systems, human (C, D, S), metrics (D, S, 32), metric names) from the shared data."""
+    import pandas as pd
+
+    folder = shared_data() / "dialsummeval"
+    labels = pd.read_csv(folder / "annotations.csv")
+    metrics = pd.read_csv(folder / "metric_scores.csv")
+    means = labels.groupby(["criterion", "item_id", "system"])["score"].mean()
+    items, systems = sorted(metrics["item_id"].unique()), sorted(metrics["system"].unique())
+    names = [c for c in metrics.columns if c not in ("dataset", "item_id", "system")]
+    wide = metrics.set_index(["item_id", "system"])[names]
+    cube = np.stack([wide[name].unstack("system").reindex(index=items, columns=systems).to_numpy(float)
+                     for name in names], axis=-1)
+    criteria = sorted(labels["criterion"].unique())
+    human = np.stack([means[c].unstack("system").reindex(index=items, columns=systems).to_numpy(float)
+                      for c in criteria])
+    return criteria, systems, human, cube, names
+
+
+def real(reps: int, seed: int, sizes=(10, 20, 50)) -> None:
+    criteria, systems, human, metrics, names = dialsummeval()
+    single = names.index("questeval")
+    d = human.shape[1]
+    print(f"DialSummEval: {d} dialogues x {len(systems)} systems, jury of {len(names)} metrics, single judge "
+          f"{names[single]}; {reps} redraws of the labelled dialogues per n")
+    print("criterion     n | jury: cover worst_sys jury/h oracle/h jury/or | questeval: cover one/h | systems "
+          "whose jury/h > 1")
+    for c, criterion in enumerate(criteria):
+        y_all = human[c]
+        truth = y_all.mean(0)
+        # Oracle: the jury's within-system least-squares fit on all 1,400 summaries.
+        x = np.nan_to_num(metrics - np.nanmean(metrics, axis=0, keepdims=True))
+        x = x / np.maximum(x.reshape(-1, x.shape[-1]).std(0), 1e-12)
+        yc = y_all - y_all.mean(0)
+        beta = np.linalg.lstsq(x.reshape(-1, x.shape[-1]), yc.reshape(-1), rcond=None)[0]
+        fit = x @ beta
+        rho = np.array([np.corrcoef(fit[:, s], y_all[:, s])[0, 1] for s in range(len(systems))])
+        for n in sizes:
+            rng = np.random.default_rng(seed + n)
+            covered, shown, widths, human_widths, one_cov, one_widths, one_human = 0, 0, [], [], [], [], []
+            per_system = np.zeros(len(systems))
+            for start in range(0, reps, 10):
+                count = min(10, reps - start)
+                labelled = rng.random((count, d)).argsort(axis=1) < n
+                y = np.where(labelled[..., None], y_all, np.nan)
+                jury = cross_fitted_prediction(np.broadcast_to(metrics, (count,) + metrics.shape), y)
+                r = intervals(np.moveaxis(y, -1, -2), np.moveaxis(jury, -1, -2), True)
+                ok = np.isfinite(r.ci_low)
+                hit = (r.ci_low <= truth) & (truth <= r.ci_high)
+                covered += int((hit & ok).sum())
+                shown += int(ok.sum())
+                per_system += (hit & ok).sum(0)
+                widths.append(np.where(ok, r.ci_high - r.ci_low, np.nan))
+                human_widths.append(np.where(ok, r.human_only_ci_high - r.human_only_ci_low, np.nan))
+                one = intervals(np.moveaxis(y, -1, -2), np.broadcast_to(metrics[..., single].T, (count,) +
+                                                                         metrics[..., single].T.shape), False)
+                one_cov.append((one.ci_low <= truth) & (truth <= one.ci_high))
+                one_widths.append(one.ci_high - one.ci_low)
+                one_human.append(one.human_only_ci_high - one.human_only_ci_low)
+            widths, human_widths = np.concatenate(widths), np.concatenate(human_widths)
+            ratio_sys = np.nanmean(widths, 0) / np.nanmean(human_widths, 0)
+            oracle_sys = np.sqrt(1 - rho ** 2 * (1 - n / d))
+            one_ratio = np.nanmean(np.concatenate(one_widths)) / np.nanmean(np.concatenate(one_human))
+            print(f"{criterion:12s} {n:3d} | {covered / shown:.3f} {per_system.min() / reps:.3f} "
+                  f"{np.nanmean(widths) / np.nanmean(human_widths):.3f} {oracle_sys.mean():.3f} "
+                  f"{np.mean(ratio_sys / oracle_sys):.3f} | {np.mean(np.concatenate(one_cov)):.3f} "
+                  f"{one_ratio:.3f} | {int((ratio_sys > 1).sum())} of {len(systems)}")
+            if n == sizes[-1]:
+                print("   per system jury/or at n=%d: " % n + " ".join(f"{s[:10]}={v:.2f}" for s, v in
+                                                                        zip(systems, ratio_sys / oracle_sys)))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a few cells")
+    parser.add_argument("--real", action="store_true", help="DialSummEval instead of the simulation")
+    parser.add_argument("--repetitions", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    if args.real:
+        real(args.repetitions or 200, args.seed)
+        print(f"({time.perf_counter() - started:.0f}s)")
+        return 0
+    reps = args.repetitions or (200 if args.quick else 400)
+    grid = ([("likert", 0.0, 2), ("likert", 0.7, 6), ("gaussian", 0.5, 2)] if args.quick else
+            [(kind, rho, systems) for kind in ("likert", "gaussian") for rho in (0.0, 0.3, 0.5, 0.7, 0.9)
+             for systems in (2, 6)])
+    sizes = (6, 10, 20) if args.quick else (3, 4, 6, 10, 20, 50)
+    print(HEADER)
+    for index, (kind, rho, systems) in enumerate(grid):
+        for n in sizes:
+            out = run_cell(kind, rho, n, systems, 100, reps, args.seed + 1000 * index + n)
+            print(cell_line(kind, rho, n, systems, 100, out, reps), flush=True)
+    print(f"({time.perf_counter() - started:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

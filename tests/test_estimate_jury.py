@@ -1,0 +1,191 @@
+"""`judge estimate --judge NAME=FILE ...`: several judges as one cross-fitted predictor (calibration.study.predictor)
+against independent computations, planted and recovered, and on the CLI with bad input."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import calibration.study.predictor as predictor
+from calibration.study.estimate import ppi_mean
+from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda
+from judge.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "examples" / "study"
+JUDGMENTS, LABELS, METRICS = FIXTURES / "judgments.jsonl", FIXTURES / "labels.csv", FIXTURES / "metric_scores.csv"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def study(rng, dialogues=60, systems=3, weights=(0.7, 0.4, 0.0), n=20):
+    """(features (D, S, k), labels (D, S) with NaN where unlabelled, the full labels)."""
+    quality = 0.8 * rng.standard_normal((dialogues, 1)) + 0.6 * rng.standard_normal((dialogues, systems))
+    w = np.array(weights)
+    x = w * quality[..., None] + np.sqrt(1 - w * w) * rng.standard_normal((dialogues, systems, len(w)))
+    y = quality + 0.4 * rng.standard_normal((dialogues, systems))
+    labelled = rng.permutation(dialogues) < n
+    return x, np.where(labelled[:, None], y, np.nan), y
+
+
+def reference_fold_fits(x, y, folds, penalty):
+    """Each fold's ridge regression written out with numpy: features centred per system over all dialogues and
+    scaled by their pooled within-system sd, labels centred on their system's mean in the training folds,
+    coefficients from np.linalg.lstsq on the penalised (augmented) system. Returns (fold of each dialogue,
+    (K, D, S) predictions)."""
+    d, s, k = x.shape
+    xc = x - x.mean(0)
+    xc = xc / np.sqrt((xc ** 2).mean((0, 1)))
+    labelled = ~np.isnan(y).all(1)
+    rank = np.cumsum(labelled) - 1
+    fold = np.where(labelled, rank % folds, -1)
+    predictions = []
+    for k_fold in range(folds):
+        train = labelled & (fold != k_fold)
+        yt = y[train] - y[train].mean(0)
+        design, target = xc[train].reshape(-1, k), yt.reshape(-1)
+        alpha = penalty * np.linalg.eigvalsh(design.T @ design).mean()
+        augmented = np.vstack([design, np.sqrt(alpha) * np.eye(k)])
+        beta = np.linalg.lstsq(augmented, np.concatenate([target, np.zeros(k)]), rcond=None)[0]
+        predictions.append(xc @ beta)
+    return fold, np.array(predictions)
+
+
+def test_each_fold_is_the_ridge_regression_written_out(monkeypatch):
+    monkeypatch.setattr(predictor, "PENALTIES", np.array([0.5]))  # one penalty: nothing chosen
+    x, y, _ = study(np.random.default_rng(1))
+    fold, fits = reference_fold_fits(x, y, predictor.FOLDS, 0.5)
+    combined = cross_fitted_prediction(x, y)
+    labelled = fold >= 0
+    held_out = fits[fold[labelled], np.flatnonzero(labelled)]
+    np.testing.assert_allclose(combined[labelled], held_out, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(combined[~labelled], fits[:, ~labelled].mean(0), rtol=1e-8, atol=1e-10)
+
+
+def test_the_estimate_is_the_authors_cross_prediction_with_these_folds(monkeypatch):
+    """ppi_py.crossppi_mean_pointestimate with our folds' models (lambda 1) is ppi_mean's estimate with lambda 1."""
+    ppi_py = pytest.importorskip("ppi_py", reason="ppi_python (the method authors' library) is not installed")
+    monkeypatch.setattr(predictor, "PENALTIES", np.array([0.5]))
+    x, y, _ = study(np.random.default_rng(2), dialogues=200, n=40)
+    fold, fits = reference_fold_fits(x, y, predictor.FOLDS, 0.5)
+    combined = cross_fitted_prediction(x, y)
+    labelled = fold >= 0
+    for s in range(x.shape[1]):
+        ours = ppi_mean(y[:, s], combined[:, s], lam=1.0)
+        theirs = ppi_py.crossppi_mean_pointestimate(y[labelled, s], fits[fold[labelled], np.flatnonzero(labelled), s],
+                                                    fits[:, ~labelled, s].T)
+        assert float(ours.estimate) == pytest.approx(float(np.ravel(theirs)[0]), rel=1e-9)
+
+
+def test_no_labelled_prediction_has_seen_its_own_label():
+    x, y, _ = study(np.random.default_rng(3))
+    before = cross_fitted_prediction(x, y)
+    first = int(np.flatnonzero(~np.isnan(y[:, 0]))[0])
+    changed = y.copy()
+    changed[first] += 50.0  # an outrageous label moves every other fold's fit, never its own prediction
+    after = cross_fitted_prediction(x, changed)
+    np.testing.assert_array_equal(before[first], after[first])
+    assert not np.allclose(before, after)
+
+
+def test_repetitions_at_once_equal_one_at_a_time():
+    rng = np.random.default_rng(4)
+    draws = [study(rng) for _ in range(3)]
+    together = cross_fitted_prediction(np.stack([d[0] for d in draws]), np.stack([d[1] for d in draws]))
+    for i, (x, y, _) in enumerate(draws):
+        np.testing.assert_allclose(together[i], cross_fitted_prediction(x, y), rtol=1e-10, atol=1e-12)
+
+
+def test_a_useful_jury_beats_its_best_member_and_a_useless_one_costs_nothing():
+    rng = np.random.default_rng(5)
+    x, y, full = study(rng, dialogues=2000, n=200)
+    combined = cross_fitted_prediction(x, y)
+    unlabelled = np.isnan(y[:, 0])
+    best_alone = np.corrcoef(x[unlabelled, 0, 0], full[unlabelled, 0])[0, 1]
+    assert np.corrcoef(combined[unlabelled, 0], full[unlabelled, 0])[0, 1] > best_alone + 0.01
+    x_noise = rng.standard_normal(x.shape)
+    assert np.allclose(cross_fitted_prediction(x_noise, y[..., :]), 0.0) or \
+        np.std(cross_fitted_prediction(x_noise, y)) < 0.05 * np.nanstd(y)
+
+
+def test_lambda_is_the_unlabelled_share():
+    y = np.array([[1.0, 2.0, np.nan, np.nan, np.nan], [1.0, np.nan, np.nan, np.nan, np.nan]])
+    f = np.array([[0.0, 1.0, 2.0, 3.0, np.nan], [0.0, 1.0, 2.0, 3.0, 4.0]])
+    np.testing.assert_allclose(cross_prediction_lambda(y, f), [2 / 4, 4 / 5])
+
+
+@pytest.mark.parametrize("kind, rho, n, systems", [("likert", 0.0, 6, 2), ("likert", 0.0, 10, 2),
+                                                     ("gaussian", 0.0, 20, 6), ("likert", 0.7, 10, 6),
+                                                     ("gaussian", 0.5, 3, 2), ("gaussian", 0.9, 20, 2)])
+def test_planted_means_and_differences_are_recovered(kind, rho, n, systems):
+    """benchmarks/labels_coverage.py's cells: coverage at the nominal rate (400 repetitions: 0.925 is 2.5 Monte
+    Carlo se below 0.95 for 2 systems) and never wider than human-only on average."""
+    from labels_coverage import run_cell
+
+    out = run_cell(kind, rho, n, systems, 100, 400, seed=11 * n + systems)
+    for what in ("jury_mean", "jury_diff"):
+        assert out[what]["coverage"] >= 0.925, (what, out[what])
+        assert out[what]["ratio"] <= 1.005, (what, out[what])
+    if rho >= 0.7 and n >= 10:
+        assert out["jury_mean"]["ratio"] < 0.9
+
+
+def run_cli(*args):
+    try:
+        return main(["estimate", *map(str, args)])
+    except SystemExit as stop:  # argparse's own errors (a malformed NAME=FILE)
+        return stop.code
+
+
+def test_cli_jury_of_the_judgments_and_two_metrics(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = run_cli("--judgments", JUDGMENTS, "--human", LABELS, "--judge", f"rouge-1={METRICS}",
+                   "--judge", f"bartscore_s_h={METRICS}", "--output-dir", out)
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "one predictor from the judgments and 2 more (rouge-1, bartscore_s_h)" in printed
+    table = pd.read_csv(out / "estimates.csv")
+    alone = calibration_estimate()
+    # The same human-only intervals, and the PPI estimate moved by the jury (not the judge alone).
+    pd.testing.assert_series_equal(table["human_only_ci_low"], alone["human_only_ci_low"])
+    assert not np.allclose(table["estimate"], alone["estimate"])
+    summary = (out / "summary.json").read_text()
+    assert "rouge-1" in summary and "sha256" in summary
+
+
+def calibration_estimate():
+    import calibration
+
+    return calibration.estimate(JUDGMENTS, LABELS).estimates
+
+
+def _foreign_metric(tmp_path):
+    path = tmp_path / "foreign.csv"
+    pd.DataFrame({"item_id": ["q1", "q2"], "system": ["x", "y"], "criterion": "accuracy", "score": [1.0, 2.0]}).to_csv(path, index=False)
+    return path
+
+
+BAD_INPUT = [
+    ("NAME=FILE without a name", lambda t: ["--judge", f"={METRICS}"], "expected NAME=FILE"),
+    ("a judge file that is missing", lambda t: ["--judge", f"m={t / 'absent.csv'}"], "absent.csv"),
+    ("one name twice", lambda t: ["--judge", f"rouge-1={METRICS}", "--judge", f"rouge-1={METRICS}"],
+     "--judge name 'rouge-1' is given twice"),
+    ("a judge of another study", lambda t: ["--judge", f"other={_foreign_metric(t)}"],
+     "--judge other: scores no dialogue and system of --judgments"),
+    ("a jury for pairwise estimates", lambda t: ["--judge", f"rouge-1={METRICS}", "--baseline", "alpha"],
+     "--judge does not apply to pairwise estimates"),
+]
+
+
+@pytest.mark.parametrize("case, flags, message", BAD_INPUT, ids=[row[0] for row in BAD_INPUT])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case, flags, message):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "estimates.csv").write_text("kept from before\n")
+    code = run_cli("--judgments", JUDGMENTS, "--human", LABELS, *flags(tmp_path), "--output-dir", out)
+    error = capsys.readouterr().err
+    assert code == 2
+    assert message in error and "Traceback" not in error
+    assert (out / "estimates.csv").read_text() == "kept from before\n"
+    assert sorted(p.name for p in out.iterdir()) == ["estimates.csv"]
