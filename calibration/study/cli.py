@@ -47,12 +47,18 @@ examples:
   judge estimate --judgments {FIXTURES}/metric_scores.csv --score-column bartscore_s_h \\
       --human {FIXTURES}/labels.csv --clean --scale 1,5 --report out/estimate.html
 
+  # several judges as one predictor: the judgments and two metrics, combined by a cross-fitted regression
+  judge estimate --judgments {FIXTURES}/judgments.jsonl --human {FIXTURES}/labels.csv \\
+      --judge rouge-1={FIXTURES}/metric_scores.csv --judge bartscore_s_h={FIXTURES}/metric_scores.csv
+
 method: prediction-powered inference with the power-tuned lambda (PPI++): the judge's scores on every judged
 dialogue correct the mean of the human labels on the random sample; from 10 labelled dialogues on, lambda is
 tuned and the t interval has n - 2 degrees of freedom plus lambda's own error; below, the human mean with n - 1;
 no interval below 3 labels or on labels that do not vary (interval_note says why). width_ratio = PPI interval /
 human-only interval from the same labels; effective_labels = n_labelled / width_ratio^2, the labels the human-only
-estimate would need for an interval this narrow (what the judge was worth).
+estimate would need for an interval this narrow (what the judge was worth). With --judge, the judgments and
+every --judge are one predictor: a ridge regression on the labels, pooled over systems and cross-fitted over
+folds of labelled dialogues, weighted by the unlabelled share m/(n+m): no degree of freedom spent, from 3 labels on.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
 
 pairwise judgments (`judge compare`) and votes "A|B" (`judge import`): --baseline SYSTEM gives per system the win
