@@ -118,6 +118,10 @@ def register(sub) -> None:
     screen.add_argument("--random-share", type=share_type, default=0.5, metavar="X",
                         help="share of the budget drawn uniformly at random (default 0.5); only this part enters "
                              "the unbiased estimates of `judge estimate`")
+    screen.add_argument("--design", choices=["uniform", "active"], default="uniform",
+                        help="how the random part is drawn: uniform (default), or active: with known inclusion "
+                             "probabilities rising with the judge's uncertainty (floored so every dialogue can be "
+                             "drawn; checked against a --human pilot when given); plan.csv records each probability")
     screen.add_argument("--power", type=_power_type, default=0.8, help="target power (default 0.8)")
     screen.add_argument("--bootstrap", type=positive_type, default=1000, metavar="N",
                         help="bootstrap resamples of dialogues (default 1000)")
@@ -191,7 +195,7 @@ def run_screen(args: argparse.Namespace) -> int:
         args.judgments, args.human, criteria=args.criteria, score_column=args.score_column, clean=args.clean,
         failure_value=args.failure_value,
         scale=args.scale, budget=args.budget, budget_unit=args.budget_unit, random_share=args.random_share,
-        power=args.power, bootstrap=args.bootstrap, seed=args.seed))
+        power=args.power, bootstrap=args.bootstrap, seed=args.seed, design=args.design))
 
 
 # -- estimate -----------------------------------------------------------------------------------------------------

@@ -228,6 +228,82 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None) -> PPIResult:
         var_residual=var_residual, no_interval=note)
 
 
+def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95) -> PPIResult:
+    """PPI++ for labels drawn with known, unequal inclusion probabilities (an active design, `judge screen --design
+    active`; Zrnic & Candes 2024, active inference), along the last axis and vectorised over leading ones.
+
+    `inclusion`: each dialogue's inclusion probability pi (broadcast; read only where labelled). Every labelled
+    dialogue weighs a_i = (1/pi_i) / sum_L 1/pi_j: the realised sum of 1/pi normalises (Hajek), so a fixed-size
+    design estimates the population mean without bias to first order. The estimate is the mean over the N judged
+    dialogues of phi_i = lambda f_i + [i labelled] N a_i (y_i - lambda f_i - c), c the a-weighted mean residual:
+
+        estimate = lambda mean_all(f) + sum_L a_i (y_i - lambda f_i)
+        se^2     = var(phi) / N = lambda^2 var_all(f) / N + (2 lambda / N) sum_L a_i (f_i - mean_all f) r_i
+                   + sum_L a_i^2 r_i^2 n / (n - k) + lambda's own error
+
+    (r centred; k = 2 with lambda tuned, 1 without). lambda minimises that variance, so under an active design
+    it leans on the judge where the labels went (1/pi^2-weighted least squares, not the population slope); it is
+    tuned from MIN_TUNED labels on where the labelled judge scores spread (0 below), and its own error is added as
+    for a regression prediction. t quantile on n_eff - k degrees of freedom, n_eff = 1 / sum a^2 (Kish's effective
+    number of labels: n when every pi is equal). With every pi equal this is the in-sample
+    PPI++ of ppi_mean with the judged mean of f over all N dialogues. human_only: the Hajek mean of the labels
+    with its own se (n - 1 df)."""
+    y, f, pi = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float),
+                                   np.asarray(inclusion, dtype=float))
+    y, f, offset = _centred(y, f)
+    unit = ~np.isnan(f)
+    labelled = unit & ~np.isnan(y)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        inverse = np.where(labelled, 1.0 / pi, 0.0)
+        a = inverse / inverse.sum(-1, keepdims=True)
+        n = labelled.sum(-1, keepdims=True).astype(float)
+        big_n = unit.sum(-1, keepdims=True).astype(float)
+        y0, f0 = np.where(labelled, y, 0.0), np.where(unit, f, 0.0)
+        mean_f = f0.sum(-1, keepdims=True) / big_n
+        var_f = ((np.where(unit, f0 - mean_f, 0.0)) ** 2).sum(-1, keepdims=True) / (big_n - 1)
+        y_a, f_a = (a * y0).sum(-1, keepdims=True), (a * f0).sum(-1, keepdims=True)
+        dy, df_ = np.where(labelled, y0 - y_a, 0.0), np.where(labelled, f0 - f_a, 0.0)
+        var_fa = (a * df_ * df_).sum(-1, keepdims=True)
+        estimable = (n >= MIN_TUNED) & (var_fa * n / (n - 1) >= MIN_SPREAD * var_f) & (var_f > 0)
+        # The variance as a quadratic in lambda: its minimum (see the docstring).
+        a2 = a * a
+        s_fy, s_ff = (a * df_ * dy).sum(-1, keepdims=True), var_fa
+        a_fy, a_ff = (a2 * df_ * dy).sum(-1, keepdims=True), (a2 * df_ * df_).sum(-1, keepdims=True)
+        lam = np.where(estimable, (a_fy - s_fy / big_n) / (a_ff + var_f / big_n - 2.0 * s_ff / big_n), 0.0)
+        lam = np.where(np.isfinite(lam), lam, 0.0)
+        k = np.where(lam != 0, 2.0, 1.0)
+        r = np.where(labelled, dy - lam * df_, 0.0)
+        design = (a2 * r * r).sum(-1, keepdims=True) * n / (n - k)
+        cross = 2.0 * lam / big_n * (a * (f0 - mean_f) * r).sum(-1, keepdims=True)
+        leverage = np.where(lam != 0, (mean_f - f_a) ** 2 / var_fa, 0.0)
+        estimate = lam * mean_f + y_a - lam * f_a
+        var_unlabelled = lam * lam * var_f / big_n + cross
+        var_residual = design * (1.0 + leverage)
+        se = np.sqrt(np.maximum(var_unlabelled + var_residual, 0.0))
+        human_se = np.sqrt((a * a * dy * dy).sum(-1, keepdims=True) * n / (n - 1))
+        var_y = (a * dy * dy).sum(-1, keepdims=True) * n / (n - 1)
+        kish = a2.sum(-1, keepdims=True)
+    n, big_n, se, human_se, lam, k, var_unlabelled, var_residual, var_y = (
+        v[..., 0] for v in (n, big_n, se, human_se, lam, k, var_unlabelled, var_residual, var_y))
+    estimate, mean_y = estimate[..., 0] + offset, y_a[..., 0] + offset
+    # Unequal weights leave fewer degrees of freedom than labels: Kish's effective n, 1 / sum a^2 (n when equal).
+    effective = np.floor(1.0 / np.maximum(kish[..., 0], 1e-12) + 1e-9)
+    quantile, human_quantile = t_quantile(confidence, effective - k), t_quantile(confidence, effective - 1)
+    spread = np.sqrt(np.maximum(var_y, 0.0))
+    degenerate = ~(spread > 1e-9 * (1.0 + np.abs(mean_y)))
+    hidden = (n < MIN_LABELLED) | degenerate
+    note = np.where(n < MIN_LABELLED, "few", np.where(degenerate, "flat", ""))
+    nan = np.full(np.shape(estimate), np.nan)
+    return PPIResult(
+        estimate=estimate, se=np.where(hidden, np.nan, se),
+        ci_low=np.where(hidden, nan, estimate - quantile * se), ci_high=np.where(hidden, nan, estimate + quantile * se),
+        human_only=mean_y, human_only_se=np.where(hidden, np.nan, human_se),
+        human_only_ci_low=np.where(hidden, nan, mean_y - human_quantile * human_se),
+        human_only_ci_high=np.where(hidden, nan, mean_y + human_quantile * human_se), lam=lam,
+        n_labelled=n.astype(int), n_unlabelled=(big_n - n).astype(int), var_unlabelled=var_unlabelled,
+        var_residual=var_residual, no_interval=note)
+
+
 def t_quantile(confidence: float, df) -> np.ndarray:
     """Two-sided t quantile per cell (NaN below 1 degree of freedom); computed once per distinct df (few)."""
     df = np.asarray(df, dtype=float)
@@ -359,8 +435,11 @@ def _rows(result: PPIResult, index: int) -> dict:
             "lambda": float(result.lam[index])}
 
 
-def _ppi(human, judge, confidence: float, combined: bool) -> PPIResult:
-    """ppi_mean with the judge's lambda tuned, or for a combined (cross-fitted) predictor the design's own."""
+def _ppi(human, judge, confidence: float, combined: bool, inclusion=None) -> PPIResult:
+    """ppi_mean with the judge's lambda tuned, or for a combined (cross-fitted) predictor the design's own; with
+    `inclusion` (each dialogue's probability of being drawn, an active design) the 1/p-weighted estimator."""
+    if inclusion is not None:
+        return ppi_mean_weighted(human, judge, inclusion, confidence)
     if not combined:
         return ppi_mean(human, judge, confidence)
     from .predictor import cross_prediction_lambda
@@ -368,8 +447,9 @@ def _ppi(human, judge, confidence: float, combined: bool) -> PPIResult:
     return ppi_mean(human, judge, confidence, lam=cross_prediction_lambda(human, judge))
 
 
-def system_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False) -> pd.DataFrame:
-    result = _ppi(matrices.human.T, matrices.judge.T, confidence, combined)
+def system_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False,
+                     inclusion=None) -> pd.DataFrame:
+    result = _ppi(matrices.human.T, matrices.judge.T, confidence, combined, inclusion)
     rows = []
     for j, system in enumerate(matrices.systems):
         units = ~np.isnan(matrices.judge[:, j])
@@ -383,13 +463,14 @@ def pair_indices(count: int) -> tuple[np.ndarray, np.ndarray]:
     return pairs[:, 0], pairs[:, 1]
 
 
-def difference_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False) -> pd.DataFrame:
+def difference_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False,
+                         inclusion=None) -> pd.DataFrame:
     a, b = pair_indices(len(matrices.systems))
     if len(a) == 0:
         return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
     judge = (matrices.judge[:, a] - matrices.judge[:, b]).T
     human = (matrices.human[:, a] - matrices.human[:, b]).T
-    result = _ppi(human, judge, confidence, combined)
+    result = _ppi(human, judge, confidence, combined, inclusion)
     rows = [{"criterion": matrices.criterion, "system_a": matrices.systems[i], "system_b": matrices.systems[k],
              **_rows(result, p), "n_dialogues": int((~np.isnan(judge[p])).sum())}
             for p, (i, k) in enumerate(zip(a, b))]
@@ -398,13 +479,14 @@ def difference_estimates(matrices: StudyMatrices, confidence: float, combined: b
 
 def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bool = False,
              random_items=None, targeted_items=None, confidence: float = 0.95,
-             judges: dict[str, pd.DataFrame] | None = None) -> Estimates:
+             judges: dict[str, pd.DataFrame] | None = None, inclusion: dict | None = None) -> Estimates:
     """The whole `judge estimate` computation on loaded frames (load_judge_scores / load_human_labels).
 
     `random_items`: the dialogues of the plan's random part (None: every labelled dialogue). `targeted_items`:
     the plan's targeted dialogues, whose labels are summarised apart and never enter the estimates. `judges`:
     more judges' score frames (name -> frame); with them, `judge` and these are one predictor, a cross-fitted
-    regression on the labels (calibration.study.predictor).
+    regression on the labels (calibration.study.predictor). `inclusion`: {dialogue: probability it was drawn}
+    for the random part of an active design (ppi_mean_weighted); None for a uniform draw.
     """
     if not 0.0 < confidence < 1.0:
         raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence}")
@@ -426,7 +508,8 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
         matrices = study_matrices(judge, human, criterion, random_items)
         if judges:
             matrices = combined_matrices(matrices, judges)
-        table = system_estimates(matrices, confidence, combined=bool(judges))
+        pi = None if inclusion is None else np.array([inclusion.get(i, np.nan) for i in matrices.items])
+        table = system_estimates(matrices, confidence, combined=bool(judges), inclusion=pi)
         # Random-sample dialogues that have labels for other cells but not for this one: the estimate assumes
         # these labels are missing at random (or that the criterion did not apply, as the judge would say).
         in_sample = np.isin(matrices.items, list(random_labelled))
@@ -434,7 +517,7 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
                                           & np.isnan(matrices.human[:, j])).sum())
                                      for j in range(len(matrices.systems))]
         estimates.append(table)
-        differences.append(difference_estimates(matrices, confidence, combined=bool(judges)))
+        differences.append(difference_estimates(matrices, confidence, combined=bool(judges), inclusion=pi))
         if targeted_items:
             targeted.append(targeted_summary(judge, human, criterion, targeted_items))
         if (table["n_labelled"] >= table["n_dialogues"]).all():

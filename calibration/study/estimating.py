@@ -26,7 +26,8 @@ from .pairwise import PairwiseTables
 from .screen import format_table
 
 METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
-          "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary")
+          "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary; with --judge, one cross-fitted "
+          "predictor weighted m/(n+m); with an active plan, 1/p weights (Hajek)")
 
 
 @dataclass
@@ -173,6 +174,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
                         "as failed judgments, in the population and imputed as the engine's failures are")
     judge, human_na = human_na_cells(judge, labels)
     random_items, targeted_items, plan_notes = plan_parts(plan, key, labels, judge, judgments)
+    inclusion = plan_inclusion(plan) if plan is not None else None
     warnings += plan_notes
     if apply_map is not None:
         from ..maps import apply_maps, load_maps
@@ -180,7 +182,8 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
         judge = apply_maps(judge, load_maps(apply_map))
     others, notes = other_judges(judges, human, scale, failure_value, judge)
     warnings += notes
-    tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence, others)
+    tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence, others,
+                             inclusion)
     bounds = {c: (s.low, s.high) for c, s in scales.items() if s.kind == "numeric" and s.low is not None}
     result = EstimateResult(tables.estimates, tables.differences, tables.targeted, tables.criteria,
                             tables.confidence, tables.random_source, tables.n_random, tables.cleaned,
@@ -192,6 +195,10 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if human_na:
         result.notes.append(f"{human_na} labelled cell(s) the annotators called N/A: left out of that criterion's "
                             "population, as the judge's N/A are")
+    if inclusion is not None:
+        result.notes.append("the plan's random part was drawn with unequal inclusion probabilities (an active "
+                            "design): every labelled dialogue weighs 1/p, normalised by their realised sum (Hajek), "
+                            "t on Kish's effective number of labels")
     if others:
         result.provenance["judges"] = {name: named_source(source) for name, source in judges_listed(judges)}
         result.notes.append(f"the judge is one predictor from the judgments and {len(others)} more "
@@ -321,6 +328,18 @@ def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) 
         raise CalibrationError(f"{plan / 'plan.csv'}: the plan has no random part: its labels are not a sample of "
                                "the judged dialogues, so nothing can be estimated from them")
     return random_items, {i for i, part in parts.items() if part == "targeted"}, warnings
+
+
+def plan_inclusion(plan) -> dict[str, float] | None:
+    """{dialogue: inclusion probability} of the plan's random part when plan.csv records them (an active design,
+    `judge screen --design active`); None for a uniform draw (every probability equal: the plain estimator)."""
+    from .screen import read_plan
+
+    frame, _ = read_plan(Path(plan))
+    if "inclusion_probability" not in frame.columns:
+        return None
+    random = frame[frame["part"] == "random"]
+    return dict(zip(random["item_id"], random["inclusion_probability"].astype(float)))
 
 
 def check_key(path: Path, parts: dict[str, str], digest: str) -> None:
