@@ -1,0 +1,162 @@
+"""`judge screen --design active` and `judge estimate --plan` on its plan: inclusion probabilities, the fixed-size
+draw, the 1/p-weighted estimator against independent computations, planted and recovered, and bad input."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from calibration.study.estimate import ppi_mean_weighted
+from calibration.study.screen import ACTIVE_FLOOR, inclusion_probabilities, systematic_sample
+from judge.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "examples" / "study"
+JUDGMENTS, LABELS = FIXTURES / "judgments.jsonl", FIXTURES / "labels.csv"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def test_probabilities_sum_to_the_size_rise_with_uncertainty_and_keep_the_floor():
+    u = np.random.default_rng(0).random(80) ** 3
+    pi = inclusion_probabilities(u, 20)
+    assert pi.sum() == pytest.approx(20)
+    assert pi.min() >= ACTIVE_FLOOR * 20 / 80 - 1e-12 and pi.max() <= 1.0
+    assert (np.diff(pi[np.argsort(u)]) >= -1e-12).all()
+    np.testing.assert_allclose(inclusion_probabilities(np.zeros(10), 4), 0.4)
+    capped = inclusion_probabilities(np.r_[100.0, np.ones(9)], 5, floor=0.0)  # one dialogue would get p > 1
+    assert capped[0] == 1.0 and capped.sum() == pytest.approx(5)
+
+
+def test_the_draw_has_the_size_and_the_probabilities_it_claims():
+    rng = np.random.default_rng(1)
+    pi = inclusion_probabilities(rng.random(30), 8)
+    counts = np.zeros(30)
+    for _ in range(6000):
+        drawn = systematic_sample(pi, rng)
+        assert len(drawn) == 8 and len(set(drawn)) == 8
+        counts[drawn] += 1
+    # each count is binomial(6000, pi): none further than 4.5 sd from its expectation
+    z = (counts - 6000 * pi) / np.sqrt(6000 * pi * (1 - pi) + 1e-12)
+    assert np.abs(z).max() < 4.5
+
+
+def test_equal_probabilities_give_the_human_t_interval_and_the_plain_mean():
+    rng = np.random.default_rng(2)
+    y, f = rng.normal(3, 1, 60), rng.normal(size=60)
+    labelled = np.arange(60) < 8  # below MIN_TUNED: lambda 0
+    result = ppi_mean_weighted(np.where(labelled, y, np.nan), f, 8 / 60)
+    interval = stats.ttest_1samp(y[labelled], 0).confidence_interval(0.95)
+    assert (result.ci_low, result.ci_high) == pytest.approx((interval.low, interval.high))
+    assert result.estimate == pytest.approx(y[labelled].mean())
+
+
+def test_unequal_probabilities_give_the_hajek_mean_and_its_linearised_variance():
+    rng = np.random.default_rng(3)
+    y, f = rng.normal(3, 1, 50), rng.normal(size=50)
+    pi = rng.uniform(0.05, 0.5, 50)
+    labelled = np.zeros(50, bool)
+    labelled[rng.choice(50, 9, replace=False)] = True
+    result = ppi_mean_weighted(np.where(labelled, y, np.nan), f, pi)
+    w = 1 / pi[labelled]
+    mean = np.average(y[labelled], weights=w)
+    z = w * (y[labelled] - mean) / w.sum()  # the ratio estimator's linearisation
+    se = np.sqrt(np.sum(z * z) * 9 / 8)
+    kish = int(np.floor(w.sum() ** 2 / np.sum(w * w) + 1e-9))
+    q = stats.t.ppf(0.975, kish - 1)
+    assert result.estimate == pytest.approx(mean)
+    assert (result.ci_low, result.ci_high) == pytest.approx((mean - q * se, mean + q * se))
+
+
+@pytest.mark.parametrize("kind, hard, signal, size, n", [("gaussian", 0.1, "informative", 500, 50),
+                                                         ("likert", 0.2, "informative", 100, 20),
+                                                         ("likert", 0.2, "useless", 100, 20)])
+def test_planted_means_are_recovered_and_an_informative_signal_saves_labels(kind, hard, signal, size, n):
+    from active_design import run_cell
+
+    out = run_cell(kind, hard, signal, n, size, 400, seed=7)
+    assert out["active"]["coverage"] >= 0.925 and out["uniform"]["coverage"] >= 0.925
+    if signal == "informative":
+        assert out["saved"][1] > 0.0  # the Monte Carlo interval of the labels saved is above 0
+
+
+def run(*args):
+    try:
+        return main([*map(str, args)])
+    except SystemExit as stop:
+        return stop.code
+
+
+def test_cli_active_plan_records_probabilities_and_estimate_weighs_by_them(tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert run("screen", "--judgments", JUDGMENTS, "--budget", 12, "--random-share", 1, "--design", "active",
+               "--bootstrap", 200, "--output-dir", out) == 0
+    printed = capsys.readouterr()
+    assert "inclusion probabilities rising with the judge's uncertainty" in printed.out
+    assert "unchecked (no --human pilot)" in printed.err
+    plan = pd.read_csv(out / "plan.csv")
+    assert list(plan.columns) == ["item_id", "part", "reason", "inclusion_probability"]
+    assert plan["inclusion_probability"].between(0, 1, inclusive="right").all()
+    info = json.loads((out / "plan.json").read_text())
+    assert info["design"] == "active" and info["uncertainty_share"] == pytest.approx(1 - ACTIVE_FLOOR)
+    labels = pd.read_csv(LABELS)
+    labels = labels[labels["item_id"].isin(plan["item_id"])]
+    labels.to_csv(tmp_path / "labels.csv", index=False)
+    assert run("estimate", "--judgments", JUDGMENTS, "--human", tmp_path / "labels.csv", "--plan", out,
+               "--output-dir", tmp_path / "est") == 0
+    assert "weighs 1/p" in capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "est" / "estimates.csv")
+    row = table.iloc[0]
+    mine = labels[(labels.criterion == row.criterion) & (labels.system == row.system)]
+    human = mine.groupby("item_id")["score"].mean()
+    pi = plan.set_index("item_id")["inclusion_probability"].reindex(human.index)
+    assert row.human_only == pytest.approx(np.average(human, weights=1 / pi))
+
+
+def test_a_pilot_where_uncertainty_does_not_predict_the_error_falls_back_to_uniform(tmp_path, capsys):
+    out = tmp_path / "plan"
+    assert run("screen", "--judgments", JUDGMENTS, "--human", FIXTURES / "pilot_labels.csv", "--budget", 10,
+               "--design", "active", "--bootstrap", 200, "--output-dir", out) == 0
+    error = capsys.readouterr().err
+    assert "draw is uniform" in error or "falls back to uniform" in error
+    plan = pd.read_csv(out / "plan.csv")
+    random = plan[plan.part == "random"]["inclusion_probability"]
+    assert np.allclose(random, random.iloc[0])
+
+
+def _bad_probability(tmp_path):
+    out = tmp_path / "plan"
+    run("screen", "--judgments", JUDGMENTS, "--budget", 10, "--design", "active", "--bootstrap", 200,
+        "--output-dir", out)
+    text = (out / "plan.csv").read_text().splitlines()
+    first = text[1].rsplit(",", 1)[0] + ",1.5"
+    (out / "plan.csv").write_text("\n".join([text[0], first, *text[2:]]) + "\n")
+    return out
+
+
+BAD_INPUT = [
+    ("active with a budget in judgments", lambda t: ["screen", "--judgments", JUDGMENTS, "--budget", 30,
+                                                      "--budget-unit", "judgments", "--design", "active"],
+     "--design active draws dialogues with known probabilities"),
+    ("an unknown design", lambda t: ["screen", "--judgments", JUDGMENTS, "--budget", 6, "--design", "clever"],
+     "invalid choice: 'clever'"),
+    ("a probability above 1 in plan.csv", lambda t: ["estimate", "--judgments", JUDGMENTS, "--human", LABELS,
+                                                      "--plan", _bad_probability(t)],
+     "plan.csv:2: inclusion_probability must be a number in (0, 1]"),
+]
+
+
+@pytest.mark.parametrize("case, args, message", BAD_INPUT, ids=[row[0] for row in BAD_INPUT])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case, args, message):
+    given = args(tmp_path)
+    capsys.readouterr()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.csv").write_text("kept\n")
+    assert run(*given, "--output-dir", out) == 2
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error
+    assert sorted(p.name for p in out.iterdir()) == ["kept.csv"]
