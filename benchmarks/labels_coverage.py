@@ -117,11 +117,12 @@ def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: i
         labelled = rng.random((count, n_judged)).argsort(axis=1) < n
         y = np.where(labelled[..., None], human, np.nan)
         jury = cross_fitted_prediction(judges, y)
+        contrast = cross_fitted_prediction(judges, y, contrasts=True)  # the predictor of differences
         move = lambda m: np.moveaxis(m, -1, -2)  # noqa: E731  (..., D, S) -> (..., S, D)
         parts["jury_mean"].append(measure(move(y), move(jury), truth, True))
         parts["one_mean"].append(measure(move(y), move(judges[..., 0]), truth, False))
         dy, dt = move(y[..., a] - y[..., b]), truth[a] - truth[b]
-        parts["jury_diff"].append(measure(dy, move(jury[..., a] - jury[..., b]), dt, True))
+        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True))
         parts["one_diff"].append(measure(dy, move(judges[..., a, 0] - judges[..., b, 0]), dt, False))
     out = {key: combine(value) for key, value in parts.items()}
     share = 1.0 - n / n_judged

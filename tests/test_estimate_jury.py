@@ -189,3 +189,49 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case, flags
     assert message in error and "Traceback" not in error
     assert (out / "estimates.csv").read_text() == "kept from before\n"
     assert sorted(p.name for p in out.iterdir()) == ["estimates.csv"]
+
+
+def test_the_predictor_of_differences_ignores_what_a_dialogue_does_to_every_system():
+    """contrasts=True: predictions sum to 0 over a dialogue's systems, and a shift of a dialogue's features (or
+    labels) shared by all its systems changes nothing: paired differences cannot see it."""
+    rng = np.random.default_rng(8)
+    x, y, _ = study(rng, dialogues=80, systems=4, n=30)
+    base = cross_fitted_prediction(x, y, contrasts=True)
+    np.testing.assert_allclose(base.sum(-1), 0.0, atol=1e-10)
+    shift = rng.normal(size=(80, 1))
+    moved = cross_fitted_prediction(x + 5.0 * shift[..., None], y + shift, contrasts=True)
+    np.testing.assert_allclose(moved, base, atol=1e-8)
+    assert not np.allclose(cross_fitted_prediction(x + 5.0 * shift[..., None], y + shift), cross_fitted_prediction(x, y))
+
+
+def test_screen_with_judges_needs_a_pilot(tmp_path, capsys):
+    code = main(["screen", "--judgments", str(JUDGMENTS), "--judge", f"rouge-1={METRICS}", "--output-dir",
+                 str(tmp_path / "out")])
+    assert code == 2 and "give a --human pilot" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+DIALSUMMEVAL = Path(__import__("os").environ.get("JUDGE_SHARED_DATA", ROOT.parent / "shared" / "data")) / "dialsummeval"
+
+
+@pytest.mark.skipif(not (DIALSUMMEVAL / "annotations.csv").exists(),
+                    reason=f"DialSummEval data not found at {DIALSUMMEVAL} (set JUDGE_SHARED_DATA)")
+def test_screen_power_uses_the_jury_on_a_real_pilot(tmp_path):
+    """DialSummEval, 4 systems, a 40-dialogue relevance pilot: with QuestEval and four metrics as one predictor the
+    power table measures rho out of fold and its count never exceeds the human-only one."""
+    import calibration
+
+    metrics = pd.read_csv(DIALSUMMEVAL / "metric_scores.csv", dtype=str)
+    systems = ["LEAD-3", "UniLM", "BART", "PGN"]
+    metrics = metrics[metrics.system.isin(systems)].drop(columns=["dataset"])
+    metrics.to_csv(tmp_path / "metrics.csv", index=False)
+    labels = pd.read_csv(DIALSUMMEVAL / "annotations.csv", dtype=str)
+    pilot_items = sorted(metrics.item_id.unique())[:40]
+    labels[labels.system.isin(systems) & (labels.criterion == "relevance") & labels.item_id.isin(pilot_items)] \
+        .to_csv(tmp_path / "pilot.csv", index=False)
+    names = ["rouge-1", "bertscore_f1", "bartscore_s_h", "moverscore"]
+    result = calibration.screen(tmp_path / "metrics.csv", tmp_path / "pilot.csv", score_column="questeval",
+                                scale=(1, 5), bootstrap=200, judges={n: tmp_path / "metrics.csv" for n in names})
+    row = result.power.iloc[0]
+    assert row.n_pilot == 40 and np.isfinite(row.rho)
+    assert row.dialogues_with_judge <= row.dialogues_human_only

@@ -24,8 +24,12 @@ examples:
   judge screen --judgments {FIXTURES}/metric_scores.csv --score-column rouge-1 --budget 40 --budget-unit judgments \\
       --output-dir out/plan-rouge
 
+  # an active design: the random part drawn where the judge is unsure, each dialogue's probability recorded
+  judge screen --judgments {FIXTURES}/judgments.jsonl --budget 8 --design active --output-dir out/plan-active
+
 writes (with --output-dir): systems.csv, items.csv, power.csv and, with --budget, the plan:
-  plan.csv   item_id,part,reason   one row per dialogue; part is random or targeted
+  plan.csv   item_id,part,reason   one row per dialogue; part is random or targeted; --design active adds
+             inclusion_probability (each random row's probability of being drawn: estimate weighs it by 1/p)
   plan.json  unit, budget, random share, seed, the judgments file and its sha256, the plan's own sha256, the power
              analysis
 A plan is a contract: an --output-dir that holds one is refused (a plan is never replaced), `judge export --plan`
@@ -118,6 +122,9 @@ def register(sub) -> None:
     screen.add_argument("--random-share", type=share_type, default=0.5, metavar="X",
                         help="share of the budget drawn uniformly at random (default 0.5); only this part enters "
                              "the unbiased estimates of `judge estimate`")
+    screen.add_argument("--judge", action="append", type=_judge_spec, metavar="NAME=FILE",
+                        help="with --human: one more predictor for the power analysis, combined with --judgments as "
+                             "`judge estimate --judge` combines them; repeat")
     screen.add_argument("--design", choices=["uniform", "active"], default="uniform",
                         help="how the random part is drawn: uniform (default), or active: with known inclusion "
                              "probabilities rising with the judge's uncertainty (floored so every dialogue can be "
@@ -195,7 +202,7 @@ def run_screen(args: argparse.Namespace) -> int:
         args.judgments, args.human, criteria=args.criteria, score_column=args.score_column, clean=args.clean,
         failure_value=args.failure_value,
         scale=args.scale, budget=args.budget, budget_unit=args.budget_unit, random_share=args.random_share,
-        power=args.power, bootstrap=args.bootstrap, seed=args.seed, design=args.design))
+        power=args.power, bootstrap=args.bootstrap, seed=args.seed, design=args.design, judges=args.judge))
 
 
 # -- estimate -----------------------------------------------------------------------------------------------------

@@ -506,8 +506,9 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
     estimates, differences, targeted, notes = [], [], [], []
     for criterion in criteria:
         matrices = study_matrices(judge, human, criterion, random_items)
+        paired = matrices
         if judges:
-            matrices = combined_matrices(matrices, judges)
+            matrices, paired = combined_matrices(matrices, judges), combined_matrices(matrices, judges, True)
         pi = None if inclusion is None else np.array([inclusion.get(i, np.nan) for i in matrices.items])
         table = system_estimates(matrices, confidence, combined=bool(judges), inclusion=pi)
         # Random-sample dialogues that have labels for other cells but not for this one: the estimate assumes
@@ -517,7 +518,7 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
                                           & np.isnan(matrices.human[:, j])).sum())
                                      for j in range(len(matrices.systems))]
         estimates.append(table)
-        differences.append(difference_estimates(matrices, confidence, combined=bool(judges), inclusion=pi))
+        differences.append(difference_estimates(paired, confidence, combined=bool(judges), inclusion=pi))
         if targeted_items:
             targeted.append(targeted_summary(judge, human, criterion, targeted_items))
         if (table["n_labelled"] >= table["n_dialogues"]).all():
@@ -547,14 +548,18 @@ def predictor_features(matrices: StudyMatrices, judges: dict[str, pd.DataFrame])
     return np.stack(layers, axis=-1)
 
 
-def combined_matrices(matrices: StudyMatrices, judges: dict[str, pd.DataFrame]) -> StudyMatrices:
-    """The matrices with the judge replaced by the cross-fitted combination of it and `judges`."""
+def combined_matrices(matrices: StudyMatrices, judges: dict[str, pd.DataFrame], contrasts: bool = False
+                      ) -> StudyMatrices:
+    """The matrices with the judge replaced by the cross-fitted combination of it and `judges`: fitted on the
+    summaries' levels for the systems' means, on their departures from their dialogue's mean (`contrasts`) for
+    the paired differences."""
     from dataclasses import replace
 
     from .predictor import cross_fitted_prediction
 
     units = ~np.isnan(matrices.judge)
-    combined = cross_fitted_prediction(predictor_features(matrices, judges), matrices.human, units)
+    combined = cross_fitted_prediction(predictor_features(matrices, judges), matrices.human, units,
+                                       contrasts=contrasts)
     return replace(matrices, judge=combined)
 
 

@@ -34,13 +34,15 @@ def paired_power(effect: float, n, alpha: float = 0.05, variance_share=1.0, df_s
 
 
 def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho: float | None = None,
-                     n_judged: int | None = None) -> int | None:
+                     n_judged: int | None = None, combined: bool = False) -> int | None:
     """Smallest n reaching `power` with an interval `judge estimate` prints (n >= MIN_LABELLED); None when none
     does (within n_judged for PPI, MAX_DIALOGUES otherwise).
 
     With `rho` and `n_judged`, the prediction-powered count (humans label n of the n_judged judged dialogues),
     priced as estimate.py computes it: below MIN_TUNED labels the judge is not used, from there lambda costs a
-    degree of freedom, and from MIN_CROSS_FITTED on (cross-fitted) it costs none.
+    degree of freedom, and from MIN_CROSS_FITTED on (cross-fitted) it costs none. `combined`: rho is that of
+    several judges' cross-fitted predictor (`judge estimate --judge`), whose weight m / (n + m) is fixed by the
+    design: used from MIN_LABELLED on, no degree of freedom spent, nothing tuned.
     """
     from .estimate import MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED
 
@@ -51,6 +53,8 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
         return None
 
     def reaches(n: int) -> bool:
+        if combined and rho is not None:
+            return bool(paired_power(effect, n, alpha, 1.0 - rho * rho * (n_judged - n) / n_judged) >= power)
         if rho is None or n < MIN_TUNED:
             return bool(paired_power(effect, n, alpha) >= power)
         # lambda's own error adds about (1 - rho^2) / (n - 1) of the residual variance (the expected leverage of

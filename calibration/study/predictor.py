@@ -36,37 +36,47 @@ DOF_WEIGHT = 2.0  # see the choice of the penalty below
 PENALTIES = np.array([0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0, np.inf])
 
 
-def standardised(features: np.ndarray, units: np.ndarray) -> np.ndarray:
+def standardised(features: np.ndarray, units: np.ndarray, contrasts: bool = False) -> np.ndarray:
     """(..., D, S, k) predictors centred on each system's mean over its units (judged dialogues) and scaled by each
     predictor's within-system sd; 0 outside the units and where a predictor is missing (its system's mean). No
-    label is used. A predictor constant within every system is 0 everywhere (it cannot help)."""
+    label is used. A predictor constant within every system is 0 everywhere (it cannot help). `contrasts`: centred
+    on each dialogue's mean over its systems as well (what differences between systems see)."""
     x = np.where(units[..., None], features, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
+            x = np.where(np.isnan(x) & units[..., None], np.nanmean(x, axis=-3, keepdims=True), x)
+            if contrasts:
+                x = x - np.nanmean(x, axis=-2, keepdims=True)
             centred = x - np.nanmean(x, axis=-3, keepdims=True)
             sd = np.sqrt(np.nanmean(centred * centred, axis=(-3, -2), keepdims=True))
         scaled = np.where(sd > 1e-12, centred / sd, 0.0)
     return np.nan_to_num(scaled)
 
 
-def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS) -> np.ndarray:
+def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, contrasts: bool = False) -> np.ndarray:
     """One predictor per summary from several: (..., D, S) out of (..., D, S, k) `features` (dialogues x systems
     x predictors; NaN where a predictor has no score) and (..., D, S) `human` labels (NaN where unlabelled).
 
     `units`: (..., D, S) booleans, the summaries in the population (default: where any predictor has a score);
     NaN outside them. A labelled summary's prediction comes from the regression fitted on the other folds of
     labelled dialogues; an unlabelled one's is the mean of every fold's. Vectorised over leading axes
-    (repetitions in the simulations).
+    (repetitions in the simulations). `contrasts`: the regression of each summary's departure from its dialogue's
+    mean (labels and predictors alike): the predictor of the paired differences between systems, whose
+    dialogue-level variation cancels (a level regression spends its fit on that variation).
     """
     features, human = np.asarray(features, dtype=float), np.asarray(human, dtype=float)
     if units is None:
         units = np.isfinite(features).any(-1)
     units = np.asarray(units, dtype=bool)
-    x = standardised(features, units)
+    x = standardised(features, units, contrasts)
     labelled = units & np.isfinite(human)
+    if contrasts:  # each label minus its dialogue's mean label (a dialogue's own labels only: no leak across folds)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            dialogue_mean = np.where(labelled, human, 0.0).sum(-1, keepdims=True) / labelled.sum(-1, keepdims=True)
+        human = human - dialogue_mean
     y = np.where(labelled, human, 0.0)
     dialogue_labelled = labelled.any(-1)  # (..., D)
     n = dialogue_labelled.sum(-1, keepdims=True)  # (..., 1)
@@ -92,6 +102,9 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS) -> 
     yy = (yc * yc).sum((-2, -1))
     rows = w.sum((-2, -1))
     systems = (count[..., 0, :] > 0).sum(-1)  # intercepts spent on the systems' centring
+    if contrasts:  # centring on its dialogue's mean leaves each training dialogue one row fewer of information,
+        rows = rows - (w.sum(-1) > 0).sum(-1)  # and the systems' centred means one fewer free value
+        systems = systems - 1
     eigenvalues, vectors = np.linalg.eigh(gram)  # (..., K, k), (..., K, k, k)
     eigenvalues = np.maximum(eigenvalues, 0.0)
     scale = np.maximum(eigenvalues.mean(-1, keepdims=True), 1e-12)

@@ -437,13 +437,15 @@ ACTIVE_FLOOR = 0.6
 
 
 def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: float = 0.8, alpha: float = 0.05,
-                pilot: pd.DataFrame | None = None) -> pd.DataFrame:
+                pilot: pd.DataFrame | None = None, judges: dict | None = None) -> pd.DataFrame:
     """Per criterion: dialogues humans must label to separate the judge's top two systems.
 
     Without a pilot the standardised effect is the judge's (mean / sd of its paired per-dialogue differences),
     assumed to carry over to humans. With pilot labels (aggregated human scores), the human-scale effect is the
     PPI++ estimate of the mean paired difference over its pilot sd, and rho, the judge-human correlation of the
-    paired differences on the pilot, gives the prediction-powered count as well.
+    paired differences on the pilot, gives the prediction-powered count as well. With `judges` (more judges'
+    frames, `--judge`), the judge is the one predictor `judge estimate --judge` would use: their cross-fitted
+    combination on the pilot's labels (rho measured out of fold), priced with its fixed weight.
     """
     rows = []
     for criterion in criteria:
@@ -462,12 +464,19 @@ def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: flo
         rho = np.nan
         if pilot is not None:
             part = pilot[pilot["criterion"] == criterion].pivot(index="item_id", columns="system", values="human")
+            if judges:
+                g = jury_differences(judge, part, criterion, judges, first, second)[both]
             part = part.reindex(index=items[both], columns=[first, second])
             d = (part[first] - part[second]).to_numpy(float)
             labelled = ~np.isnan(d)
             row["n_pilot"] = int(labelled.sum())
             if labelled.sum() >= 3:
-                result = ppi_mean(d, g)
+                if judges:
+                    from .predictor import cross_prediction_lambda
+
+                    result = ppi_mean(d, g, lam=cross_prediction_lambda(d, g))
+                else:
+                    result = ppi_mean(d, g)
                 sd = float(np.std(d[labelled], ddof=1))
                 effect = float(result.estimate) / sd if sd > 0 else np.nan
                 row["human_difference"] = float(result.estimate)
@@ -476,14 +485,28 @@ def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: flo
                     rho = float(np.corrcoef(d[labelled], g[labelled])[0, 1])
             row["rho"] = rho
         row["dialogues_human_only"] = dialogues_needed(effect, power, alpha)
-        row["dialogues_with_judge"] = (dialogues_needed(effect, power, alpha, rho, row["n_judged"])
-                                       if np.isfinite(rho) else None)
+        row["dialogues_with_judge"] = (dialogues_needed(effect, power, alpha, rho, row["n_judged"],
+                                                        combined=bool(judges)) if np.isfinite(rho) else None)
         rows.append(row)
     table = pd.DataFrame(rows)
     for column in ("dialogues_human_only", "dialogues_with_judge"):
         if column in table:
             table[column] = table[column].astype("Int64")  # a count, or <NA> when no study size reaches the power
     return table
+
+
+def jury_differences(judge: pd.DataFrame, pilot_wide: pd.DataFrame, criterion: str, judges: dict, first: str,
+                     second: str) -> np.ndarray:
+    """Per judged dialogue, first minus second of the cross-fitted jury (estimate.py's combined_matrices) fitted on
+    the pilot's labels of every system of the criterion."""
+    from .estimate import StudyMatrices, combined_matrices
+
+    items, names, scores, judged = judge_matrices(judge, criterion)
+    human = pilot_wide.reindex(index=items, columns=names).to_numpy(float)
+    human = np.where(np.isnan(scores), np.nan, human)
+    combined = combined_matrices(StudyMatrices(criterion, items, names, scores, human, judged), judges, True).judge
+    a, b = list(names).index(first), list(names).index(second)
+    return combined[:, a] - combined[:, b]
 
 
 def effect_size(differences: np.ndarray) -> float:
@@ -503,7 +526,9 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
         count = row.dialogues_human_only
         text = (f"{row.criterion}: {count} dialogues" if not pd.isna(count)
                 else f"{row.criterion}: more dialogues than any study can label (the judge sees no difference)")
-        if pilot and not pd.isna(row.dialogues_with_judge):
+        if pilot and pd.isna(row.rho):
+            text += " (the judge-human correlation cannot be measured on this pilot)"
+        elif pilot and not pd.isna(row.dialogues_with_judge):
             text += f" ({row.dialogues_with_judge} with the judge's scores on all {row.n_judged}, rho {row.rho:.2f})"
         elif pilot:
             text += f" (more than the {row.n_judged} judged with the judge's help)"
@@ -521,7 +546,7 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
 def screen(judgments, human=None, *, criteria=None, score_column: str | None = None, clean: bool = False,
            scale: tuple[float, float] | None = None, budget: int | None = None, budget_unit: str = "dialogues",
            random_share: float = 0.5, power: float = 0.8, bootstrap: int = 1000, seed: int = 0,
-           failure_value: float | None = None, design: str = "uniform") -> ScreenResult:
+           failure_value: float | None = None, design: str = "uniform", judges=None) -> ScreenResult:
     """`judge screen` as a function: `judgments` and `human` (a pilot's labels) are paths or DataFrames (as
     calibration.io loads them); the keywords are the CLI's flags. Every option and every label is checked here
     (CalibrationError with the CLI's message); warnings go into `result.warnings`.
@@ -549,8 +574,18 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
         judge, imputed = check_labels(pilot_labels, judge, criteria=criteria)
         if imputed:
             warnings_.append(f"{imputed} labelled cell(s) have no judgment line: counted as failed judgments")
+    others = {}
+    if judges:
+        if human is None:
+            raise CalibrationError("--judge in screen combines judges by a regression on labels: give a --human "
+                                   "pilot (the power analysis then uses the predictor `judge estimate --judge` "
+                                   "would)")
+        from .estimating import other_judges
+
+        others, notes = other_judges(judges, human, scale, failure_value, judge)
+        warnings_ += notes
     result = screen_tables(path, judge, criteria, pilot_labels, clean, budget, budget_unit, random_share, power,
-                           seed, bootstrap, score_column, design)
+                           seed, bootstrap, score_column, design, others)
     result.warnings = warnings_ + result.warnings
     result.provenance = provenance(judgments, judge, human, seed)
     return result
@@ -590,7 +625,7 @@ def _check_options(budget, unit, random_share, power, bootstrap, seed) -> None:
 def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.DataFrame | None = None,
                   clean: bool = False, budget: int | None = None, unit: str = "dialogues", random_share: float = 0.5,
                   power: float = 0.8, seed: int = 0, n_resamples: int = 1000,
-                  score_column: str | None = None, design: str = "uniform") -> ScreenResult:
+                  score_column: str | None = None, design: str = "uniform", judges: dict | None = None) -> ScreenResult:
     """The computation on loaded, checked frames."""
     pilot = None
     if pilot_labels is not None:
@@ -622,7 +657,9 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     systems, dominated, _, _ = systems_table(scored, criteria, n_resamples, seed)
     items = items_table(judge, systems, criteria, scored[scored["criterion"].isin(criteria)])
     alpha = 0.05
-    table = power_table(scored, systems, criteria, power, alpha, pilot)
+    if judges:
+        judges = {name: expand_all_criteria(frame, criteria) for name, frame in judges.items()}
+    table = power_table(scored, systems, criteria, power, alpha, pilot, judges)
     result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),
                           n_resamples=n_resamples, seed=seed)
     if budget is not None:
