@@ -180,6 +180,8 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
         from ..maps import apply_maps, load_maps
 
         judge = apply_maps(judge, load_maps(apply_map))
+    from .predictor import judges_listed, named_source, other_judges
+
     others, notes = other_judges(judges, human, scale, failure_value, judge)
     warnings += notes
     tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence, others,
@@ -206,38 +208,6 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
                             "labelled dialogues, with lambda = the unlabelled share m / (n + m) (no degree of "
                             "freedom spent)")
     return result
-
-
-def judges_listed(judges) -> list[tuple[str, object]]:
-    from ..options import judges_option
-
-    return judges_option(judges, "estimate --judge", 1)
-
-
-def named_source(source) -> dict:
-    if isinstance(source, (str, Path)):
-        return {"path": str(source), "sha256": file_sha256(Path(source))}
-    return {"path": source.attrs.get("path", "(a DataFrame)"), "sha256": None}
-
-
-def other_judges(judges, human, scale, failure_value, judge: pd.DataFrame) -> tuple[dict[str, pd.DataFrame],
-                                                                                     list[str]]:
-    """--judge NAME=FILE: each judge's scores, read and checked as `judge select` reads its judges; a judge that
-    scores no judged dialogue is refused (its name is wrong, or it is of another study)."""
-    if not judges:
-        return {}, []
-    from ..trust.select import read_judges
-
-    frames, _, notes = read_judges(judges_listed(judges), human, scale, failure_value)
-    for name, frame in frames.items():
-        if len(frame) and frame["system_1"].notna().all():
-            raise CalibrationError(f"--judge {name}: pairwise judgments (`judge compare`) cannot be a predictor of "
-                                   "a system's score")
-        cells = set(zip(judge["item_id"], judge["system"]))
-        if not any(cell in cells for cell in zip(frame["item_id"], frame["system"])):
-            raise CalibrationError(f"--judge {name}: scores no dialogue and system of --judgments: not the same "
-                                   "study")
-    return frames, [f"--judge: {note}" for note in notes]
 
 
 def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, score_column, clean, confidence,

@@ -27,6 +27,7 @@ What is fitted, and why:
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 # Folds of labelled dialogues (K); fewer labelled dialogues than this: leave one out.
 FOLDS = 10
@@ -134,6 +135,45 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
     averaged = (predictions * active).sum(-3) / k_folds[..., None]
     combined = np.where(dialogue_labelled[..., None], held_out, averaged)
     return np.where(units, combined, np.nan)
+
+
+def judges_listed(judges) -> list[tuple[str, object]]:
+    """--judge NAME=FILE pairs checked as `judge select` checks them."""
+    from ..options import judges_option
+
+    return judges_option(judges, "estimate --judge", 1)
+
+
+def named_source(source) -> dict:
+    """A judge's file for the provenance: its path and digest (a DataFrame has none)."""
+    from pathlib import Path
+
+    from judge.resources import file_sha256
+
+    if isinstance(source, (str, Path)):
+        return {"path": str(source), "sha256": file_sha256(Path(source))}
+    return {"path": source.attrs.get("path", "(a DataFrame)"), "sha256": None}
+
+
+def other_judges(judges, human, scale, failure_value, judge: pd.DataFrame) -> tuple[dict[str, pd.DataFrame],
+                                                                                     list[str]]:
+    """--judge NAME=FILE: each judge's scores, read and checked as `judge select` reads its judges; a judge that
+    scores no judged dialogue is refused (its name is wrong, or it is of another study)."""
+    if not judges:
+        return {}, []
+    from ..errors import CalibrationError
+    from ..trust.select import read_judges
+
+    frames, _, notes = read_judges(judges_listed(judges), human, scale, failure_value)
+    for name, frame in frames.items():
+        if len(frame) and frame["system_1"].notna().all():
+            raise CalibrationError(f"--judge {name}: pairwise judgments (`judge compare`) cannot be a predictor of "
+                                   "a system's score")
+        cells = set(zip(judge["item_id"], judge["system"]))
+        if not any(cell in cells for cell in zip(frame["item_id"], frame["system"])):
+            raise CalibrationError(f"--judge {name}: scores no dialogue and system of --judgments: not the same "
+                                   "study")
+    return frames, [f"--judge: {note}" for note in notes]
 
 
 def cross_prediction_lambda(human, judge) -> np.ndarray:

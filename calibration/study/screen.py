@@ -580,7 +580,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
             raise CalibrationError("--judge in screen combines judges by a regression on labels: give a --human "
                                    "pilot (the power analysis then uses the predictor `judge estimate --judge` "
                                    "would)")
-        from .estimating import other_judges
+        from .predictor import other_judges
 
         others, notes = other_judges(judges, human, scale, failure_value, judge)
         warnings_ += notes
@@ -625,7 +625,8 @@ def _check_options(budget, unit, random_share, power, bootstrap, seed) -> None:
 def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.DataFrame | None = None,
                   clean: bool = False, budget: int | None = None, unit: str = "dialogues", random_share: float = 0.5,
                   power: float = 0.8, seed: int = 0, n_resamples: int = 1000,
-                  score_column: str | None = None, design: str = "uniform", judges: dict | None = None) -> ScreenResult:
+                  score_column: str | None = None, design: str = "uniform",
+                  judges: dict | None = None) -> ScreenResult:
     """The computation on loaded, checked frames."""
     pilot = None
     if pilot_labels is not None:
@@ -738,8 +739,9 @@ def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
         bad = (random & ~((values > 0) & (values <= 1))) | (~random & (text != ""))
         if bad.any():
             line = int(bad.to_numpy().nonzero()[0][0]) + 2
+            given = plan["inclusion_probability"][bad].iloc[0]
             raise CalibrationError(f"{csv_path}:{line}: inclusion_probability must be a number in (0, 1] on a random "
-                                   f"row and empty on a targeted one, got {plan['inclusion_probability'][bad].iloc[0]!r}")
+                                   f"row and empty on a targeted one, got {given!r}")
     duplicated = plan["item_id"].duplicated()
     if duplicated.any():
         line = int(duplicated.to_numpy().nonzero()[0][0]) + 2
