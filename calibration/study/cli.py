@@ -63,6 +63,8 @@ human-only interval from the same labels; effective_labels = n_labelled / width_
 estimate would need for an interval this narrow (what the judge was worth). With --judge, the judgments and
 every --judge are one predictor: a ridge regression on the labels, pooled over systems and cross-fitted over
 folds of labelled dialogues, weighted by the unlabelled share m/(n+m): no degree of freedom spent, from 3 labels on.
+A --plan from `judge screen --design active` records each random dialogue's inclusion probability p: every labelled
+dialogue then weighs 1/p, normalised by their realised sum, with a t quantile on Kish's effective number of labels.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
 
 pairwise judgments (`judge compare`) and votes "A|B" (`judge import`): --baseline SYSTEM gives per system the win
