@@ -127,12 +127,12 @@ def test_a_pilot_where_uncertainty_does_not_predict_the_error_falls_back_to_unif
     assert np.allclose(random, random.iloc[0])
 
 
-def _bad_probability(tmp_path):
-    out = tmp_path / "plan"
+def _bad_probability(tmp_path, value="1.5"):
+    out = tmp_path / f"plan{value}"
     run("screen", "--judgments", JUDGMENTS, "--budget", 10, "--design", "active", "--bootstrap", 200,
         "--output-dir", out)
     text = (out / "plan.csv").read_text().splitlines()
-    first = text[1].rsplit(",", 1)[0] + ",1.5"
+    first = text[1].rsplit(",", 1)[0] + "," + value
     (out / "plan.csv").write_text("\n".join([text[0], first, *text[2:]]) + "\n")
     return out
 
@@ -145,6 +145,9 @@ BAD_INPUT = [
      "invalid choice: 'clever'"),
     ("a probability above 1 in plan.csv", lambda t: ["estimate", "--judgments", JUDGMENTS, "--human", LABELS,
                                                       "--plan", _bad_probability(t)],
+     "plan.csv:2: inclusion_probability must be a number in (0, 1]"),
+    ("an empty probability on a random row", lambda t: ["estimate", "--judgments", JUDGMENTS, "--human", LABELS,
+                                                         "--plan", _bad_probability(t, "")],
      "plan.csv:2: inclusion_probability must be a number in (0, 1]"),
 ]
 
@@ -160,3 +163,15 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case, args,
     error = capsys.readouterr().err
     assert message in error and "Traceback" not in error
     assert sorted(p.name for p in out.iterdir()) == ["kept.csv"]
+
+
+@pytest.mark.parametrize("probabilities, weighted", [(["0.25", "0.25", "1.0"], False),  # `judge escalate`'s plans
+                                                     (["0.25", "0.5", ""], True)])
+def test_only_unequal_recorded_probabilities_weigh_the_labels(tmp_path, probabilities, weighted):
+    from calibration.study.estimating import plan_inclusion
+
+    (tmp_path / "plan.json").write_text('{"version": 1}')
+    pd.DataFrame({"item_id": ["a", "b", "c"], "part": ["random", "random", "targeted"], "reason": "x",
+                  "inclusion_probability": probabilities}).to_csv(tmp_path / "plan.csv", index=False)
+    found = plan_inclusion(tmp_path)
+    assert (found == {"a": 0.25, "b": 0.5}) if weighted else found is None

@@ -301,15 +301,19 @@ def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) 
 
 
 def plan_inclusion(plan) -> dict[str, float] | None:
-    """{dialogue: inclusion probability} of the plan's random part when plan.csv records them (an active design,
-    `judge screen --design active`); None for a uniform draw (every probability equal: the plain estimator)."""
+    """{dialogue: inclusion probability} of the plan's random part when plan.csv records unequal ones (an active
+    design, `judge screen --design active`); None for a uniform draw, recorded (`judge escalate` writes n/N) or not:
+    every probability equal, the plain estimator."""
     from .screen import read_plan
 
     frame, _ = read_plan(Path(plan))
     if "inclusion_probability" not in frame.columns:
         return None
     random = frame[frame["part"] == "random"]
-    return dict(zip(random["item_id"], random["inclusion_probability"].astype(float)))
+    probabilities = random["inclusion_probability"].astype(float)
+    if np.ptp(probabilities.to_numpy()) <= 1e-12 * probabilities.max():
+        return None
+    return dict(zip(random["item_id"], probabilities))
 
 
 def check_key(path: Path, parts: dict[str, str], digest: str) -> None:

@@ -736,12 +736,14 @@ def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
         text = plan["inclusion_probability"].str.strip()
         values = pd.to_numeric(text, errors="coerce")
         random = plan["part"] == "random"
-        bad = (random & ~((values > 0) & (values <= 1))) | (~random & (text != ""))
+        # A targeted row may leave it empty, or say 1 (`judge escalate` writes 1: drawn for certain); it never
+        # enters the estimates either way.
+        bad = (random | (text != "")) & ~((values > 0) & (values <= 1))
         if bad.any():
             line = int(bad.to_numpy().nonzero()[0][0]) + 2
             given = plan["inclusion_probability"][bad].iloc[0]
-            raise CalibrationError(f"{csv_path}:{line}: inclusion_probability must be a number in (0, 1] on a random "
-                                   f"row and empty on a targeted one, got {given!r}")
+            raise CalibrationError(f"{csv_path}:{line}: inclusion_probability must be a number in (0, 1] (empty "
+                                   f"allowed on a targeted row), got {given!r}")
     duplicated = plan["item_id"].duplicated()
     if duplicated.any():
         line = int(duplicated.to_numpy().nonzero()[0][0]) + 2
