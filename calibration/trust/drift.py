@@ -231,6 +231,28 @@ def _share_interval(value: float, replicates: np.ndarray, confidence: float, n: 
     return widened_share(value, low, high, spread, n, dialogues, confidence, "beta")
 
 
+def mean_interval(sizes: np.ndarray, sums: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The interval for a mean over clustered judgments (sum(sums) / sum(sizes), dialogues the clusters): the t
+    interval with the cluster-robust standard error, t_{n-1} quantile over n dialogues.
+
+    Why not the bootstrap's percentiles: an unchanged deterministic judge changes a few verdicts, and in block mode
+    a dialogue's verdicts change together, so most dialogues shift by exactly 0 and a handful by a lot. The
+    resampled means then pile up on a few values, and their percentiles gave a 95% interval covering the true
+    shift in 0.91-0.92 of runs at 10-20 dialogues (the 90% TOST interval 0.85). The t interval does not lean on
+    the shape: with nothing changed each dialogue's shift is symmetric about 0 (the two runs are exchangeable),
+    where Student's t is conservative (Efron, "Student's t-test under symmetry conditions", JASA 1969)."""
+    from scipy import stats
+
+    n, total = len(sizes), float(sizes.sum())
+    if n < 2 or total <= 0:
+        return math.nan, math.nan
+    mean = float(sums.sum()) / total
+    residual = sums - mean * sizes  # each dialogue's part of the linearised ratio
+    se = math.sqrt(n / (n - 1) * float((residual ** 2).sum())) / total
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * se
+    return mean - half, mean + half
+
+
 def _kappa(reference, new, numeric: bool) -> float:
     from sklearn.metrics import cohen_kappa_score
 
@@ -311,9 +333,9 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
             needed = max(needed, int(math.ceil(math.log(0.05) / math.log(1 - min(noise + share_margin, 0.99)))))
     if numeric:
         shift = float(part["shift"].mean())
-        low, high = percentile_interval(replicates[:, at["shift"]], confidence, units)
+        low, high = mean_interval(sizes, sums[:, at["shift"]], confidence)
         # TOST at 5%: the 90% interval
-        tost_low, tost_high = percentile_interval(replicates[:, at["shift"]], 2 * confidence - 1, units)
+        tost_low, tost_high = mean_interval(sizes, sums[:, at["shift"]], 2 * confidence - 1)
         row.update(mean_shift=shift, ci_low=low, ci_high=high, tost_low=tost_low, tost_high=tost_high,
                    kappa=_kappa(part["score_ref"], part["score_new"], True))
         shift_equivalent = -margin < tost_low and tost_high < margin
