@@ -403,8 +403,8 @@ class Gain:
 
     def excess(self, covariate: str = "length") -> tuple[float, float, float, str]:
         """b, the judge's own effect of the covariate beyond quality in its points, with its interval, and a note;
-        NaN and the reason when unidentified (too few dialogues with two readings, or a gain whose interval reaches 0: a weak
-        instrument, e.g. quality moving with length in every dialogue)."""
+        NaN and the reason when unidentified (too few dialogues with two readings, or a gain whose interval reaches
+        0: a weak instrument, e.g. quality moving with length in every dialogue)."""
         if self.dialogues < MIN_GAIN_DIALOGUES:
             return math.nan, math.nan, math.nan, ONE_ANNOTATOR_NOTE.format(n=MIN_GAIN_DIALOGUES)
         # Relevance: h_b predicts h_a beyond x (the first stage's partial covariance, per resample).

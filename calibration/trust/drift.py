@@ -1,8 +1,8 @@
 """`judge drift`: is the judge that scored the anchor set today the same judge as before?
 
 The same (item, system, criterion) judgments of two runs are paired. Per criterion: the mean shift (new - reference,
-of the scores: with `--samples k` each is the mean of k samples) with a dialogue-bootstrap CI, the share of verdicts
-that changed, weighted kappa between the runs (labels: Cohen's kappa and the Stuart-Maxwell test of marginal
+of the scores: with `--samples k` each is the mean of k samples) with a t interval clustered by dialogue, the share
+of verdicts that changed, weighted kappa between the runs (labels: Cohen's kappa and the Stuart-Maxwell test of marginal
 homogeneity), and with human labels the change in the judge's agreement with them.
 
 The changed share and the re-ask noise are in one unit, a single sample: when both runs kept their `samples`, the
@@ -17,9 +17,9 @@ A verdict per criterion:
 - no drift: the shift is shown equivalent to zero within +-margin (TOST: the 90% interval inside the margin; labels:
   Stuart-Maxwell does not reject at 5%), and the share of changed verdicts is shown no larger than the re-ask noise
   plus --share-margin (its one-sided 95% bound);
-- drift: otherwise, when the shift's 95% CI excludes zero, or the changed share's 95% lower bound exceeds the
-  re-ask noise, or (labels) Stuart-Maxwell rejects at 5%: a judge that changes 30% of verdicts with its mean in
-  place has drifted;
+- drift: otherwise, when the shift's 97.5% CI excludes zero, or the changed share's 97.5% lower bound exceeds the
+  re-ask noise, or (labels) Stuart-Maxwell rejects at 2.5%: a judge that changes 30% of verdicts with its mean in
+  place has drifted. Two rules at 2.5% each (Bonferroni): an unchanged judge is called drift in at most 5% of runs;
 - inconclusive: neither shown; the number of anchor dialogues that would settle it is printed.
 """
 
@@ -76,9 +76,10 @@ class DriftResult(Result):
         return drift_section(self)
 
     def text(self) -> str:
-        lines = [f"Drift per criterion (new - reference, paired; 95% dialogue-bootstrap CI, {self.n_resamples} "
-                 f"resamples; no drift = shift within +-{self.margin:g} by TOST and changed verdicts within re-ask "
-                 f"noise + {self.share_margin:g})"]
+        lines = [f"Drift per criterion (new - reference, paired; 95% t interval clustered by dialogue; no drift = "
+                 f"shift within +-{self.margin:g} by TOST and changed verdicts within re-ask noise + "
+                 f"{self.share_margin:g}; drift = the shift or the changed share beyond the noise, each at 2.5%, "
+                 f"5% together; {self.n_resamples} bootstrap resamples for the shares)"]
         for row in self.drift.itertuples():
             shift = ("" if not np.isfinite(row.mean_shift) else
                      f"mean shift {row.mean_shift:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}], ")
@@ -313,15 +314,19 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
            "ci_high": np.nan, "tost_low": np.nan, "tost_high": np.nan, "stuart_maxwell_p": np.nan,
            "human_r_reference": np.nan, "human_r_new": np.nan, "human_r_change": np.nan, "human_ci_low": np.nan,
            "human_ci_high": np.nan, "dialogues_needed": 0, "note": ""}
+    # DRIFT is the union of two rules (the shift, the changed share; labels: Stuart-Maxwell, the share): each is
+    # tested at half the level (Bonferroni), so an unchanged judge is called DRIFT in at most 1 - confidence of
+    # runs. Each at the full level called a sampled judge in block mode DRIFT in 6.5-8% of runs at 10 dialogues.
+    strict = 1 - (1 - confidence) / 2
     if paired_noise:
-        excess_low, _ = percentile_interval(replicates[:, at["excess"]], confidence, units)
+        excess_low, _ = percentile_interval(replicates[:, at["excess"]], strict, units)
         _, excess_high = percentile_interval(replicates[:, at["excess"]], 2 * confidence - 1, units)  # one-sided
         share_equivalent = excess_high <= share_margin
         share_drift = excess_low > 0
     else:
         _, one_sided_high = _share_interval(changed, replicates[:, 0], 2 * confidence - 1, n, dialogues)
         share_equivalent = one_sided_high <= noise + share_margin
-        share_drift = changed_low > noise
+        share_drift = _share_interval(changed, replicates[:, 0], strict, n, dialogues)[0] > noise
     needed = 0
     per_dialogue = n / dialogues
     if share_margin > 0:
@@ -339,14 +344,15 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
         row.update(mean_shift=shift, ci_low=low, ci_high=high, tost_low=tost_low, tost_high=tost_high,
                    kappa=_kappa(part["score_ref"], part["score_new"], True))
         shift_equivalent = -margin < tost_low and tost_high < margin
-        shift_drift = low > 0 or high < 0
+        strict_low, strict_high = mean_interval(sizes, sums[:, at["shift"]], strict)
+        shift_drift = strict_low > 0 or strict_high < 0
         per_item = part.groupby("item_id")["shift"].mean()
         needed = max(needed, _needed(float(per_item.std(ddof=1)), margin))
     else:
         row["kappa"] = _kappa(part["value_ref"].astype(str), part["value_new"].astype(str), False)
         row["stuart_maxwell_p"] = _stuart_maxwell(part["value_ref"].astype(str), part["value_new"].astype(str))
-        shift_drift = bool(row["stuart_maxwell_p"] < 0.05)  # NaN (one category) does not reject
-        shift_equivalent = not shift_drift
+        shift_drift = bool(row["stuart_maxwell_p"] < 1 - strict)  # NaN (one category) does not reject
+        shift_equivalent = not row["stuart_maxwell_p"] < 1 - confidence
     if human is not None and numeric:
         row.update(_human_change(part, human, counts, confidence))
     if shift_equivalent and share_equivalent:
@@ -533,8 +539,9 @@ def drift_section(result: DriftResult) -> str:
                                       zip(result.drift["verdict"], result.drift["changed_share"])])
     numeric = table[table["mean_shift"].notna()]
     parts = ["<h2>Drift: the same judge, still the same?</h2>",
-             f"<p class=note>Mean shift (new − reference, paired) with a 95% dialogue-bootstrap CI; no drift = within "
-             f"±{result.margin:g} by TOST and changed verdicts within the re-ask noise + {result.share_margin:g}.</p>"]
+             "<p class=note>Mean shift (new − reference, paired) with a 95% t interval clustered by dialogue; no drift "
+             f"= within ±{result.margin:g} by TOST and changed verdicts within the re-ask noise + "
+             f"{result.share_margin:g}.</p>"]
     if len(numeric):
         figure = intervals_figure(numeric, "what", "mean_shift", "ci_low", "ci_high", xlabel="mean shift (CI)",
                                   zero=True)
