@@ -305,9 +305,9 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
             if failed:
                 note = (f"{failed} of {bootstrap} resamples left some judge's statistic undefined (too few varying "
                         "dialogues in them): the best set uses the others")
+        shown = enough and not few_systems
         for name in names:
-            low, high = (percentile_interval(replicates[name], confidence, units) if enough and not few_systems
-                         else (np.nan, np.nan))
+            low, high = percentile_interval(replicates[name], confidence, units) if shown else (np.nan, np.nan)
             rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
                          "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]),
                          "p_adjusted": p_adjusted[name], "p_holm": p_adjusted[name],
@@ -315,7 +315,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
                          "label_worth": _worth(scores[name], human_matrix) if enough else np.nan,
                          "n_common": len(common), "n_judged": len(tables[name]), "n_dialogues": len(items),
                          "failed_resamples": int(np.isnan(replicates[name]).sum()), "note": note})
-        if not enough or few_systems:
+        if not shown:
             continue
         juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap)
         jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
