@@ -6,8 +6,11 @@ The data-generating processes are the test harnesses' (tests/audit_sim.py, tests
 the best set's as tests/test_select_guards.py draws it), run through the verbs' public functions; the reduced
 versions of these cells run in the test suite.
 
-    nice -n 10 python benchmarks/trust_coverage.py --reps 200     # the table in the README
-    python benchmarks/trust_coverage.py --reps 40                 # a quick look
+    nice -n 10 python benchmarks/trust_coverage.py --reps 300 --only audit --only select --only system
+    nice -n 10 python benchmarks/trust_coverage.py --reps 150 --only drift    # the README's tables (~30 min)
+    python benchmarks/trust_coverage.py --reps 40                              # a quick look
+
+The last run, with its repetitions, load and timings: benchmarks/trust_coverage_table.txt.
 """
 
 from __future__ import annotations
