@@ -312,6 +312,11 @@ def print_results(results, out=None) -> None:
         print(f"\nCorrelation, {level} level", file=out)
         print(_format(part, ["criterion", "statistic", "value", "ci_low", "ci_high", "p_value", "n_used",
                              "n_skipped"]), file=out)
+        if level == "system" and len(part):
+            from .correlation import few_systems_note
+
+            if note := few_systems_note(int(part["n_used"].min())):
+                print(f"  {note}", file=out)
     print("\nAgreement (judge vs human mean; rounded to whole points for kappa / exact / within_1)", file=out)
     if not results.agreement.empty:
         print(_format(results.agreement.pivot(index="criterion", columns="statistic", values="value")

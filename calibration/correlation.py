@@ -108,11 +108,45 @@ def summary_units(level: str, per_item: np.ndarray) -> int | None:
     return int((~np.isnan(per_item)).sum()) if level == "summary" else None
 
 
+def few_systems_note(n_systems: int, confidence: float = 0.95) -> str:
+    """Why a system-level interval over `n_systems` resampled systems cannot hold ('' when it can).
+
+    A resample of J systems drawn with replacement holds at most two distinct systems with probability
+    (J + C(J, 2) (2^J - 2)) / J^J, and the correlation of two points is +-1 (or undefined): once that is more than
+    the tail an interval cuts off, its bounds are -1 and 1 whatever the judge (4 systems: 34% of resamples; 5: 10%;
+    6: 2.0%). The bootstrap over dialogues alone (the study's fixed systems) is no way out: noisy system means
+    attenuate the correlation and the percentiles do not correct it (0.73-0.93 coverage for Pearson at 6-16
+    systems and 20-100 dialogues, benchmarks/trust_coverage.py)."""
+    if n_systems >= min_systems(confidence):
+        return ""
+    return (f"{n_systems} systems: no system-level interval (resamples of {n_systems} systems hold two distinct "
+            f"ones or fewer in {_few_distinct(n_systems):.0%} of cases, whose correlation is +-1 whatever the judge, "
+            f"so any interval would be [-1, 1]); it needs {min_systems(confidence)} systems or more")
+
+
+def _few_distinct(n_systems: int) -> float:
+    """P(a resample of n systems with replacement holds at most two distinct systems)."""
+    from math import comb
+
+    j = n_systems
+    return min(1.0, (j + comb(j, 2) * (2 ** j - 2)) / j ** j) if j > 0 else 1.0
+
+
+def min_systems(confidence: float = 0.95) -> int:
+    """The fewest systems whose resamples hold two distinct systems or fewer less often than one tail's share."""
+    j = 3
+    while _few_distinct(j) >= (1 - confidence) / 2:
+        j += 1
+    return j
+
+
 def bootstrap_ci(paired: PairedScores, level: str, statistic: str, n_resamples: int = 1000,
                  seed: int | None = 0, confidence: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap CI resampling items (and systems at system level); reproducible by seed."""
     item_weights, system_weights = bootstrap_weights(paired, n_resamples, seed)
     per_item = per_item_correlations(paired, statistic)
+    if level == "system" and few_systems_note(int(paired.mask.any(axis=0).sum()), confidence):
+        return float("nan"), float("nan")
     replicates = bootstrap_replicates(paired, level, statistic, item_weights, system_weights, per_item)
     return percentile_interval(replicates, confidence, summary_units(level, per_item))
 
@@ -163,7 +197,7 @@ def correlations(pairs: pd.DataFrame, criteria=None, levels=LEVELS, statistics=S
                     p_value = _p_value(statistic, paired.judge[paired.mask], paired.human[paired.mask])
                     n_used, n_skipped = int(paired.mask.sum()), 0
                 low = high = float("nan")
-                if weights is not None:
+                if weights is not None and not (level == "system" and few_systems_note(n_used, confidence)):
                     replicates = bootstrap_replicates(paired, level, statistic, *weights, per_item=per_item)
                     low, high = percentile_interval(replicates, confidence, summary_units(level, per_item))
                 rows.append({"criterion": criterion, "level": level, "statistic": statistic, "value": value,

@@ -90,6 +90,7 @@ if __name__ == "__main__":
             r = rates(reps, dialogues, gain=gain, length_quality=0.6)
             print(f"nothing planted, gain {gain}, {dialogues} dialogues: "
                   + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
-        r = rates(reps, dialogues, judge_length=0.5, self_bonus=0.5)
-        print(f"planted length 0.5 and self 0.5, {dialogues} dialogues: "
+        # Continuous scores: on a rounded 1-5 scale the planted b of the latent score is not the rounded score's.
+        r = rates(reps, dialogues, judge_length=0.5, self_bonus=0.5, likert=False)
+        print(f"planted length 0.5 and self 0.5 (continuous scores), {dialogues} dialogues: "
               + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)

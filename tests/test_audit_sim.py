@@ -26,3 +26,34 @@ def test_a_planted_taste_is_found_and_covered():
     r = rates(REPETITIONS, 20, seed=7, judge_length=0.8, self_bonus=1.2, likert=False)
     assert r["length_flag"] >= 0.8 and r["self_flag"] >= 0.6, r  # power: a merely wide interval fails here
     assert r["length_covers"] >= 0.92 and r["self_covers"] >= 0.92, r
+
+
+def test_the_excess_interval_is_the_dialogue_jackknife_of_an_independent_2sls():
+    """The own-system excess's interval: b +- sqrt(n / (n - 1)) t_{n-1} se, se the delete-one-dialogue jackknife's,
+    each b refitted by statsmodels' IV2SLS on the dialogue-demeaned data without that dialogue."""
+    import numpy as np
+    from scipy import stats
+    from statsmodels.sandbox.regression.gmm import IV2SLS
+
+    from audit_sim import study
+    from calibration.trust.audit import Dialogues, self_preference
+
+    judge, _, human = study(np.random.default_rng(4), 12, gain=0.7, self_bonus=0.4, likert=False)
+    row = self_preference(judge, human, Dialogues(judge["item_id"], 200, 0), "c", ["s0"])
+    data = judge.merge(human, on=["item_id", "system", "criterion"]).assign(own=lambda f: (f.system == "s0") * 1.0)
+    data = data.dropna(subset=["human_a", "human_b"])
+
+    def b(part):
+        demeaned = {c: part[c] - part.groupby("item_id")[c].transform("mean") for c in ("score", "human_a",
+                                                                                       "human_b", "own")}
+        fit = IV2SLS(demeaned["score"].to_numpy(), np.column_stack([demeaned["human_a"], demeaned["own"]]),
+                     np.column_stack([demeaned["human_b"], demeaned["own"]])).fit()
+        return fit.params[1]
+
+    ids = sorted(judge["item_id"].unique())
+    dropped = np.array([b(data[data.item_id != d]) for d in ids])
+    n = len(ids)
+    se = np.sqrt((n - 1) / n * ((dropped - dropped.mean()) ** 2).sum())
+    half = np.sqrt(n / (n - 1)) * stats.t.ppf(0.975, n - 1) * se
+    assert row["self_preference"] == pytest.approx(b(data), rel=1e-8)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((b(data) - half, b(data) + half), rel=1e-8)

@@ -54,7 +54,7 @@ def simulated_runs(rng, n_items=60, n_systems=4, shift=0.0, reshuffle=0.0, noise
 # The count CI runs; DRIFT_REPETITIONS=200 pytest tests/test_drift.py -k plant -s prints the README's numbers.
 REPETITIONS = int(os.environ.get("DRIFT_REPETITIONS", "30"))
 SCENARIOS = [{}, {"shift": 0.5}, {"reshuffle": 0.3}]
-# k = 1: a deterministic judge (temperature 0), no re-asks, the noise taken as 0; k = 3: re-ask noise 15% a sample.
+# k = 1: a deterministic judge (temperature 0), no re-asks, the noise unknown; k = 3: re-ask noise 15% a sample.
 JUDGES = {1: 0.0, 3: 0.15}
 
 

@@ -22,7 +22,6 @@ import pytest
 from scipy import stats
 
 from calibration.errors import CalibrationError
-from calibration.stats import percentile_interval, resample_counts
 from calibration.trust import drift as drift_module
 from calibration.trust.drift import drift
 from judge.cli import main
@@ -216,17 +215,19 @@ def _row(part, noise=0.0, margin=0.25, share_margin=0.1, seed=0):
     return drift_module._criterion_row(part, None, noise, margin, share_margin, 1000, seed, 0.95)
 
 
-def test_tost_is_the_90_percent_interval_of_the_same_resamples():
+def test_the_shift_intervals_are_clustered_t_intervals_as_statsmodels_computes_them():
+    """The 95% interval and TOST's 90% one: the mean shift with its dialogue-clustered standard error and t over
+    dialogues - 1 degrees of freedom, as statsmodels' OLS on a constant computes them (cluster covariance, use_t)."""
+    import statsmodels.api as sm
+
     rng = np.random.default_rng(3)
     part = _part([list(rng.normal(0.05, 0.3, 3)) for _ in range(40)])
     row = _row(part, noise=0.9)
-    sums = part.assign(shift=part.score_new - part.score_ref).groupby("item_id")
-    sizes, totals = sums.size().to_numpy(float), sums["shift"].sum().to_numpy(float)
-    counts = resample_counts(np.random.default_rng(0), len(sizes), 1000)
-    replicates = counts @ totals / (counts @ sizes)
-    # Expanded percentile intervals for a mean over the 40 dialogues (calibration.stats.expanded_tail).
-    assert (row["tost_low"], row["tost_high"]) == pytest.approx(percentile_interval(replicates, 0.90, 40))
-    assert (row["ci_low"], row["ci_high"]) == pytest.approx(percentile_interval(replicates, 0.95, 40))
+    shift = (part.score_new - part.score_ref).to_numpy()
+    groups = pd.factorize(part["item_id"])[0]
+    fit = sm.OLS(shift, np.ones(len(shift))).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(fit.conf_int(0.05)[0]))
+    assert (row["tost_low"], row["tost_high"]) == pytest.approx(tuple(fit.conf_int(0.10)[0]))
     assert row["ci_high"] - row["ci_low"] > row["tost_high"] - row["tost_low"]
 
 

@@ -128,3 +128,39 @@ def test_calibrate_follows_its_seed():
     other = calibration.calibrate(*args, bootstrap=200, seed=2).correlations
     pd.testing.assert_frame_equal(one, again)
     assert not one[["ci_low", "ci_high"]].equals(other[["ci_low", "ci_high"]])
+
+
+def test_too_few_systems_for_a_system_level_interval_is_counted_not_guessed():
+    """The share of resamples of J systems holding two distinct ones or fewer (whose correlation is +-1), counted
+    by drawing them, decides the fewest systems that get an interval: 6 at 95%."""
+    from calibration.correlation import _few_distinct, min_systems
+
+    rng = np.random.default_rng(0)
+    for j in (3, 4, 5, 6, 8):
+        draws = rng.integers(0, j, (40_000, j))
+        distinct = (np.diff(np.sort(draws, axis=1), axis=1) > 0).sum(axis=1) + 1
+        assert _few_distinct(j) == pytest.approx(np.mean(distinct <= 2), abs=0.005)
+    assert min_systems(0.95) == 6 and min_systems(0.80) == 5 and _few_distinct(5) > 0.025 > _few_distinct(6)
+
+
+@pytest.mark.parametrize("systems, printed", [(4, False), (5, False), (6, True), (8, True)])
+def test_select_and_calibrate_print_a_system_level_interval_only_where_it_can_hold(systems, printed):
+    human, judges = toy(np.random.default_rng(systems), n_items=30, n_systems=systems)
+    table = select(human, judges, level="system", bootstrap=300).selection
+    own = table[table["kind"] == "judge"]
+    assert np.isfinite(own["ci_low"]).all() == printed and np.isfinite(own["estimate"]).all()
+    assert printed or (own["in_best_set"].all() and own["note"].str.contains("no system-level interval").all())
+    pairs = human.rename(columns={"score": "human"}).merge(
+        judges["judge1"].rename(columns={"score": "judge"}), on=["item_id", "system", "criterion"])
+    from calibration.correlation import correlations
+
+    rows = correlations(pairs, levels=("system",), n_resamples=300)
+    assert np.isfinite(rows["ci_low"]).all() == printed and np.isfinite(rows["value"]).all()
+
+
+@pytest.mark.slow
+def test_the_system_level_interval_covers_at_the_fewest_systems_it_prints_for():
+    from system_sim import rates
+
+    r = rates(300, 6, 100, "pearson", seed=6)  # measured 0.94-0.955 at 200-400 studies per cell
+    assert r["printed"] == 1.0 and r["covers"] >= 0.92 and r["width"] < 1.5, r

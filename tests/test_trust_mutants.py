@@ -305,13 +305,16 @@ def test_binary_labels_get_stuart_maxwell_which_is_mcnemar():
 
 def test_an_inconclusive_verdict_asks_for_more_anchors_than_it_has():
     """30 summaries per dialogue: the sample-size formulas ask for about 3 dialogues (the share's: 2.3, the
-    shift's: 0.7), fewer than the 6 that left it open; the verdict asks for one more than it has."""
+    shift's: 0.7), fewer than the 6 that left it open; below 10 dialogues no verdict is given (the intervals are not
+    shown to hold there), so it asks for the 10 and says why."""
     from test_drift import simulated_runs
 
     reference, new = simulated_runs(np.random.default_rng(1), n_items=6, n_systems=30, shift=0.1, noise=0.05, k=3)
     row = drift(reference, new).drift.iloc[0]
     assert row.verdict == "inconclusive"
-    assert row.dialogues_needed == 7 and row.note.startswith("about 7 anchor dialogues would settle it (6 now)")
+    assert row.dialogues_needed == 10 and np.isnan(row.ci_low)
+    assert row.note.startswith("no interval or verdict below 10 anchor dialogues")
+    assert "about 10 anchor dialogues would settle it (6 now)" in row.note
 
 
 @pytest.mark.parametrize("share_margin", [0, 1])

@@ -10,7 +10,8 @@ every judge and the humans vary (`n_compared`): a dialogue where one judge gives
 nothing of that judge, and dropping it for that judge alone let a judge cut to two score values outrank the judge
 it came from. A jury (mean of standardised scores) and the pick of the best single judge are measured with
 cross-fitting: chosen on one half of the dialogues, measured on the other, so the optimism of picking the best of
-many shows.
+many shows. At the system level, systems are resampled too (the systems read as drawn from many): with fewer
+than calibration.correlation.min_systems() (6 at 95%) no interval or best set is printed, and the note says why.
 
 `label_worth` (labelled dialogues saved per 100, PPI++'s variance ratio 1 - rho^2 per system) uses the adjusted
 rho^2 (1 - (1 - r^2)(n - 1)/(n - 2), floored at 0): the plug-in r^2 is biased up by about 1/n, which printed +5 to
@@ -26,7 +27,8 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, level_statistic
+from ..correlation import (LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, few_systems_note,
+                           level_statistic)
 from ..errors import CalibrationError
 from ..options import criteria_option, judges_option, resamples_option, scale_option, seed_option
 from ..result import Result
@@ -282,10 +284,12 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
         n_compared = int(compared.sum())
         note, failed = "", 0
         enough = len(items) >= MIN_DIALOGUES and n_compared >= MIN_DIALOGUES
-        if not enough:
-            note = (f"{n_compared if level == 'summary' else len(items)} dialogues to compare: no interval, best set "
-                    f"or label worth below {MIN_DIALOGUES} (a correlation over 2 dialogues is +-1 whatever the "
-                    f"judge); label at least {MIN_DIALOGUES} dialogues")
+        few_systems = few_systems_note(len(systems), confidence) if level == "system" else ""
+        if not enough or few_systems:
+            note = few_systems if enough else (
+                f"{n_compared if level == 'summary' else len(items)} dialogues to compare: no interval, best set "
+                f"or label worth below {MIN_DIALOGUES} (a correlation over 2 dialogues is +-1 whatever the "
+                f"judge); label at least {MIN_DIALOGUES} dialogues")
             in_set, p_adjusted = {n: True for n in names}, {n: float("nan") for n in names}
             compared_estimates = {n: float("nan") for n in names}
         else:
@@ -301,8 +305,9 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
             if failed:
                 note = (f"{failed} of {bootstrap} resamples left some judge's statistic undefined (too few varying "
                         "dialogues in them): the best set uses the others")
+        shown = enough and not few_systems
         for name in names:
-            low, high = percentile_interval(replicates[name], confidence, units) if enough else (np.nan, np.nan)
+            low, high = percentile_interval(replicates[name], confidence, units) if shown else (np.nan, np.nan)
             rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
                          "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]),
                          "p_adjusted": p_adjusted[name], "p_holm": p_adjusted[name],
@@ -310,7 +315,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
                          "label_worth": _worth(scores[name], human_matrix) if enough else np.nan,
                          "n_common": len(common), "n_judged": len(tables[name]), "n_dialogues": len(items),
                          "failed_resamples": int(np.isnan(replicates[name]).sum()), "note": note})
-        if not enough:
+        if not shown:
             continue
         juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap)
         jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
