@@ -28,7 +28,8 @@ from scipy import stats as scipy_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.pairwise import Pairs, bradley_terry, newton, rank_sets, win_rate_rows  # noqa: E402
+from calibration.study.pairwise import (Pairs, bradley_terry, combined_rank_sets, newton, rank_sets,  # noqa: E402
+                                        win_rate_rows)
 
 CONFIDENCE = 0.95
 TAU = 0.6  # per-dialogue spread of a system's quality, in log odds
@@ -52,6 +53,7 @@ class Cell:
     dialogues: int
     share: float
     judge: str
+    spread: float = 0.7  # sd of the true strengths; 0: every system tied (rank sets must then claim nothing)
 
     @property
     def pairs(self) -> int:
@@ -60,8 +62,10 @@ class Cell:
 
 FULL = [Cell(6, 100, 0.05, "none (r=0)"), Cell(6, 100, 0.2, "good"), Cell(6, 400, 0.1, "position-biased"),
         Cell(10, 200, 0.1, "weak"), Cell(10, 200, 0.1, "strong (0.9)"), Cell(12, 300, 0.05, "length-biased"),
-        Cell(20, 150, 0.2, "good"), Cell(20, 700, 0.05, "position-biased"), Cell(20, 700, 0.1, "none (r=0)")]
-QUICK = [Cell(6, 100, 0.1, "position-biased"), Cell(8, 150, 0.2, "good"), Cell(10, 100, 0.1, "none (r=0)")]
+        Cell(20, 150, 0.2, "good"), Cell(20, 700, 0.05, "position-biased"), Cell(20, 700, 0.1, "none (r=0)"),
+        Cell(6, 100, 0.1, "none (r=0)"), Cell(6, 100, 0.1, "good", spread=0.0), Cell(10, 200, 0.1, "weak", spread=0.0)]
+QUICK = [Cell(6, 100, 0.1, "position-biased"), Cell(8, 150, 0.2, "good"), Cell(10, 100, 0.1, "none (r=0)"),
+         Cell(6, 100, 0.1, "good", spread=0.0)]
 
 
 def sigmoid(x):
@@ -152,7 +156,7 @@ def simulate(cell: Cell, strengths, lengths, rng) -> Pairs:
 def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     k = cell.systems
-    strengths = np.concatenate([[0.0], rng.normal(0.0, 0.7, k - 1)])
+    strengths = np.concatenate([[0.0], rng.normal(0.0, 1.0, k - 1)]) * cell.spread
     lengths = rng.standard_normal(k)
     win, theta = truth(k, strengths)
     true_rank = 1 + (theta[None, :] > theta[:, None]).sum(1)
@@ -183,7 +187,7 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
                 stats["bt_ratio"].extend((se / human.se[1:])[both])
         else:
             stats["bt_shown"].extend([False] * (k - 1))
-        _, low, high = rank_sets(fit.theta, fit.cov, fit.df if fit.ok else np.nan, CONFIDENCE)
+        _, low, high = combined_rank_sets(fit, human, CONFIDENCE)
         _, hlow, hhigh = rank_sets(human.theta, human.cov, human.df if human.ok else np.nan, CONFIDENCE)
         stats["rank_cover"].append(bool(((low <= true_rank) & (true_rank <= high)).all()))
         stats["rank_cover_h"].append(bool(((hlow <= true_rank) & (true_rank <= hhigh)).all()))
@@ -194,7 +198,7 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
         stats["corr"].append(np.corrcoef(data.judge[lab], data.human[lab])[0, 1] if lab.sum() > 2 else np.nan)
     mean = lambda key: float(np.nanmean(stats[key])) if len(stats[key]) else float("nan")  # noqa: E731
     return {"systems": k, "pairs": cell.pairs, "share": cell.share, "labelled": round(cell.share * cell.dialogues),
-            "judge": cell.judge, "corr": mean("corr"), "lambda": mean("lam"),
+            "judge": cell.judge + (", all tied" if cell.spread == 0 else ""), "corr": mean("corr"), "lambda": mean("lam"),
             "win_cover": mean("win_cover"), "win_n": len(stats["win_cover"]), "win_shown": mean("win_shown"),
             "win_ratio": mean("win_ratio"), "bt_cover": mean("bt_cover"), "bt_n": len(stats["bt_cover"]),
             "bt_shown": mean("bt_shown"),
@@ -203,14 +207,14 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
             "repetitions": repetitions}
 
 
-HEADER = ("systems  pairs  labelled(dialogues)  judge             corr  lambda | win cover (n)   width | "
+HEADER = ("systems  pairs  labelled(dialogues)  judge                       corr  lambda | win cover (n)   width | "
           "BT cover (n)    width | rank cover  human | set size  human  larger")
 
 
 def line(r: dict) -> str:
-    return (f"{r['systems']:>7} {r['pairs']:>6} {r['share']:>8.0%} ({r['labelled']:>4})   {r['judge']:<16} "
-            f"{r['corr']:5.2f} {r['lambda']:6.2f} | {r['win_cover']:.3f} ({r['win_n']:>5}) {r['win_ratio']:5.2f} | "
-            f"{r['bt_cover']:.3f} ({r['bt_n']:>5}) {r['bt_ratio']:5.2f} | {r['rank_cover']:10.3f} "
+    return (f"{r['systems']:>7} {r['pairs']:>6} {r['share']:>8.0%} ({r['labelled']:>4})   {r['judge']:<26} "
+            f"{r['corr']:5.2f} {r['lambda']:6.2f} | {r['win_cover']:.3f} ({r['win_n']:>5}) {r['win_ratio']:5.3f} | "
+            f"{r['bt_cover']:.3f} ({r['bt_n']:>5}) {r['bt_ratio']:5.3f} | {r['rank_cover']:10.3f} "
             f"{r['rank_cover_h']:6.3f} | {r['rank_size']:8.2f} {r['rank_size_h']:6.2f} {r['rank_larger']:6.3f}")
 
 

@@ -368,7 +368,7 @@ def test_quick_simulation_covers():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if re.match(r"\s+\d+\s+\d+", line)]
-    assert len(rows) == 3, done.stdout
+    assert len(rows) == 4, done.stdout
     for line in rows:
         numbers = re.findall(r"(\d\.\d{3}) \(\s*(\d+)\)", line)
         for cover, n in numbers:  # win rates and strengths: 0.95 less 3 binomial standard errors (correlated rows)
