@@ -19,7 +19,7 @@ import pytest
 
 import calibration
 from calibration.errors import CalibrationError
-from calibration.study.pairwise import Pairs, bradley_terry, rank_sets, read_pairs
+from calibration.study.pairwise import BTFit, Pairs, bradley_terry, combined_rank_sets, rank_sets, read_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ["base", "alpha", "beta", "gamma", "delta"]
@@ -205,6 +205,54 @@ def test_rank_sets_from_simultaneous_intervals():
     assert low.tolist() == [1] * 4 and high.tolist() == [4] * 4
     _, low, high = rank_sets(np.full(4, np.nan), cov, 200, 0.95)
     assert low.tolist() == [1] * 4 and high.tolist() == [4] * 4
+
+
+@pytest.mark.parametrize("labelled", [4, 9])
+def test_below_ten_labelled_dialogues_the_strengths_are_the_human_only_fit(labelled):
+    judge, labels = study(seed=11, dialogues=80, labelled=labelled, copy=0.9)
+    data = read_pairs(judge, labels.assign(line=range(2, len(labels) + 2), label=None), "quality", "labels.csv")
+    b = data.systems.index("base")
+    fit, human = bradley_terry(data, b, 0.95), bradley_terry(data, b, 0.95, human_only=True)
+    assert fit.lam == 0.0 and fit.df == human.df == labelled - 1
+    assert fit.theta == pytest.approx(human.theta, abs=1e-9, nan_ok=True)
+    assert np.diag(fit.cov) == pytest.approx(np.diag(human.cov), abs=1e-12, nan_ok=True)
+
+
+def test_a_tuned_lambda_never_gives_strengths_wider_than_the_human_only_fit():
+    """A judge that votes at random: lambda tuned on 10-12 labelled dialogues is noise, and the fit falls back to the
+    human votes alone whenever its standard errors would be wider on average (most seeds tune a lambda > 0)."""
+    tuned = 0
+    for seed in range(12):
+        judge, labels = study(seed=seed, dialogues=120, labelled=10 + seed % 3, copy=0.0, extra=2)
+        data = read_pairs(judge, labels.assign(line=range(2, len(labels) + 2), label=None), "quality", "x")
+        b = data.systems.index("base")
+        fit, human = bradley_terry(data, b, 0.95), bradley_terry(data, b, 0.95, human_only=True)
+        assert fit.ok and human.ok
+        ratio = np.delete(fit.se, b) / np.delete(human.se, b)
+        assert np.mean(ratio) <= 1.0 + 1e-9, seed
+        tuned += fit.lam > 0
+    assert 0 < tuned < 12  # both branches are exercised
+
+
+def _fit(theta, se, lam=0.5, df=50.0):
+    theta = np.asarray(theta, dtype=float)
+    return BTFit(theta, np.diag(np.asarray(se, dtype=float) ** 2), df, lam, 51)
+
+
+def test_rank_sets_are_the_ppi_ones_unless_a_difference_is_less_precise_than_human_only():
+    theta = np.array([0.0, 1.0, 2.0, 3.0])
+    sharp, blunt = _fit(theta, [0.0, 0.1, 0.1, 0.1]), _fit(theta + [0, 0, 0.3, 0], [0.0, 0.5, 0.5, 0.5], lam=0.0)
+    _, low, high = combined_rank_sets(sharp, blunt, 0.95)
+    assert (low.tolist(), high.tolist()) == ([4, 3, 2, 1], [4, 3, 2, 1])  # the PPI sets: every order certain
+    worse = _fit(theta, [0.0, 0.1, 0.1, 0.6])  # one difference less precise than human-only: the human-only sets
+    _, low, high = combined_rank_sets(worse, blunt, 0.95)
+    assert (low.tolist(), high.tolist()) == tuple(x.tolist() for x in rank_sets(blunt.theta, blunt.cov, 50.0,
+                                                                                   0.95)[1:])
+    assert high.tolist() != [4, 3, 2, 1]
+    nothing = BTFit(np.full(4, np.nan), np.full((4, 4), np.nan), np.nan, 0.0, 0, ok=False)
+    _, low, high = combined_rank_sets(worse, nothing, 0.95)  # no human-only fit: the PPI sets
+    assert (low.tolist(), high.tolist()) == tuple(x.tolist() for x in rank_sets(worse.theta, worse.cov, 50.0,
+                                                                                   0.95)[1:])
 
 
 def test_ranking_table_and_files():
