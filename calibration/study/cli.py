@@ -133,6 +133,9 @@ def register(sub) -> None:
     estimate.add_argument("--margin", type=_number_type, metavar="M",
                           help="with --baseline: non-inferiority margin, 0 <= M < 0.5; exit 1 unless every system's "
                                "win rate has its lower bound above 0.5 - M")
+    estimate.add_argument("--items", type=Path, metavar="PAIRS.jsonl",
+                          help="with --baseline: the pairs `judge compare` judged, with their texts: adds "
+                               "length-controlled win rates (win_rate_length_controlled)")
     estimate.set_defaults(run=run_estimate)
 
 
@@ -187,5 +190,5 @@ def run_estimate(args: argparse.Namespace) -> int:
         args.judgments, args.human, plan=args.plan, key=args.key, criteria=args.criteria,
         score_column=args.score_column, clean=args.clean, scale=args.scale, confidence=args.confidence,
         failure_value=args.failure_value,
-        apply_map=args.apply_map, baseline=args.baseline, margin=args.margin),
+        apply_map=args.apply_map, baseline=args.baseline, margin=args.margin, items=args.items),
         exit_code=lambda result: getattr(result, "exit_code", 0))

@@ -121,13 +121,14 @@ class PairwiseEstimateResult(PairwiseTables, Result):
 def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_column: str | None = None,
              clean: bool = False, scale: tuple[float, float] | None = None, confidence: float = 0.95,
              apply_map=None, failure_value: float | None = None, baseline: str | None = None,
-             margin: float | None = None) -> EstimateResult | PairwiseEstimateResult:
+             margin: float | None = None, items=None) -> EstimateResult | PairwiseEstimateResult:
     """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
     folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
     the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
     `result.warnings`. With `baseline` (pairwise judgments, as `judge compare` writes them, and pairwise votes
     "A|B" as `judge import` writes them) a PairwiseEstimateResult: win rates, Bradley-Terry strengths and rank sets
-    (calibration.study.pairwise); `margin` adds the non-inferiority decision.
+    (calibration.study.pairwise); `margin` adds the non-inferiority decision, `items` (the pairs with their texts)
+    length-controlled win rates.
 
     >>> import calibration
     >>> result = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
@@ -153,7 +154,10 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if baseline is not None:
         return pairwise_result(judgments, human, baseline, margin=margin, plan=plan, key=key, criteria=criteria,
                                score_column=score_column, clean=clean, confidence=confidence, apply_map=apply_map,
-                               failure_value=failure_value)
+                               failure_value=failure_value, items=items)
+    if items is not None:
+        raise CalibrationError("--items gives the pairs' texts for length-controlled win rates: pairwise estimates "
+                               "only, with --baseline SYSTEM")
     if key is not None and plan is None:
         raise CalibrationError("--key checks the labels against a plan: give --plan too")
     judge, where = read_judge_scores(judgments, score_column, failure_value)
@@ -189,7 +193,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
 
 
 def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, score_column, clean, confidence,
-                    apply_map, failure_value) -> PairwiseEstimateResult:
+                    apply_map, failure_value, items=None) -> PairwiseEstimateResult:
     """The pairwise path of estimate(): inputs read and checked, then calibration.study.pairwise."""
     from ..io import read_human_labels, read_judge_scores
     from .pairwise import pairwise_estimate
@@ -225,7 +229,7 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
         warnings.append(f"{int(judge['system_1'].isna().sum())} judgment(s) score one system (not a pair): left out of "
                         "the pairwise estimate")
     tables = pairwise_estimate(judge, labels, baseline.strip(), criteria=criteria, confidence=confidence,
-                               margin=margin, where=labels.attrs.get("path", "the human labels"))
+                               margin=margin, where=labels.attrs.get("path", "the human labels"), items=items)
     result = PairwiseEstimateResult(**{f.name: getattr(tables, f.name) for f in fields(tables)}, warnings=warnings,
                                     provenance=provenance(judgments, judge, human, None))
     result.provenance.pop("seed", None)

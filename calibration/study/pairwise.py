@@ -333,11 +333,12 @@ def newton(x: np.ndarray, w: np.ndarray, v: np.ndarray, start=None, tol: float =
 class _Parts:
     """Per-dialogue sums of the pairs' gradients, for the PPI estimating equation and its sandwich."""
 
-    def __init__(self, data: Pairs, baseline: int, active: np.ndarray | None = None):
-        """`active`: the systems in the fit (the others' pairs weigh nothing, their columns are dropped)."""
+    def __init__(self, data: Pairs, baseline: int, active: np.ndarray | None = None, x: np.ndarray | None = None):
+        """`active`: the systems in the fit (the others' pairs weigh nothing, their columns are dropped); `x`: a
+        design of its own instead of the strengths' (the length-controlled win rate's)."""
         active = np.ones(len(data.systems), bool) if active is None else active
         self.columns = np.delete(active, baseline)
-        self.x = design(data, baseline)[:, self.columns]
+        self.x = design(data, baseline)[:, self.columns] if x is None else x
         kept = active[data.first] & active[data.second]
         labelled = data.labelled
         n_dialogues = len(data.dialogues)
@@ -568,6 +569,100 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
     return rows
 
 
+# -- length-controlled win rates -----------------------------------------------------------------------------------
+
+
+def length_controlled_rows(data: Pairs, baseline: int, confidence: float, lengths: dict) -> list[dict]:
+    """`win_rate_length_controlled` of every system against the baseline: the win rate it would have if its texts
+    were as long as the baseline's (alpaca_eval's length-controlled GLM without its per-instruction term):
+    P(s wins) = sigmoid(alpha + beta tanh(d / sd)), d = the length of s's text minus the baseline's on the pair, sd
+    its spread over the judged pairs of s against the baseline; the estimate is sigmoid(alpha), the win rate at
+    d = 0. Fitted as the strengths are (PPI for M-estimation with the votes on the labelled pairs and the judge on
+    all, ties 1/2, lambda 0 below 10 labelled dialogues and never wider than the human votes alone, a sandwich
+    clustered by dialogue, t quantile); the interval is sigmoid of alpha's. `lengths`: {(dialogue, system): length}.
+    """
+    rows = []
+    for s in (k for k in range(len(data.systems)) if k != baseline):
+        mine = ((data.first == s) & (data.second == baseline)) | ((data.first == baseline) & (data.second == s))
+        forward = data.first[mine] == s
+        names = data.dialogues[data.dialogue[mine]]
+        length = np.array([lengths.get((d, data.systems[s]), np.nan) - lengths.get((d, data.systems[baseline]),
+                                                                                   np.nan) for d in names])
+        row = {"quantity": "win_rate_length_controlled", "system": data.systems[s], "estimate": math.nan,
+               "ci_low": math.nan, "ci_high": math.nan, "human_only": math.nan, "human_only_ci_low": math.nan,
+               "human_only_ci_high": math.nan, "n_labelled": int((~np.isnan(data.human[mine])).sum()),
+               "n_judged": int(mine.sum()), "width_ratio": math.nan, "effective_labels": math.nan,
+               "interval_note": ""}
+        rows.append(row)
+        if np.isnan(length).any():
+            row["interval_note"] = (f"{int(np.isnan(length).sum())} of its pairs against the baseline have no text "
+                                    "length in --items: no length-controlled win rate")
+            continue
+        spread = float(np.std(length))
+        z = np.tanh(length / spread) if spread > 0 else np.zeros(len(length))
+        mine_pairs = Pairs(data.criterion, data.systems, np.full(len(z), s), np.full(len(z), baseline),
+                           data.dialogue[mine], data.dialogues, np.where(forward, data.judge[mine],
+                                                                         1.0 - data.judge[mine]),
+                           np.where(forward, data.human[mine], 1.0 - data.human[mine]))
+        x = np.column_stack([np.ones(len(z)), z])
+        fit, human = _controlled_fit(mine_pairs, baseline, x), _controlled_fit(mine_pairs, baseline, x, lam=0.0)
+        n = fit["n"]
+        if n < MIN_LABELLED:
+            row["interval_note"] = interval_note("few", n).replace("labelled dialogue", "labelled dialogue with a "
+                                                                   "pair against the baseline", 1)
+        elif not fit["ok"]:
+            row["interval_note"] = ("the length-controlled fit did not converge (the system won or lost every "
+                                    "labelled pair): no estimate")
+            continue
+        row["estimate"] = float(_sigmoid(fit["alpha"]))
+        if human["ok"]:
+            row["human_only"] = float(_sigmoid(human["alpha"]))
+        if row["interval_note"]:
+            continue
+        q = float(t_quantile(confidence, fit["df"]))
+        row["ci_low"], row["ci_high"] = (float(_sigmoid(fit["alpha"] + sign * q * fit["se"])) for sign in (-1, 1))
+        if human["ok"] and np.isfinite(human["se"]):
+            qh = float(t_quantile(confidence, human["df"]))
+            row["human_only_ci_low"], row["human_only_ci_high"] = (
+                float(_sigmoid(human["alpha"] + sign * qh * human["se"])) for sign in (-1, 1))
+            width = row["human_only_ci_high"] - row["human_only_ci_low"]
+            row["width_ratio"] = (row["ci_high"] - row["ci_low"]) / width if width > 0 else math.nan
+            row["effective_labels"] = _effective(n, row["width_ratio"])
+    return rows
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _controlled_fit(data: Pairs, baseline: int, x: np.ndarray, lam: float | None = None) -> dict:
+    """The PPI logistic fit of the votes on `x` (first column the intercept alpha): alpha, its standard error and
+    degrees of freedom; lambda as for the strengths when None."""
+    parts = _Parts(data, baseline, x=x)
+    out = {"n": parts.n, "ok": False, "alpha": math.nan, "se": math.nan, "df": math.nan}
+    if parts.n == 0:
+        return out
+    tuned = lam is None
+    if tuned:
+        lam = 0.0
+        if parts.n >= MIN_TUNED and parts.m:
+            start, ok = newton(x, *parts.weights(1.0))
+            lam = parts.tuned_lambda(start) if ok else 0.0
+    if parts.m == 0:
+        lam = 0.0
+    theta, ok = newton(x, *parts.weights(lam))
+    if not ok:
+        return out if lam == 0.0 else _controlled_fit(data, baseline, x, lam=0.0)
+    with np.errstate(invalid="ignore"):
+        se = float(np.sqrt(max(parts.covariance(theta, lam)[0, 0], 0.0)))
+    out.update(ok=True, alpha=float(theta[0]), se=se, df=float(parts.n - 2 if tuned and lam != 0.0 else parts.n - 1))
+    if tuned and lam != 0.0:
+        plain = _controlled_fit(data, baseline, x, lam=0.0)
+        if plain["ok"] and plain["se"] < se:  # never wider than the votes alone
+            return plain
+    return out
+
+
 # -- rank sets ---------------------------------------------------------------------------------------------------
 
 
@@ -595,16 +690,28 @@ def combined_rank_sets(fit: BTFit, human: BTFit, confidence: float) -> tuple[np.
     5% (0.930 for a nominal 0.95 with six tied systems), nor would the union of both fits' claims without spending
     alpha across them, and that costs more width than it gains. The PPI sets can still come out larger than the
     human-only ones for a system, by the noise in the strengths (measured: at most ~2% of systems)."""
-    if not fit.ok or not (fit.df >= 1):
+    if not fit.ok:
         return rank_sets(fit.theta, fit.cov, math.nan, confidence)
     rank = point_rank(fit.theta)
-    if human.ok and human.df >= 1 and fit.lam != 0.0:
+    if human.ok and fit.lam != 0.0:
         _, se, usable = _differences(fit.theta, fit.cov)
         _, human_se, human_usable = _differences(human.theta, human.cov)
         both = usable & human_usable
         if not both.any() or np.any(se[both] > human_se[both]):
-            return (rank, *rank_sets(human.theta, human.cov, human.df, confidence)[1:])
-    return rank_sets(fit.theta, fit.cov, fit.df, confidence)
+            return (rank, *rank_sets(human.theta, human.cov, rank_df(human), confidence)[1:])
+    return rank_sets(fit.theta, fit.cov, rank_df(fit), confidence)
+
+
+def rank_df(fit: BTFit) -> float:
+    """Degrees of freedom of the simultaneous intervals: the fit's less the strengths it estimates beyond one. The
+    clustered sandwich of p strengths from n dialogues is too small by about the dialogues' leverage (p / n), which
+    one interval hardly feels but the largest of K(K-1)/2 does: with every system tied and n - 1 degrees of freedom
+    the rank sets covered 0.915-0.945; with n - p, 0.935-0.995 (benchmarks/pairwise_coverage.py has the cells).
+    Below one degree of freedom (fewer labelled dialogues than strengths) nothing is claimed."""
+    if not fit.ok:
+        return math.nan
+    strengths = int(np.isfinite(fit.theta).sum()) - 1
+    return float(fit.df - max(strengths - 1, 0))
 
 
 def point_rank(theta: np.ndarray) -> np.ndarray:
@@ -691,11 +798,23 @@ def pairwise_criteria(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None) 
     return shared
 
 
+def item_lengths(items) -> tuple[dict, str]:
+    """({(dialogue, system): length of its text}, unit) from the items `judge compare` read (candidate_1 and
+    candidate_2 of each pair; words, or characters for scripts without spaces), as `judge audit` measures them."""
+    from ..trust.audit import read_items
+
+    frame = read_items(items)
+    return dict(zip(zip(frame["item_id"].astype(str), frame["system"]), frame["words"].astype(float))), \
+        frame.attrs["length_unit"]
+
+
 def pairwise_estimate(judge: pd.DataFrame, labels: pd.DataFrame, baseline: str, *, criteria=None,
-                      confidence: float = 0.95, margin: float | None = None, where: str = "the human labels"
-                      ) -> PairwiseTables:
-    """Win rates, Bradley-Terry strengths and rank sets of every criterion (frames as calibration.io reads them)."""
+                      confidence: float = 0.95, margin: float | None = None, where: str = "the human labels",
+                      items=None) -> PairwiseTables:
+    """Win rates, Bradley-Terry strengths and rank sets of every criterion (frames as calibration.io reads them);
+    with `items` (the pairs with their texts), length-controlled win rates too."""
     criteria = pairwise_criteria(judge, labels, criteria)
+    lengths, unit = item_lengths(items) if items is not None else (None, "")
     estimates, ranking, notes, lambdas = [], [], [], {}
     random_dialogues = set()
     for criterion in criteria:
@@ -715,6 +834,8 @@ def pairwise_estimate(judge: pd.DataFrame, labels: pd.DataFrame, baseline: str, 
                                    "sample of the judged pairs")
         random_dialogues |= set(data.dialogues[np.unique(data.dialogue[data.labelled])])
         rows = win_rate_rows(data, b, confidence)
+        if lengths is not None:
+            rows += length_controlled_rows(data, b, confidence, lengths)
         fit = bradley_terry(data, b, confidence)
         human = bradley_terry(data, b, confidence, human_only=True)
         lambdas[criterion] = fit.lam
@@ -722,11 +843,14 @@ def pairwise_estimate(judge: pd.DataFrame, labels: pd.DataFrame, baseline: str, 
         table = pd.DataFrame(rows).assign(criterion=criterion, baseline=baseline)
         estimates.append(table)
         rank, low, high = combined_rank_sets(fit, human, confidence)
-        _, hlow, hhigh = rank_sets(human.theta, human.cov, human.df, confidence)
+        _, hlow, hhigh = rank_sets(human.theta, human.cov, rank_df(human), confidence)
         ranking.append(pd.DataFrame({"criterion": criterion, "system": data.systems, "rank": rank.astype(int),
                                      "rank_low": low.astype(int), "rank_high": high.astype(int),
                                      "human_only_rank_low": hlow.astype(int),
                                      "human_only_rank_high": hhigh.astype(int)}).sort_values(["rank", "system"]))
+        if lengths is not None:
+            notes.append(f"{criterion}: win_rate_length_controlled = the win rate at equal text length ({unit}), "
+                         "alpaca_eval's length-controlled GLM without its per-instruction term")
         if data.n_failed:
             notes.append(f"{criterion}: {data.n_failed} pair(s) without a usable verdict (failed or abstained): kept "
                          "with the judge's prediction 1/2")
