@@ -195,6 +195,65 @@ def test_ppi_bradley_terry_agrees_with_ppi_py_logistic_on_binary_votes():
     assert ours == pytest.approx((high - low) / 2, rel=0.03)  # theirs: z and 1/n covariances; ours: n - 1
 
 
+def _lengths(data, seed):
+    """Invented text lengths per (dialogue, system): the system's typical length plus the dialogue's own."""
+    rng = np.random.default_rng(seed)
+    typical = dict(zip(data.systems, rng.normal(60, 15, len(data.systems))))
+    return {(d, s): typical[s] + rng.normal(0, 20) for d in data.dialogues for s in data.systems}
+
+
+def _against_baseline(data, b, system, lengths):
+    """By hand: the pairs of `system` against the baseline turned to its side, and tanh(length gap / its sd)."""
+    s = data.systems.index(system)
+    mine = ((data.first == s) & (data.second == b)) | ((data.first == b) & (data.second == s))
+    side = data.first[mine] == s
+    gap = np.array([lengths[(d, system)] - lengths[(d, data.systems[b])] for d in data.dialogues[data.dialogue[mine]]])
+    x = np.column_stack([np.ones(mine.sum()), np.tanh(gap / gap.std())])
+    return mine, x, np.where(side, data.human[mine], 1 - data.human[mine]), np.where(side, data.judge[mine],
+                                                                                       1 - data.judge[mine])
+
+
+def test_length_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimises_its_loss():
+    import statsmodels.api as sm
+
+    from calibration.study.pairwise import _controlled_fit, length_controlled_rows
+
+    data, b, _ = _single_pairs(seed=6, dialogues=600, labelled=150, copy=0.6)
+    lengths = _lengths(data, 6)
+    rows = {r["system"]: r for r in length_controlled_rows(data, b, 0.95, lengths)}
+    assert set(rows) == set(SYSTEMS[1:]) and all(r["quantity"] == "win_rate_length_controlled" for r in rows.values())
+    for system in SYSTEMS[1:]:
+        mine, x, h, f = _against_baseline(data, b, system, lengths)
+        lab = ~np.isnan(h)
+        tie = h[lab] == 0.5  # a tie: half a win and half a loss
+        xx = np.vstack([x[lab][~tie], x[lab][tie], x[lab][tie]])
+        yy = np.concatenate([h[lab][~tie], np.ones(tie.sum()), np.zeros(tie.sum())])
+        ww = np.concatenate([np.ones((~tie).sum()), np.full(tie.sum(), 0.5), np.full(tie.sum(), 0.5)])
+        glm = sm.GLM(yy, xx, family=sm.families.Binomial(), freq_weights=ww).fit(tol=1e-14)
+        assert rows[system]["human_only"] == pytest.approx(sigmoid(glm.params[0]), abs=1e-6)
+        assert rows[system]["n_labelled"] == lab.sum() and rows[system]["n_judged"] == mine.sum()
+        assert rows[system]["ci_low"] < rows[system]["estimate"] < rows[system]["ci_high"]
+        one = Pairs("quality", data.systems, np.full(mine.sum(), data.systems.index(system)), np.full(mine.sum(), b),
+                    data.dialogue[mine], data.dialogues, f, h)
+        for lam in (0.0, 0.5, 1.0):
+            expected = _loss_minimiser(x, np.nan_to_num(h), f, lab, ~lab, lam)
+            assert _controlled_fit(one, b, x, lam=lam)["alpha"] == pytest.approx(expected[0], abs=1e-6)
+
+
+def test_length_controlled_win_rate_needs_every_length():
+    from calibration.study.pairwise import length_controlled_rows
+
+    data, b, _ = _single_pairs(seed=6, dialogues=200, labelled=60)
+    lengths = _lengths(data, 1)
+    alpha = data.systems.index("alpha")
+    meets = ((data.first == alpha) & (data.second == b)) | ((data.first == b) & (data.second == alpha))
+    del lengths[(data.dialogues[data.dialogue[meets][0]], "alpha")]
+    rows = {r["system"]: r for r in length_controlled_rows(data, b, 0.95, lengths)}
+    row = rows["alpha"]
+    assert np.isfinite(rows["beta"]["estimate"])  # the others keep theirs
+    assert np.isnan(row["estimate"]) and "1 of its pairs against the baseline have no text length" in row["interval_note"]
+
+
 def test_rank_sets_from_simultaneous_intervals():
     theta = np.array([0.0, 3.0, 3.05, -3.0])
     cov = np.diag([0.0, 0.01, 0.01, 0.01])
@@ -335,6 +394,7 @@ BAD = [
                            "base, beta, delta, gamma)"),
     ({"baseline": ""}, "--baseline must name a system of the pairs"),
     ({}, "pairwise judgments (as `judge compare` writes them): give --baseline SYSTEM"),
+    ({"items": "examples/pairwise/pairs.jsonl"}, "--items gives the pairs' texts for length-controlled win rates"),
     ({"baseline": "base", "plan": "examples/study/plan"}, "--plan do(es) not apply to pairwise estimates"),
     ({"baseline": "base", "confidence": 1.5}, "--confidence must be between 0 and 1"),
     ({"baseline": "base", "criteria": "qualty"}, "--criteria: no pairwise judgment on qualty; the judgments have "
@@ -536,6 +596,11 @@ def test_the_readme_pairwise_loop_runs_and_matches_the_example(tmp_path, stub_se
     assert (work / "labels.csv").read_bytes() == (ROOT / "examples" / "pairwise" / "labels.csv").read_bytes()
     wins = pd.read_csv(work / "estimate" / "estimates.csv").query("quantity == 'win_rate'")
     assert set(wins.loc[wins["noninferior"] == "no", "system"]) == {"pegasus"}
+    # --items: the length-controlled win rate of every system and criterion, apart from the win rate, not decided on
+    table = pd.read_csv(work / "estimate" / "estimates.csv")
+    controlled = table.query("quantity == 'win_rate_length_controlled'")
+    assert len(controlled) == len(wins) and controlled["estimate"].between(0, 1).all()
+    assert (controlled["ci_low"] <= controlled["estimate"]).all() and controlled["noninferior"].isna().all()
     assert len(pd.read_csv(work / "judgments.jsonl", sep="\t", header=None)) == 96 * 2
 
 

@@ -57,9 +57,10 @@ writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue
 
 pairwise judgments (`judge compare`) and votes "A|B" (`judge import`): --baseline SYSTEM gives per system the win
 rate against it and the Bradley-Terry log strength (PPI-corrected, beside the human-only estimate), ranking.csv with
-rank sets that hold jointly at --confidence, and summary.md; --margin M decides non-inferiority:
+rank sets that hold jointly at --confidence, and summary.md; --margin M decides non-inferiority; --items (the
+pairs with their texts) adds the length-controlled win rate (the win rate at equal text length):
   judge estimate --judgments examples/pairwise/judgments.jsonl --human examples/pairwise/labels.csv \\
-      --baseline lead-3 --margin 0.1 --output-dir out/pairwise
+      --baseline lead-3 --margin 0.1 --items examples/pairwise/pairs.jsonl --output-dir out/pairwise
 exit status with --margin: 0 every system non-inferior (win rate's lower bound above 0.5 - M), 1 one is not,
 2 bad input.
 checks: every label on the rubric's scale (or --scale), on a judged dialogue, system and criterion; N/A (as
