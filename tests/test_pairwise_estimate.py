@@ -237,7 +237,7 @@ def test_length_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimi
                     data.dialogue[mine], data.dialogues, f, h)
         for lam in (0.0, 0.5, 1.0):
             expected = _loss_minimiser(x, np.nan_to_num(h), f, lab, ~lab, lam)
-            assert _controlled_fit(one, b, x, lam=lam)["alpha"] == pytest.approx(expected[0], abs=1e-6)
+            assert _controlled_fit(one, b, x, 0.95, lam=lam)["alpha"] == pytest.approx(expected[0], abs=1e-6)
 
 
 def test_length_controlled_win_rate_needs_every_length():
