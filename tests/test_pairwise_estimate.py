@@ -198,7 +198,7 @@ def test_ppi_bradley_terry_agrees_with_ppi_py_logistic_on_binary_votes():
 def _lengths(data, seed):
     """Invented text lengths per (dialogue, system): the system's typical length plus the dialogue's own."""
     rng = np.random.default_rng(seed)
-    typical = dict(zip(data.systems, rng.normal(60, 15, len(data.systems))))
+    typical = dict(zip(data.systems, rng.normal(60, 5, len(data.systems))))
     return {(d, s): typical[s] + rng.normal(0, 20) for d in data.dialogues for s in data.systems}
 
 
@@ -251,6 +251,11 @@ def test_length_controlled_win_rate_needs_every_length():
     rows = {r["system"]: r for r in length_controlled_rows(data, b, 0.95, lengths)}
     row = rows["alpha"]
     assert np.isfinite(rows["beta"]["estimate"])  # the others keep theirs
+    # a system whose text is the longer one on every pair: nothing is known at equal length, no estimate
+    longer = {key: value + (500 if key[1] == "beta" else 0) for key, value in _lengths(data, 1).items()}
+    rows = {r["system"]: r for r in length_controlled_rows(data, b, 0.95, longer)}
+    assert np.isnan(rows["beta"]["estimate"]) and "would be an extrapolation" in rows["beta"]["interval_note"]
+    assert np.isfinite(rows["alpha"]["ci_low"])
     assert np.isnan(row["estimate"]) and "1 of its pairs against the baseline have no text length" in row["interval_note"]
 
 

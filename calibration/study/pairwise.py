@@ -607,6 +607,15 @@ def length_controlled_rows(data: Pairs, baseline: int, confidence: float, length
             continue
         spread = float(np.std(length))
         z = np.tanh(length / spread) if spread > 0 else np.zeros(len(length))
+        labelled = ~np.isnan(data.human[mine])
+        sides = min(int((labelled & (length > 0)).sum()), int((labelled & (length < 0)).sum()))
+        if spread > 0 and sides < MIN_LABELLED:
+            # the votes say nothing about equal lengths: sigmoid(alpha) would be an extrapolation (its intervals
+            # spanned nearly all of 0..1, the human-only ones collapsed on a fit that ran away)
+            row["interval_note"] = (f"{sides} labelled pair(s) where its text is the shorter or the longer one "
+                                    f"(fewer than {MIN_LABELLED}): the win rate at equal length would be an "
+                                    "extrapolation, no estimate")
+            continue
         mine_pairs = Pairs(data.criterion, data.systems, np.full(len(z), s), np.full(len(z), baseline),
                            data.dialogue[mine], data.dialogues, np.where(forward, data.judge[mine],
                                                                          1.0 - data.judge[mine]),
