@@ -709,10 +709,12 @@ def combined_rank_sets(fit: BTFit, human: BTFit, confidence: float) -> tuple[np.
     included). Printing, system by system, the smaller of the two sets would not hold: each may miss on its own
     5% (it covered 0.90-0.93 for a nominal 0.95 with 6-10 tied systems, 300 repetitions); the union of both fits'
     claims with alpha spent across them holds, but its sets came out larger than the human-only ones about as often
-    as the PPI ones alone (the shared quantile is wider). No rule can hold its level and never be larger than the
-    human-only sets: with every system tied, those already claim something wrongly 5% of the time, and any claim
-    beyond theirs is wrong too. So the PPI sets chosen can still be larger than the human-only ones for a system,
-    by the noise in the strengths (benchmarks/pairwise_coverage.py measures how often)."""
+    as the PPI ones alone (the shared quantile is wider). Sets that hold their level and are never larger than the
+    human-only ones can gain nothing from the judge where it matters: with every system tied, the human-only sets
+    already spend the whole 5% on wrong claims, so any claim the judge adds where they make none breaks the level;
+    the only such rule that never loses is printing the human-only sets. So the PPI sets chosen can still be larger
+    than the human-only ones for a system, by the noise in the strengths (benchmarks/pairwise_coverage.py measures
+    how often)."""
     if not fit.ok:
         return rank_sets(fit.theta, fit.cov, math.nan, confidence)
     rank = point_rank(fit.theta)
