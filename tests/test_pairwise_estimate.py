@@ -364,6 +364,33 @@ def _write(tmp_path, judge, labels):
     return judgments, human
 
 
+def test_a_screen_plan_keeps_the_targeted_votes_out_of_the_pairwise_estimates(tmp_path, capsys):
+    """screen --budget plans pairwise dialogues (random and targeted); estimate --baseline --plan estimates from the
+    random part's votes only, exactly as from those votes alone, and says where the others went."""
+    from judge.cli import main
+
+    judge, labels = study(seed=8, dialogues=120, labelled=120, copy=0.7)
+    judgments, _ = _write(tmp_path, judge, labels)
+    plan = tmp_path / "plan"
+    assert main(["screen", "--judgments", str(judgments), "--budget", "40", "--output-dir", str(plan)]) == 0
+    parts = pd.read_csv(plan / "plan.csv").groupby("part")["item_id"].apply(set)
+    assert len(parts["random"]) == 20 and len(parts["targeted"]) == 20
+    voted = labels[labels["item_id"].isin(parts["random"] | parts["targeted"])]
+    random_only = labels[labels["item_id"].isin(parts["random"])]
+    _, human = _write(tmp_path, judge, voted)
+    capsys.readouterr()
+    planned = calibration.estimate(judgments, human, baseline="base", plan=plan)
+    plain = calibration.estimate(judgments, random_only.assign(line=range(2, len(random_only) + 2)), baseline="base")
+    columns = ["estimate", "ci_low", "ci_high", "human_only", "n_labelled"]
+    pd.testing.assert_frame_equal(planned.estimates[columns], plain.estimates[columns])
+    assert planned.n_random == 20 and planned.summary()["random_sample"] == "plan"
+    assert any(f"{(voted['item_id'].isin(parts['targeted'])).sum()} vote(s) on the plan's targeted dialogues" in w
+               for w in planned.warnings)
+    assert main(["estimate", "--judgments", str(judgments), "--human", str(human), "--baseline", "base", "--plan",
+                 str(plan)]) == 0
+    assert "the 20 labelled dialogues of the plan's random part" in capsys.readouterr().out
+
+
 def test_margin_decides_the_exit_code_and_writes_a_summary(tmp_path, capsys):
     from judge.cli import main
 
@@ -400,7 +427,10 @@ BAD = [
     ({"baseline": ""}, "--baseline must name a system of the pairs"),
     ({}, "pairwise judgments (as `judge compare` writes them): give --baseline SYSTEM"),
     ({"items": "examples/pairwise/pairs.jsonl"}, "--items gives the pairs' texts for length-controlled win rates"),
-    ({"baseline": "base", "plan": "examples/study/plan"}, "--plan do(es) not apply to pairwise estimates"),
+    ({"baseline": "base", "plan": "examples/study/plan"}, "plan.csv:2: dialogue 'd12' is not in the judgments: the "
+                                                          "plan was made for other judgments"),
+    ({"baseline": "base", "key": "examples/study/key.json"}, "--key checks the labels against a plan: give --plan"),
+    ({"baseline": "base", "clean": True}, "--clean do(es) not apply to pairwise estimates (--baseline)"),
     ({"baseline": "base", "confidence": 1.5}, "--confidence must be between 0 and 1"),
     ({"baseline": "base", "criteria": "qualty"}, "--criteria: no pairwise judgment on qualty; the judgments have "
                                                  "quality"),

@@ -90,7 +90,7 @@ class PairwiseEstimateResult(PairwiseTables, Result):
         from .pairwise import METHOD as PAIRWISE_METHOD
 
         return {"criteria": self.criteria, "confidence": self.confidence, "baseline": self.baseline,
-                "margin": self.margin, "random_sample": "all labelled", "n_random_dialogues": self.n_random,
+                "margin": self.margin, "random_sample": "plan" if self.from_plan else "all labelled", "n_random_dialogues": self.n_random,
                 "lambda_bradley_terry": self.lambdas, "method": PAIRWISE_METHOD, "provenance": self.provenance,
                 "notes": self.notes + self.warnings}
 
@@ -201,12 +201,11 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
 
     if not isinstance(baseline, str) or not baseline.strip():
         raise CalibrationError(f"--baseline must name a system of the pairs, got {baseline!r}")
-    refused = [flag for flag, value in (("--plan", plan), ("--key", key), ("--clean", clean),
-                                        ("--apply-map", apply_map)) if value]
+    refused = [flag for flag, value in (("--clean", clean), ("--apply-map", apply_map)) if value]
     if refused:
-        raise CalibrationError(f"{', '.join(refused)} do(es) not apply to pairwise estimates (--baseline): "
-                               "`judge screen` does not plan pairs yet; every labelled dialogue is taken as the "
-                               "random sample")
+        raise CalibrationError(f"{', '.join(refused)} do(es) not apply to pairwise estimates (--baseline)")
+    if key is not None and plan is None:
+        raise CalibrationError("--key checks the labels against a plan: give --plan too")
     judge, where = read_judge_scores(judgments, score_column, failure_value)
     if not judge["system_1"].notna().any():
         raise CalibrationError(f"{where}: no pairwise judgment (system_1 / system_2, as `judge compare` writes "
@@ -224,12 +223,19 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
         raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{row['line']}: criterion "
                                f"{row['criterion']!r} matches no pairwise criterion of the judgments; they have "
                                f"{', '.join(sorted(judged))} ({int(unknown.sum())} label(s) like it)")
-    warnings = []
+    random_items, targeted_items, warnings = plan_parts(plan, key, labels, judge, judgments)
+    if targeted_items:  # the votes on the plan's targeted dialogues are no sample: they never enter the estimates
+        targeted = labels["item_id"].isin(targeted_items)
+        if targeted.any():
+            warnings.append(f"{int(targeted.sum())} vote(s) on the plan's targeted dialogues: left out of the "
+                            "estimates, which take the random part only")
+        labels = labels[labels["item_id"].isin(random_items)]
     if judge["system_1"].isna().any():
         warnings.append(f"{int(judge['system_1'].isna().sum())} judgment(s) score one system (not a pair): left out of "
                         "the pairwise estimate")
     tables = pairwise_estimate(judge, labels, baseline.strip(), criteria=criteria, confidence=confidence,
                                margin=margin, where=labels.attrs.get("path", "the human labels"), items=items)
+    tables.from_plan = plan is not None
     result = PairwiseEstimateResult(**{f.name: getattr(tables, f.name) for f in fields(tables)}, warnings=warnings,
                                     provenance=provenance(judgments, judge, human, None))
     result.provenance.pop("seed", None)

@@ -9,7 +9,8 @@ f = 1/2 (a constant; any fixed prediction keeps the estimators unbiased). The hu
 its annotators of the same coding (`judge import` writes "1", "2", "0" in the judgments' order; a label given in
 the reverse order "B|A" is turned round). The sampling unit is the dialogue: every estimator sums a dialogue's pairs
 before taking variances (cluster by dialogue), and the labelled dialogues must be a uniformly random sample of the
-judged ones (no --plan: every labelled dialogue is taken as such, and the output says so).
+judged ones: with --plan (`judge screen --budget` plans pairwise dialogues as it plans scored ones) the plan's
+random part, its targeted dialogues' votes left out; without, every labelled dialogue, and the output says so.
 
 Win rate of system s against the baseline b: the population mean, over dialogues, of the share of the dialogue's s
 vs b pairs s wins (a tie counting 1/2; either order). On dialogues with one such pair (the usual design) this is the
@@ -804,6 +805,7 @@ class PairwiseTables:
     n_random: int
     notes: list[str] = field(default_factory=list)
     lambdas: dict = field(default_factory=dict)
+    from_plan: bool = False  # the labelled dialogues are a plan's random part (else every labelled one)
 
 
 def pairwise_criteria(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None) -> list[str]:
@@ -951,8 +953,11 @@ def print_pairwise(result, out) -> None:
     from .screen import format_table
 
     level = f"{result.confidence:.0%}"
-    print(f"Random sample: all {result.n_random} dialogues with human votes are taken as a uniformly random sample of "
-          "the judged dialogues; if some were chosen on purpose, the estimates are biased.", file=out)
+    if result.from_plan:
+        print(f"Random sample: the {result.n_random} labelled dialogues of the plan's random part.", file=out)
+    else:
+        print(f"Random sample: all {result.n_random} dialogues with human votes are taken as a uniformly random "
+              "sample of the judged dialogues; if some were chosen on purpose, the estimates are biased.", file=out)
     print(f"Against the baseline {result.baseline!r}: win_rate = share of its pairs with the baseline a system wins "
           "(tie 1/2, either order); bradley_terry = log strength relative to the baseline, fitted over every judged "
           f"pair. Intervals: {level}, prediction-powered (judge verdict on every pair, human votes correct it).",
