@@ -208,7 +208,8 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
         stats["corr"].append(np.corrcoef(data.judge[lab], data.human[lab])[0, 1] if lab.sum() > 2 else np.nan)
     mean = lambda key: float(np.nanmean(stats[key])) if len(stats[key]) else float("nan")  # noqa: E731
     return {"systems": k, "pairs": cell.pairs, "share": cell.share, "labelled": round(cell.share * cell.dialogues),
-            "judge": cell.judge + (", all tied" if cell.spread == 0 else ""), "corr": mean("corr"), "lambda": mean("lam"),
+            "judge": cell.judge + (", all tied" if cell.spread == 0 else ""), "corr": mean("corr"),
+            "lambda": mean("lam"),
             "win_cover": mean("win_cover"), "win_n": len(stats["win_cover"]), "win_shown": mean("win_shown"),
             "win_ratio": mean("win_ratio"), "bt_cover": mean("bt_cover"), "bt_n": len(stats["bt_cover"]),
             "bt_shown": mean("bt_shown"),

@@ -90,7 +90,8 @@ class PairwiseEstimateResult(PairwiseTables, Result):
         from .pairwise import METHOD as PAIRWISE_METHOD
 
         return {"criteria": self.criteria, "confidence": self.confidence, "baseline": self.baseline,
-                "margin": self.margin, "random_sample": "plan" if self.from_plan else "all labelled", "n_random_dialogues": self.n_random,
+                "margin": self.margin, "random_sample": "plan" if self.from_plan else "all labelled",
+                "n_random_dialogues": self.n_random,
                 "lambda_bradley_terry": self.lambdas, "method": PAIRWISE_METHOD, "provenance": self.provenance,
                 "notes": self.notes + self.warnings}
 
