@@ -5,13 +5,16 @@ Each cell simulates a pairwise study many times: K systems with true strengths, 
 each system is compared with the baseline and (K - 1) // 2 more random pairs of the others (both orders asked).
 Human votes: P(first wins) = sigmoid(q_1 - q_2) with q = strength + a per-dialogue-and-system effect (tau), ties
 in between (a tie keeps the expected vote); one vote per pair. The judge copies the human vote with probability
-`copy` and otherwise votes from its own view (its strengths, distorted by a length bias, plus a position bias for
-the system shown first); its verdict is the mean over the two orders. A uniform random share of dialogues is
-labelled (all their pairs). The truth is the population estimand: each system's expected win rate against the
-baseline and the Bradley-Terry fit to the expected votes over the design's pairs (tau attenuates it), computed
-once per cell by quadrature. Coverage counts rows where an interval is printed (`shown` says how many).
+`copy` and otherwise votes from its own view (its strengths, distorted by a length bias on the two texts'
+lengths, plus a position bias for the system shown first); its verdict is the mean over the two orders. Each
+text's length is its system's typical length plus its own; humans ignore length, so the length-controlled win
+rate's truth is the win rate. A uniform random share of dialogues is labelled (all their pairs). The truth is the
+population estimand: each system's expected win rate against the baseline and the Bradley-Terry fit to the
+expected votes over the design's pairs (tau attenuates it), computed once per cell by quadrature. Coverage counts
+rows where an interval is printed (the count beside it). Cells "all tied" give every system the same strength:
+the rank sets must then claim nothing.
 
-    nice -n 10 python benchmarks/pairwise_coverage.py            # the table in the README (about 10 minutes)
+    nice -n 10 python benchmarks/pairwise_coverage.py            # the README's table (~45 min on 2 shared cores)
     python benchmarks/pairwise_coverage.py --quick               # a smaller grid (tests/test_pairwise_estimate.py)
 """
 
