@@ -299,6 +299,21 @@ def test_a_tuned_lambda_never_gives_strengths_wider_than_the_human_only_fit():
     assert 0 < tuned < 12  # both branches are exercised
 
 
+def test_a_win_rate_is_never_wider_than_the_human_only_share():
+    """A judge that votes at random, 25-30 labelled dialogues (lambda cross-fitted): where the PPI interval would be
+    wider, the row is the human-only share and its interval."""
+    switched = 0
+    for seed in range(6):
+        judge, labels = study(seed=seed, dialogues=150, labelled=25 + seed, copy=0.0)
+        rows = calibration.estimate(judge, labels, baseline="base").estimates.query("quantity == 'win_rate'")
+        assert (rows["width_ratio"] <= 1.0 + 1e-12).all(), seed
+        same = rows["width_ratio"] == 1.0
+        assert np.allclose(rows.loc[same, "estimate"], rows.loc[same, "human_only"])
+        assert np.allclose(rows.loc[same, "ci_low"], rows.loc[same, "human_only_ci_low"])
+        switched += int(same.sum())
+    assert switched > 0
+
+
 def _fit(theta, se, lam=0.5, df=50.0):
     theta = np.asarray(theta, dtype=float)
     return BTFit(theta, np.diag(np.asarray(se, dtype=float) ** 2), df, lam, 51)
