@@ -5,13 +5,16 @@ Each cell simulates a pairwise study many times: K systems with true strengths, 
 each system is compared with the baseline and (K - 1) // 2 more random pairs of the others (both orders asked).
 Human votes: P(first wins) = sigmoid(q_1 - q_2) with q = strength + a per-dialogue-and-system effect (tau), ties
 in between (a tie keeps the expected vote); one vote per pair. The judge copies the human vote with probability
-`copy` and otherwise votes from its own view (its strengths, distorted by a length bias, plus a position bias for
-the system shown first); its verdict is the mean over the two orders. A uniform random share of dialogues is
-labelled (all their pairs). The truth is the population estimand: each system's expected win rate against the
-baseline and the Bradley-Terry fit to the expected votes over the design's pairs (tau attenuates it), computed
-once per cell by quadrature. Coverage counts rows where an interval is printed (`shown` says how many).
+`copy` and otherwise votes from its own view (its strengths, distorted by a length bias on the two texts'
+lengths, plus a position bias for the system shown first); its verdict is the mean over the two orders. Each
+text's length is its system's typical length plus its own; humans ignore length, so the length-controlled win
+rate's truth is the win rate. A uniform random share of dialogues is labelled (all their pairs). The truth is the
+population estimand: each system's expected win rate against the baseline and the Bradley-Terry fit to the
+expected votes over the design's pairs (tau attenuates it), computed once per cell by quadrature. Coverage counts
+rows where an interval is printed (the count beside it). Cells "all tied" give every system the same strength:
+the rank sets must then claim nothing.
 
-    nice -n 10 python benchmarks/pairwise_coverage.py            # the table in the README (about 10 minutes)
+    nice -n 10 python benchmarks/pairwise_coverage.py            # the README's table (~45 min on 2 shared cores)
     python benchmarks/pairwise_coverage.py --quick               # a smaller grid (tests/test_pairwise_estimate.py)
 """
 
@@ -28,11 +31,13 @@ from scipy import stats as scipy_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.pairwise import Pairs, bradley_terry, newton, rank_sets, win_rate_rows  # noqa: E402
+from calibration.study.pairwise import (Pairs, bradley_terry, combined_rank_sets, newton, rank_df,  # noqa: E402
+                                        length_controlled_rows, rank_sets, win_rate_rows)
 
 CONFIDENCE = 0.95
 TAU = 0.6  # per-dialogue spread of a system's quality, in log odds
 TIE = 0.3  # share of the smaller side's probability turned into ties
+LENGTH_NOISE = 0.7  # spread of a text's length around its system's typical length (sd units)
 
 # judges: copy = P(verdict = the human vote), own = weight of the true strengths in its own view,
 # length = its length bias (log odds per sd of a system's length), position = log odds for the first shown
@@ -52,6 +57,7 @@ class Cell:
     dialogues: int
     share: float
     judge: str
+    spread: float = 0.7  # sd of the true strengths; 0: every system tied (rank sets must then claim nothing)
 
     @property
     def pairs(self) -> int:
@@ -60,8 +66,10 @@ class Cell:
 
 FULL = [Cell(6, 100, 0.05, "none (r=0)"), Cell(6, 100, 0.2, "good"), Cell(6, 400, 0.1, "position-biased"),
         Cell(10, 200, 0.1, "weak"), Cell(10, 200, 0.1, "strong (0.9)"), Cell(12, 300, 0.05, "length-biased"),
-        Cell(20, 150, 0.2, "good"), Cell(20, 700, 0.05, "position-biased"), Cell(20, 700, 0.1, "none (r=0)")]
-QUICK = [Cell(6, 100, 0.1, "position-biased"), Cell(8, 150, 0.2, "good"), Cell(10, 100, 0.1, "none (r=0)")]
+        Cell(20, 150, 0.2, "good"), Cell(20, 700, 0.05, "position-biased"), Cell(20, 700, 0.1, "none (r=0)"),
+        Cell(6, 100, 0.1, "none (r=0)"), Cell(6, 100, 0.1, "good", spread=0.0), Cell(10, 200, 0.1, "weak", spread=0.0)]
+QUICK = [Cell(6, 100, 0.1, "position-biased"), Cell(8, 150, 0.2, "good"), Cell(10, 100, 0.1, "none (r=0)"),
+         Cell(6, 100, 0.1, "good", spread=0.0)]
 
 
 def sigmoid(x):
@@ -132,10 +140,12 @@ def simulate(cell: Cell, strengths, lengths, rng) -> Pairs:
     u = rng.random(len(p))
     h = np.where(u < p - tie / 2, 1.0, np.where(u < p + tie / 2, 0.5, 0.0))
     j = JUDGES[cell.judge]
-    view = j["own"] * strengths + j["length"] * lengths
+    # each text's length (in sd units): its system's typical length and the dialogue's own; humans ignore it
+    text = lengths[None, :] + LENGTH_NOISE * rng.standard_normal((cell.dialogues, k))
 
     def order(shown_first, shown_second):  # P(the first shown wins) in the judge's own view; 10% ties
-        q = sigmoid(view[shown_first] - view[shown_second] + j["position"])
+        q = sigmoid(j["own"] * (strengths[shown_first] - strengths[shown_second]) + j["position"]
+                    + j["length"] * (text[dialogue, shown_first] - text[dialogue, shown_second]))
         v = rng.random(len(q))
         return np.where(v < 0.1, 0.5, np.where(rng.random(len(q)) < q, 1.0, 0.0))
 
@@ -146,22 +156,29 @@ def simulate(cell: Cell, strengths, lengths, rng) -> Pairs:
     labelled_dialogues = rng.choice(cell.dialogues, max(1, round(cell.share * cell.dialogues)), replace=False)
     labelled = np.isin(dialogue, labelled_dialogues)
     systems = [f"s{i:02d}" for i in range(k)]
-    return Pairs("sim", systems, first, second, dialogue, np.arange(cell.dialogues), f, np.where(labelled, h, np.nan))
+    data = Pairs("sim", systems, first, second, dialogue, np.arange(cell.dialogues), f, np.where(labelled, h, np.nan))
+    return data, {(d, systems[s]): text[d, s] for d in range(cell.dialogues) for s in range(k)}
 
 
 def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     k = cell.systems
-    strengths = np.concatenate([[0.0], rng.normal(0.0, 0.7, k - 1)])
+    strengths = np.concatenate([[0.0], rng.normal(0.0, 1.0, k - 1)]) * cell.spread
     lengths = rng.standard_normal(k)
     win, theta = truth(k, strengths)
     true_rank = 1 + (theta[None, :] > theta[:, None]).sum(1)
     stats = {key: [] for key in ("win_cover", "win_shown", "bt_cover", "bt_shown", "win_ratio", "bt_ratio",
                                  "rank_cover", "rank_cover_h", "rank_size", "rank_size_h", "rank_larger", "corr",
-                                 "lam")}
+                                 "lam", "lc_cover", "lc_ratio")}
     for _ in range(repetitions):
-        data = simulate(cell, strengths, lengths, rng)
+        data, text = simulate(cell, strengths, lengths, rng)
         rows = win_rate_rows(data, 0, CONFIDENCE)
+        # humans ignore length here, so the length-controlled win rate's estimand is the win rate itself
+        for r, s in zip(length_controlled_rows(data, 0, CONFIDENCE, text), range(1, k)):
+            if np.isfinite(r["ci_low"]):
+                stats["lc_cover"].append(r["ci_low"] <= win[s] <= r["ci_high"])
+                if np.isfinite(r["width_ratio"]):
+                    stats["lc_ratio"].append(r["width_ratio"])
         for r, s in zip(rows, range(1, k)):
             shown = np.isfinite(r["ci_low"])
             stats["win_shown"].append(shown)
@@ -183,8 +200,8 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
                 stats["bt_ratio"].extend((se / human.se[1:])[both])
         else:
             stats["bt_shown"].extend([False] * (k - 1))
-        _, low, high = rank_sets(fit.theta, fit.cov, fit.df if fit.ok else np.nan, CONFIDENCE)
-        _, hlow, hhigh = rank_sets(human.theta, human.cov, human.df if human.ok else np.nan, CONFIDENCE)
+        _, low, high = combined_rank_sets(fit, human, CONFIDENCE)
+        _, hlow, hhigh = rank_sets(human.theta, human.cov, rank_df(human), CONFIDENCE)
         stats["rank_cover"].append(bool(((low <= true_rank) & (true_rank <= high)).all()))
         stats["rank_cover_h"].append(bool(((hlow <= true_rank) & (true_rank <= hhigh)).all()))
         stats["rank_size"].append(float(np.mean(high - low + 1)))
@@ -194,23 +211,26 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
         stats["corr"].append(np.corrcoef(data.judge[lab], data.human[lab])[0, 1] if lab.sum() > 2 else np.nan)
     mean = lambda key: float(np.nanmean(stats[key])) if len(stats[key]) else float("nan")  # noqa: E731
     return {"systems": k, "pairs": cell.pairs, "share": cell.share, "labelled": round(cell.share * cell.dialogues),
-            "judge": cell.judge, "corr": mean("corr"), "lambda": mean("lam"),
+            "judge": cell.judge + (", all tied" if cell.spread == 0 else ""), "corr": mean("corr"),
+            "lambda": mean("lam"),
             "win_cover": mean("win_cover"), "win_n": len(stats["win_cover"]), "win_shown": mean("win_shown"),
             "win_ratio": mean("win_ratio"), "bt_cover": mean("bt_cover"), "bt_n": len(stats["bt_cover"]),
             "bt_shown": mean("bt_shown"),
-            "bt_ratio": mean("bt_ratio"), "rank_cover": mean("rank_cover"), "rank_cover_h": mean("rank_cover_h"),
+            "bt_ratio": mean("bt_ratio"), "lc_cover": mean("lc_cover"), "lc_n": len(stats["lc_cover"]),
+            "lc_ratio": mean("lc_ratio"), "rank_cover": mean("rank_cover"), "rank_cover_h": mean("rank_cover_h"),
             "rank_size": mean("rank_size"), "rank_size_h": mean("rank_size_h"), "rank_larger": mean("rank_larger"),
             "repetitions": repetitions}
 
 
-HEADER = ("systems  pairs  labelled(dialogues)  judge             corr  lambda | win cover (n)   width | "
-          "BT cover (n)    width | rank cover  human | set size  human  larger")
+HEADER = ("systems  pairs  labelled(dialogues)  judge                       corr  lambda | win cover (n)   width | "
+          "BT cover (n)    width | LC cover (n)    width | rank cover  human | set size  human  larger")
 
 
 def line(r: dict) -> str:
-    return (f"{r['systems']:>7} {r['pairs']:>6} {r['share']:>8.0%} ({r['labelled']:>4})   {r['judge']:<16} "
-            f"{r['corr']:5.2f} {r['lambda']:6.2f} | {r['win_cover']:.3f} ({r['win_n']:>5}) {r['win_ratio']:5.2f} | "
-            f"{r['bt_cover']:.3f} ({r['bt_n']:>5}) {r['bt_ratio']:5.2f} | {r['rank_cover']:10.3f} "
+    return (f"{r['systems']:>7} {r['pairs']:>6} {r['share']:>8.0%} ({r['labelled']:>4})   {r['judge']:<26} "
+            f"{r['corr']:5.2f} {r['lambda']:6.2f} | {r['win_cover']:.3f} ({r['win_n']:>5}) {r['win_ratio']:5.3f} | "
+            f"{r['bt_cover']:.3f} ({r['bt_n']:>5}) {r['bt_ratio']:5.3f} | "
+            f"{r['lc_cover']:.3f} ({r['lc_n']:>5}) {r['lc_ratio']:5.3f} | {r['rank_cover']:10.3f} "
             f"{r['rank_cover_h']:6.3f} | {r['rank_size']:8.2f} {r['rank_size_h']:6.2f} {r['rank_larger']:6.3f}")
 
 

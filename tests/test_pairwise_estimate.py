@@ -19,7 +19,7 @@ import pytest
 
 import calibration
 from calibration.errors import CalibrationError
-from calibration.study.pairwise import Pairs, bradley_terry, rank_sets, read_pairs
+from calibration.study.pairwise import BTFit, Pairs, bradley_terry, combined_rank_sets, rank_sets, read_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ["base", "alpha", "beta", "gamma", "delta"]
@@ -195,6 +195,71 @@ def test_ppi_bradley_terry_agrees_with_ppi_py_logistic_on_binary_votes():
     assert ours == pytest.approx((high - low) / 2, rel=0.03)  # theirs: z and 1/n covariances; ours: n - 1
 
 
+def _lengths(data, seed):
+    """Invented text lengths per (dialogue, system): the system's typical length plus the dialogue's own."""
+    rng = np.random.default_rng(seed)
+    typical = dict(zip(data.systems, rng.normal(60, 5, len(data.systems))))
+    return {(d, s): typical[s] + rng.normal(0, 20) for d in data.dialogues for s in data.systems}
+
+
+def _against_baseline(data, b, system, lengths):
+    """By hand: the pairs of `system` against the baseline turned to its side, and tanh(length gap / its sd)."""
+    s = data.systems.index(system)
+    mine = ((data.first == s) & (data.second == b)) | ((data.first == b) & (data.second == s))
+    side = data.first[mine] == s
+    gap = np.array([lengths[(d, system)] - lengths[(d, data.systems[b])] for d in data.dialogues[data.dialogue[mine]]])
+    x = np.column_stack([np.ones(mine.sum()), np.tanh(gap / gap.std())])
+    return mine, x, np.where(side, data.human[mine], 1 - data.human[mine]), np.where(side, data.judge[mine],
+                                                                                       1 - data.judge[mine])
+
+
+def test_length_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimises_its_loss():
+    import statsmodels.api as sm
+
+    from calibration.study.pairwise import _controlled_fit, length_controlled_rows
+
+    data, b, _ = _single_pairs(seed=6, dialogues=600, labelled=150, copy=0.6)
+    lengths = _lengths(data, 6)
+    rows = {r["system"]: r for r in length_controlled_rows(data, b, 0.95, lengths)}
+    assert set(rows) == set(SYSTEMS[1:]) and all(r["quantity"] == "win_rate_length_controlled" for r in rows.values())
+    for system in SYSTEMS[1:]:
+        mine, x, h, f = _against_baseline(data, b, system, lengths)
+        lab = ~np.isnan(h)
+        tie = h[lab] == 0.5  # a tie: half a win and half a loss
+        xx = np.vstack([x[lab][~tie], x[lab][tie], x[lab][tie]])
+        yy = np.concatenate([h[lab][~tie], np.ones(tie.sum()), np.zeros(tie.sum())])
+        ww = np.concatenate([np.ones((~tie).sum()), np.full(tie.sum(), 0.5), np.full(tie.sum(), 0.5)])
+        glm = sm.GLM(yy, xx, family=sm.families.Binomial(), freq_weights=ww).fit(tol=1e-14)
+        assert rows[system]["human_only"] == pytest.approx(sigmoid(glm.params[0]), abs=1e-6)
+        assert rows[system]["n_labelled"] == lab.sum() and rows[system]["n_judged"] == mine.sum()
+        assert rows[system]["ci_low"] < rows[system]["estimate"] < rows[system]["ci_high"]
+        one = Pairs("quality", data.systems, np.full(mine.sum(), data.systems.index(system)), np.full(mine.sum(), b),
+                    data.dialogue[mine], data.dialogues, f, h)
+        for lam in (0.0, 0.5, 1.0):
+            expected = _loss_minimiser(x, np.nan_to_num(h), f, lab, ~lab, lam)
+            assert _controlled_fit(one, b, x, 0.95, lam=lam)["alpha"] == pytest.approx(expected[0], abs=1e-6)
+
+
+def test_length_controlled_win_rate_needs_every_length():
+    from calibration.study.pairwise import length_controlled_rows
+
+    data, b, _ = _single_pairs(seed=6, dialogues=200, labelled=60)
+    lengths = _lengths(data, 1)
+    alpha = data.systems.index("alpha")
+    meets = ((data.first == alpha) & (data.second == b)) | ((data.first == b) & (data.second == alpha))
+    del lengths[(data.dialogues[data.dialogue[meets][0]], "alpha")]
+    rows = {r["system"]: r for r in length_controlled_rows(data, b, 0.95, lengths)}
+    row = rows["alpha"]
+    assert np.isfinite(rows["beta"]["estimate"])  # the others keep theirs
+    # a system whose text is the longer one on every pair: nothing is known at equal length, no estimate
+    longer = {key: value + (500 if key[1] == "beta" else 0) for key, value in _lengths(data, 1).items()}
+    rows = {r["system"]: r for r in length_controlled_rows(data, b, 0.95, longer)}
+    assert np.isnan(rows["beta"]["estimate"]) and "would be an extrapolation" in rows["beta"]["interval_note"]
+    assert np.isfinite(rows["alpha"]["ci_low"])
+    assert np.isnan(row["estimate"])
+    assert "1 of its pairs against the baseline have no text length" in row["interval_note"]
+
+
 def test_rank_sets_from_simultaneous_intervals():
     theta = np.array([0.0, 3.0, 3.05, -3.0])
     cov = np.diag([0.0, 0.01, 0.01, 0.01])
@@ -205,6 +270,69 @@ def test_rank_sets_from_simultaneous_intervals():
     assert low.tolist() == [1] * 4 and high.tolist() == [4] * 4
     _, low, high = rank_sets(np.full(4, np.nan), cov, 200, 0.95)
     assert low.tolist() == [1] * 4 and high.tolist() == [4] * 4
+
+
+@pytest.mark.parametrize("labelled", [4, 9])
+def test_below_ten_labelled_dialogues_the_strengths_are_the_human_only_fit(labelled):
+    judge, labels = study(seed=11, dialogues=80, labelled=labelled, copy=0.9)
+    data = read_pairs(judge, labels.assign(line=range(2, len(labels) + 2), label=None), "quality", "labels.csv")
+    b = data.systems.index("base")
+    fit, human = bradley_terry(data, b, 0.95), bradley_terry(data, b, 0.95, human_only=True)
+    assert fit.lam == 0.0 and fit.df == human.df == labelled - 1
+    assert fit.theta == pytest.approx(human.theta, abs=1e-9, nan_ok=True)
+    assert np.diag(fit.cov) == pytest.approx(np.diag(human.cov), abs=1e-12, nan_ok=True)
+
+
+def test_a_tuned_lambda_never_gives_strengths_wider_than_the_human_only_fit():
+    """A judge that votes at random: lambda tuned on 10-12 labelled dialogues is noise, and the fit falls back to the
+    human votes alone whenever its standard errors would be wider on average (most seeds tune a lambda > 0)."""
+    tuned = 0
+    for seed in range(12):
+        judge, labels = study(seed=seed, dialogues=120, labelled=10 + seed % 3, copy=0.0, extra=2)
+        data = read_pairs(judge, labels.assign(line=range(2, len(labels) + 2), label=None), "quality", "x")
+        b = data.systems.index("base")
+        fit, human = bradley_terry(data, b, 0.95), bradley_terry(data, b, 0.95, human_only=True)
+        assert fit.ok and human.ok
+        ratio = np.delete(fit.se, b) / np.delete(human.se, b)
+        assert np.mean(ratio) <= 1.0 + 1e-9, seed
+        tuned += fit.lam > 0
+    assert 0 < tuned < 12  # both branches are exercised
+
+
+def test_a_win_rate_is_never_wider_than_the_human_only_share():
+    """A judge that votes at random, 25-30 labelled dialogues (lambda cross-fitted): where the PPI interval would be
+    wider, the row is the human-only share and its interval."""
+    switched = 0
+    for seed in range(6):
+        judge, labels = study(seed=seed, dialogues=150, labelled=25 + seed, copy=0.0)
+        rows = calibration.estimate(judge, labels, baseline="base").estimates.query("quantity == 'win_rate'")
+        assert (rows["width_ratio"] <= 1.0 + 1e-12).all(), seed
+        same = rows["width_ratio"] == 1.0
+        assert np.allclose(rows.loc[same, "estimate"], rows.loc[same, "human_only"])
+        assert np.allclose(rows.loc[same, "ci_low"], rows.loc[same, "human_only_ci_low"])
+        switched += int(same.sum())
+    assert switched > 0
+
+
+def _fit(theta, se, lam=0.5, df=50.0):
+    theta = np.asarray(theta, dtype=float)
+    return BTFit(theta, np.diag(np.asarray(se, dtype=float) ** 2), df, lam, 51)
+
+
+def test_rank_sets_are_the_ppi_ones_unless_a_difference_is_less_precise_than_human_only():
+    theta = np.array([0.0, 1.0, 2.0, 3.0])
+    sharp, blunt = _fit(theta, [0.0, 0.1, 0.1, 0.1]), _fit(theta + [0, 0, 0.3, 0], [0.0, 0.5, 0.5, 0.5], lam=0.0)
+    _, low, high = combined_rank_sets(sharp, blunt, 0.95)
+    assert (low.tolist(), high.tolist()) == ([4, 3, 2, 1], [4, 3, 2, 1])  # the PPI sets: every order certain
+    worse = _fit(theta, [0.0, 0.1, 0.1, 0.6])  # one difference less precise than human-only: the human-only sets
+    _, low, high = combined_rank_sets(worse, blunt, 0.95)
+    assert (low.tolist(), high.tolist()) == tuple(x.tolist() for x in rank_sets(blunt.theta, blunt.cov, 50.0,
+                                                                                   0.95)[1:])
+    assert high.tolist() != [4, 3, 2, 1]
+    nothing = BTFit(np.full(4, np.nan), np.full((4, 4), np.nan), np.nan, 0.0, 0, ok=False)
+    _, low, high = combined_rank_sets(worse, nothing, 0.95)  # no human-only fit: the PPI sets
+    assert (low.tolist(), high.tolist()) == tuple(x.tolist() for x in rank_sets(worse.theta, worse.cov, 50.0,
+                                                                                   0.95)[1:])
 
 
 def test_ranking_table_and_files():
@@ -252,6 +380,33 @@ def _write(tmp_path, judge, labels):
     return judgments, human
 
 
+def test_a_screen_plan_keeps_the_targeted_votes_out_of_the_pairwise_estimates(tmp_path, capsys):
+    """screen --budget plans pairwise dialogues (random and targeted); estimate --baseline --plan estimates from the
+    random part's votes only, exactly as from those votes alone, and says where the others went."""
+    from judge.cli import main
+
+    judge, labels = study(seed=8, dialogues=120, labelled=120, copy=0.7)
+    judgments, _ = _write(tmp_path, judge, labels)
+    plan = tmp_path / "plan"
+    assert main(["screen", "--judgments", str(judgments), "--budget", "40", "--output-dir", str(plan)]) == 0
+    parts = pd.read_csv(plan / "plan.csv").groupby("part")["item_id"].apply(set)
+    assert len(parts["random"]) == 20 and len(parts["targeted"]) == 20
+    voted = labels[labels["item_id"].isin(parts["random"] | parts["targeted"])]
+    random_only = labels[labels["item_id"].isin(parts["random"])]
+    _, human = _write(tmp_path, judge, voted)
+    capsys.readouterr()
+    planned = calibration.estimate(judgments, human, baseline="base", plan=plan)
+    plain = calibration.estimate(judgments, random_only.assign(line=range(2, len(random_only) + 2)), baseline="base")
+    columns = ["estimate", "ci_low", "ci_high", "human_only", "n_labelled"]
+    pd.testing.assert_frame_equal(planned.estimates[columns], plain.estimates[columns])
+    assert planned.n_random == 20 and planned.summary()["random_sample"] == "plan"
+    assert any(f"{(voted['item_id'].isin(parts['targeted'])).sum()} vote(s) on the plan's targeted dialogues" in w
+               for w in planned.warnings)
+    assert main(["estimate", "--judgments", str(judgments), "--human", str(human), "--baseline", "base", "--plan",
+                 str(plan)]) == 0
+    assert "the 20 labelled dialogues of the plan's random part" in capsys.readouterr().out
+
+
 def test_margin_decides_the_exit_code_and_writes_a_summary(tmp_path, capsys):
     from judge.cli import main
 
@@ -287,7 +442,11 @@ BAD = [
                            "base, beta, delta, gamma)"),
     ({"baseline": ""}, "--baseline must name a system of the pairs"),
     ({}, "pairwise judgments (as `judge compare` writes them): give --baseline SYSTEM"),
-    ({"baseline": "base", "plan": "examples/study/plan"}, "--plan do(es) not apply to pairwise estimates"),
+    ({"items": "examples/pairwise/pairs.jsonl"}, "--items gives the pairs' texts for length-controlled win rates"),
+    ({"baseline": "base", "plan": "examples/study/plan"}, "plan.csv:2: dialogue 'd12' is not in the judgments: the "
+                                                          "plan was made for other judgments"),
+    ({"baseline": "base", "key": "examples/study/key.json"}, "--key checks the labels against a plan: give --plan"),
+    ({"baseline": "base", "clean": True}, "--clean do(es) not apply to pairwise estimates (--baseline)"),
     ({"baseline": "base", "confidence": 1.5}, "--confidence must be between 0 and 1"),
     ({"baseline": "base", "criteria": "qualty"}, "--criteria: no pairwise judgment on qualty; the judgments have "
                                                  "quality"),
@@ -368,13 +527,13 @@ def test_quick_simulation_covers():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if re.match(r"\s+\d+\s+\d+", line)]
-    assert len(rows) == 3, done.stdout
+    assert len(rows) == 4, done.stdout
     for line in rows:
         numbers = re.findall(r"(\d\.\d{3}) \(\s*(\d+)\)", line)
         for cover, n in numbers:  # win rates and strengths: 0.95 less 3 binomial standard errors (correlated rows)
             allowance = 3 * np.sqrt(0.95 * 0.05 / int(n)) * 2
             assert float(cover) >= 0.95 - allowance, line
-        rank_cover = float(line.split("|")[3].split()[0])
+        rank_cover = float(line.split("|")[4].split()[0])
         assert rank_cover >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 150), line
 
 
@@ -488,6 +647,11 @@ def test_the_readme_pairwise_loop_runs_and_matches_the_example(tmp_path, stub_se
     assert (work / "labels.csv").read_bytes() == (ROOT / "examples" / "pairwise" / "labels.csv").read_bytes()
     wins = pd.read_csv(work / "estimate" / "estimates.csv").query("quantity == 'win_rate'")
     assert set(wins.loc[wins["noninferior"] == "no", "system"]) == {"pegasus"}
+    # --items: the length-controlled win rate of every system and criterion, apart from the win rate, not decided on
+    table = pd.read_csv(work / "estimate" / "estimates.csv")
+    controlled = table.query("quantity == 'win_rate_length_controlled'")
+    assert len(controlled) == len(wins) and controlled["estimate"].between(0, 1).all()
+    assert (controlled["ci_low"] <= controlled["estimate"]).all() and controlled["noninferior"].isna().all()
     assert len(pd.read_csv(work / "judgments.jsonl", sep="\t", header=None)) == 96 * 2
 
 

@@ -69,9 +69,10 @@ writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue
 
 pairwise judgments (`judge compare`) and votes "A|B" (`judge import`): --baseline SYSTEM gives per system the win
 rate against it and the Bradley-Terry log strength (PPI-corrected, beside the human-only estimate), ranking.csv with
-rank sets that hold jointly at --confidence, and summary.md; --margin M decides non-inferiority:
+rank sets that hold jointly at --confidence, and summary.md; --margin M decides non-inferiority; --items (the
+pairs with their texts) adds the length-controlled win rate (the win rate at equal text length):
   judge estimate --judgments examples/pairwise/judgments.jsonl --human examples/pairwise/labels.csv \\
-      --baseline lead-3 --margin 0.1 --output-dir out/pairwise
+      --baseline lead-3 --margin 0.1 --items examples/pairwise/pairs.jsonl --output-dir out/pairwise
 exit status with --margin: 0 every system non-inferior (win rate's lower bound above 0.5 - M), 1 one is not,
 2 bad input.
 checks: every label on the rubric's scale (or --scale), on a judged dialogue, system and criterion; N/A (as
@@ -162,6 +163,9 @@ def register(sub) -> None:
     estimate.add_argument("--margin", type=_number_type, metavar="M",
                           help="with --baseline: non-inferiority margin, 0 <= M < 0.5; exit 1 unless every system's "
                                "win rate has its lower bound above 0.5 - M")
+    estimate.add_argument("--items", type=Path, metavar="PAIRS.jsonl",
+                          help="with --baseline: the pairs `judge compare` judged, with their texts: adds "
+                               "length-controlled win rates (win_rate_length_controlled)")
     estimate.set_defaults(run=run_estimate)
 
 
@@ -217,5 +221,6 @@ def run_estimate(args: argparse.Namespace) -> int:
         args.judgments, args.human, plan=args.plan, key=args.key, criteria=args.criteria,
         score_column=args.score_column, clean=args.clean, scale=args.scale, confidence=args.confidence,
         failure_value=args.failure_value,
-        apply_map=args.apply_map, baseline=args.baseline, margin=args.margin, judges=args.judge),
+        apply_map=args.apply_map, baseline=args.baseline, margin=args.margin, judges=args.judge,
+        items=args.items),
         exit_code=lambda result: getattr(result, "exit_code", 0))

@@ -91,7 +91,8 @@ class PairwiseEstimateResult(PairwiseTables, Result):
         from .pairwise import METHOD as PAIRWISE_METHOD
 
         return {"criteria": self.criteria, "confidence": self.confidence, "baseline": self.baseline,
-                "margin": self.margin, "random_sample": "all labelled", "n_random_dialogues": self.n_random,
+                "margin": self.margin, "random_sample": "plan" if self.from_plan else "all labelled",
+                "n_random_dialogues": self.n_random,
                 "lambda_bradley_terry": self.lambdas, "method": PAIRWISE_METHOD, "provenance": self.provenance,
                 "notes": self.notes + self.warnings}
 
@@ -122,15 +123,16 @@ class PairwiseEstimateResult(PairwiseTables, Result):
 def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_column: str | None = None,
              clean: bool = False, scale: tuple[float, float] | None = None, confidence: float = 0.95,
              apply_map=None, failure_value: float | None = None, baseline: str | None = None,
-             margin: float | None = None, judges=None) -> EstimateResult | PairwiseEstimateResult:
+             margin: float | None = None, judges=None, items=None) -> EstimateResult | PairwiseEstimateResult:
     """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
     folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
     the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
     `result.warnings`. With `baseline` (pairwise judgments, as `judge compare` writes them, and pairwise votes
     "A|B" as `judge import` writes them) a PairwiseEstimateResult: win rates, Bradley-Terry strengths and rank sets
-    (calibration.study.pairwise); `margin` adds the non-inferiority decision. `judges` (--judge NAME=FILE: a dict
-    or (name, path or DataFrame) pairs) are more judges, metrics or prompts: with them the judgments and these are
-    combined into one predictor by a cross-fitted regression on the labels (calibration.study.predictor).
+    (calibration.study.pairwise); `margin` adds the non-inferiority decision, `items` (the pairs with their texts)
+    length-controlled win rates. `judges` (--judge NAME=FILE: a dict or (name, path or DataFrame) pairs) are more
+    judges, metrics or prompts: with them the judgments and these are combined into one predictor by a cross-fitted
+    regression on the labels (calibration.study.predictor).
 
     >>> import calibration
     >>> result = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
@@ -159,7 +161,10 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if baseline is not None:
         return pairwise_result(judgments, human, baseline, margin=margin, plan=plan, key=key, criteria=criteria,
                                score_column=score_column, clean=clean, confidence=confidence, apply_map=apply_map,
-                               failure_value=failure_value)
+                               failure_value=failure_value, items=items)
+    if items is not None:
+        raise CalibrationError("--items gives the pairs' texts for length-controlled win rates: pairwise estimates "
+                               "only, with --baseline SYSTEM")
     if key is not None and plan is None:
         raise CalibrationError("--key checks the labels against a plan: give --plan too")
     judge, where = read_judge_scores(judgments, score_column, failure_value)
@@ -211,7 +216,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
 
 
 def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, score_column, clean, confidence,
-                    apply_map, failure_value) -> PairwiseEstimateResult:
+                    apply_map, failure_value, items=None) -> PairwiseEstimateResult:
     """The pairwise path of estimate(): inputs read and checked, then calibration.study.pairwise."""
     from ..io import read_human_labels, read_judge_scores
     from .pairwise import pairwise_estimate
@@ -219,12 +224,11 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
 
     if not isinstance(baseline, str) or not baseline.strip():
         raise CalibrationError(f"--baseline must name a system of the pairs, got {baseline!r}")
-    refused = [flag for flag, value in (("--plan", plan), ("--key", key), ("--clean", clean),
-                                        ("--apply-map", apply_map)) if value]
+    refused = [flag for flag, value in (("--clean", clean), ("--apply-map", apply_map)) if value]
     if refused:
-        raise CalibrationError(f"{', '.join(refused)} do(es) not apply to pairwise estimates (--baseline): "
-                               "`judge screen` does not plan pairs yet; every labelled dialogue is taken as the "
-                               "random sample")
+        raise CalibrationError(f"{', '.join(refused)} do(es) not apply to pairwise estimates (--baseline)")
+    if key is not None and plan is None:
+        raise CalibrationError("--key checks the labels against a plan: give --plan too")
     judge, where = read_judge_scores(judgments, score_column, failure_value)
     if not judge["system_1"].notna().any():
         raise CalibrationError(f"{where}: no pairwise judgment (system_1 / system_2, as `judge compare` writes "
@@ -242,12 +246,23 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
         raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{row['line']}: criterion "
                                f"{row['criterion']!r} matches no pairwise criterion of the judgments; they have "
                                f"{', '.join(sorted(judged))} ({int(unknown.sum())} label(s) like it)")
-    warnings = []
+    random_items, targeted_items, warnings = plan_parts(plan, key, labels, judge, judgments)
+    if plan is not None and plan_inclusion(plan) is not None:
+        raise CalibrationError(f"{Path(plan) / 'plan.csv'}: an active plan (unequal inclusion probabilities): "
+                               "pairwise estimates do not weigh votes by 1/p yet; plan pairwise studies with "
+                               "--design uniform")
+    if targeted_items:  # the votes on the plan's targeted dialogues are no sample: they never enter the estimates
+        targeted = labels["item_id"].isin(targeted_items)
+        if targeted.any():
+            warnings.append(f"{int(targeted.sum())} vote(s) on the plan's targeted dialogues: left out of the "
+                            "estimates, which take the random part only")
+        labels = labels[labels["item_id"].isin(random_items)]
     if judge["system_1"].isna().any():
         warnings.append(f"{int(judge['system_1'].isna().sum())} judgment(s) score one system (not a pair): left out of "
                         "the pairwise estimate")
     tables = pairwise_estimate(judge, labels, baseline.strip(), criteria=criteria, confidence=confidence,
-                               margin=margin, where=labels.attrs.get("path", "the human labels"))
+                               margin=margin, where=labels.attrs.get("path", "the human labels"), items=items)
+    tables.from_plan = plan is not None
     result = PairwiseEstimateResult(**{f.name: getattr(tables, f.name) for f in fields(tables)}, warnings=warnings,
                                     provenance=provenance(judgments, judge, human, None))
     result.provenance.pop("seed", None)

@@ -9,7 +9,8 @@ f = 1/2 (a constant; any fixed prediction keeps the estimators unbiased). The hu
 its annotators of the same coding (`judge import` writes "1", "2", "0" in the judgments' order; a label given in
 the reverse order "B|A" is turned round). The sampling unit is the dialogue: every estimator sums a dialogue's pairs
 before taking variances (cluster by dialogue), and the labelled dialogues must be a uniformly random sample of the
-judged ones (no --plan: every labelled dialogue is taken as such, and the output says so).
+judged ones: with --plan (`judge screen --budget` plans pairwise dialogues as it plans scored ones) the plan's
+random part, its targeted dialogues' votes left out; without, every labelled dialogue, and the output says so.
 
 Win rate of system s against the baseline b: the population mean, over dialogues, of the share of the dialogue's s
 vs b pairs s wins (a tie counting 1/2; either order). On dialogues with one such pair (the usual design) this is the
@@ -28,18 +29,25 @@ labelled dialogues L and m judged-only dialogues U, theta solves
 g(theta; y) = sum over the dialogue's pairs of x (sigmoid(x theta) - y). The loss is convex for lambda in [0, 1]
 (lambda is clipped there: judge and humans are on one scale), and systems met only through others are estimated
 through the judged pairs of U. Its covariance is the cluster sandwich H^-1 [lambda^2 Cov_U(g_f)/m +
-Cov_L(g_h - lambda g_f)/n] H^-1; lambda minimises its trace (PPI++), from 10 labelled dialogues on; below that
-lambda = 1 (classic PPI, always unbiased; the human-only fit is often not even defined with few labels). Intervals
-use a t quantile on n - 1 degrees of freedom (n - 2 with a tuned lambda). Human-only: the same fit with lambda = 0
+Cov_L(g_h - lambda g_f)/n] H^-1; lambda minimises its trace (PPI++), from 10 labelled dialogues on, and falls
+back to 0 when the tuned fit's standard errors are wider on average than those at lambda = 0 (the choice reads
+variances only, as the tuning does); below 10, lambda = 0: the human-only fit (classic PPI, lambda = 1, was 1.59
+times as wide with a useless judge at 5 labelled dialogues). Intervals use a t quantile on n - 1 degrees of
+freedom (n - 2 with a tuned lambda). Human-only: the same fit with lambda = 0
 (a plain Bradley-Terry fit of the labelled pairs; tests check it against statsmodels' GLM), its interval from the
 same sandwich; not defined when the labelled pairs leave a system unconnected to the baseline or a system wins or
 loses every labelled pair (interval_note says so).
 
 Rank sets: every difference theta_i - theta_j gets an interval that holds for all K(K-1)/2 pairs at once (the
 max-|t| quantile of the strengths' estimated covariance, by Monte Carlo with a fixed seed, never above Bonferroni's
-t quantile at 1 - alpha / K(K-1)); i is surely above j when that interval excludes 0. rank_low = 1 +
-the number of systems surely above, rank_high = K - the number surely below; when every interval covers, every
-system's true rank is inside its set, so the sets cover the true ranking jointly at --confidence.
+t quantile at 1 - alpha / K(K-1)), on n - p degrees of freedom for p strengths (rank_df); i is surely above j
+when that interval excludes 0. rank_low = 1 + the number of systems surely above, rank_high = K - the number surely
+below; when every interval covers, every system's true rank is inside its set, so the sets cover the true ranking
+jointly at --confidence. The sets printed are the PPI fit's, or the human-only fit's when a PPI difference is less
+precise than the human-only one (combined_rank_sets: a choice from the covariances, never from the strengths).
+
+Length-controlled win rate (with the items' texts): the win rate at equal text length, from a logistic fit of the
+votes on tanh(length gap / its sd) with an intercept, by the same PPI (length_controlled_rows).
 
 Non-inferiority (--margin M): a system is non-inferior to the baseline when its win rate's lower bound exceeds
 0.5 - M (the two-sided interval's lower end: a one-sided test at (1 + confidence) / 2 per system); no interval, no
@@ -199,6 +207,12 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
     small = result.n_labelled < WIN_TUNED
     result.estimate = np.where(small, result.human_only, result.estimate)
     low, high, human_low, human_high, ratio = adjusted_intervals(human, judge, result, confidence, small)
+    # never wider than the votes alone: where the tuned interval is (a useless judge's were 1.002 times as wide on
+    # average at 70 labelled dialogues), the human-only share and its interval; a choice from the two widths, which
+    # read variances, as the tuning of lambda does
+    wider = ratio > 1.0
+    result.estimate = np.where(wider, result.human_only, result.estimate)
+    low, high, ratio = np.where(wider, human_low, low), np.where(wider, human_high, high), np.where(wider, 1.0, ratio)
     rows = []
     for row, s in enumerate(others):
         n_labelled, n_judged = counts[row]
@@ -333,11 +347,12 @@ def newton(x: np.ndarray, w: np.ndarray, v: np.ndarray, start=None, tol: float =
 class _Parts:
     """Per-dialogue sums of the pairs' gradients, for the PPI estimating equation and its sandwich."""
 
-    def __init__(self, data: Pairs, baseline: int, active: np.ndarray | None = None):
-        """`active`: the systems in the fit (the others' pairs weigh nothing, their columns are dropped)."""
+    def __init__(self, data: Pairs, baseline: int, active: np.ndarray | None = None, x: np.ndarray | None = None):
+        """`active`: the systems in the fit (the others' pairs weigh nothing, their columns are dropped); `x`: a
+        design of its own instead of the strengths' (the length-controlled win rate's)."""
         active = np.ones(len(data.systems), bool) if active is None else active
         self.columns = np.delete(active, baseline)
-        self.x = design(data, baseline)[:, self.columns]
+        self.x = design(data, baseline)[:, self.columns] if x is None else x
         kept = active[data.first] & active[data.second]
         labelled = data.labelled
         n_dialogues = len(data.dialogues)
@@ -382,15 +397,15 @@ class _Parts:
         w, _ = self.weights(lam)
         return (self.x * (w * p_hat * (1.0 - p_hat))[:, None]).T @ self.x
 
-    def covariance(self, theta: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
-        """(sandwich covariance of theta, the Hessian's inverse)."""
+    def covariance(self, theta: np.ndarray, lam: float) -> np.ndarray:
+        """The sandwich covariance of theta, clustered by dialogue."""
         gh, gf_l, gf_u, p_hat = self.gradients(theta)
         h_inv = np.linalg.pinv(self.hessian(p_hat, lam))
         n, m = self.n, self.m
         meat = _cov(gh - lam * gf_l) / n
         if lam != 0.0 and m >= 2:
             meat = meat + lam * lam * _cov(gf_u) / m
-        return h_inv @ meat @ h_inv, h_inv
+        return h_inv @ meat @ h_inv
 
     def tuned_lambda(self, theta: np.ndarray) -> float:
         """PPI++'s trace-optimal lambda at theta, clipped to [0, 1]."""
@@ -478,7 +493,7 @@ def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | No
         return nan
     fitted = lam is None
     if fitted:
-        lam = 1.0  # classic PPI below MIN_TUNED labelled dialogues: unbiased whatever the judge
+        lam = 0.0  # below MIN_TUNED labelled dialogues: the human-only fit (never wider than itself)
         if n >= MIN_TUNED:
             active, _ = set_apart(data, baseline, 1.0)
             start_parts = _Parts(data, baseline, active)
@@ -499,7 +514,7 @@ def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | No
                                        "wins or loses every pair)")
         nan.lam = lam
         return nan
-    cov, _ = fit_parts.covariance(theta, lam)
+    cov = fit_parts.covariance(theta, lam)
     index = np.flatnonzero(np.delete(active, baseline))
     p = k - 1
     small_theta = np.full(p, np.nan)
@@ -514,7 +529,16 @@ def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | No
     note = ""
     if n < MIN_LABELLED:
         note = "few"
-    return BTFit(full_theta, full_cov, float(df), float(lam), n, note=note)
+    fit = BTFit(full_theta, full_cov, float(df), float(lam), n, note=note)
+    if fitted and lam != 0.0:
+        # Never wider than the human votes alone: a lambda tuned on few labelled dialogues can be noise (a useless
+        # judge's intervals were 1.01 times as wide at 10); the choice reads the standard errors only.
+        plain = bradley_terry(data, baseline, confidence, lam=0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = fit.se / plain.se
+        if plain.ok and np.nanmean(np.where(np.isfinite(ratio) & (ratio > 0), ratio, np.nan)) > 1.0:
+            return plain
+    return fit
 
 
 def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BTFit) -> list[dict]:
@@ -559,6 +583,113 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
     return rows
 
 
+# -- length-controlled win rates -----------------------------------------------------------------------------------
+
+
+def length_controlled_rows(data: Pairs, baseline: int, confidence: float, lengths: dict) -> list[dict]:
+    """`win_rate_length_controlled` of every system against the baseline: the win rate it would have if its texts
+    were as long as the baseline's (alpaca_eval's length-controlled GLM without its per-instruction term):
+    P(s wins) = sigmoid(alpha + beta tanh(d / sd)), d = the length of s's text minus the baseline's on the pair, sd
+    its spread over the judged pairs of s against the baseline; the estimate is sigmoid(alpha), the win rate at
+    d = 0. Fitted as the strengths are (PPI for M-estimation with the votes on the labelled pairs and the judge on
+    all, ties 1/2, lambda 0 below 10 labelled dialogues and never wider than the human votes alone, a sandwich
+    clustered by dialogue, t quantile); the interval is sigmoid of alpha's. `lengths`: {(dialogue, system): length}.
+    """
+    rows = []
+    for s in (k for k in range(len(data.systems)) if k != baseline):
+        mine = ((data.first == s) & (data.second == baseline)) | ((data.first == baseline) & (data.second == s))
+        forward = data.first[mine] == s
+        names = data.dialogues[data.dialogue[mine]]
+        length = np.array([lengths.get((d, data.systems[s]), np.nan) - lengths.get((d, data.systems[baseline]),
+                                                                                   np.nan) for d in names])
+        row = {"quantity": "win_rate_length_controlled", "system": data.systems[s], "estimate": math.nan,
+               "ci_low": math.nan, "ci_high": math.nan, "human_only": math.nan, "human_only_ci_low": math.nan,
+               "human_only_ci_high": math.nan, "n_labelled": int((~np.isnan(data.human[mine])).sum()),
+               "n_judged": int(mine.sum()), "width_ratio": math.nan, "effective_labels": math.nan,
+               "interval_note": ""}
+        rows.append(row)
+        if np.isnan(length).any():
+            row["interval_note"] = (f"{int(np.isnan(length).sum())} of its pairs against the baseline have no text "
+                                    "length in --items: no length-controlled win rate")
+            continue
+        spread = float(np.std(length))
+        z = np.tanh(length / spread) if spread > 0 else np.zeros(len(length))
+        labelled = ~np.isnan(data.human[mine])
+        sides = min(int((labelled & (length > 0)).sum()), int((labelled & (length < 0)).sum()))
+        if spread > 0 and sides < MIN_LABELLED:
+            # the votes say nothing about equal lengths: sigmoid(alpha) would be an extrapolation (its intervals
+            # spanned nearly all of 0..1, the human-only ones collapsed on a fit that ran away)
+            row["interval_note"] = (f"{sides} labelled pair(s) where its text is the shorter or the longer one "
+                                    f"(fewer than {MIN_LABELLED}): the win rate at equal length would be an "
+                                    "extrapolation, no estimate")
+            continue
+        mine_pairs = Pairs(data.criterion, data.systems, np.full(len(z), s), np.full(len(z), baseline),
+                           data.dialogue[mine], data.dialogues, np.where(forward, data.judge[mine],
+                                                                         1.0 - data.judge[mine]),
+                           np.where(forward, data.human[mine], 1.0 - data.human[mine]))
+        x = np.column_stack([np.ones(len(z)), z])
+        fit = _controlled_fit(mine_pairs, baseline, x, confidence)
+        human = _controlled_fit(mine_pairs, baseline, x, confidence, lam=0.0)
+        n = fit["n"]
+        if n < MIN_LABELLED:
+            row["interval_note"] = interval_note("few", n).replace("labelled dialogue", "labelled dialogue with a "
+                                                                   "pair against the baseline", 1)
+        elif not fit["ok"]:
+            row["interval_note"] = ("the length-controlled fit did not converge (the system won or lost every "
+                                    "labelled pair): no estimate")
+            continue
+        row["estimate"] = float(_sigmoid(fit["alpha"]))
+        if human["ok"]:
+            row["human_only"] = float(_sigmoid(human["alpha"]))
+        if row["interval_note"]:
+            continue
+        q = float(t_quantile(confidence, fit["df"]))
+        row["ci_low"], row["ci_high"] = (float(_sigmoid(fit["alpha"] + sign * q * fit["se"])) for sign in (-1, 1))
+        if human["ok"] and np.isfinite(human["se"]):
+            qh = float(t_quantile(confidence, human["df"]))
+            row["human_only_ci_low"], row["human_only_ci_high"] = (
+                float(_sigmoid(human["alpha"] + sign * qh * human["se"])) for sign in (-1, 1))
+            width = row["human_only_ci_high"] - row["human_only_ci_low"]
+            row["width_ratio"] = (row["ci_high"] - row["ci_low"]) / width if width > 0 else math.nan
+            row["effective_labels"] = _effective(n, row["width_ratio"])
+    return rows
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _controlled_fit(data: Pairs, baseline: int, x: np.ndarray, confidence: float = 0.95,
+                    lam: float | None = None) -> dict:
+    """The PPI logistic fit of the votes on `x` (first column the intercept alpha): alpha, its standard error and
+    degrees of freedom; lambda as for the strengths when None."""
+    parts = _Parts(data, baseline, x=x)
+    out = {"n": parts.n, "ok": False, "alpha": math.nan, "se": math.nan, "df": math.nan}
+    if parts.n == 0:
+        return out
+    tuned = lam is None
+    if tuned:
+        lam = 0.0
+        if parts.n >= MIN_TUNED and parts.m:
+            start, ok = newton(x, *parts.weights(1.0))
+            lam = parts.tuned_lambda(start) if ok else 0.0
+    if parts.m == 0:
+        lam = 0.0
+    theta, ok = newton(x, *parts.weights(lam))
+    if not ok:
+        return out if lam == 0.0 else _controlled_fit(data, baseline, x, confidence, lam=0.0)
+    with np.errstate(invalid="ignore"):
+        se = float(np.sqrt(max(parts.covariance(theta, lam)[0, 0], 0.0)))
+    out.update(ok=True, alpha=float(theta[0]), se=se, df=float(parts.n - 2 if tuned and lam != 0.0 else parts.n - 1))
+    if tuned and lam != 0.0:
+        plain = _controlled_fit(data, baseline, x, confidence, lam=0.0)
+        # never a larger standard error for alpha than the votes alone (on the win-rate scale, choosing the narrower
+        # interval covered 0.932 at 20 labelled dialogues: a near-separated human-only fit looks narrow)
+        if plain["ok"] and plain["se"] < se:
+            return plain
+    return out
+
+
 # -- rank sets ---------------------------------------------------------------------------------------------------
 
 
@@ -568,24 +699,71 @@ def rank_sets(theta: np.ndarray, cov: np.ndarray, df: float, confidence: float) 
     difference theta_i - theta_j (i is surely above j when the interval excludes 0); all ranks possible where
     nothing is known. An infinite strength (a system that won or lost every pair) ranks first or last but is never
     surely above or below anyone: it has no interval. A system without any strength ranks last."""
-    k = len(theta)
+    rank = point_rank(theta)
+    if len(theta) < 2 or not df >= 1:
+        return rank, np.ones(len(theta)), np.full(len(theta), float(len(theta)))
+    diff, se, usable = _differences(theta, cov)
+    q = max_t_quantile(cov, usable, df, confidence)
+    above = (diff - q * se > 0) & usable  # i surely above j
+    return rank, 1.0 + above.sum(0), len(theta) - above.sum(1)
+
+
+def combined_rank_sets(fit: BTFit, human: BTFit, confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rank sets printed: the PPI fit's when none of its strength differences has a larger standard error than
+    the human-only fit's, else the human-only fit's (the PPI point ranks either way). The choice reads the two
+    covariances only, never the strengths, as PPI++ tunes lambda from variances: each set holds at --confidence
+    and so does the one chosen (asymptotically; measured in benchmarks/pairwise_coverage.py, systems all tied
+    included). Printing, system by system, the smaller of the two sets would not hold: each may miss on its own
+    5% (it covered 0.90-0.93 for a nominal 0.95 with 6-10 tied systems, 300 repetitions); the union of both fits'
+    claims with alpha spent across them holds, but its sets came out larger than the human-only ones about as often
+    as the PPI ones alone (the shared quantile is wider). Sets that hold their level and are never larger than the
+    human-only ones can gain nothing from the judge where it matters: with every system tied, the human-only sets
+    already spend the whole 5% on wrong claims, so any claim the judge adds where they make none breaks the level;
+    the only such rule that never loses is printing the human-only sets. So the PPI sets chosen can still be larger
+    than the human-only ones for a system, by the noise in the strengths (benchmarks/pairwise_coverage.py measures
+    how often)."""
+    if not fit.ok:
+        return rank_sets(fit.theta, fit.cov, math.nan, confidence)
+    rank = point_rank(fit.theta)
+    if human.ok and fit.lam != 0.0:
+        _, se, usable = _differences(fit.theta, fit.cov)
+        _, human_se, human_usable = _differences(human.theta, human.cov)
+        both = usable & human_usable
+        if not both.any() or np.any(se[both] > human_se[both]):
+            return (rank, *rank_sets(human.theta, human.cov, rank_df(human), confidence)[1:])
+    return rank_sets(fit.theta, fit.cov, rank_df(fit), confidence)
+
+
+def rank_df(fit: BTFit) -> float:
+    """Degrees of freedom of the simultaneous intervals: the fit's less the strengths it estimates beyond one. The
+    clustered sandwich of p strengths from n dialogues is too small by about the dialogues' leverage (p / n), which
+    one interval hardly feels but the largest of K(K-1)/2 does: with every system tied and n - 1 degrees of freedom
+    the rank sets covered 0.915-0.945; with n - p, 0.935-0.995 (benchmarks/pairwise_coverage.py has the cells).
+    Below one degree of freedom (fewer labelled dialogues than strengths) nothing is claimed."""
+    if not fit.ok:
+        return math.nan
+    strengths = int(np.isfinite(fit.theta).sum()) - 1
+    return float(fit.df - max(strengths - 1, 0))
+
+
+def point_rank(theta: np.ndarray) -> np.ndarray:
+    """1 + the number of systems with a larger strength; a system without any strength ranks last."""
     theta = np.asarray(theta, dtype=float)
     known = ~np.isnan(theta)
     ordered = np.where(known, theta, -np.inf)
-    rank = np.where(known, 1.0 + (ordered[None, :] > ordered[:, None]).sum(1), float(k))
-    if k < 2 or not df >= 1:
-        return rank, np.ones(k), np.full(k, float(k))
+    return np.where(known, 1.0 + (ordered[None, :] > ordered[:, None]).sum(1), float(len(theta)))
+
+
+def _differences(theta: np.ndarray, cov: np.ndarray):
+    """(theta_i - theta_j, its standard error, whether it has an interval), K x K each."""
+    theta = np.asarray(theta, dtype=float)
     finite = np.isfinite(theta)
     var = np.diag(cov)
     with np.errstate(invalid="ignore"):
         se = np.sqrt(np.maximum(var[:, None] + var[None, :] - 2.0 * cov, 0.0))
         diff = theta[:, None] - theta[None, :]  # i minus j
         usable = np.isfinite(se) & (se > 0) & finite[:, None] & finite[None, :]
-        q = max_t_quantile(cov, usable, df, confidence)
-        above = (diff - q * se > 0) & usable
-    low = 1.0 + above.sum(0)  # systems surely above i
-    high = k - above.sum(1)  # minus systems surely below i
-    return rank, low, high
+    return diff, se, usable
 
 
 def max_t_quantile(cov: np.ndarray, usable: np.ndarray, df: float, confidence: float, draws: int = 4000,
@@ -633,6 +811,7 @@ class PairwiseTables:
     n_random: int
     notes: list[str] = field(default_factory=list)
     lambdas: dict = field(default_factory=dict)
+    from_plan: bool = False  # the labelled dialogues are a plan's random part (else every labelled one)
 
 
 def pairwise_criteria(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None) -> list[str]:
@@ -652,11 +831,23 @@ def pairwise_criteria(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None) 
     return shared
 
 
+def item_lengths(items) -> tuple[dict, str]:
+    """({(dialogue, system): length of its text}, unit) from the items `judge compare` read (candidate_1 and
+    candidate_2 of each pair; words, or characters for scripts without spaces), as `judge audit` measures them."""
+    from ..trust.audit import read_items
+
+    frame = read_items(items)
+    return dict(zip(zip(frame["item_id"].astype(str), frame["system"]), frame["words"].astype(float))), \
+        frame.attrs["length_unit"]
+
+
 def pairwise_estimate(judge: pd.DataFrame, labels: pd.DataFrame, baseline: str, *, criteria=None,
-                      confidence: float = 0.95, margin: float | None = None, where: str = "the human labels"
-                      ) -> PairwiseTables:
-    """Win rates, Bradley-Terry strengths and rank sets of every criterion (frames as calibration.io reads them)."""
+                      confidence: float = 0.95, margin: float | None = None, where: str = "the human labels",
+                      items=None) -> PairwiseTables:
+    """Win rates, Bradley-Terry strengths and rank sets of every criterion (frames as calibration.io reads them);
+    with `items` (the pairs with their texts), length-controlled win rates too."""
     criteria = pairwise_criteria(judge, labels, criteria)
+    lengths, unit = item_lengths(items) if items is not None else (None, "")
     estimates, ranking, notes, lambdas = [], [], [], {}
     random_dialogues = set()
     for criterion in criteria:
@@ -676,25 +867,29 @@ def pairwise_estimate(judge: pd.DataFrame, labels: pd.DataFrame, baseline: str, 
                                    "sample of the judged pairs")
         random_dialogues |= set(data.dialogues[np.unique(data.dialogue[data.labelled])])
         rows = win_rate_rows(data, b, confidence)
+        if lengths is not None:
+            rows += length_controlled_rows(data, b, confidence, lengths)
         fit = bradley_terry(data, b, confidence)
         human = bradley_terry(data, b, confidence, human_only=True)
         lambdas[criterion] = fit.lam
         rows += bt_rows(data, b, confidence, fit, human)
         table = pd.DataFrame(rows).assign(criterion=criterion, baseline=baseline)
         estimates.append(table)
-        rank, low, high = rank_sets(fit.theta, fit.cov, fit.df, confidence) if fit.ok and fit.df >= 1 else \
-            rank_sets(fit.theta, fit.cov, math.nan, confidence)
-        _, hlow, hhigh = rank_sets(human.theta, human.cov, human.df, confidence)
+        rank, low, high = combined_rank_sets(fit, human, confidence)
+        _, hlow, hhigh = rank_sets(human.theta, human.cov, rank_df(human), confidence)
         ranking.append(pd.DataFrame({"criterion": criterion, "system": data.systems, "rank": rank.astype(int),
                                      "rank_low": low.astype(int), "rank_high": high.astype(int),
                                      "human_only_rank_low": hlow.astype(int),
                                      "human_only_rank_high": hhigh.astype(int)}).sort_values(["rank", "system"]))
+        if lengths is not None:
+            notes.append(f"{criterion}: win_rate_length_controlled = the win rate at equal text length ({unit}), "
+                         "alpaca_eval's length-controlled GLM without its per-instruction term")
         if data.n_failed:
             notes.append(f"{criterion}: {data.n_failed} pair(s) without a usable verdict (failed or abstained): kept "
                          "with the judge's prediction 1/2")
         if fit.ok and fit.n_labelled < MIN_TUNED:
-            notes.append(f"{criterion}: {fit.n_labelled} labelled dialogues: Bradley-Terry with lambda = 1 (classic "
-                         f"PPI); lambda is tuned from {MIN_TUNED} on")
+            notes.append(f"{criterion}: {fit.n_labelled} labelled dialogues: the Bradley-Terry strengths are the human "
+                         f"votes' alone (lambda = 0); the judge is used from {MIN_TUNED} on")
         if not human.ok:
             notes.append(f"{criterion}: {human.note}")
     frame = pd.concat(estimates, ignore_index=True)
@@ -712,7 +907,9 @@ def pairwise_estimate(judge: pd.DataFrame, labels: pd.DataFrame, baseline: str, 
 
 METHOD = ("pairwise: win rates by PPI++ (estimate.py's mean, dialogues as units); Bradley-Terry by PPI for "
           "M-estimation (logistic loss, ties 1/2, cluster sandwich by dialogue, lambda tuned from 10 labelled "
-          "dialogues on, else 1); rank sets from simultaneous max-t intervals on all strength differences")
+          "dialogues on and never wider than the human votes alone, else 0); rank sets from simultaneous max-t "
+          "intervals on all strength differences (n - p degrees of freedom), PPI's or human-only's by their "
+          "covariances; length-controlled win rates with --items")
 
 
 def margin_option(margin, baseline) -> float | None:
@@ -762,8 +959,11 @@ def print_pairwise(result, out) -> None:
     from .screen import format_table
 
     level = f"{result.confidence:.0%}"
-    print(f"Random sample: all {result.n_random} dialogues with human votes are taken as a uniformly random sample of "
-          "the judged dialogues; if some were chosen on purpose, the estimates are biased.", file=out)
+    if result.from_plan:
+        print(f"Random sample: the {result.n_random} labelled dialogues of the plan's random part.", file=out)
+    else:
+        print(f"Random sample: all {result.n_random} dialogues with human votes are taken as a uniformly random "
+              "sample of the judged dialogues; if some were chosen on purpose, the estimates are biased.", file=out)
     print(f"Against the baseline {result.baseline!r}: win_rate = share of its pairs with the baseline a system wins "
           "(tie 1/2, either order); bradley_terry = log strength relative to the baseline, fitted over every judged "
           f"pair. Intervals: {level}, prediction-powered (judge verdict on every pair, human votes correct it).",
