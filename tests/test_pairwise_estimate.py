@@ -407,6 +407,29 @@ def test_a_screen_plan_keeps_the_targeted_votes_out_of_the_pairwise_estimates(tm
     assert "the 20 labelled dialogues of the plan's random part" in capsys.readouterr().out
 
 
+def test_an_active_pairwise_plan_is_refused_not_read_as_uniform(tmp_path, capsys):
+    """screen --design active draws pairwise dialogues with unequal probabilities; the pairwise estimate does not
+    weigh votes by 1/p, so it refuses such a plan (exit 2) instead of printing a biased win rate."""
+    from judge.cli import main
+
+    judge, labels = study(seed=9, dialogues=120, labelled=120, copy=0.7)
+    judgments, _ = _write(tmp_path, judge, labels)
+    plan = tmp_path / "plan"
+    assert main(["screen", "--judgments", str(judgments), "--budget", "40", "--design", "active",
+                 "--output-dir", str(plan)]) == 0
+    probabilities = pd.read_csv(plan / "plan.csv")["inclusion_probability"].dropna()
+    if probabilities.nunique() < 2:
+        pytest.skip("this judge's uncertainty gave a uniform draw: nothing unequal to refuse")
+    drawn = set(pd.read_csv(plan / "plan.csv")["item_id"])
+    _, human = _write(tmp_path, judge, labels[labels["item_id"].isin(drawn)])
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    capsys.readouterr()
+    assert main(["estimate", "--judgments", str(judgments), "--human", str(human), "--baseline", "base", "--plan",
+                 str(plan)]) == 2
+    assert "pairwise estimates do not weigh votes by 1/p" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
 def test_margin_decides_the_exit_code_and_writes_a_summary(tmp_path, capsys):
     from judge.cli import main
 
