@@ -33,7 +33,7 @@ def test_estimate_report_plots_the_differences_on_the_scale_with_its_provenance(
     assert main(["estimate", "--judgments", str(STUDY / "judgments.jsonl"), "--human", str(STUDY / "labels.csv"),
                  "--plan", str(STUDY / "plan"), "--scale", "1,5", "--report", str(report)]) == 0
     dom, images = browser_dom(report, tmp_path)
-    assert images == 2 and f'data-images-rendered="2/2"' in dom  # paired differences, then the means
+    assert images == 2 and 'data-images-rendered="2/2"' in dom  # paired differences, then the means
     assert dom.index("paired differences") < dom.index("each system's mean human score")
     for field in ("Judgments", "Human labels", "Plan", "Model", "Rubric", "Date", "toy-model", "toy@1"):
         assert f">{field}<" in dom or field in dom, field
