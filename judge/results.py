@@ -53,6 +53,7 @@ class Check:
     done: int = 0  # finished with the same fingerprint
     stale: dict = field(default_factory=dict)  # key -> what changed (the first EXPLAINED read back; [] beyond)
     cached: set = field(default_factory=set)  # finished keys whose answers came from the answer cache
+    keys: list = field(default_factory=list)  # every planned key in plan order, when asked for
 
     @property
     def nothing_to_do(self) -> bool:
@@ -145,22 +146,27 @@ class ResultsFile:
             handle.seek(offset)
             return parse_line(handle.readline().decode("utf-8-sig"), str(self.path))
 
-    def check(self, planned: Iterable[tuple[tuple[str, str, str], dict]]) -> Check:
-        """One pass over the (key, fingerprint) of every planned judgment: how many are done, which finished ones
-        this run would make differently (stale: key -> what changed) and which came from the answer cache."""
-        out = Check()
-        for key, fingerprint in planned:
-            out.planned += 1
-            entry = self._index.get(index_key(key))
-            if entry is None:
-                continue
-            if entry[1] != print_digest(fingerprint):
-                explained = len(out.stale) < EXPLAINED
-                out.stale[key] = changes(self._read(entry[0]).fingerprint, fingerprint) if explained else []
-                continue
-            out.done += 1
-            if entry[2] & 1:
-                out.cached.add(key)
+    def check(self, units: Iterable, keys: bool = False) -> Check:
+        """One pass over the planned units (judge.engine.Unit: `keys()` and `fingerprints`, the latter made only for
+        a judgment found here): how many are done, which finished ones this run would make differently (stale: key
+        -> what changed) and which came from the answer cache. `keys`: list every planned key (Check.keys)."""
+        out, index = Check(), self._index
+        for unit in units:
+            for n, key in enumerate(unit.keys()):
+                out.planned += 1
+                if keys:
+                    out.keys.append(key)
+                entry = index.get(index_key(key)) if index else None
+                if entry is None:
+                    continue
+                fingerprint = unit.fingerprints[n]
+                if entry[1] != print_digest(fingerprint):
+                    explained = len(out.stale) < EXPLAINED
+                    out.stale[key] = changes(self._read(entry[0]).fingerprint, fingerprint) if explained else []
+                    continue
+                out.done += 1
+                if entry[2] & 1:
+                    out.cached.add(key)
         return out
 
     def other_judge(self, rubric: str, model: str, replaced=frozenset()) -> str | None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from judge.backends.openai_compat import _completion, _status_error
-from judge.cache import request_key
+from judge.cache import Request, request_key
 from judge.errors import BackendError, Deferred, InputError, JudgeError, OutputError, RetryableError, ServerUnusable
 from judge.outputs import write_files
 from judge.secrets import MASK, Redactor
@@ -66,6 +66,8 @@ def manifest_path(output: str | Path) -> Path:
 
 
 def batch_line(key: str, body: dict) -> str:
+    if isinstance(body, Request):  # encoded once already, for its key
+        return f'{{"custom_id":"{key}","method":"POST","url":"{ENDPOINT}","body":{body.text}}}'
     return json.dumps({"custom_id": key, "method": "POST", "url": ENDPOINT, "body": body}, ensure_ascii=False,
                       separators=(",", ":"))
 
@@ -659,6 +661,7 @@ class BatchDirClient(Batcher):
             raise OutputError(f"{self.dir}: --batch-dir is a file; give a folder")
         self._check_manifest(fingerprint, command)
         self._files: list[Path] = []  # the folder's batch files (inputs and answers), numbered by position
+        self._handles: dict[int, object] = {}  # answer files open for reading, by number
         self.answers: dict[str, list[tuple[int, int, int]]] = {}  # custom_id -> (round, file, offset), oldest first
         self.waiting_on: dict[str, int] = {}  # custom_id -> the newest input file holding it, answers not back yet
         self._used: dict[str, int] = {}  # custom_id -> round of the error answer already handed out
@@ -739,9 +742,11 @@ class BatchDirClient(Batcher):
                                  "refused; move it away")
 
     def _record(self, file: int, offset: int) -> dict:
-        with self._files[file].open("rb") as handle:
-            handle.seek(offset)
-            return json.loads(handle.readline().decode("utf-8"))
+        handle = self._handles.get(file)
+        if handle is None:  # kept open: an answer file is read line by line, a million times at most
+            handle = self._handles[file] = self._files[file].open("rb")
+        handle.seek(offset)
+        return json.loads(handle.readline().decode("utf-8"))
 
     def _answer(self, key: str):
         """The newest answer not handed out already, as `result_of` reads it; None when there is none, or when the
@@ -829,6 +834,9 @@ class BatchDirClient(Batcher):
 
     async def aclose(self) -> None:
         """An interrupted or failed pass: its unfinished shard files are dropped, the answers already read kept."""
+        for handle in self._handles.values():
+            handle.close()
+        self._handles = {}
         for shard in self._writers:
             for part in shard:
                 part.discard()
