@@ -471,6 +471,38 @@ def test_batch_dir_an_answer_file_with_a_cut_last_line_resends_that_request(serv
     assert main(run) == 0 and len(lines(tmp_path / "out.jsonl")) == 12
 
 
+def test_batch_dir_request_files_not_proven_ours_are_checked_line_by_line_and_read_alike(server, tmp_path):
+    """A request file whose digest is in the folder's registry is read for its ids only; without the registry
+    (copied elsewhere, or the registry lost) every line is checked, and the answers are the same."""
+    folders = {}
+    for name in ("proven", "unproven"):
+        work = tmp_path / name
+        work.mkdir()
+        folder = folders[name] = work / "batches"
+        run = args(server.base_url, work, "--batch-dir", str(folder), "--criteria", UNGATED)
+        assert main(run) == 3
+        run_through(server, [folder / "round1-001.jsonl"])
+        if name == "unproven":
+            (folder / ".judge-written.json").unlink()
+        assert main(run) == 0
+    proven, unproven = (lines(tmp_path / n / "out.jsonl") for n in ("proven", "unproven"))
+    assert len(proven) == 4 * len(UNGATED.split(",")) and \
+        [(j["id"], j["system"], j["criterion"], j["score"]) for j in proven] == \
+        [(j["id"], j["system"], j["criterion"], j["score"]) for j in unproven]
+
+
+def test_the_answer_index_keeps_every_answer_of_a_prefix_oldest_first():
+    index = batching._AnswerIndex()
+    twins = ["ab" * 8 + "0" * 48, "ab" * 8 + "1" * 48]  # the same first 64 bits
+    index.add(twins[0], 1, 2, 10)
+    index.add("cd" * 32, 1, 2, 20)
+    index.add(twins[1], 1, 2, 30)
+    index.add(twins[0], 2, 5, 40)
+    index.freeze()
+    assert index.places(twins[0]) == index.places(twins[1]) == [(1, 2, 10), (1, 2, 30), (2, 5, 40)]
+    assert index.places("cd" * 32) == [(1, 2, 20)] and index.places("ef" * 32) == []
+
+
 # -- bad input: one line, exit 2, nothing submitted or written half ---------------------------------------------
 def _other_run_out(tmp_path: Path, server) -> list[str]:
     folder = tmp_path / "batches"
@@ -554,6 +586,28 @@ def _batch_gone(tmp_path: Path, server) -> list[str]:
     return ["--batch", "--criteria", UNGATED]
 
 
+def _not_a_key_out(tmp_path: Path, server) -> list[str]:
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
+    run_through(server, [folder / "round1-001.jsonl"])
+    out = folder / "round1-001.out.jsonl"
+    rows = out.read_text().splitlines()
+    rows[2] = json.dumps({**json.loads(rows[2]), "custom_id": "request-3"})  # a runner that numbers its lines
+    out.write_text("\n".join(rows) + "\n")
+    return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
+def _line_added_to_a_request_file(tmp_path: Path, server) -> list[str]:
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
+    path = folder / "round1-001.jsonl"
+    first = json.loads(path.read_text().splitlines()[0])
+    first["body"]["seed"] += 1  # another request under the first one's custom_id: the file is no longer ours
+    with path.open("a") as handle:
+        handle.write(json.dumps(first) + "\n")
+    return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
 def _garbage_manifest(tmp_path: Path, server) -> list[str]:
     (tmp_path / "out.jsonl.batches.json").write_text("my notes\n")
     return ["--batch"]
@@ -575,6 +629,9 @@ BAD = [  # (case, setup returning the extra flags, expected message)
     ("request edited with its custom_id", _edited_request_rekeyed,
      "round1-001.jsonl:1: asks model 'another', this run asks 'stub'"),
     ("unreadable line in an answer file", _unreadable_answer_line, "round1-001.out.jsonl:5: not valid JSON"),
+    ("an answer whose custom_id is not a key", _not_a_key_out, "round1-001.out.jsonl:3: custom_id request-3... is not "
+     "a request of round1-001.jsonl"),
+    ("a line added to a request file", _line_added_to_a_request_file, "the request is not the one its custom_id names"),
     ("not a manifest", _garbage_manifest, "not a batch manifest"),
     ("a batch the provider lost", _batch_gone, "failed (HTTP 404): Error code: 404"),
 ]
