@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 
 from batch_server import BatchServer
 from judge.backends import batch as batching
+from judge.cache import request_key
 from judge.cli import main
 from judge.rubric import load_rubric
 
@@ -491,16 +492,27 @@ def test_batch_dir_request_files_not_proven_ours_are_checked_line_by_line_and_re
         [(j["id"], j["system"], j["criterion"], j["score"]) for j in unproven]
 
 
-def test_the_answer_index_keeps_every_answer_of_a_prefix_oldest_first():
-    index = batching._AnswerIndex()
-    twins = ["ab" * 8 + "0" * 48, "ab" * 8 + "1" * 48]  # the same first 64 bits
-    index.add(twins[0], 1, 2, 10)
-    index.add("cd" * 32, 1, 2, 20)
-    index.add(twins[1], 1, 2, 30)
-    index.add(twins[0], 2, 5, 40)
-    index.freeze()
-    assert index.places(twins[0]) == index.places(twins[1]) == [(1, 2, 10), (1, 2, 30), (2, 5, 40)]
-    assert index.places("cd" * 32) == [(1, 2, 20)] and index.places("ef" * 32) == []
+@pytest.mark.parametrize("tail", [3, 1000])  # rows merged into the sorted arrays, or all still in the dict
+def test_the_key_index_gives_each_key_its_rows_oldest_first(monkeypatch, tail):
+    import random
+
+    from judge.backends import keyindex
+
+    monkeypatch.setattr(keyindex, "TAIL", tail)
+    keys = [request_key({"n": n}) for n in range(60)]
+    keys.append(keys[0][:16] + "0" * 48)  # the same first 64 bits as another key
+    index, expected, chance = keyindex.KeyIndex(2), {}, random.Random(7)
+    for step in range(500):
+        key = chance.choice(keys)
+        row = (step, chance.randint(-3, 10**15))
+        index.add(key, *row)
+        expected.setdefault(key, []).append(row)
+    assert len(index) == 500
+    for key in keys + ["f" * 64]:
+        assert index.rows(key) == expected.get(key, []) and (key in index) == (key in expected)
+        assert index.last(key) == (expected[key][-1] if key in expected else None)
+    with pytest.raises(ValueError):
+        index.add(keys[0], 1)
 
 
 # -- bad input: one line, exit 2, nothing submitted or written half ---------------------------------------------

@@ -23,7 +23,6 @@ to run; the same command rerun reads every `*.out.jsonl`, and its answers resolv
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import hashlib
 import json
@@ -36,6 +35,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from judge.backends.keyindex import KeyIndex
 from judge.backends.openai_compat import _completion, _status_error
 from judge.cache import Request, request_key
 from judge.errors import BackendError, Deferred, InputError, JudgeError, OutputError, RetryableError, ServerUnusable
@@ -642,46 +642,6 @@ def _batch_lines(path: Path, cut_ok: bool, where: str | None = None):
         # the bad line was the last one with text: a cut answer, read as missing
 
 
-def _short(key: str) -> int:
-    """A custom_id (a request key: 64 hex digits) as the int of its first 128 bits: what the folder's indexes
-    keep in memory (44 bytes, where the text takes 113)."""
-    return int(key[:32], 16)
-
-
-class _AnswerIndex:
-    """Where each answer of a folder stands (round, file, offset), in arrays sorted by the first 64 bits of its
-    custom_id: about 30 bytes an answer, where a dict of lists took 400 (842 MB at a million answers). A lookup
-    returns the places of that prefix, oldest first; the reader checks the custom_id of the line it reads."""
-
-    def __init__(self):
-        from array import array
-
-        self._columns = [array("Q"), array("q"), array("q"), array("q")]  # prefix, round, file, offset
-
-    def add(self, key: str, round_: int, file: int, offset: int) -> None:
-        for column, value in zip(self._columns, (int(key[:16], 16), round_, file, offset)):
-            column.append(value)
-
-    def freeze(self) -> None:
-        """Sort by prefix (numpy, stable: oldest first within a prefix, as the files were read); lookups bisect
-        the sorted arrays (array.array: an item costs 50 ns to read, a numpy scalar 1 us)."""
-        from array import array
-
-        import numpy as np
-
-        prefix = np.frombuffer(self._columns[0], dtype=np.uint64)
-        order = np.argsort(prefix, kind="stable")
-        self._columns = [array(column.typecode, np.frombuffer(column, dtype=column.typecode)[order].tobytes())
-                         for column in self._columns]
-
-    def places(self, key: str) -> list[tuple[int, int, int]]:
-        prefix, rounds, files, offsets = self._columns
-        wanted = int(key[:16], 16)
-        start = bisect.bisect_left(prefix, wanted)
-        end = bisect.bisect_right(prefix, wanted, lo=start)
-        return [(rounds[n], files[n], offsets[n]) for n in range(start, end)]
-
-
 class BatchDirClient(Batcher):
     """Requests written as OpenAI batch files into a folder, for `vllm run-batch` (or any runner) to answer; the
     same command run again reads the answers.
@@ -706,16 +666,17 @@ class BatchDirClient(Batcher):
         self._check_manifest(fingerprint, command)
         self._files: list[Path] = []  # the folder's batch files (inputs and answers), numbered by position
         self._handles: dict[int, object] = {}  # answer files open for reading, by number
-        # Keys are custom_ids as ints (`_short`): memory at a million requests stays a few dozen MB.
-        self.answers = _AnswerIndex()  # custom_id -> (round, file, offset), oldest first
-        self.waiting_on: dict[int, int] = {}  # custom_id -> the newest input file holding it, answers not back yet
-        self._used: dict[int, int] = {}  # custom_id -> round of the error answer already handed out
+        # Indexed by custom_id in a few dozen bytes a request (judge/backends/keyindex.py), not in dicts of strings.
+        self.answers = KeyIndex(3)  # custom_id -> (round, file, offset), oldest first
+        self.waiting_on = KeyIndex(1)  # custom_id -> input files holding it whose answers are not back, newest last
+        self._used = KeyIndex(1)  # custom_id -> round of the error answer handed out (0: written again since)
         self._read_answers()
         self._round = max((self._round_of(p) for p in self._files), default=0) + 1
         self._parts: list = []  # this pass's open shard files (judge.outputs.StreamedFile), in the order opened
         self._writers: list[list[int]] = []  # per shard, the numbers of its files in self._parts
-        self._written: dict[int, int] = {}  # custom_id -> the number of the file of this pass it was written to
-        self._deferred: set[int] = set()  # custom_ids this pass waits for
+        self._written = KeyIndex()  # custom_ids written in this pass
+        self._deferred = 0  # questions this pass waits for
+        self._waiting_files: set[int] = set()  # ... in files of earlier runs (and in this pass's)
         self._next = 0  # round-robin over the shards
 
     def _check_manifest(self, fingerprint: str, command: str) -> None:
@@ -748,22 +709,23 @@ class BatchDirClient(Batcher):
     def _read_answers(self) -> None:
         """Index every *.out.jsonl next to the input file it answers; refuse answers this run did not ask for."""
         if not self.dir.is_dir():
-            self.answers.freeze()
             return
         for inp in sorted(self.dir.glob("round*-*.jsonl"), key=lambda p: (self._round_of(p), p.name)):
             if inp.name.endswith(".out.jsonl"):
                 continue
             number_in = self._number(inp)
-            asked = {_short(key) for key in self._asked(inp)}
             out = inp.with_name(inp.name.removesuffix(".jsonl") + ".out.jsonl")
             if not out.exists():
-                for key in asked:
-                    self.waiting_on[key] = number_in
+                for key in self._asked(inp):
+                    self.waiting_on.add(key, number_in)
                 continue
+            asked = KeyIndex()  # this file's requests: an answer to anything else is refused
+            for key in self._asked(inp):
+                asked.add(key)
             number_out, round_ = self._number(out), self._round_of(inp)
             for number, offset, record in _batch_lines(out, cut_ok=True):
                 key = record["custom_id"]
-                if not _HEX_KEY.fullmatch(key) or _short(key) not in asked:
+                if not _HEX_KEY.fullmatch(key) or key not in asked:
                     raise InputError(f"{out}:{number}: custom_id {key[:16]}... is not a request of {inp.name} (an "
                                      "answer file from another run, or renamed): refused; move it away")
                 response = record.get("response")
@@ -773,7 +735,6 @@ class BatchDirClient(Batcher):
                     raise InputError(f"{out}:{number}: answered by model {body.get('model')!r}, but the request asked "
                                      f"for {wanted!r}: refused; run the file with --model {wanted}")
                 self.answers.add(key, round_, number_out, offset)
-        self.answers.freeze()
         for stray in sorted(self.dir.glob("*.out.jsonl")):
             if not stray.with_name(stray.name.removesuffix(".out.jsonl") + ".jsonl").exists():
                 raise InputError(f"{stray}: answers a batch file that is not in {self.dir} (from another run?): "
@@ -812,39 +773,41 @@ class BatchDirClient(Batcher):
         handle.seek(offset)
         return json.loads(handle.readline().decode("utf-8"))
 
-    def _answer(self, key: str, short: int):
+    def _answer(self, key: str, waiting: tuple | None):
         """The newest answer not handed out already, as `result_of` reads it; None when there is none, or when the
-        request was written again since (its answer is still to come)."""
-        asked_again = self._round_of(self._files[self.waiting_on[short]]) if short in self.waiting_on else 0
-        for round_, file, offset in reversed(self.answers.places(key)):
+        request was written again since (its answer is still to come). `waiting`: waiting_on's newest row."""
+        asked_again = self._round_of(self._files[waiting[0]]) if waiting else 0
+        used = self._used.last(key)
+        for round_, file, offset in reversed(self.answers.rows(key)):
             if round_ < asked_again:
                 break
-            record = self._record(file, offset)
-            if record.get("custom_id") != key:  # another request whose id starts alike
-                continue
-            if round_ > self._used.get(short, 0):
-                result = result_of(record, self.redact)
+            if round_ > (used[0] if used else 0):
+                result = result_of(self._record(file, offset), self.redact)
                 if isinstance(result, Exception):
-                    self._used[short] = round_  # an error is given once; a retry writes the request again
+                    self._used.add(key, round_)  # an error is given once; a retry writes the request again
                 return result
             break
         return None
 
     async def complete(self, body: dict, timeout: float) -> dict:
         key = request_key(body)
-        short = _short(key)
-        answer = self._answer(key, short)
+        waiting = self.waiting_on.last(key)
+        answer = self._answer(key, waiting)
         if answer is not None:
             self.settle(answer)
             if isinstance(answer, Exception):
                 raise answer
             return answer
-        if short not in self._written and (short not in self.waiting_on or self._used.get(short)):
-            self._write(key, short, body)
-        self._deferred.add(short)
+        if key not in self._written:
+            used = self._used.last(key)
+            if waiting is None or (used and used[0]):
+                self._write(key, body)
+            else:
+                self._waiting_files.add(waiting[0])
+        self._deferred += 1
         raise Deferred
 
-    def _write(self, key: str, short: int, body: dict) -> None:
+    def _write(self, key: str, body: dict) -> None:
         """One request line into this pass's next shard (round-robin), a new file when a shard's is full."""
         from judge.outputs import StreamedFile
 
@@ -858,42 +821,41 @@ class BatchDirClient(Batcher):
             shard.append(len(self._parts))
             self._parts.append(StreamedFile(self.dir / f"round{self._round}", verb="batch"))  # named when committed
         self._parts[shard[-1]].write(line)
-        self._written[short] = shard[-1]
-        self._used.pop(short, None)
+        self._written.add(key)
+        if key in self._used:
+            self._used.add(key, 0)
 
     async def end_pass(self) -> str | None:
-        """At the end of a pass: put this pass's files in place and say what to run (None when nothing waits)."""
-        self._commit()
+        """At the end of a pass: put this pass's files in place and say what to run (None when nothing waits). A
+        pass that wrote requests waits for them: the run stops here, so the new files need no entry in waiting_on."""
+        self._waiting_files |= self._commit()
         if not self._deferred:
             return None
-        waiting = sorted({self._files[self.waiting_on[key]] for key in self._deferred if key in self.waiting_on},
-                         key=lambda p: (self._round_of(p), p.name))
+        waiting = sorted({self._files[n] for n in self._waiting_files}, key=lambda p: (self._round_of(p), p.name))
         commands = "\n".join(f"  vllm run-batch -i {p} -o {p.with_name(p.name.removesuffix('.jsonl') + '.out.jsonl')}"
                              f" --model {self.model}" for p in waiting)
-        return (f"{len(self._deferred)} requests wait in {len(waiting)} batch file(s) in {self.dir}; run each (on any "
+        return (f"{self._deferred} requests wait in {len(waiting)} batch file(s) in {self.dir}; run each (on any "
                 f"node; `vllm run-batch` can be started as `python -m vllm.entrypoints.openai.run_batch`):\n"
                 f"{commands}\nthen run this command again to record the answers")
 
-    def _commit(self) -> None:
+    def _commit(self) -> set[int]:
         """This pass's shard files under their final names, round{R}-{NNN}.jsonl (shard by shard), and the
-        manifest's round."""
+        manifest's round; the numbers of the files written."""
         from judge.outputs import write_files
 
         order = [n for shard in self._writers for n in shard]  # shard by shard
         self._writers = []
         if not order:
-            return
-        written, requests, number = [], 0, {}
+            return set()
+        written, requests, numbers = [], 0, set()
         for name, n in enumerate(order, start=1):
             part = self._parts[n]
             part.path = self.dir / f"round{self._round}-{name:03d}.jsonl"
             part.commit()
             written.append(part.path)
-            number[n] = self._number(part.path)
+            numbers.add(self._number(part.path))
             requests += part.lines
-        for key, n in self._written.items():  # where each request written in this pass now waits
-            self.waiting_on[key] = number[n]
-        self._written, self._parts = {}, []
+        self._written, self._parts = KeyIndex(), []
         self.manifest.setdefault("rounds", []).append({"round": self._round, "files": [p.name for p in written],
                                                        "requests": requests})
         write_files({self.dir / DIR_MANIFEST: json.dumps(self.manifest, indent=1) + "\n"}, verb="batch")
@@ -901,6 +863,7 @@ class BatchDirClient(Batcher):
         self.batches += len(written)
         self.requests += requests
         self._round += 1
+        return numbers
 
     async def aclose(self) -> None:
         """An interrupted or failed pass: its unfinished shard files are dropped, the answers already read kept."""
