@@ -189,8 +189,7 @@ def main() -> int:
         marginal = 1024 * (mine[-1]["rss_mb"] - mine[0]["rss_mb"]) / (mine[-1]["n"] - mine[0]["n"])
         cells = "  ".join(f"{r['n']:>9,}: {r['rss_mb']:6.0f}" for r in mine)
         print(f"  {transport:<10} {cells}  growth {growth:.2f}x  marginal {marginal:.2f} KB/judgment")
-        if transport != "batch":  # --batch keeps its manifest's custom_ids in memory (~1-2 KB each; see the README)
-            failed |= marginal > MARGINAL_KB or mine[-1]["rss_mb"] > 1024
+        failed |= marginal > MARGINAL_KB or mine[-1]["rss_mb"] > 1024
     if args.check and failed:
         print("FAIL: peak memory grows with the number of judgments (or exceeds 1 GB)")
         return 1

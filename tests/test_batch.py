@@ -103,7 +103,7 @@ def test_a_batch_run_writes_the_same_lines_as_the_online_path(server, tmp_path, 
     assert all(r["usage"]["cached_tokens"] > 0 for r in batch if r["criterion"] != "x")
     manifest = json.loads((tmp_path / "out.jsonl.batches.json").read_text())
     assert [b["status"] for b in manifest["batches"]] == ["completed", "completed"]
-    assert sum(len(b["custom_ids"]) for b in manifest["batches"]) == 18
+    assert sum(b["requests"] for b in manifest["batches"]) == 18
     assert SECRET not in (tmp_path / "out.jsonl.batches.json").read_text()
 
 

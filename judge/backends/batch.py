@@ -189,7 +189,6 @@ class Batcher:
     def __init__(self, redact: Redactor | None = None, progress: bool = True):
         self.redact = redact or Redactor()
         self.status = _Status(progress)
-        self._sends: dict[str, int] = {}
         self.requests = self.batches = self.rounds = 0  # sent (or written) in batches
         self.answered = 0  # answers that came back from batches
         # Answers and tokens (prompt, cached, completion) from batches this run submitted, and from earlier ones.
@@ -232,19 +231,52 @@ class Batcher:
 
 # -- a provider's Batch API -----------------------------------------------------------------------------------
 class Manifest:
-    """What was paid for: the batches of a run (file id, batch id, custom_ids), next to --output, written before
-    any polling so that a rerun resumes instead of paying twice."""
+    """What was paid for: the batches of a run (file id, batch id, the file of their custom_ids), next to --output,
+    written before any polling so that a rerun resumes instead of paying twice.
+
+    A batch's custom_ids are kept one per line in `OUT.batches.ids/NNNNN.txt`, not in the manifest (a million of
+    them made a 70 MB manifest rewritten at every change, and held in memory); `index` maps each to the batches
+    holding it (judge/backends/keyindex.py). A manifest written before keeps them in the entry (`custom_ids`)."""
 
     def __init__(self, path: Path, fingerprint: str, command: str, model: str, where: str):
         self.path = path
+        self.ids_dir = path.with_name(path.name.removesuffix(".json") + ".ids")
         self.data = {"kind": MANIFEST_KIND, "version": 1, "command": command, "fingerprint": fingerprint,
                      "model": model, "server": where, "batches": []}
         if path.exists():
             self._load(fingerprint, command)
-        self.index: dict[str, dict] = {}
-        for entry in self.data["batches"]:
-            for key in entry["custom_ids"]:
-                self.index[key] = entry  # the latest batch holding a request wins
+        self.index = KeyIndex(1)  # custom_id -> the number of each batch holding it, oldest first
+        for number, entry in enumerate(self.batches):
+            self._index(number, entry)
+
+    def _index(self, number: int, entry: dict) -> None:
+        for key in self.custom_ids(entry):
+            if _HEX_KEY.fullmatch(key):
+                self.index.add(key, number)
+
+    def custom_ids(self, entry: dict):
+        """The custom_ids of a batch, read one at a time from its file."""
+        if "custom_ids" in entry:  # a manifest written before the ids had files of their own
+            yield from entry["custom_ids"]
+            return
+        if not entry.get("ids"):
+            return
+        path = self.ids_dir / entry["ids"]
+        try:
+            handle = path.open(encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"{path}: the custom_ids of batch {entry.get('batch_id') or entry.get('file_id')} "
+                              f"cannot be read ({exc.strerror or exc}); the manifest {self.path} needs it to match "
+                              "answers to requests: restore it, or choose another --output") from None
+        with handle:
+            for line in handle:
+                if line.strip():
+                    yield line.strip()
+
+    def latest(self, key: str) -> tuple[int, dict] | None:
+        """(number, entry) of the latest batch holding a request, or None."""
+        row = self.index.last(key)
+        return None if row is None else (row[0], self.batches[row[0]])
 
     def _load(self, fingerprint: str, command: str) -> None:
         try:
@@ -271,10 +303,11 @@ class Manifest:
     def batches(self) -> list[dict]:
         return self.data["batches"]
 
-    def add(self, entry: dict) -> None:
+    def add(self, entry: dict) -> int:
+        """Record a batch whose ids file is written; its number."""
         self.batches.append(entry)
-        for key in entry["custom_ids"]:
-            self.index[key] = entry
+        self._index(len(self.batches) - 1, entry)
+        return len(self.batches) - 1
 
     def save(self) -> None:
         write_files({self.path: json.dumps(self.data, ensure_ascii=False) + "\n"}, verb="batch")
@@ -346,22 +379,32 @@ class BatchAPIClient(Batcher):
         self._once = self._client.with_options(max_retries=0)
         self.manifest = manifest
         self._scratch = tempfile.TemporaryDirectory(prefix="judge-batch-")
-        self._results: dict[str, dict[str, tuple[Path, int]]] = {}  # batch id -> custom_id -> (file, offset)
-        self._fresh: dict[str, tuple[bool, object]] = {}  # custom_id -> (mine, result) of a batch this pass waited on
+        # Nothing per request is held but in key indexes (judge/backends/keyindex.py): a few dozen bytes each.
+        self._results = KeyIndex(3)  # custom_id -> (batch number, result file, offset), the last of a batch wins
+        self._result_files: list[Path] = []  # the downloaded output and error files, numbered by position
+        self._downloaded: set[str] = set()  # ids of the batches whose results are on disk
+        self._waited: dict[int, tuple] = {}  # batch number -> (mine, failure, cancelled): this run waited on it
+        self._handed = KeyIndex(1)  # custom_id -> the waited batches whose result for it was handed out
+        self._ours: set[int] = set()  # numbers of the batches this run created: how often it sent a request
         self._adopting: asyncio.Future | None = None
         self._submitted: set[str] = set()  # ids of the batches this run created (and pays for)
         self._seen_live: set[str] = set()  # ids of the batches this run saw running
-        self._parts: list[list] = []  # this pass's request files: [path, handle, size, keys]
-        self._written: set[str] = set()  # custom_ids written in this pass
-        self._deferred: set[str] = set()  # custom_ids this pass waits for
+        self._parts: list[list] = []  # this pass's request files: [path, handle, size, count, ids (StreamedFile)]
+        self._written = KeyIndex()  # custom_ids written in this pass
+        self._deferred = 0  # questions this pass waits for
         self._live: set[str] = set()  # ids of the unfinished batches this pass waits on
 
     async def aclose(self) -> None:
         for part in self._parts:
             part[1].close()
+            part[4].discard()
         self._parts = []
         await self._client.close()
         self._scratch.cleanup()
+
+    def _sends(self, key: str) -> int:
+        """How many batches of this run a request went out in."""
+        return sum(row[0] in self._ours for row in self.manifest.index.rows(key))
 
     # -- a pass ------------------------------------------------------------------------------------------------
     async def complete(self, body: dict, timeout: float) -> dict:
@@ -369,42 +412,54 @@ class BatchAPIClient(Batcher):
             self._adopting = asyncio.ensure_future(self._adopt_orphans())
         await asyncio.shield(self._adopting)
         key = request_key(body)
-        if key in self._fresh:  # an answer (or error) of a batch this run waited on: handed out once
-            mine, result = self._fresh.pop(key)
-            if isinstance(result, tuple):  # where the result line stands: read now, not held
-                result = result_of(self._read(*result), self.redact)
-            self.settle(result, mine)
-            if isinstance(result, Exception):
-                raise result
-            return result
-        entry = self.manifest.index.get(key)
-        if entry is not None and entry.get("batch_id"):
+        latest = self.manifest.latest(key)
+        number, entry = latest if latest is not None else (None, None)
+        if number in self._waited and (number,) not in self._handed.rows(key):
+            # a batch this run waited on: its result (or the batch's failure) is handed out once
+            self._handed.add(key, number)
+            mine, failure, cancelled = self._waited[number]
+            result = failure or result_of(await self._record(number, key), self.redact)
+            if result is None and cancelled is not None:
+                result = cancelled
+            elif result is None and self._sends(key) >= MAX_SENDS:
+                result = BackendError(f"not answered in {MAX_SENDS} batches (each ended before running it)")
+            if result is not None:
+                self.settle(result, mine)
+                if isinstance(result, Exception):
+                    raise result
+                return result
+            # expired before it ran: sent again, below
+        elif entry is not None and entry.get("batch_id"):
             if entry["status"] not in FINAL:  # paid for already: wait for it
                 self._live.add(entry["batch_id"])
-                self._deferred.add(key)
+                self._deferred += 1
                 raise Deferred
-            answer = result_of(await self._record(entry, key), self.redact)
+            answer = result_of(await self._record(number, key), self.redact)
             if isinstance(answer, dict):  # a finished batch's answer, not yet recorded
                 self.settle(answer)
                 return answer
             # an error or an unanswered request of an earlier run: sent again
         if key not in self._written:
-            if self._sends.get(key, 0) >= MAX_SENDS:
+            if self._sends(key) >= MAX_SENDS:
                 raise BackendError(f"not answered in {MAX_SENDS} batches (each ended before running it)")
             self._write(key, body)
-        self._deferred.add(key)
+        self._deferred += 1
         raise Deferred
 
     def _write(self, key: str, body: dict) -> None:
+        from judge.outputs import StreamedFile
+
         line = (batch_line(key, body) + "\n").encode("utf-8")
         part = self._parts[-1] if self._parts else None
-        if part is None or len(part[3]) >= int(MAX_REQUESTS * MARGIN) or part[2] + len(line) > int(MAX_BYTES * MARGIN):
+        if part is None or part[3] >= int(MAX_REQUESTS * MARGIN) or part[2] + len(line) > int(MAX_BYTES * MARGIN):
             path = Path(self._scratch.name) / f"requests-{self.rounds + 1}-{len(self._parts) + 1}.jsonl"
-            part = [path, path.open("wb"), 0, []]
+            ids = StreamedFile(self.manifest.ids_dir / "next.txt", verb="batch")  # named when its batch is recorded
+            part = [path, path.open("wb"), 0, 0, ids]
             self._parts.append(part)
         part[1].write(line)
         part[2] += len(line)
-        part[3].append(key)
+        part[3] += 1
+        part[4].write(key + "\n")
         self._written.add(key)
 
     async def end_pass(self) -> str | None:
@@ -421,29 +476,30 @@ class BatchAPIClient(Batcher):
 
     async def _end_pass(self) -> None:
         manifest = self.manifest
-        entries = [e for e in manifest.batches if e.get("batch_id") in self._live]
+        entries = [(n, e) for n, e in enumerate(manifest.batches) if e.get("batch_id") in self._live]
         parts, self._parts = self._parts, []
         if parts or entries:
             self.rounds += 1  # a round that waits on batches (answers found in finished ones cost no round)
-        for path, handle, _, keys in parts:
+        for path, handle, _, count, ids in parts:
             handle.close()
             uploaded = await self._upload(f"judge-round{self.rounds}.jsonl", path)
             path.unlink()
+            ids.path = manifest.ids_dir / f"{len(manifest.batches):05d}.txt"
+            ids.commit()
             entry = {"file_id": uploaded.id, "batch_id": None, "status": "uploaded", "round": self.rounds,
-                     "requests": len(keys), "custom_ids": keys}
-            manifest.add(entry)
+                     "requests": count, "ids": ids.path.name}
+            number = manifest.add(entry)
+            self._ours.add(number)
             manifest.save()  # before the batch exists: a crash now is adopted on the rerun, not paid twice
             batch = await self._submit(uploaded.id)
             self._submitted.add(batch.id)
             entry.update(batch_id=batch.id, status=batch.status)
             manifest.save()
-            entries.append(entry)
+            entries.append((number, entry))
             self.batches += 1
-            self.requests += len(keys)
-            for key in keys:
-                self._sends[key] = self._sends.get(key, 0) + 1
+            self.requests += count
         await self._poll(entries)
-        self._written, self._deferred, self._live = set(), set(), set()
+        self._written, self._deferred, self._live = KeyIndex(), 0, set()
 
     # -- the provider's side ------------------------------------------------------------------------------------
     async def _find(self, file_ids: Iterable[str]) -> dict:
@@ -464,15 +520,17 @@ class BatchAPIClient(Batcher):
                 orphans.pop(file_id).update(batch_id=batch.id, status=batch.status)
             for entry in orphans.values():  # uploaded, never submitted: its requests are new
                 entry["status"] = "never submitted"
-                entry["custom_ids"] = []
+                if "custom_ids" in entry:
+                    entry["custom_ids"] = []
             self.manifest.save()
 
-    async def _record(self, entry: dict, key: str) -> dict | None:
+    async def _record(self, number: int, key: str) -> dict | None:
         """The result line of `key` in a finished batch (output and error files, downloaded once, to disk)."""
-        if entry["batch_id"] not in self._results:
-            await self._download(entry, await self._client.batches.retrieve(entry["batch_id"]))
-        where = self._results[entry["batch_id"]].get(key)
-        return None if where is None else self._read(*where)
+        entry = self.manifest.batches[number]
+        if entry["batch_id"] not in self._downloaded:
+            await self._download(number, await self._client.batches.retrieve(entry["batch_id"]))
+        mine = [row for row in self._results.rows(key) if row[0] == number]
+        return None if not mine else self._read(self._result_files[mine[-1][1]], mine[-1][2])
 
     @staticmethod
     def _read(path: Path, offset: int) -> dict:
@@ -480,8 +538,8 @@ class BatchAPIClient(Batcher):
             handle.seek(offset)
             return json.loads(handle.readline().decode("utf-8"))
 
-    async def _download(self, entry: dict, batch) -> None:
-        index: dict[str, tuple[Path, int]] = {}
+    async def _download(self, number: int, batch) -> None:
+        entry = self.manifest.batches[number]
         for kind, file_id in (("error", batch.error_file_id), ("output", batch.output_file_id)):  # answers win
             if not file_id:
                 continue
@@ -490,10 +548,12 @@ class BatchAPIClient(Batcher):
             data = content.content
             path.write_bytes(data if data.endswith(b"\n") or not data else data + b"\n")
             del content, data
+            self._result_files.append(path)
             where = f"the {kind} file {file_id} of batch {entry['batch_id']}"
             for _, offset, record in _batch_lines(path, cut_ok=True, where=where):  # a cut last line: resent
-                index[record["custom_id"]] = (path, offset)
-        self._results[entry["batch_id"]] = index
+                if _HEX_KEY.fullmatch(record["custom_id"]):  # any other is none of this run's requests
+                    self._results.add(record["custom_id"], number, len(self._result_files) - 1, offset)
+        self._downloaded.add(entry["batch_id"])
 
     async def _upload(self, name: str, path: Path):
         """Upload a batch input file; retried here on a connection error, 429 or 5xx (a file uploaded twice costs
@@ -540,11 +600,11 @@ class BatchAPIClient(Batcher):
                 if attempt == CREATE_ATTEMPTS - 1 or not self._worth_retrying(exc):
                     raise
 
-    async def _poll(self, entries: list[dict]) -> None:
+    async def _poll(self, entries: list[tuple[int, dict]]) -> None:
         wait = POLL_FIRST
         pending = list(entries)
         while pending:
-            for entry in list(pending):
+            for number, entry in list(pending):
                 batch = await self._client.batches.retrieve(entry["batch_id"])
                 counts = batch.request_counts
                 entry.update(status=batch.status, completed=counts.completed if counts else None,
@@ -552,50 +612,38 @@ class BatchAPIClient(Batcher):
                 if batch.status not in FINAL:
                     self._seen_live.add(batch.id)
                     continue
-                pending.remove(entry)
-                await self._download(entry, batch)
-                self._finish(entry, batch, mine=entry["batch_id"] in self._submitted)
+                pending.remove((number, entry))
+                await self._download(number, batch)
+                self._finish(number, batch, mine=entry["batch_id"] in self._submitted)
                 self.manifest.save()
             if pending:
-                done = sum(e.get("completed") or 0 for e in entries)
-                failed = sum(e.get("failed") or 0 for e in entries)
-                total = sum(e["requests"] for e in entries)
-                states = ", ".join(sorted({e["status"] for e in pending}))
+                done = sum(e.get("completed") or 0 for _, e in entries)
+                failed = sum(e.get("failed") or 0 for _, e in entries)
+                total = sum(e["requests"] for _, e in entries)
+                states = ", ".join(sorted({e["status"] for _, e in pending}))
                 self.status.show(f"batch round {self.rounds}: {len(pending)} of {len(entries)} batch(es) {states}; "
                                  f"{done}/{total} requests completed, {failed} failed", f"{self.rounds} {states}")
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, POLL_MAX)
         self.status.done()
 
-    def _finish(self, entry: dict, batch, mine: bool) -> None:
-        """The results of a batch this pass waited on, for the next pass: each handed out once."""
-        wanted = [key for key in entry["custom_ids"] if key in self._deferred]
+    def _finish(self, number: int, batch, mine: bool) -> None:
+        """What the next pass hands out for the requests of a batch this pass waited on: each result once (read
+        from disk then), or the batch's failure."""
+        failure = cancelled = None
         if batch.status == "failed":
             errors = (batch.errors.data if batch.errors else None) or []
             reasons = "; ".join(f"line {e.line}: {e.message} ({e.code})" if e.line is not None else
                                 f"{e.message} ({e.code})" for e in errors[:3]) or "no reason given"
             failure = BackendError(self.redact(f"batch {batch.id} failed validation: {reasons}"))
-            for key in wanted:
-                self._fresh[key] = (mine, failure)
-            return
-        # A batch cancelled while this run polled it was cancelled by someone (`judge batch cancel`, the provider's
-        # console): its unanswered requests are recorded as failed, not sent again behind their back; the same
-        # command sends them again (a run that finds a batch already cancelled was asked to: it sends them).
-        cancelled = BackendError(f"batch {batch.id} was cancelled before this request ran: not sent again; run the "
-                                 "same command to send it") if batch.status == "cancelled" and \
-            batch.id in self._seen_live else None
-        index = self._results[entry["batch_id"]]
-        for key in wanted:
-            where = index.get(key)
-            answer = result_of(None if where is None else self._read(*where), self.redact)
-            if answer is None and cancelled is not None:
-                self._fresh[key] = (mine, cancelled)
-            elif answer is None:  # expired before it ran: written again by the next pass
-                if self._sends.get(key, 0) >= MAX_SENDS:
-                    self._fresh[key] = (mine, BackendError(f"not answered in {MAX_SENDS} batches (each ended before "
-                                                           "running it)"))
-            else:
-                self._fresh[key] = (mine, where)  # read again when handed out: answers are not held
+        elif batch.status == "cancelled" and batch.id in self._seen_live:
+            # A batch cancelled while this run polled it was cancelled by someone (`judge batch cancel`, the
+            # provider's console): its unanswered requests are recorded as failed, not sent again behind their back;
+            # the same command sends them again (a run that finds a batch already cancelled was asked to: it sends
+            # them).
+            cancelled = BackendError(f"batch {batch.id} was cancelled before this request ran: not sent again; run "
+                                     "the same command to send it")
+        self._waited[number] = (mine, failure, cancelled)
 
     def _billing(self) -> str:
         mine, earlier = self.billed["this run"], self.billed["earlier"]
