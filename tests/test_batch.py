@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,6 +118,23 @@ def test_a_rerun_of_a_finished_run_submits_nothing(server, tmp_path, capsys):
     err = capsys.readouterr().err  # nothing billed to this run; the earlier run's answers counted apart
     assert "this run's batches: 0 answers, tokens 0 prompt (0 cached) / 0 completion; 18 answers collected " \
            "from batches submitted earlier (tokens " in err
+
+
+def test_a_manifest_written_with_its_custom_ids_inline_is_still_read(server, tmp_path):
+    """Manifests written before the ids had files of their own keep them in each entry: a rerun collects from them."""
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
+    path = tmp_path / "out.jsonl.batches.json"
+    manifest = json.loads(path.read_text())
+    ids = tmp_path / "out.jsonl.batches.ids"
+    for entry in manifest["batches"]:
+        entry["custom_ids"] = (ids / entry.pop("ids")).read_text().split()
+    assert sum(len(e["custom_ids"]) for e in manifest["batches"]) == 18
+    path.write_text(json.dumps(manifest))
+    shutil.rmtree(ids)  # as an older version left the folder
+    (tmp_path / ".judge-written.json").unlink()
+    (tmp_path / "out.jsonl").write_text("")  # the answers are needed again
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
+    assert server.created == 2 and len(lines(tmp_path / "out.jsonl")) == 16
 
 
 def cut_output(server: BatchServer, keep: int) -> list[dict]:
@@ -620,6 +638,12 @@ def _line_added_to_a_request_file(tmp_path: Path, server) -> list[str]:
     return ["--batch-dir", str(folder), "--criteria", UNGATED]
 
 
+def _ids_file_lost(tmp_path: Path, server) -> list[str]:
+    _other_command_manifest(tmp_path, server)  # a batch submitted and still running
+    (tmp_path / "out.jsonl.batches.ids" / "00000.txt").unlink()
+    return ["--batch", "--criteria", UNGATED]
+
+
 def _garbage_manifest(tmp_path: Path, server) -> list[str]:
     (tmp_path / "out.jsonl.batches.json").write_text("my notes\n")
     return ["--batch"]
@@ -645,6 +669,7 @@ BAD = [  # (case, setup returning the extra flags, expected message)
      "a request of round1-001.jsonl"),
     ("a line added to a request file", _line_added_to_a_request_file, "the request is not the one its custom_id names"),
     ("not a manifest", _garbage_manifest, "not a batch manifest"),
+    ("a batch's custom_ids file lost", _ids_file_lost, "out.jsonl.batches.ids/00000.txt: the custom_ids of batch "),
     ("a batch the provider lost", _batch_gone, "failed (HTTP 404): Error code: 404"),
 ]
 
