@@ -36,13 +36,18 @@ def index_key(key: tuple[str, str, str]) -> str:
 
 
 def print_digest(fingerprint: dict | None) -> int:
-    """A fingerprint as 8 bytes: two runs asking the same question have the same digest."""
+    """A fingerprint as 8 bytes: two runs asking the same question have the same digest. Kept in this process's
+    memory only (never written), so Python's own hash serves: equal dicts hash alike (1 and 1.0 are the same
+    setting, as dict equality says), in a microsecond, where canonical JSON took several (a million of them on a
+    rerun with nothing to do)."""
     if fingerprint is None:
         return 0
-    # 1 and 1.0 are the same setting (dict equality says so; JSON keeps them apart)
-    flat = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fingerprint.items()}
-    text = json.dumps(flat, sort_keys=True, ensure_ascii=False, default=str)
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+    try:
+        return hash(frozenset(fingerprint.items()))
+    except TypeError:  # a list or an object inside (this version digests them; a file may hold anything)
+        flat = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fingerprint.items()}
+        text = json.dumps(flat, sort_keys=True, ensure_ascii=False, default=str)
+        return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
 
 
 @dataclass
