@@ -123,7 +123,7 @@ class _Preflight:
 
     def __init__(self, options: RunOptions, rubric, criteria, items, mode: str):
         self.options, self.rubric, self.criteria, self.items, self.mode = options, rubric, criteria, items, mode
-        self.first, self.group, self.long, self.watching = None, [], [], True
+        self.first, self.group, self.long, self.watching, self.finished = None, [], [], True, False
 
     def __iter__(self):
         if not self.watching:  # the second criterion's walk, or the run's: seen already
@@ -146,13 +146,19 @@ class _Preflight:
         self.watching = False
 
     def pass_alone(self) -> None:
-        for _ in self:
-            pass
+        if self.watching:
+            for _ in self:
+                pass
 
     def finish(self) -> None:
+        """Walk the items if no walk did (`pass_alone`), render the first prompts and warn; once."""
         from judge.judging import block_letters
         from judge.prompting import block_messages, criterion_messages
 
+        self.pass_alone()
+        if self.finished:
+            return
+        self.finished = True
         if self.first is None:
             raise JudgeError("no items to judge")
         for criterion in self.criteria:
@@ -202,7 +208,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
     preflight = _Preflight(options, rubric, criteria, items, mode)
     results = ResultsFile(output)  # refuses a file that is not ours before any server starts
     redact = Redactor(os.environ.get(options.api_key_env))
-    cache = _cache(options)
+    cache = None  # opened with the backend: a run refused before (a bad item, a stale file) creates nothing
 
     def plan(opened):
         engine = Engine(opened.client, _settings(options, opened, mode), cache, rubric, redact)
@@ -210,10 +216,10 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
 
     outcome = Outcome("complete", Path(output))
     try:
+        if not options.batched and options.backend == "local":
+            preflight.finish()  # finding the embedded model may fetch it: first be sure the items can be judged
         model, check = _planned_model(options), None
-        if model is None:
-            preflight.pass_alone()
-        else:
+        if model is not None:
             _, planned = plan(Opened(None, model, options.backend, ""))
             check = results.check(planned, keys=keys)  # the preflight watches this walk over the items
         preflight.finish()
@@ -226,6 +232,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
                 outcome.tally = Tally(planned=check.planned, already_done=check.planned)
                 outcome.note = f"nothing to do: all {check.planned} judgments are in {output}"
                 return outcome
+        cache = _cache(options)
         with open_backend(options) as opened:
             engine, planned = plan(opened)
             if check is None or opened.model != model:  # the model id is known only now: check again
@@ -264,7 +271,8 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
                                      "command to resume once the server is fixed") from None
     finally:
         results.close()
-        cache.close()
+        if cache is not None:
+            cache.close()
     if options.prices is not None:
         if price is None:  # the model id is known only now (the embedded model)
             price = price_of(load_prices(options.prices), opened.model, options.prices)
