@@ -644,6 +644,21 @@ def _ids_file_lost(tmp_path: Path, server) -> list[str]:
     return ["--batch", "--criteria", UNGATED]
 
 
+def _ids_file_cut(tmp_path: Path, server) -> list[str]:
+    _other_command_manifest(tmp_path, server)
+    ids = tmp_path / "out.jsonl.batches.ids" / "00000.txt"
+    ids.write_text("".join(ids.read_text().splitlines(keepends=True)[:-2]))
+    return ["--batch", "--criteria", UNGATED]
+
+
+def _ids_file_edited(tmp_path: Path, server) -> list[str]:
+    _other_command_manifest(tmp_path, server)
+    ids = tmp_path / "out.jsonl.batches.ids" / "00000.txt"
+    rows = ids.read_text().splitlines()
+    ids.write_text("\n".join(["my note", *rows[1:]]) + "\n")
+    return ["--batch", "--criteria", UNGATED]
+
+
 def _garbage_manifest(tmp_path: Path, server) -> list[str]:
     (tmp_path / "out.jsonl.batches.json").write_text("my notes\n")
     return ["--batch"]
@@ -670,6 +685,9 @@ BAD = [  # (case, setup returning the extra flags, expected message)
     ("a line added to a request file", _line_added_to_a_request_file, "the request is not the one its custom_id names"),
     ("not a manifest", _garbage_manifest, "not a batch manifest"),
     ("a batch's custom_ids file lost", _ids_file_lost, "out.jsonl.batches.ids/00000.txt: the custom_ids of batch "),
+    ("a batch's custom_ids file cut short", _ids_file_cut, "00000.txt: holds 10 custom_ids where the manifest "
+     "records 12 requests in batch "),
+    ("a batch's custom_ids file edited", _ids_file_edited, "00000.txt:1: not a custom_id of this tool ('my note')"),
     ("a batch the provider lost", _batch_gone, "failed (HTTP 404): Error code: 404"),
 ]
 

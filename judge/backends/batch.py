@@ -250,9 +250,23 @@ class Manifest:
             self._index(number, entry)
 
     def _index(self, number: int, entry: dict) -> None:
+        count = 0
         for key in self.custom_ids(entry):
             if _HEX_KEY.fullmatch(key):
                 self.index.add(key, number)
+                count += 1
+            elif "ids" in entry:
+                raise OutputError(f"{self.ids_dir / entry['ids']}:{count + 1}: not a custom_id of this tool "
+                                  f"({key[:20]!r}); {self._mend}")
+        if "ids" in entry and count != entry.get("requests"):
+            batch = entry.get("batch_id") or entry.get("file_id")
+            raise OutputError(f"{self.ids_dir / entry['ids']}: holds {count} custom_ids where the manifest records "
+                              f"{entry.get('requests')} requests in batch {batch}; {self._mend}")
+
+    @property
+    def _mend(self) -> str:
+        return (f"the manifest {self.path.name} needs them to match answers to requests (a request it cannot match "
+                "would be paid for again): restore the file, or choose another --output; nothing was submitted")
 
     def custom_ids(self, entry: dict):
         """The custom_ids of a batch, read one at a time from its file."""
@@ -266,8 +280,7 @@ class Manifest:
             handle = path.open(encoding="utf-8")
         except OSError as exc:
             raise OutputError(f"{path}: the custom_ids of batch {entry.get('batch_id') or entry.get('file_id')} "
-                              f"cannot be read ({exc.strerror or exc}); the manifest {self.path} needs it to match "
-                              "answers to requests: restore it, or choose another --output") from None
+                              f"cannot be read ({exc.strerror or exc}); {self._mend}") from None
         with handle:
             for line in handle:
                 if line.strip():
