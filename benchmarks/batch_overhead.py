@@ -96,7 +96,8 @@ def main() -> int:
 
             sdk = openai.OpenAI(base_url=base_url, api_key="x")
             request_bytes = sum(sdk.files.retrieve(b["file_id"]).bytes for b in manifest.batches)
-            manifest_bytes = manifest.path.stat().st_size + (batch_dir / ".judge-written.json").stat().st_size
+            manifest_bytes = manifest.path.stat().st_size + (batch_dir / ".judge-written.json").stat().st_size + \
+                sum(f.stat().st_size for f in manifest.ids_dir.iterdir())  # the custom_ids, one file a batch
             dir_client = batching.BatchDirClient(files_dir / "batches", 1, "stub", "bench", "score", progress=False)
             w_d, c_d, _ = run(dir_client, batching.DIR_CONCURRENCY, items, files_dir)
             dir_bytes = sum(f.stat().st_size for f in (files_dir / "batches").iterdir())

@@ -144,7 +144,7 @@ def run_same_command(base_url: str, items_path: Path, cache_dir: Path, output: P
         async def go():
             engine = Engine(client, Settings(model=MODEL, concurrency=concurrency, timeout=60), cache, rubric)
             plan = engine.plan(rubric.criteria, items)
-            assert not results.check(plan.judgments()).stale
+            assert not results.check(plan).stale
             results.start()
             try:
                 return await engine.run(plan, results, progress=False)

@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponen
 
 from judge.answers import token_budget
 from judge.backends import ChatClient
-from judge.cache import request_key
+from judge.cache import Encoder, Request
 from judge.errors import AnswerError, BackendError, ResponseFormatUnsupported, RetryableError, ServerUnusable
 from judge.secrets import Redactor
 from judge.settings import RESPONSE_FORMATS, Settings
@@ -114,9 +114,12 @@ class Asker:
         self._format_mode = self._requested_mode
         self._semaphore = asyncio.Semaphore(settings.concurrency)
         self._inflight: dict[str, asyncio.Future] = {}
+        self._encoder = Encoder()
+        self._formats: dict[tuple, dict] = {}
 
-    def body(self, messages: list[dict], fmt, sample: int, mode: int | None = None) -> dict:
-        """The chat-completions request for one sample; `mode` indexes RESPONSE_FORMATS (default: as asked)."""
+    def body(self, messages: list[dict], fmt, sample: int, mode: int | None = None) -> Request:
+        """The chat-completions request for one sample, encoded once (judge.cache.Request); `mode` indexes
+        RESPONSE_FORMATS (default: as asked)."""
         s = self.settings
         body = {
             "model": s.model,
@@ -129,19 +132,30 @@ class Asker:
             body["logprobs"] = True
             body["top_logprobs"] = s.top_logprobs
         kind = RESPONSE_FORMATS[self._requested_mode if mode is None else mode]
-        if kind == "json_schema":
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "answer", "strict": True, "schema": fmt.json_schema()}}
-        elif kind == "json_object":
-            body["response_format"] = {"type": "json_object"}
-        return body
+        if kind != "text":
+            body["response_format"] = self._response_format(fmt, kind)
+        return self._encoder.request(body)
+
+    def _response_format(self, fmt, kind: str) -> dict:
+        """One object per (format, kind) for the whole run, so its encoding is made once (judge.cache.Encoder)."""
+        made = self._formats.get((fmt, kind))
+        if made is None:
+            made = {"type": "json_object"}
+            if kind == "json_schema":
+                made = {"type": "json_schema", "json_schema": {"name": "answer", "strict": True,
+                                                               "schema": fmt.json_schema()}}
+            if len(self._formats) >= 64:
+                self._formats.clear()
+            self._formats[(fmt, kind)] = made
+        return made
 
     async def ask(self, messages: list[dict], fmt, sample: int = 0) -> Answer:
         """One parsed answer. Raises AnswerError (no usable answer), RetryableError / BackendError (the server
         failed this request), or ServerUnusable (the run must stop)."""
         # Keyed by the format asked for, not the one a fallback ended up sending: the key must not depend on
         # when in the run the server refused json_schema, or a rerun would miss the answers stored after that.
-        key = request_key(self.body(messages, fmt, sample))
+        request = self.body(messages, fmt, sample)
+        key = request.key
         cached = self.cache.get(key)
         if cached is not None:
             return Answer(fmt.parse(cached["content"]), cached, True, stored=True)
@@ -151,7 +165,7 @@ class Asker:
         future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            answer = await self._ask_uncached(messages, fmt, sample, key)
+            answer = await self._ask_uncached(messages, fmt, sample, request)
             future.set_result(answer)
             return answer
         except BaseException as exc:
@@ -161,11 +175,11 @@ class Asker:
         finally:
             del self._inflight[key]
 
-    async def _ask_uncached(self, messages: list[dict], fmt, sample: int, key: str) -> Answer:
-        conversation = messages
+    async def _ask_uncached(self, messages: list[dict], fmt, sample: int, request: Request) -> Answer:
+        conversation, key = messages, request.key
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
         for _ in range(self.settings.reasks + 1):
-            completion = await self._send_with_fallback(conversation, fmt, sample)
+            completion = await self._send_with_fallback(conversation, fmt, sample, request)
             add_usage(usage, completion["usage"])
             content = completion["content"]
             if completion["finish_reason"] == "length":
@@ -188,12 +202,14 @@ class Asker:
         self.stats.wasted_cached_tokens += usage["cached_tokens"] or 0
         raise AnswerError(f"no usable answer after {self.settings.reasks + 1} asks: {problem}", content)
 
-    async def _send_with_fallback(self, messages: list[dict], fmt, sample: int) -> dict:
-        """Send, stepping down json_schema -> json_object -> text when the server rejects a format."""
+    async def _send_with_fallback(self, messages: list[dict], fmt, sample: int, asked: Request) -> dict:
+        """Send, stepping down json_schema -> json_object -> text when the server rejects a format. `asked`: the
+        question as first asked (the cache's key), sent as it is while its format and messages are still wanted."""
         while True:
             mode = self._format_mode
+            same = mode == self._requested_mode and messages is asked["messages"]
             try:
-                return await self._send(self.body(messages, fmt, sample, mode))
+                return await self._send(asked if same else self.body(messages, fmt, sample, mode))
             except ResponseFormatUnsupported:
                 if mode + 1 >= len(RESPONSE_FORMATS):
                     raise

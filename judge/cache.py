@@ -20,9 +20,72 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("llm-judge-rater"))
 
 
+# The canonical JSON of a request: sorted keys, compact, UTF-8 as it is. The cache key hashes it, so it never changes.
+_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+SHARED_PARTS = 256  # encodings of repeated parts (system prompts, response formats) kept by one Encoder
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def request_key(request: dict) -> str:
-    canonical = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    if isinstance(request, Request):
+        return request.key
+    return _key(_canonical(request))
+
+
+class Request(dict):
+    """A chat request body encoded once: `text` is its canonical JSON, which the cache key hashes, a batch line
+    holds and the HTTP client sends; `key` is its request_key. Made by `Encoder.request` in the asking layer, which
+    never changes a body once made (a changed body would keep the old text and key)."""
+
+    __slots__ = ("text", "key")
+
+
+class Encoder:
+    """Canonical JSON of request bodies, equal to `json.dumps(body, sort_keys=True, ensure_ascii=False,
+    separators=(",", ":"))`, with what every request of a run repeats (the system prompt, the response format)
+    encoded once: a request then costs the encoding of its own text only."""
+
+    def __init__(self):
+        self._shared: dict[int, tuple[object, str]] = {}  # id -> (the object, kept alive so the id stays its, text)
+
+    def shared(self, value) -> str:
+        """The encoding of a part that the next requests will repeat, the very same object."""
+        hit = self._shared.get(id(value))
+        if hit is None or hit[0] is not value:
+            if len(self._shared) >= SHARED_PARTS:
+                self._shared.clear()
+            hit = self._shared[id(value)] = (value, _canonical(value))
+        return hit[1]
+
+    def _message(self, message) -> str:
+        content, role = message.get("content"), message.get("role")
+        if len(message) != 2 or not isinstance(content, str) or not isinstance(role, str):
+            return _canonical(message)
+        text = self.shared(content) if role == "system" else _canonical(content)  # system prompts repeat
+        return f'{{"content":{text},"role":{_canonical(role)}}}'
+
+    def text(self, body: dict) -> str:
+        parts = []
+        for name in sorted(body):
+            value = body[name]
+            if name == "messages" and isinstance(value, list):
+                encoded = "[" + ",".join(self._message(m) if isinstance(m, dict) else _canonical(m)
+                                         for m in value) + "]"
+            elif name == "response_format" and isinstance(value, dict):
+                encoded = self.shared(value)
+            else:
+                encoded = _canonical(value)
+            parts.append(f"{_canonical(name)}:{encoded}")
+        return "{" + ",".join(parts) + "}"
+
+    def request(self, body: dict) -> Request:
+        request = Request(body)
+        request.text = self.text(body)
+        request.key = _key(request.text)
+        return request
 
 
 class AnswerCache:

@@ -15,6 +15,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from judge.asking import Asker
 from judge.cache import NoCache
@@ -33,11 +34,18 @@ class Unit:
 
     criterion: Criterion
     items: tuple[Item, ...]
-    fingerprints: tuple[dict, ...]  # each item's judgment fingerprint, computed once when planning
+    judge: Judge = field(repr=False, compare=False)
     block: bool = False
 
     def keys(self) -> list[tuple[str, str, str]]:
         return [(i.id, i.system, self.criterion.id) for i in self.items]
+
+    @cached_property
+    def fingerprints(self) -> tuple[dict, ...]:
+        """Each item's judgment fingerprint, made when first needed (a judgment is made, or a finished one is
+        compared), once: a unit deferred to a batch, or new to the results file, costs none."""
+        group = list(self.items) if self.block else None
+        return tuple(self.judge.fingerprint(self.criterion, item, group) for item in self.items)
 
 
 class Plan:
@@ -56,11 +64,10 @@ class Plan:
                 for item in self.items:
                     groups.setdefault(item.id, []).append(item)
                 for group in groups.values():
-                    prints = tuple(self.judge.fingerprint(criterion, item, group) for item in group)
-                    yield Unit(criterion, tuple(group), prints, block=True)
+                    yield Unit(criterion, tuple(group), self.judge, block=True)
             else:
                 for item in self.items:
-                    yield Unit(criterion, (item,), (self.judge.fingerprint(criterion, item),))
+                    yield Unit(criterion, (item,), self.judge)
 
     def judgments(self) -> Iterator[tuple[tuple[str, str, str], dict]]:
         """(key, fingerprint) of every planned judgment, in order."""
@@ -269,9 +276,9 @@ class Engine:
 
     async def _do(self, unit: Unit, todo: set[str]) -> list[Judged]:
         if unit.block:
-            return await self.judge.block(unit.criterion, list(unit.items), list(unit.fingerprints), todo)
+            return await self.judge.block(unit.criterion, list(unit.items), unit, todo)
         judge = self.judge.pair if self.settings.mode == "pairwise" else self.judge.pointwise
-        return [await judge(unit.criterion, unit.items[0], unit.fingerprints[0])]
+        return [await judge(unit.criterion, unit.items[0], unit)]
 
     async def run(self, plan: Plan, results: ResultsFile, progress: bool = True, todo: int | None = None) -> Tally:
         """Judge every planned judgment not already done in `results` (opened with `start`); each is written as

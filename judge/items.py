@@ -276,8 +276,9 @@ def iter_items(path: str | Path, required: list[str] | None = None):
                 f"{path}:{number}: duplicate item (id={item.id!r}, system={item.system!r}), first on line {seen[key]}"
             )
         seen[key] = number
-        first = dialogues.setdefault(item.id, (_digest(item.dialogue_text), number))
-        if first[0] != _digest(item.dialogue_text):
+        dialogue = _digest(item.dialogue_text)
+        first = dialogues.setdefault(item.id, (dialogue, number))
+        if first[0] != dialogue:
             raise InputError(f"{path}:{number}: item id {item.id!r} has a different dialogue than on line {first[1]}")
         count += 1
         yield item

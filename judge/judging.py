@@ -180,23 +180,26 @@ class Judge:
         return fields
 
     # -- the modes -----------------------------------------------------------------------------------------------
-    async def pointwise(self, criterion: Criterion, item: Item, fingerprint: dict) -> Judged:
-        """One criterion, one candidate: as a whole, or per topic segment. `fingerprint` comes from the plan."""
+    async def pointwise(self, criterion: Criterion, item: Item, planned) -> Judged:
+        """One criterion, one candidate: as a whole, or per topic segment. `planned`: its unit of work
+        (judge.engine.Unit), whose fingerprint is made only when a judgment is."""
         try:
             if (why := await self.not_applicable(criterion, item)) is not None:
-                return Judged(self._judgment(criterion, item, fingerprint, na=True, rationale=why), True)
+                return Judged(self._judgment(criterion, item, planned.fingerprints[0], na=True, rationale=why),
+                              True)
             if criterion.per_segment:
-                return await self._per_segment(criterion, item, fingerprint)
+                return await self._per_segment(criterion, item, planned)
             messages = criterion_messages(self.rubric, criterion, item, self.settings.template)
             fmt = AnswerFormat.for_criterion(criterion)
             answers = await self._samples(messages, fmt)
         except JUDGMENT_FAILURES as exc:
-            return self._failure(criterion, item, fingerprint, exc)
+            return self._failure(criterion, item, planned.fingerprints[0], exc)
         fields = self._verdict(criterion, fmt, [a.parsed for a in answers], [a.completion for a in answers])
-        return Judged(self._judgment(criterion, item, fingerprint, **fields, **self._provenance(messages, answers)),
-                      all(a.cached for a in answers))
+        judgment = self._judgment(criterion, item, planned.fingerprints[0], **fields,
+                                  **self._provenance(messages, answers))
+        return Judged(judgment, all(a.cached for a in answers))
 
-    async def _per_segment(self, criterion: Criterion, item: Item, fingerprint: dict) -> Judged:
+    async def _per_segment(self, criterion: Criterion, item: Item, planned) -> Judged:
         """Each topic segment judged on its own; the candidate's score is the mean over segments with a score."""
         segments = await self._segments(item)
         fmt = AnswerFormat.for_criterion(criterion)
@@ -210,20 +213,24 @@ class Judge:
                                               rationale=verdict["rationale"]))
             every += answers
         scores = [s.score for s in per_segment if s.score is not None]
-        judgment = self._judgment(criterion, item, fingerprint, score=statistics.fmean(scores) if scores else None,
+        judgment = self._judgment(criterion, item, planned.fingerprints[0],
+                                  score=statistics.fmean(scores) if scores else None,
                                   samples=[s.score for s in per_segment], segments=per_segment,
                                   **self._provenance(asked[0], every))
         return Judged(judgment, all(a.cached for a in every))
 
-    async def block(self, criterion: Criterion, group: list[Item], fingerprints: list[dict],
-                    todo: set[str]) -> list[Judged]:
+    async def block(self, criterion: Criterion, group: list[Item], planned, todo: set[str]) -> list[Judged]:
         """All candidates of one dialogue in one prompt, in an order shuffled per dialogue by the seed.
 
         The full block is always shown (so a resumed run asks the very same, cached, question); judgments are
         returned only for the systems in `todo`, in the input's order, each with the letter it was shown under.
-        `fingerprints` come from the plan, one per item of `group`.
+        `planned`: the unit of work (judge.engine.Unit), whose `fingerprints` (one per item of `group`) are made
+        only when a judgment is.
         """
-        prints = {i.system: fingerprint for i, fingerprint in zip(group, fingerprints)}
+        position = {i.system: n for n, i in enumerate(group)}
+
+        def prints(system: str) -> dict:
+            return planned.fingerprints[position[system]]
         out, shown = [], []
         try:
             for item in group:
@@ -231,7 +238,8 @@ class Judge:
                 if why is None:
                     shown.append(item)
                 elif item.system in todo:
-                    out.append(Judged(self._judgment(criterion, item, prints[item.system], na=True, rationale=why), True))
+                    out.append(Judged(self._judgment(criterion, item, prints(item.system), na=True, rationale=why),
+                                      True))
             if not shown:
                 return out
             shown = block_order(self.settings.seed, group[0].id, shown)
@@ -241,29 +249,28 @@ class Judge:
             answers = await self._samples(messages, fmt)
         except JUDGMENT_FAILURES as exc:
             failed = [i for i in (shown or group) if i.system in todo]
-            return out + [self._failure(criterion, i, prints[i.system], exc) for i in failed]
+            return out + [self._failure(criterion, i, prints(i.system), exc) for i in failed]
         provenance = self._provenance(messages, answers)
         cached = all(a.cached for a in answers)
         for letter, item in zip(letters, shown):
             if item.system not in todo:
                 continue
             fields = self._verdict(criterion, fmt.inner, [a.parsed[letter] for a in answers])
-            out.append(Judged(self._judgment(criterion, item, prints[item.system], **fields, **provenance,
+            out.append(Judged(self._judgment(criterion, item, prints(item.system), **fields, **provenance,
                                              position=letter), cached))
             provenance = {**provenance, "usage": {"prompt_tokens": 0, "completion_tokens": 0,
                                                   "cached_tokens": None}}  # counted once
-        order = {i.system: n for n, i in enumerate(group)}
-        return sorted(out, key=lambda j: order[j.judgment.system])
+        return sorted(out, key=lambda j: position[j.judgment.system])
 
-    async def pair(self, criterion: Criterion, item: Item, fingerprint: dict) -> Judged:
+    async def pair(self, criterion: Criterion, item: Item, planned) -> Judged:
         """Which of two candidates is better, asked in both orders unless `swap` is off.
 
         Identical candidates tie without a model call. The verdict is reported in the input's order; when the two
         orders disagree it is a tie, and the judgment says so (position bias).
         """
         if " ".join(item.candidate_1.split()) == " ".join(item.candidate_2.split()):
-            return Judged(self._judgment(criterion, item, fingerprint, label="0", samples=["0"], identical=True,
-                                         rationale="identical candidates tie"), True)
+            return Judged(self._judgment(criterion, item, planned.fingerprints[0], label="0", samples=["0"],
+                                         identical=True, rationale="identical candidates tie"), True)
         fmt = AnswerFormat.for_criterion(criterion)
         template = self.settings.template
         forward = criterion_messages(self.rubric, criterion, item, template)
@@ -274,7 +281,7 @@ class Judge:
                 orders.append(self._samples(criterion_messages(self.rubric, criterion, swapped, template), fmt))
             answered = await asyncio.gather(*orders)
         except JUDGMENT_FAILURES as exc:
-            return self._failure(criterion, item, fingerprint, exc)
+            return self._failure(criterion, item, planned.fingerprints[0], exc)
         every = [a for answers in answered for a in answers]
         first = self._verdict(criterion, fmt, [a.parsed for a in answered[0]])
         fields = {**first, **self._provenance(forward, every)}
@@ -287,7 +294,7 @@ class Judge:
                           orders={"forward": first["label"], "swapped": second["label"]}, order_disagreement=disagree)
         if (probs := self._pair_probs(fmt, answered, fields["samples"])) is not None:
             fields["probs"] = probs
-        return Judged(self._judgment(criterion, item, fingerprint, **fields), all(a.cached for a in every))
+        return Judged(self._judgment(criterion, item, planned.fingerprints[0], **fields), all(a.cached for a in every))
 
     def _pair_probs(self, fmt: AnswerFormat, answered: list[list[Answer]], samples: list[str]) -> dict | None:
         """How likely each verdict ("1", "2", "0", in the input's order) is, over both orders: from the verdict

@@ -52,16 +52,24 @@ def is_page(content: str | bytes) -> bool:
 
 
 def ours_as(path: Path) -> str | None:
-    """"page" for a report page this tool wrote there, "file" for any other file it wrote, None otherwise."""
+    """"page" for a report page this tool wrote there, "file" for any other file it wrote, None otherwise. Read as
+    a stream: a batch shard of 180 MB is hashed, never held."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as handle:
+            head = handle.read(200)
+            match = _HTML_PROOF.match(head.decode("utf-8", "replace"))
+            if match:
+                handle.seek(match.end())  # the proof line is ASCII: characters are bytes
+                if hashlib.file_digest(handle, "sha256").hexdigest() == match.group(2):
+                    return "page"
+            entry = _registry(path.parent).get(path.name)
+            if not isinstance(entry, dict):
+                return None
+            handle.seek(0)
+            whole = hashlib.file_digest(handle, "sha256").hexdigest()
     except OSError:
         return None
-    match = _HTML_PROOF.match(data[:200].decode("utf-8", "replace"))
-    if match and _digest(data[match.end():]) == match.group(2):
-        return "page"
-    entry = _registry(path.parent).get(path.name)
-    return "file" if isinstance(entry, dict) and entry.get("sha256") == _digest(data) else None
+    return "file" if entry.get("sha256") == whole else None
 
 
 def is_ours(path: Path) -> bool:

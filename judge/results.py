@@ -36,13 +36,18 @@ def index_key(key: tuple[str, str, str]) -> str:
 
 
 def print_digest(fingerprint: dict | None) -> int:
-    """A fingerprint as 8 bytes: two runs asking the same question have the same digest."""
+    """A fingerprint as 8 bytes: two runs asking the same question have the same digest. Kept in this process's
+    memory only (never written), so Python's own hash serves: equal dicts hash alike (1 and 1.0 are the same
+    setting, as dict equality says), in a microsecond, where canonical JSON took several (a million of them on a
+    rerun with nothing to do)."""
     if fingerprint is None:
         return 0
-    # 1 and 1.0 are the same setting (dict equality says so; JSON keeps them apart)
-    flat = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fingerprint.items()}
-    text = json.dumps(flat, sort_keys=True, ensure_ascii=False, default=str)
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+    try:
+        return hash(frozenset(fingerprint.items()))
+    except TypeError:  # a list or an object inside (this version digests them; a file may hold anything)
+        flat = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fingerprint.items()}
+        text = json.dumps(flat, sort_keys=True, ensure_ascii=False, default=str)
+        return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Check:
     done: int = 0  # finished with the same fingerprint
     stale: dict = field(default_factory=dict)  # key -> what changed (the first EXPLAINED read back; [] beyond)
     cached: set = field(default_factory=set)  # finished keys whose answers came from the answer cache
+    keys: list = field(default_factory=list)  # every planned key in plan order, when asked for
 
     @property
     def nothing_to_do(self) -> bool:
@@ -145,22 +151,27 @@ class ResultsFile:
             handle.seek(offset)
             return parse_line(handle.readline().decode("utf-8-sig"), str(self.path))
 
-    def check(self, planned: Iterable[tuple[tuple[str, str, str], dict]]) -> Check:
-        """One pass over the (key, fingerprint) of every planned judgment: how many are done, which finished ones
-        this run would make differently (stale: key -> what changed) and which came from the answer cache."""
-        out = Check()
-        for key, fingerprint in planned:
-            out.planned += 1
-            entry = self._index.get(index_key(key))
-            if entry is None:
-                continue
-            if entry[1] != print_digest(fingerprint):
-                explained = len(out.stale) < EXPLAINED
-                out.stale[key] = changes(self._read(entry[0]).fingerprint, fingerprint) if explained else []
-                continue
-            out.done += 1
-            if entry[2] & 1:
-                out.cached.add(key)
+    def check(self, units: Iterable, keys: bool = False) -> Check:
+        """One pass over the planned units (judge.engine.Unit: `keys()` and `fingerprints`, the latter made only for
+        a judgment found here): how many are done, which finished ones this run would make differently (stale: key
+        -> what changed) and which came from the answer cache. `keys`: list every planned key (Check.keys)."""
+        out, index = Check(), self._index
+        for unit in units:
+            for n, key in enumerate(unit.keys()):
+                out.planned += 1
+                if keys:
+                    out.keys.append(key)
+                entry = index.get(index_key(key)) if index else None
+                if entry is None:
+                    continue
+                fingerprint = unit.fingerprints[n]
+                if entry[1] != print_digest(fingerprint):
+                    explained = len(out.stale) < EXPLAINED
+                    out.stale[key] = changes(self._read(entry[0]).fingerprint, fingerprint) if explained else []
+                    continue
+                out.done += 1
+                if entry[2] & 1:
+                    out.cached.add(key)
         return out
 
     def other_judge(self, rubric: str, model: str, replaced=frozenset()) -> str | None:

@@ -115,40 +115,65 @@ def _stale_message(output: str, stale: dict) -> str:
             f"add --redo-changed to judge them again (their lines are replaced), or choose another --output")
 
 
-def _preflight(options: RunOptions, rubric, criteria, items, mode: str) -> None:
-    """What can be found wrong before a server starts or a file is created, in one pass over the items (which
-    validates them all): a template that does not render, a pair missing from a pairwise run, and items so long
-    that their prompts may not fit."""
-    from judge.items import Oversized
-    from judge.judging import block_letters
-    from judge.prompting import block_messages, criterion_messages
+class _Preflight:
+    """What can be found wrong before a server starts or a file is created: a template that does not render, a pair
+    missing from a pairwise run, and items so long that their prompts may not fit. It watches the items as the plan
+    walks them to check the results file (one pass over the file does both; `pass_alone` when there is no such walk),
+    then `finish` renders the first item's prompts and warns."""
 
-    first, group, long, count = None, [], [], 0
-    for item in items:
-        count += 1
-        if first is None:
-            first = item
-        if item.id == first.id and mode == "block":
-            group.append(item)
-        if mode == "pairwise" and not item.is_pair:
-            raise JudgeError(f"{options.input}:{item.line}: item {item.id!r} has no candidate_1/candidate_2 pair")
-        if item.text_chars > LONG_ITEM_CHARS:
-            long.append(Oversized(item.line, item.id, item.system, item.text_chars))
-    if first is None:
-        raise JudgeError("no items to judge")
-    for criterion in criteria:
-        if mode == "block" and not criterion.per_segment:
-            block_messages(rubric, criterion, group, block_letters(len(group)))
-        else:
-            criterion_messages(rubric, criterion, first, options.template,
-                               segment="…" if criterion.per_segment else None,
-                               segment_number=1 if criterion.per_segment else None)
-    if long:
-        where = ", ".join(f"line {o.line} ({o.chars:,} characters)" for o in long[:3])
-        print(f"warning: {len(long)} item(s) of {options.input or 'the items'} hold more than {LONG_ITEM_CHARS:,} "
-              f"characters of text ({where}{', ...' if len(long) > 3 else ''}): about a token per 4 characters, their "
-              "prompts may exceed the model's context (those judgments then fail with the server's reason) and cost "
-              "more", file=sys.stderr)
+    def __init__(self, options: RunOptions, rubric, criteria, items, mode: str):
+        self.options, self.rubric, self.criteria, self.items, self.mode = options, rubric, criteria, items, mode
+        self.first, self.group, self.long, self.watching, self.finished = None, [], [], True, False
+
+    def __iter__(self):
+        if not self.watching:  # the second criterion's walk, or the run's: seen already
+            yield from self.items
+            return
+        from judge.items import Oversized
+
+        pairwise, block = self.mode == "pairwise", self.mode == "block"
+        for item in self.items:
+            if self.first is None:
+                self.first = item
+            if block and item.id == self.first.id:
+                self.group.append(item)
+            if pairwise and not item.is_pair:
+                raise JudgeError(f"{self.options.input}:{item.line}: item {item.id!r} has no candidate_1/candidate_2 "
+                                 "pair")
+            if item.text_chars > LONG_ITEM_CHARS:
+                self.long.append(Oversized(item.line, item.id, item.system, item.text_chars))
+            yield item
+        self.watching = False
+
+    def pass_alone(self) -> None:
+        if self.watching:
+            for _ in self:
+                pass
+
+    def finish(self) -> None:
+        """Walk the items if no walk did (`pass_alone`), render the first prompts and warn; once."""
+        from judge.judging import block_letters
+        from judge.prompting import block_messages, criterion_messages
+
+        self.pass_alone()
+        if self.finished:
+            return
+        self.finished = True
+        if self.first is None:
+            raise JudgeError("no items to judge")
+        for criterion in self.criteria:
+            if self.mode == "block" and not criterion.per_segment:
+                block_messages(self.rubric, criterion, self.group, block_letters(len(self.group)))
+            else:
+                criterion_messages(self.rubric, criterion, self.first, self.options.template,
+                                   segment="…" if criterion.per_segment else None,
+                                   segment_number=1 if criterion.per_segment else None)
+        if long := self.long:
+            where = ", ".join(f"line {o.line} ({o.chars:,} characters)" for o in long[:3])
+            print(f"warning: {len(long)} item(s) of {self.options.input or 'the items'} hold more than "
+                  f"{LONG_ITEM_CHARS:,} characters of text ({where}{', ...' if len(long) > 3 else ''}): about a token "
+                  "per 4 characters, their prompts may exceed the model's context (those judgments then fail with the "
+                  "server's reason) and cost more", file=sys.stderr)
 
 
 def _planned_model(options: RunOptions) -> str | None:
@@ -180,23 +205,26 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
         price = price_of(table, options.model or "", options.prices) if options.model else None
     if options.input and os.path.exists(output) and os.path.samefile(options.input, output):
         raise OutputError(f"{output}: --output is the --input file; choose another --output")
-    _preflight(options, rubric, criteria, items, mode)
+    preflight = _Preflight(options, rubric, criteria, items, mode)
     results = ResultsFile(output)  # refuses a file that is not ours before any server starts
     redact = Redactor(os.environ.get(options.api_key_env))
-    cache = _cache(options)
+    cache = None  # opened with the backend: a run refused before (a bad item, a stale file) creates nothing
 
     def plan(opened):
         engine = Engine(opened.client, _settings(options, opened, mode), cache, rubric, redact)
-        return engine, engine.plan(criteria, items)
+        return engine, engine.plan(criteria, preflight)
 
     outcome = Outcome("complete", Path(output))
     try:
+        if not options.batched and options.backend == "local":
+            preflight.finish()  # finding the embedded model may fetch it: first be sure the items can be judged
         model, check = _planned_model(options), None
         if model is not None:
             _, planned = plan(Opened(None, model, options.backend, ""))
-            check = results.check(planned.judgments())
-            if keys:
-                outcome.keys = [key for key, _ in planned.judgments()]
+            check = results.check(planned, keys=keys)  # the preflight watches this walk over the items
+        preflight.finish()
+        if check is not None:
+            outcome.keys = check.keys
             # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
             # own flags (a bad --model is reported before a stale file).
             if check.nothing_to_do and not (options.refresh and check.cached):
@@ -204,12 +232,12 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
                 outcome.tally = Tally(planned=check.planned, already_done=check.planned)
                 outcome.note = f"nothing to do: all {check.planned} judgments are in {output}"
                 return outcome
+        cache = _cache(options)
         with open_backend(options) as opened:
             engine, planned = plan(opened)
             if check is None or opened.model != model:  # the model id is known only now: check again
-                check = results.check(planned.judgments())
-                if keys:
-                    outcome.keys = [key for key, _ in planned.judgments()]
+                check = results.check(planned, keys=keys)
+                outcome.keys = check.keys
             stale = check.stale
             if stale and not options.redo_changed:
                 raise OutputError(_stale_message(output, stale))
@@ -243,7 +271,8 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
                                      "command to resume once the server is fixed") from None
     finally:
         results.close()
-        cache.close()
+        if cache is not None:
+            cache.close()
     if options.prices is not None:
         if price is None:  # the model id is known only now (the embedded model)
             price = price_of(load_prices(options.prices), opened.model, options.prices)

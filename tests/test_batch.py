@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pydantic import TypeAdapter
 
 from batch_server import BatchServer
 from judge.backends import batch as batching
+from judge.cache import request_key
 from judge.cli import main
 from judge.rubric import load_rubric
 
@@ -102,7 +104,7 @@ def test_a_batch_run_writes_the_same_lines_as_the_online_path(server, tmp_path, 
     assert all(r["usage"]["cached_tokens"] > 0 for r in batch if r["criterion"] != "x")
     manifest = json.loads((tmp_path / "out.jsonl.batches.json").read_text())
     assert [b["status"] for b in manifest["batches"]] == ["completed", "completed"]
-    assert sum(len(b["custom_ids"]) for b in manifest["batches"]) == 18
+    assert sum(b["requests"] for b in manifest["batches"]) == 18
     assert SECRET not in (tmp_path / "out.jsonl.batches.json").read_text()
 
 
@@ -116,6 +118,23 @@ def test_a_rerun_of_a_finished_run_submits_nothing(server, tmp_path, capsys):
     err = capsys.readouterr().err  # nothing billed to this run; the earlier run's answers counted apart
     assert "this run's batches: 0 answers, tokens 0 prompt (0 cached) / 0 completion; 18 answers collected " \
            "from batches submitted earlier (tokens " in err
+
+
+def test_a_manifest_written_with_its_custom_ids_inline_is_still_read(server, tmp_path):
+    """Manifests written before the ids had files of their own keep them in each entry: a rerun collects from them."""
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
+    path = tmp_path / "out.jsonl.batches.json"
+    manifest = json.loads(path.read_text())
+    ids = tmp_path / "out.jsonl.batches.ids"
+    for entry in manifest["batches"]:
+        entry["custom_ids"] = (ids / entry.pop("ids")).read_text().split()
+    assert sum(len(e["custom_ids"]) for e in manifest["batches"]) == 18
+    path.write_text(json.dumps(manifest))
+    shutil.rmtree(ids)  # as an older version left the folder
+    (tmp_path / ".judge-written.json").unlink()
+    (tmp_path / "out.jsonl").write_text("")  # the answers are needed again
+    assert main(args(server.base_url, tmp_path, "--batch", "--no-cache")) == 0
+    assert server.created == 2 and len(lines(tmp_path / "out.jsonl")) == 16
 
 
 def cut_output(server: BatchServer, keep: int) -> list[dict]:
@@ -471,6 +490,49 @@ def test_batch_dir_an_answer_file_with_a_cut_last_line_resends_that_request(serv
     assert main(run) == 0 and len(lines(tmp_path / "out.jsonl")) == 12
 
 
+def test_batch_dir_request_files_not_proven_ours_are_checked_line_by_line_and_read_alike(server, tmp_path):
+    """A request file whose digest is in the folder's registry is read for its ids only; without the registry
+    (copied elsewhere, or the registry lost) every line is checked, and the answers are the same."""
+    folders = {}
+    for name in ("proven", "unproven"):
+        work = tmp_path / name
+        work.mkdir()
+        folder = folders[name] = work / "batches"
+        run = args(server.base_url, work, "--batch-dir", str(folder), "--criteria", UNGATED)
+        assert main(run) == 3
+        run_through(server, [folder / "round1-001.jsonl"])
+        if name == "unproven":
+            (folder / ".judge-written.json").unlink()
+        assert main(run) == 0
+    proven, unproven = (lines(tmp_path / n / "out.jsonl") for n in ("proven", "unproven"))
+    assert len(proven) == 4 * len(UNGATED.split(",")) and \
+        [(j["id"], j["system"], j["criterion"], j["score"]) for j in proven] == \
+        [(j["id"], j["system"], j["criterion"], j["score"]) for j in unproven]
+
+
+@pytest.mark.parametrize("tail", [3, 1000])  # rows merged into the sorted arrays, or all still in the dict
+def test_the_key_index_gives_each_key_its_rows_oldest_first(monkeypatch, tail):
+    import random
+
+    from judge.backends import keyindex
+
+    monkeypatch.setattr(keyindex, "TAIL", tail)
+    keys = [request_key({"n": n}) for n in range(60)]
+    keys.append(keys[0][:16] + "0" * 48)  # the same first 64 bits as another key
+    index, expected, chance = keyindex.KeyIndex(2), {}, random.Random(7)
+    for step in range(500):
+        key = chance.choice(keys)
+        row = (step, chance.randint(-3, 10**15))
+        index.add(key, *row)
+        expected.setdefault(key, []).append(row)
+    assert len(index) == 500
+    for key in keys + ["f" * 64]:
+        assert index.rows(key) == expected.get(key, []) and (key in index) == (key in expected)
+        assert index.last(key) == (expected[key][-1] if key in expected else None)
+    with pytest.raises(ValueError):
+        index.add(keys[0], 1)
+
+
 # -- bad input: one line, exit 2, nothing submitted or written half ---------------------------------------------
 def _other_run_out(tmp_path: Path, server) -> list[str]:
     folder = tmp_path / "batches"
@@ -554,6 +616,49 @@ def _batch_gone(tmp_path: Path, server) -> list[str]:
     return ["--batch", "--criteria", UNGATED]
 
 
+def _not_a_key_out(tmp_path: Path, server) -> list[str]:
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
+    run_through(server, [folder / "round1-001.jsonl"])
+    out = folder / "round1-001.out.jsonl"
+    rows = out.read_text().splitlines()
+    rows[2] = json.dumps({**json.loads(rows[2]), "custom_id": "request-3"})  # a runner that numbers its lines
+    out.write_text("\n".join(rows) + "\n")
+    return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
+def _line_added_to_a_request_file(tmp_path: Path, server) -> list[str]:
+    folder = tmp_path / "batches"
+    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
+    path = folder / "round1-001.jsonl"
+    first = json.loads(path.read_text().splitlines()[0])
+    first["body"]["seed"] += 1  # another request under the first one's custom_id: the file is no longer ours
+    with path.open("a") as handle:
+        handle.write(json.dumps(first) + "\n")
+    return ["--batch-dir", str(folder), "--criteria", UNGATED]
+
+
+def _ids_file_lost(tmp_path: Path, server) -> list[str]:
+    _other_command_manifest(tmp_path, server)  # a batch submitted and still running
+    (tmp_path / "out.jsonl.batches.ids" / "00000.txt").unlink()
+    return ["--batch", "--criteria", UNGATED]
+
+
+def _ids_file_cut(tmp_path: Path, server) -> list[str]:
+    _other_command_manifest(tmp_path, server)
+    ids = tmp_path / "out.jsonl.batches.ids" / "00000.txt"
+    ids.write_text("".join(ids.read_text().splitlines(keepends=True)[:-2]))
+    return ["--batch", "--criteria", UNGATED]
+
+
+def _ids_file_edited(tmp_path: Path, server) -> list[str]:
+    _other_command_manifest(tmp_path, server)
+    ids = tmp_path / "out.jsonl.batches.ids" / "00000.txt"
+    rows = ids.read_text().splitlines()
+    ids.write_text("\n".join(["my note", *rows[1:]]) + "\n")
+    return ["--batch", "--criteria", UNGATED]
+
+
 def _garbage_manifest(tmp_path: Path, server) -> list[str]:
     (tmp_path / "out.jsonl.batches.json").write_text("my notes\n")
     return ["--batch"]
@@ -575,7 +680,14 @@ BAD = [  # (case, setup returning the extra flags, expected message)
     ("request edited with its custom_id", _edited_request_rekeyed,
      "round1-001.jsonl:1: asks model 'another', this run asks 'stub'"),
     ("unreadable line in an answer file", _unreadable_answer_line, "round1-001.out.jsonl:5: not valid JSON"),
+    ("an answer whose custom_id is not a key", _not_a_key_out, "round1-001.out.jsonl:3: custom_id request-3... is not "
+     "a request of round1-001.jsonl"),
+    ("a line added to a request file", _line_added_to_a_request_file, "the request is not the one its custom_id names"),
     ("not a manifest", _garbage_manifest, "not a batch manifest"),
+    ("a batch's custom_ids file lost", _ids_file_lost, "out.jsonl.batches.ids/00000.txt: the custom_ids of batch "),
+    ("a batch's custom_ids file cut short", _ids_file_cut, "00000.txt: holds 10 custom_ids where the manifest "
+     "records 12 requests in batch "),
+    ("a batch's custom_ids file edited", _ids_file_edited, "00000.txt:1: not a custom_id of this tool ('my note')"),
     ("a batch the provider lost", _batch_gone, "failed (HTTP 404): Error code: 404"),
 ]
 

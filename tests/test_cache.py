@@ -1,5 +1,7 @@
 """Cache keys: everything that changes the answer is in the key, credentials and addresses never are."""
 
+import pytest
+
 from judge.cache import AnswerCache, request_key
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.0, "max_tokens": 10,
@@ -26,3 +28,49 @@ def test_round_trip_persists_across_connections(tmp_path):
     cache.close()
     again = AnswerCache(tmp_path)
     assert again.get(key) == {"content": '{"score": 3}', "finish_reason": "stop"}
+
+
+# -- a request encoded once (judge.cache.Encoder): the same text and key as encoding it whole ----------------------
+SYSTEM = "Vous êtes un évaluateur. \"Guillemets\", barres \\ obliques, tabulations\t et retours\n" * 40
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": {
+    "type": "object", "properties": {"score": {"type": "integer", "enum": [1, 2, 3]}}, "required": ["score"]}}}
+ENCODED = [  # (case, body): every shape a request takes, and what a user's text may hold
+    ("the common request", {**BODY, "messages": [{"role": "system", "content": SYSTEM},
+                                                 {"role": "user", "content": "hi"}], "response_format": SCHEMA}),
+    ("no response format (text mode)", {k: v for k, v in BODY.items() if k != "response_format"}),
+    ("json_object", BODY),
+    ("logprobs", {**BODY, "logprobs": True, "top_logprobs": 20}),
+    ("a re-ask", {**BODY, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "q"},
+                                       {"role": "assistant", "content": "not json"},
+                                       {"role": "user", "content": "That answer cannot be used"}]}),
+    ("line separators and emoji", {**BODY, "messages": [{"role": "user", "content": "a\u2028b\u2029c 🙂 \x00 \x1f"}]}),
+    ("a message with a name", {**BODY, "messages": [{"role": "user", "content": "x", "name": "n"}]}),
+    ("content that is a list", {**BODY, "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}),
+    ("a number as content", {**BODY, "messages": [{"role": "system", "content": 3}]}),
+    ("no messages", {"model": "m"}),
+    ("floats and None", {**BODY, "temperature": 0.1 + 0.2, "seed": None}),
+]
+
+
+@pytest.mark.parametrize("case,body", ENCODED, ids=[c for c, _ in ENCODED])
+def test_a_request_encoded_once_has_the_text_and_key_of_encoding_it_whole(case, body):
+    import json
+
+    from judge.cache import Encoder
+
+    encoder = Encoder()
+    for _ in range(3):  # the repeated parts come from the encoder's memory the second time
+        request = encoder.request(body)
+        assert request.text == json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        assert request.key == request_key(dict(body)) == request_key(request)
+        assert dict(request) == body
+
+
+def test_a_shared_part_changed_in_place_is_not_served_stale():
+    """The encoder remembers parts by identity: a new object with new content gets its own encoding."""
+    from judge.cache import Encoder
+
+    encoder = Encoder()
+    first = encoder.request({**BODY, "response_format": {"type": "json_object"}})
+    second = encoder.request({**BODY, "response_format": {"type": "text"}})
+    assert first.key != second.key and '"text"' in second.text

@@ -189,3 +189,26 @@ def test_unwritable_outputs_are_refused(tmp_path, where, message):
 
     with pytest.raises(OutputError, match=message):
         ResultsFile(tmp_path / where)
+
+
+PRINTS = [  # (case, a finished judgment's fingerprint as read back, this run's, the same question?)
+    ("equal", {"model": "m", "seed": 0, "item": "ab12"}, {"model": "m", "seed": 0, "item": "ab12"}, True),
+    ("other key order", {"seed": 0, "model": "m"}, {"model": "m", "seed": 0}, True),
+    ("1.0 read back for 1", {"temperature": 1.0, "samples": 3}, {"temperature": 1, "samples": 3}, True),
+    ("a changed value", {"model": "m", "seed": 0}, {"model": "m", "seed": 1}, False),
+    ("a changed item", {"item": "ab12"}, {"item": "ab13"}, False),
+    ("null against a value", {"max_tokens": None}, {"max_tokens": 0}, False),
+    ("a key more", {"model": "m"}, {"model": "m", "swap": None}, False),
+    ("a list inside (an older file)", {"template": ["a", "b"]}, {"template": ["a", "b"]}, True),
+    ("a list changed", {"template": ["a", "b"]}, {"template": ["b", "a"]}, False),
+    ("an object inside", {"x": {"a": 1, "b": 2}}, {"x": {"b": 2, "a": 1}}, True),
+    ("no fingerprint (an old line)", None, {"model": "m"}, False),
+]
+
+
+@pytest.mark.parametrize("case,found,planned,same", PRINTS, ids=[p[0] for p in PRINTS])
+def test_the_resume_index_tells_the_same_question_from_another(case, found, planned, same):
+    from judge.results import print_digest
+
+    assert (print_digest(found) == print_digest(planned)) is same
+    assert print_digest(planned) == print_digest(dict(reversed(list(planned.items()))))

@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -34,8 +35,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from judge.backends.keyindex import KeyIndex
 from judge.backends.openai_compat import _completion, _status_error
-from judge.cache import request_key
+from judge.cache import Request, request_key
 from judge.errors import BackendError, Deferred, InputError, JudgeError, OutputError, RetryableError, ServerUnusable
 from judge.outputs import write_files
 from judge.secrets import MASK, Redactor
@@ -54,6 +56,7 @@ POLL_FIRST = float(os.environ.get("JUDGE_BATCH_POLL_SECONDS", "5"))  # then doub
 POLL_MAX = max(POLL_FIRST, 60.0)
 REPORT_EVERY = 180.0  # seconds between progress lines when stderr is not a terminal
 MANIFEST_KIND = "llm-judge-rater batch manifest"
+_HEX_KEY = re.compile(r"[0-9a-f]{64}")  # a custom_id this tool writes: the request's key
 
 
 class BatchPending(Exception):
@@ -66,6 +69,8 @@ def manifest_path(output: str | Path) -> Path:
 
 
 def batch_line(key: str, body: dict) -> str:
+    if isinstance(body, Request):  # encoded once already, for its key
+        return f'{{"custom_id":"{key}","method":"POST","url":"{ENDPOINT}","body":{body.text}}}'
     return json.dumps({"custom_id": key, "method": "POST", "url": ENDPOINT, "body": body}, ensure_ascii=False,
                       separators=(",", ":"))
 
@@ -184,7 +189,6 @@ class Batcher:
     def __init__(self, redact: Redactor | None = None, progress: bool = True):
         self.redact = redact or Redactor()
         self.status = _Status(progress)
-        self._sends: dict[str, int] = {}
         self.requests = self.batches = self.rounds = 0  # sent (or written) in batches
         self.answered = 0  # answers that came back from batches
         # Answers and tokens (prompt, cached, completion) from batches this run submitted, and from earlier ones.
@@ -227,19 +231,65 @@ class Batcher:
 
 # -- a provider's Batch API -----------------------------------------------------------------------------------
 class Manifest:
-    """What was paid for: the batches of a run (file id, batch id, custom_ids), next to --output, written before
-    any polling so that a rerun resumes instead of paying twice."""
+    """What was paid for: the batches of a run (file id, batch id, the file of their custom_ids), next to --output,
+    written before any polling so that a rerun resumes instead of paying twice.
+
+    A batch's custom_ids are kept one per line in `OUT.batches.ids/NNNNN.txt`, not in the manifest (a million of
+    them made a 70 MB manifest rewritten at every change, and held in memory); `index` maps each to the batches
+    holding it (judge/backends/keyindex.py). A manifest written before keeps them in the entry (`custom_ids`)."""
 
     def __init__(self, path: Path, fingerprint: str, command: str, model: str, where: str):
         self.path = path
+        self.ids_dir = path.with_name(path.name.removesuffix(".json") + ".ids")
         self.data = {"kind": MANIFEST_KIND, "version": 1, "command": command, "fingerprint": fingerprint,
                      "model": model, "server": where, "batches": []}
         if path.exists():
             self._load(fingerprint, command)
-        self.index: dict[str, dict] = {}
-        for entry in self.data["batches"]:
-            for key in entry["custom_ids"]:
-                self.index[key] = entry  # the latest batch holding a request wins
+        self.index = KeyIndex(1)  # custom_id -> the number of each batch holding it, oldest first
+        for number, entry in enumerate(self.batches):
+            self._index(number, entry)
+
+    def _index(self, number: int, entry: dict) -> None:
+        count = 0
+        for key in self.custom_ids(entry):
+            if _HEX_KEY.fullmatch(key):
+                self.index.add(key, number)
+                count += 1
+            elif "ids" in entry:
+                raise OutputError(f"{self.ids_dir / entry['ids']}:{count + 1}: not a custom_id of this tool "
+                                  f"({key[:20]!r}); {self._mend}")
+        if "ids" in entry and count != entry.get("requests"):
+            batch = entry.get("batch_id") or entry.get("file_id")
+            raise OutputError(f"{self.ids_dir / entry['ids']}: holds {count} custom_ids where the manifest records "
+                              f"{entry.get('requests')} requests in batch {batch}; {self._mend}")
+
+    @property
+    def _mend(self) -> str:
+        return (f"the manifest {self.path.name} needs them to match answers to requests (a request it cannot match "
+                "would be paid for again): restore the file, or choose another --output; nothing was submitted")
+
+    def custom_ids(self, entry: dict):
+        """The custom_ids of a batch, read one at a time from its file."""
+        if "custom_ids" in entry:  # a manifest written before the ids had files of their own
+            yield from entry["custom_ids"]
+            return
+        if not entry.get("ids"):
+            return
+        path = self.ids_dir / entry["ids"]
+        try:
+            handle = path.open(encoding="utf-8")
+        except OSError as exc:
+            raise OutputError(f"{path}: the custom_ids of batch {entry.get('batch_id') or entry.get('file_id')} "
+                              f"cannot be read ({exc.strerror or exc}); {self._mend}") from None
+        with handle:
+            for line in handle:
+                if line.strip():
+                    yield line.strip()
+
+    def latest(self, key: str) -> tuple[int, dict] | None:
+        """(number, entry) of the latest batch holding a request, or None."""
+        row = self.index.last(key)
+        return None if row is None else (row[0], self.batches[row[0]])
 
     def _load(self, fingerprint: str, command: str) -> None:
         try:
@@ -266,10 +316,11 @@ class Manifest:
     def batches(self) -> list[dict]:
         return self.data["batches"]
 
-    def add(self, entry: dict) -> None:
+    def add(self, entry: dict) -> int:
+        """Record a batch whose ids file is written; its number."""
         self.batches.append(entry)
-        for key in entry["custom_ids"]:
-            self.index[key] = entry
+        self._index(len(self.batches) - 1, entry)
+        return len(self.batches) - 1
 
     def save(self) -> None:
         write_files({self.path: json.dumps(self.data, ensure_ascii=False) + "\n"}, verb="batch")
@@ -341,22 +392,32 @@ class BatchAPIClient(Batcher):
         self._once = self._client.with_options(max_retries=0)
         self.manifest = manifest
         self._scratch = tempfile.TemporaryDirectory(prefix="judge-batch-")
-        self._results: dict[str, dict[str, tuple[Path, int]]] = {}  # batch id -> custom_id -> (file, offset)
-        self._fresh: dict[str, tuple[bool, object]] = {}  # custom_id -> (mine, result) of a batch this pass waited on
+        # Nothing per request is held but in key indexes (judge/backends/keyindex.py): a few dozen bytes each.
+        self._results = KeyIndex(3)  # custom_id -> (batch number, result file, offset), the last of a batch wins
+        self._result_files: list[Path] = []  # the downloaded output and error files, numbered by position
+        self._downloaded: set[str] = set()  # ids of the batches whose results are on disk
+        self._waited: dict[int, tuple] = {}  # batch number -> (mine, failure, cancelled): this run waited on it
+        self._handed = KeyIndex(1)  # custom_id -> the waited batches whose result for it was handed out
+        self._ours: set[int] = set()  # numbers of the batches this run created: how often it sent a request
         self._adopting: asyncio.Future | None = None
         self._submitted: set[str] = set()  # ids of the batches this run created (and pays for)
         self._seen_live: set[str] = set()  # ids of the batches this run saw running
-        self._parts: list[list] = []  # this pass's request files: [path, handle, size, keys]
-        self._written: set[str] = set()  # custom_ids written in this pass
-        self._deferred: set[str] = set()  # custom_ids this pass waits for
+        self._parts: list[list] = []  # this pass's request files: [path, handle, size, count, ids (StreamedFile)]
+        self._written = KeyIndex()  # custom_ids written in this pass
+        self._deferred = 0  # questions this pass waits for
         self._live: set[str] = set()  # ids of the unfinished batches this pass waits on
 
     async def aclose(self) -> None:
         for part in self._parts:
             part[1].close()
+            part[4].discard()
         self._parts = []
         await self._client.close()
         self._scratch.cleanup()
+
+    def _sends(self, key: str) -> int:
+        """How many batches of this run a request went out in."""
+        return sum(row[0] in self._ours for row in self.manifest.index.rows(key))
 
     # -- a pass ------------------------------------------------------------------------------------------------
     async def complete(self, body: dict, timeout: float) -> dict:
@@ -364,42 +425,54 @@ class BatchAPIClient(Batcher):
             self._adopting = asyncio.ensure_future(self._adopt_orphans())
         await asyncio.shield(self._adopting)
         key = request_key(body)
-        if key in self._fresh:  # an answer (or error) of a batch this run waited on: handed out once
-            mine, result = self._fresh.pop(key)
-            if isinstance(result, tuple):  # where the result line stands: read now, not held
-                result = result_of(self._read(*result), self.redact)
-            self.settle(result, mine)
-            if isinstance(result, Exception):
-                raise result
-            return result
-        entry = self.manifest.index.get(key)
-        if entry is not None and entry.get("batch_id"):
+        latest = self.manifest.latest(key)
+        number, entry = latest if latest is not None else (None, None)
+        if number in self._waited and (number,) not in self._handed.rows(key):
+            # a batch this run waited on: its result (or the batch's failure) is handed out once
+            self._handed.add(key, number)
+            mine, failure, cancelled = self._waited[number]
+            result = failure or result_of(await self._record(number, key), self.redact)
+            if result is None and cancelled is not None:
+                result = cancelled
+            elif result is None and self._sends(key) >= MAX_SENDS:
+                result = BackendError(f"not answered in {MAX_SENDS} batches (each ended before running it)")
+            if result is not None:
+                self.settle(result, mine)
+                if isinstance(result, Exception):
+                    raise result
+                return result
+            # expired before it ran: sent again, below
+        elif entry is not None and entry.get("batch_id"):
             if entry["status"] not in FINAL:  # paid for already: wait for it
                 self._live.add(entry["batch_id"])
-                self._deferred.add(key)
+                self._deferred += 1
                 raise Deferred
-            answer = result_of(await self._record(entry, key), self.redact)
+            answer = result_of(await self._record(number, key), self.redact)
             if isinstance(answer, dict):  # a finished batch's answer, not yet recorded
                 self.settle(answer)
                 return answer
             # an error or an unanswered request of an earlier run: sent again
         if key not in self._written:
-            if self._sends.get(key, 0) >= MAX_SENDS:
+            if self._sends(key) >= MAX_SENDS:
                 raise BackendError(f"not answered in {MAX_SENDS} batches (each ended before running it)")
             self._write(key, body)
-        self._deferred.add(key)
+        self._deferred += 1
         raise Deferred
 
     def _write(self, key: str, body: dict) -> None:
+        from judge.outputs import StreamedFile
+
         line = (batch_line(key, body) + "\n").encode("utf-8")
         part = self._parts[-1] if self._parts else None
-        if part is None or len(part[3]) >= int(MAX_REQUESTS * MARGIN) or part[2] + len(line) > int(MAX_BYTES * MARGIN):
+        if part is None or part[3] >= int(MAX_REQUESTS * MARGIN) or part[2] + len(line) > int(MAX_BYTES * MARGIN):
             path = Path(self._scratch.name) / f"requests-{self.rounds + 1}-{len(self._parts) + 1}.jsonl"
-            part = [path, path.open("wb"), 0, []]
+            ids = StreamedFile(self.manifest.ids_dir / "next.txt", verb="batch")  # named when its batch is recorded
+            part = [path, path.open("wb"), 0, 0, ids]
             self._parts.append(part)
         part[1].write(line)
         part[2] += len(line)
-        part[3].append(key)
+        part[3] += 1
+        part[4].write(key + "\n")
         self._written.add(key)
 
     async def end_pass(self) -> str | None:
@@ -416,29 +489,30 @@ class BatchAPIClient(Batcher):
 
     async def _end_pass(self) -> None:
         manifest = self.manifest
-        entries = [e for e in manifest.batches if e.get("batch_id") in self._live]
+        entries = [(n, e) for n, e in enumerate(manifest.batches) if e.get("batch_id") in self._live]
         parts, self._parts = self._parts, []
         if parts or entries:
             self.rounds += 1  # a round that waits on batches (answers found in finished ones cost no round)
-        for path, handle, _, keys in parts:
+        for path, handle, _, count, ids in parts:
             handle.close()
             uploaded = await self._upload(f"judge-round{self.rounds}.jsonl", path)
             path.unlink()
+            ids.path = manifest.ids_dir / f"{len(manifest.batches):05d}.txt"
+            ids.commit()
             entry = {"file_id": uploaded.id, "batch_id": None, "status": "uploaded", "round": self.rounds,
-                     "requests": len(keys), "custom_ids": keys}
-            manifest.add(entry)
+                     "requests": count, "ids": ids.path.name}
+            number = manifest.add(entry)
+            self._ours.add(number)
             manifest.save()  # before the batch exists: a crash now is adopted on the rerun, not paid twice
             batch = await self._submit(uploaded.id)
             self._submitted.add(batch.id)
             entry.update(batch_id=batch.id, status=batch.status)
             manifest.save()
-            entries.append(entry)
+            entries.append((number, entry))
             self.batches += 1
-            self.requests += len(keys)
-            for key in keys:
-                self._sends[key] = self._sends.get(key, 0) + 1
+            self.requests += count
         await self._poll(entries)
-        self._written, self._deferred, self._live = set(), set(), set()
+        self._written, self._deferred, self._live = KeyIndex(), 0, set()
 
     # -- the provider's side ------------------------------------------------------------------------------------
     async def _find(self, file_ids: Iterable[str]) -> dict:
@@ -459,15 +533,17 @@ class BatchAPIClient(Batcher):
                 orphans.pop(file_id).update(batch_id=batch.id, status=batch.status)
             for entry in orphans.values():  # uploaded, never submitted: its requests are new
                 entry["status"] = "never submitted"
-                entry["custom_ids"] = []
+                if "custom_ids" in entry:
+                    entry["custom_ids"] = []
             self.manifest.save()
 
-    async def _record(self, entry: dict, key: str) -> dict | None:
+    async def _record(self, number: int, key: str) -> dict | None:
         """The result line of `key` in a finished batch (output and error files, downloaded once, to disk)."""
-        if entry["batch_id"] not in self._results:
-            await self._download(entry, await self._client.batches.retrieve(entry["batch_id"]))
-        where = self._results[entry["batch_id"]].get(key)
-        return None if where is None else self._read(*where)
+        entry = self.manifest.batches[number]
+        if entry["batch_id"] not in self._downloaded:
+            await self._download(number, await self._client.batches.retrieve(entry["batch_id"]))
+        mine = [row for row in self._results.rows(key) if row[0] == number]
+        return None if not mine else self._read(self._result_files[mine[-1][1]], mine[-1][2])
 
     @staticmethod
     def _read(path: Path, offset: int) -> dict:
@@ -475,8 +551,8 @@ class BatchAPIClient(Batcher):
             handle.seek(offset)
             return json.loads(handle.readline().decode("utf-8"))
 
-    async def _download(self, entry: dict, batch) -> None:
-        index: dict[str, tuple[Path, int]] = {}
+    async def _download(self, number: int, batch) -> None:
+        entry = self.manifest.batches[number]
         for kind, file_id in (("error", batch.error_file_id), ("output", batch.output_file_id)):  # answers win
             if not file_id:
                 continue
@@ -485,10 +561,12 @@ class BatchAPIClient(Batcher):
             data = content.content
             path.write_bytes(data if data.endswith(b"\n") or not data else data + b"\n")
             del content, data
+            self._result_files.append(path)
             where = f"the {kind} file {file_id} of batch {entry['batch_id']}"
             for _, offset, record in _batch_lines(path, cut_ok=True, where=where):  # a cut last line: resent
-                index[record["custom_id"]] = (path, offset)
-        self._results[entry["batch_id"]] = index
+                if _HEX_KEY.fullmatch(record["custom_id"]):  # any other is none of this run's requests
+                    self._results.add(record["custom_id"], number, len(self._result_files) - 1, offset)
+        self._downloaded.add(entry["batch_id"])
 
     async def _upload(self, name: str, path: Path):
         """Upload a batch input file; retried here on a connection error, 429 or 5xx (a file uploaded twice costs
@@ -535,11 +613,11 @@ class BatchAPIClient(Batcher):
                 if attempt == CREATE_ATTEMPTS - 1 or not self._worth_retrying(exc):
                     raise
 
-    async def _poll(self, entries: list[dict]) -> None:
+    async def _poll(self, entries: list[tuple[int, dict]]) -> None:
         wait = POLL_FIRST
         pending = list(entries)
         while pending:
-            for entry in list(pending):
+            for number, entry in list(pending):
                 batch = await self._client.batches.retrieve(entry["batch_id"])
                 counts = batch.request_counts
                 entry.update(status=batch.status, completed=counts.completed if counts else None,
@@ -547,50 +625,38 @@ class BatchAPIClient(Batcher):
                 if batch.status not in FINAL:
                     self._seen_live.add(batch.id)
                     continue
-                pending.remove(entry)
-                await self._download(entry, batch)
-                self._finish(entry, batch, mine=entry["batch_id"] in self._submitted)
+                pending.remove((number, entry))
+                await self._download(number, batch)
+                self._finish(number, batch, mine=entry["batch_id"] in self._submitted)
                 self.manifest.save()
             if pending:
-                done = sum(e.get("completed") or 0 for e in entries)
-                failed = sum(e.get("failed") or 0 for e in entries)
-                total = sum(e["requests"] for e in entries)
-                states = ", ".join(sorted({e["status"] for e in pending}))
+                done = sum(e.get("completed") or 0 for _, e in entries)
+                failed = sum(e.get("failed") or 0 for _, e in entries)
+                total = sum(e["requests"] for _, e in entries)
+                states = ", ".join(sorted({e["status"] for _, e in pending}))
                 self.status.show(f"batch round {self.rounds}: {len(pending)} of {len(entries)} batch(es) {states}; "
                                  f"{done}/{total} requests completed, {failed} failed", f"{self.rounds} {states}")
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, POLL_MAX)
         self.status.done()
 
-    def _finish(self, entry: dict, batch, mine: bool) -> None:
-        """The results of a batch this pass waited on, for the next pass: each handed out once."""
-        wanted = [key for key in entry["custom_ids"] if key in self._deferred]
+    def _finish(self, number: int, batch, mine: bool) -> None:
+        """What the next pass hands out for the requests of a batch this pass waited on: each result once (read
+        from disk then), or the batch's failure."""
+        failure = cancelled = None
         if batch.status == "failed":
             errors = (batch.errors.data if batch.errors else None) or []
             reasons = "; ".join(f"line {e.line}: {e.message} ({e.code})" if e.line is not None else
                                 f"{e.message} ({e.code})" for e in errors[:3]) or "no reason given"
             failure = BackendError(self.redact(f"batch {batch.id} failed validation: {reasons}"))
-            for key in wanted:
-                self._fresh[key] = (mine, failure)
-            return
-        # A batch cancelled while this run polled it was cancelled by someone (`judge batch cancel`, the provider's
-        # console): its unanswered requests are recorded as failed, not sent again behind their back; the same
-        # command sends them again (a run that finds a batch already cancelled was asked to: it sends them).
-        cancelled = BackendError(f"batch {batch.id} was cancelled before this request ran: not sent again; run the "
-                                 "same command to send it") if batch.status == "cancelled" and \
-            batch.id in self._seen_live else None
-        index = self._results[entry["batch_id"]]
-        for key in wanted:
-            where = index.get(key)
-            answer = result_of(None if where is None else self._read(*where), self.redact)
-            if answer is None and cancelled is not None:
-                self._fresh[key] = (mine, cancelled)
-            elif answer is None:  # expired before it ran: written again by the next pass
-                if self._sends.get(key, 0) >= MAX_SENDS:
-                    self._fresh[key] = (mine, BackendError(f"not answered in {MAX_SENDS} batches (each ended before "
-                                                           "running it)"))
-            else:
-                self._fresh[key] = (mine, where)  # read again when handed out: answers are not held
+        elif batch.status == "cancelled" and batch.id in self._seen_live:
+            # A batch cancelled while this run polled it was cancelled by someone (`judge batch cancel`, the
+            # provider's console): its unanswered requests are recorded as failed, not sent again behind their back;
+            # the same command sends them again (a run that finds a batch already cancelled was asked to: it sends
+            # them).
+            cancelled = BackendError(f"batch {batch.id} was cancelled before this request ran: not sent again; run "
+                                     "the same command to send it")
+        self._waited[number] = (mine, failure, cancelled)
 
     def _billing(self) -> str:
         mine, earlier = self.billed["this run"], self.billed["earlier"]
@@ -600,6 +666,7 @@ class BatchAPIClient(Batcher):
 
 # -- batch files for any runner -------------------------------------------------------------------------------
 DIR_MANIFEST = "batch-manifest.json"
+_LINE_START = b'{"custom_id":"'  # how every request line `batch_line` writes begins
 
 
 def _batch_lines(path: Path, cut_ok: bool, where: str | None = None):
@@ -659,14 +726,18 @@ class BatchDirClient(Batcher):
             raise OutputError(f"{self.dir}: --batch-dir is a file; give a folder")
         self._check_manifest(fingerprint, command)
         self._files: list[Path] = []  # the folder's batch files (inputs and answers), numbered by position
-        self.answers: dict[str, list[tuple[int, int, int]]] = {}  # custom_id -> (round, file, offset), oldest first
-        self.waiting_on: dict[str, int] = {}  # custom_id -> the newest input file holding it, answers not back yet
-        self._used: dict[str, int] = {}  # custom_id -> round of the error answer already handed out
+        self._handles: dict[int, object] = {}  # answer files open for reading, by number
+        # Indexed by custom_id in a few dozen bytes a request (judge/backends/keyindex.py), not in dicts of strings.
+        self.answers = KeyIndex(3)  # custom_id -> (round, file, offset), oldest first
+        self.waiting_on = KeyIndex(1)  # custom_id -> input files holding it whose answers are not back, newest last
+        self._used = KeyIndex(1)  # custom_id -> round of the error answer handed out (0: written again since)
         self._read_answers()
         self._round = max((self._round_of(p) for p in self._files), default=0) + 1
-        self._writers: list = []  # this pass's open shard files
-        self._written: dict = {}  # custom_id -> the file of this pass it was written to
-        self._deferred: set[str] = set()  # custom_ids this pass waits for
+        self._parts: list = []  # this pass's open shard files (judge.outputs.StreamedFile), in the order opened
+        self._writers: list[list[int]] = []  # per shard, the numbers of its files in self._parts
+        self._written = KeyIndex()  # custom_ids written in this pass
+        self._deferred = 0  # questions this pass waits for
+        self._waiting_files: set[int] = set()  # ... in files of earlier runs (and in this pass's)
         self._next = 0  # round-robin over the shards
 
     def _check_manifest(self, fingerprint: str, command: str) -> None:
@@ -703,27 +774,19 @@ class BatchDirClient(Batcher):
         for inp in sorted(self.dir.glob("round*-*.jsonl"), key=lambda p: (self._round_of(p), p.name)):
             if inp.name.endswith(".out.jsonl"):
                 continue
-            asked: set[str] = set()
             number_in = self._number(inp)
-            for number, _, record in _batch_lines(inp, cut_ok=False):
-                body = record.get("body")
-                if not isinstance(body, dict) or record["custom_id"] != request_key(body):
-                    raise InputError(f"{inp}:{number}: the request is not the one its custom_id names (the line was "
-                                     "edited, or written by another tool): refused; its answer would be recorded "
-                                     "for another request: restore the file, or choose another --batch-dir")
-                if body.get("model") != self.model:
-                    raise InputError(f"{inp}:{number}: asks model {body.get('model')!r}, this run asks {self.model!r}: "
-                                     "refused; choose another --batch-dir")
-                asked.add(record["custom_id"])
             out = inp.with_name(inp.name.removesuffix(".jsonl") + ".out.jsonl")
             if not out.exists():
-                for key in asked:
-                    self.waiting_on[key] = number_in
+                for key in self._asked(inp):
+                    self.waiting_on.add(key, number_in)
                 continue
+            asked = KeyIndex()  # this file's requests: an answer to anything else is refused
+            for key in self._asked(inp):
+                asked.add(key)
             number_out, round_ = self._number(out), self._round_of(inp)
             for number, offset, record in _batch_lines(out, cut_ok=True):
                 key = record["custom_id"]
-                if key not in asked:
+                if not _HEX_KEY.fullmatch(key) or key not in asked:
                     raise InputError(f"{out}:{number}: custom_id {key[:16]}... is not a request of {inp.name} (an "
                                      "answer file from another run, or renamed): refused; move it away")
                 response = record.get("response")
@@ -732,43 +795,77 @@ class BatchDirClient(Batcher):
                 if isinstance(body, dict) and body.get("model") not in (None, wanted):
                     raise InputError(f"{out}:{number}: answered by model {body.get('model')!r}, but the request asked "
                                      f"for {wanted!r}: refused; run the file with --model {wanted}")
-                self.answers.setdefault(key, []).append((round_, number_out, offset))
+                self.answers.add(key, round_, number_out, offset)
         for stray in sorted(self.dir.glob("*.out.jsonl")):
             if not stray.with_name(stray.name.removesuffix(".out.jsonl") + ".jsonl").exists():
                 raise InputError(f"{stray}: answers a batch file that is not in {self.dir} (from another run?): "
                                  "refused; move it away")
 
-    def _record(self, file: int, offset: int) -> dict:
-        with self._files[file].open("rb") as handle:
-            handle.seek(offset)
-            return json.loads(handle.readline().decode("utf-8"))
+    def _asked(self, inp: Path):
+        """The custom_ids of an input file. One this tool wrote and nobody changed since (its digest in the
+        folder's registry) holds this run's requests: their ids are read off the start of each line. Any other is
+        read in full: each line's custom_id must be its body's key, and its model this run's."""
+        from judge.outputs import is_ours
 
-    def _answer(self, key: str):
+        if is_ours(inp):
+            with inp.open("rb") as handle:
+                for line in handle:
+                    if line.startswith(_LINE_START) and line[len(_LINE_START) + 64:len(_LINE_START) + 65] == b'"':
+                        yield line[len(_LINE_START):len(_LINE_START) + 64].decode("ascii")
+                    elif line.strip():
+                        break  # written by an older version: read in full below
+                else:
+                    return
+        for number, _, record in _batch_lines(inp, cut_ok=False):
+            body = record.get("body")
+            if not isinstance(body, dict) or record["custom_id"] != request_key(body):
+                raise InputError(f"{inp}:{number}: the request is not the one its custom_id names (the line was "
+                                 "edited, or written by another tool): refused; its answer would be recorded "
+                                 "for another request: restore the file, or choose another --batch-dir")
+            if body.get("model") != self.model:
+                raise InputError(f"{inp}:{number}: asks model {body.get('model')!r}, this run asks {self.model!r}: "
+                                 "refused; choose another --batch-dir")
+            yield record["custom_id"]
+
+    def _record(self, file: int, offset: int) -> dict:
+        handle = self._handles.get(file)
+        if handle is None:  # kept open: an answer file is read line by line, a million times at most
+            handle = self._handles[file] = self._files[file].open("rb")
+        handle.seek(offset)
+        return json.loads(handle.readline().decode("utf-8"))
+
+    def _answer(self, key: str, waiting: tuple | None):
         """The newest answer not handed out already, as `result_of` reads it; None when there is none, or when the
-        request was written again since (its answer is still to come)."""
-        asked_again = self._round_of(self._files[self.waiting_on[key]]) if key in self.waiting_on else 0
-        for round_, file, offset in reversed(self.answers.get(key, [])):
+        request was written again since (its answer is still to come). `waiting`: waiting_on's newest row."""
+        asked_again = self._round_of(self._files[waiting[0]]) if waiting else 0
+        used = self._used.last(key)
+        for round_, file, offset in reversed(self.answers.rows(key)):
             if round_ < asked_again:
                 break
-            if round_ > self._used.get(key, 0):
+            if round_ > (used[0] if used else 0):
                 result = result_of(self._record(file, offset), self.redact)
                 if isinstance(result, Exception):
-                    self._used[key] = round_  # an error is given once; a retry writes the request again
+                    self._used.add(key, round_)  # an error is given once; a retry writes the request again
                 return result
             break
         return None
 
     async def complete(self, body: dict, timeout: float) -> dict:
         key = request_key(body)
-        answer = self._answer(key)
+        waiting = self.waiting_on.last(key)
+        answer = self._answer(key, waiting)
         if answer is not None:
             self.settle(answer)
             if isinstance(answer, Exception):
                 raise answer
             return answer
-        if key not in self._written and (key not in self.waiting_on or self._used.get(key)):
-            self._write(key, body)
-        self._deferred.add(key)
+        if key not in self._written:
+            used = self._used.last(key)
+            if waiting is None or (used and used[0]):
+                self._write(key, body)
+            else:
+                self._waiting_files.add(waiting[0])
+        self._deferred += 1
         raise Deferred
 
     def _write(self, key: str, body: dict) -> None:
@@ -778,47 +875,48 @@ class BatchDirClient(Batcher):
         line = batch_line(key, body) + "\n"
         if not self._writers:
             self._writers = [[] for _ in range(self.shards)]
-        shard = self._writers[self._next % self.shards]
+        shard = self._writers[self._next % self.shards]  # the numbers of its files in self._parts
         self._next += 1
-        if not shard or shard[-1].lines >= int(MAX_REQUESTS * MARGIN) or \
-                shard[-1].size + len(line) > int(MAX_BYTES * MARGIN):
-            shard.append(StreamedFile(self.dir / f"round{self._round}", verb="batch"))  # named when committed
-        shard[-1].write(line)
-        self._written[key] = shard[-1]
-        self._used.pop(key, None)
+        if not shard or self._parts[shard[-1]].lines >= int(MAX_REQUESTS * MARGIN) or \
+                self._parts[shard[-1]].size + len(line) > int(MAX_BYTES * MARGIN):
+            shard.append(len(self._parts))
+            self._parts.append(StreamedFile(self.dir / f"round{self._round}", verb="batch"))  # named when committed
+        self._parts[shard[-1]].write(line)
+        self._written.add(key)
+        if key in self._used:
+            self._used.add(key, 0)
 
     async def end_pass(self) -> str | None:
-        """At the end of a pass: put this pass's files in place and say what to run (None when nothing waits)."""
-        self._commit()
+        """At the end of a pass: put this pass's files in place and say what to run (None when nothing waits). A
+        pass that wrote requests waits for them: the run stops here, so the new files need no entry in waiting_on."""
+        self._waiting_files |= self._commit()
         if not self._deferred:
             return None
-        waiting = sorted({self._files[self.waiting_on[key]] for key in self._deferred if key in self.waiting_on},
-                         key=lambda p: (self._round_of(p), p.name))
+        waiting = sorted({self._files[n] for n in self._waiting_files}, key=lambda p: (self._round_of(p), p.name))
         commands = "\n".join(f"  vllm run-batch -i {p} -o {p.with_name(p.name.removesuffix('.jsonl') + '.out.jsonl')}"
                              f" --model {self.model}" for p in waiting)
-        return (f"{len(self._deferred)} requests wait in {len(waiting)} batch file(s) in {self.dir}; run each (on any "
+        return (f"{self._deferred} requests wait in {len(waiting)} batch file(s) in {self.dir}; run each (on any "
                 f"node; `vllm run-batch` can be started as `python -m vllm.entrypoints.openai.run_batch`):\n"
                 f"{commands}\nthen run this command again to record the answers")
 
-    def _commit(self) -> None:
+    def _commit(self) -> set[int]:
         """This pass's shard files under their final names, round{R}-{NNN}.jsonl (shard by shard), and the
-        manifest's round."""
+        manifest's round; the numbers of the files written."""
         from judge.outputs import write_files
 
-        parts = [part for shard in self._writers for part in shard]
+        order = [n for shard in self._writers for n in shard]  # shard by shard
         self._writers = []
-        if not parts:
-            return
-        written, requests, number = [], 0, {}
-        for n, part in enumerate(parts, start=1):
-            part.path = self.dir / f"round{self._round}-{n:03d}.jsonl"
+        if not order:
+            return set()
+        written, requests, numbers = [], 0, set()
+        for name, n in enumerate(order, start=1):
+            part = self._parts[n]
+            part.path = self.dir / f"round{self._round}-{name:03d}.jsonl"
             part.commit()
             written.append(part.path)
-            number[id(part)] = self._number(part.path)
+            numbers.add(self._number(part.path))
             requests += part.lines
-        for key, part in self._written.items():  # where each request written in this pass now waits
-            self.waiting_on[key] = number[id(part)]
-        self._written = {}
+        self._written, self._parts = KeyIndex(), []
         self.manifest.setdefault("rounds", []).append({"round": self._round, "files": [p.name for p in written],
                                                        "requests": requests})
         write_files({self.dir / DIR_MANIFEST: json.dumps(self.manifest, indent=1) + "\n"}, verb="batch")
@@ -826,13 +924,16 @@ class BatchDirClient(Batcher):
         self.batches += len(written)
         self.requests += requests
         self._round += 1
+        return numbers
 
     async def aclose(self) -> None:
         """An interrupted or failed pass: its unfinished shard files are dropped, the answers already read kept."""
-        for shard in self._writers:
-            for part in shard:
-                part.discard()
-        self._writers = []
+        for handle in self._handles.values():
+            handle.close()
+        self._handles = {}
+        for part in self._parts:
+            part.discard()
+        self._writers, self._parts = [], []
 
 
 # -- opening -----------------------------------------------------------------------------------------------------

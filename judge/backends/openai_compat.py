@@ -17,9 +17,8 @@ import json
 import time
 from urllib.parse import urlparse
 
-import aiohttp
-
 from judge.backends import ChatClient
+from judge.cache import Request
 from judge.errors import BackendError, ResponseFormatUnsupported, RetryableError
 from judge.secrets import Redactor
 
@@ -104,20 +103,25 @@ class HTTPClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._redact = Redactor(api_key)
-        self._session: aiohttp.ClientSession | None = None
+        self._session = None  # an aiohttp.ClientSession, opened (and aiohttp imported) at the first request
         self._concurrency = concurrency
 
-    def _open(self) -> aiohttp.ClientSession:
+    def _open(self):
         if self._session is None:
+            import aiohttp  # here, not at the top: batch transports use this module's parsing without HTTP
+
             connector = aiohttp.TCPConnector(limit=self._concurrency, ttl_dns_cache=300)
             self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
         return self._session
 
     async def complete(self, body: dict, timeout: float) -> dict:
+        import aiohttp
+
         session = self._open()
         try:
             async with session.post(
-                self._url, data=json.dumps(body), timeout=aiohttp.ClientTimeout(total=timeout)
+                self._url, data=body.text.encode("utf-8") if isinstance(body, Request) else json.dumps(body),
+                timeout=aiohttp.ClientTimeout(total=timeout)
             ) as response:
                 text = await response.text()
                 if response.status != 200:
