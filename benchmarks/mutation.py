@@ -1,6 +1,6 @@
 """Mutation testing of the trust, study and cascade verbs: small changes made by rule to calibration/trust/,
-calibration/study/ and calibration/cascade/, each run against the tests that guard its file; a mutant the suite lets through is a test that is
-missing, or a change that cannot matter (then benchmarks/mutation_equivalent.json says why).
+calibration/study/ and calibration/cascade/, each run against the tests that guard its file; a mutant the suite lets
+through is a test that is missing, or a change that cannot matter (then benchmarks/mutation_equivalent.json says why).
 
 Every mutation site is enumerated from the AST, in a fixed order (file, line, column, operator), and a seeded random
 sample is run. The operators: comparison swaps (< <=, > >=, == !=, in / not in, is / is not), arithmetic swaps

@@ -482,12 +482,13 @@ def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | No
         if n >= MIN_TUNED:
             active, _ = set_apart(data, baseline, 1.0)
             start_parts = _Parts(data, baseline, active)
-            start, ok = newton(start_parts.x, *start_parts.weights(1.0)) if active.any() else (None, False)
+            start, ok = (newton(start_parts.x, *start_parts.weights(1.0)) if np.delete(active, baseline).any()
+                         else (None, False))
             lam = start_parts.tuned_lambda(start) if ok else 1.0
     tried = [lam] + ([lam / 2, lam / 4, 0.0] if fitted and lam > 0 else [])
     for lam in tried:
         active, direction = set_apart(data, baseline, lam)
-        if not active.any():
+        if not np.delete(active, baseline).any():  # nothing left to fit beside the baseline
             continue
         fit_parts = _Parts(data, baseline, active)
         theta, ok = newton(fit_parts.x, *fit_parts.weights(lam))
