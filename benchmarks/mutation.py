@@ -51,7 +51,8 @@ _STUDY_CLI = ["tests/test_cli_numbers.py", "tests/test_flag_messages.py", "tests
 TESTS = {
     "calibration/trust/__init__.py": ["tests/test_api.py"],
     "calibration/trust/audit.py": ["tests/test_audit_properties.py", "tests/test_audit_guards.py",
-                                   "tests/test_audit_cli.py", "tests/test_trust_mutants.py", "tests/test_audit_sim.py", "tests/test_audit.py"],
+                                   "tests/test_audit_cli.py", "tests/test_trust_mutants.py", "tests/test_audit_sim.py",
+                                   "tests/test_audit.py"],
     "calibration/trust/probes.py": ["tests/test_audit_guards.py", "tests/test_audit_cli.py",
                                     "tests/test_trust_mutants.py"],
     "calibration/trust/drift.py": ["tests/test_drift_guards.py", "tests/test_drift.py", "tests/test_trust_mutants.py"],
