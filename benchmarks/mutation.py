@@ -56,7 +56,7 @@ TESTS = {
     "calibration/trust/probes.py": ["tests/test_audit_guards.py", "tests/test_audit_cli.py",
                                     "tests/test_trust_mutants.py"],
     "calibration/trust/drift.py": ["tests/test_drift_guards.py", "tests/test_drift.py", "tests/test_trust_mutants.py"],
-    "calibration/trust/select.py": ["tests/test_select.py", "tests/test_select_guards.py",
+    "calibration/trust/select.py": ["tests/test_select_properties.py", "tests/test_select.py", "tests/test_select_guards.py",
                                     "tests/test_trust_mutants.py"],
     "calibration/trust/cli.py": _TRUST_CLI + ["tests/test_trust_mutants.py"],
     "calibration/trust/report.py": ["tests/test_audit_cli.py", "tests/test_select.py", "tests/test_drift.py",
