@@ -276,3 +276,17 @@ def test_the_plan_draws_the_random_part_uniformly_and_targets_every_escalated_di
         count = int(((result.decisions["item_id"] == item) & (result.decisions["decided_by"] == "human")).sum())
         assert plan.loc[item, "reason"].startswith(f"escalated: {count} cell(s)")
         assert plan.loc[item, "inclusion_probability"] == 1.0
+
+
+def test_the_text_prints_each_judges_threshold_and_the_cascades_line_without_one(example):
+    text = example.text()
+    for row in example.thresholds.itertuples():
+        line = next(x for x in text.splitlines() if x.strip().startswith(row.judge + " "))
+        if row.judge in ("cascade", "human"):
+            assert ">=" not in line.split("calibration")[0] and "accepts none" not in line
+        elif np.isfinite(row.threshold):
+            assert f">= {row.threshold:.4g}" in line
+        else:
+            assert "accepts none" in line
+        assert f"calibration {row.calibration_decided:>5}" in line
+        assert f"unlabelled {row.unlabelled_decided:>6} ({row.unlabelled_share:.1%})" in line
