@@ -52,7 +52,8 @@ def decide_by_hand(conf, thresholds):
 
 def betting_by_hand(y, alpha, delta):
     """Waudby-Smith & Ramdas' predictable plug-in bet for one hypothesis, a scalar loop in the order the seeded
-    shuffle gives: each bet uses the mean and variance of the outcomes before it (prior 1/2 and 1/4, one pseudo-unit)."""
+    shuffle gives: each bet uses the mean and variance of the outcomes before it (prior 1/2 and 1/4, one
+    pseudo-unit)."""
     y = np.asarray(y, float)[np.random.default_rng(0).permutation(len(y))]
     count = len(y)
     mean, var, total, squares, log_wealth, best = 0.5, 0.25, 0.0, 0.0, 0.0, 0.0

@@ -99,7 +99,8 @@ def test_moving_and_stretching_a_judge_reordering_rows_or_listing_it_twice_chang
 
 
 def test_the_cross_fitted_rows_where_the_choice_cannot_depend_on_the_split():
-    """judge0 (noise 0.2) beats the others (noise 1.5, and the same upside down) on any half: the picked judge and the best-set jury are judge0 itself
+    """judge0 (noise 0.2) beats the others (noise 1.5, and the same upside down) on any half: the picked judge and
+    the best-set jury are judge0 itself
     (correlation does not see the standardising), and the all-judge jury is the mean of the standardised judges,
     a judge that disagrees with humans entering turned round."""
     human, judges = toy(np.random.default_rng(32), n_items=30, n_systems=5, noise=(0.2, 1.5))
