@@ -60,8 +60,9 @@ TESTS = {
     "calibration/trust/select.py": ["tests/test_select_properties.py", "tests/test_select.py",
                                     "tests/test_select_guards.py", "tests/test_trust_mutants.py"],
     "calibration/trust/cli.py": _TRUST_CLI + ["tests/test_trust_mutants.py"],
-    "calibration/trust/report.py": ["tests/test_audit_cli.py", "tests/test_select.py", "tests/test_drift.py",
-                                    "tests/test_api.py", "tests/test_trust_mutants.py"],
+    "calibration/trust/report.py": ["tests/test_report_properties.py", "tests/test_audit_cli.py",
+                                    "tests/test_select.py", "tests/test_drift.py", "tests/test_api.py",
+                                    "tests/test_trust_mutants.py"],
     "calibration/study/__init__.py": ["tests/test_api.py"],
     "calibration/study/screen.py": ["tests/test_study_properties.py", "tests/test_screen.py",
                                     "tests/test_cli_numbers.py", "tests/test_screen_selection.py",
@@ -81,7 +82,8 @@ TESTS = {
                                         "tests/test_escalate_real.py"],
     "calibration/cascade/report.py": ["tests/test_escalate.py", "tests/test_escalate_properties.py"],
     "calibration/cascade/cli.py": ["tests/test_escalate.py"],
-    "calibration/study/report.py": ["tests/test_estimate.py", "tests/test_screen.py", "tests/test_study_report.py",
+    "calibration/study/report.py": ["tests/test_report_properties.py", "tests/test_estimate.py",
+                                    "tests/test_screen.py", "tests/test_study_report.py",
                                     "tests/test_study_contract.py", "tests/test_study_mutants.py"],
 }
 
