@@ -42,19 +42,19 @@ PACKAGES = ("calibration/trust", "calibration/study", "calibration/cascade")
 EQUIVALENT_FILE = ROOT / "benchmarks" / "mutation_equivalent.json"
 
 # Each source file and the tests that guard it, fastest first (with -x the first failure ends the run).
-_TRUST_CLI = ["tests/test_drift_guards.py", "tests/test_flag_messages.py", "tests/test_failure_value.py",
-              "tests/test_audit_guards.py", "tests/test_audit_cli.py", "tests/test_select.py", "tests/test_drift.py",
-              "tests/test_api.py"]
-_STUDY_CLI = ["tests/test_cli_numbers.py", "tests/test_flag_messages.py", "tests/test_failure_value.py",
-              "tests/test_estimate.py", "tests/test_screen.py", "tests/test_study_contract.py", "tests/test_api.py",
-              "tests/test_pairwise_estimate.py"]
+_TRUST_CLI = ["tests/test_cli_properties.py", "tests/test_drift_guards.py", "tests/test_flag_messages.py",
+              "tests/test_failure_value.py", "tests/test_audit_guards.py", "tests/test_audit_cli.py",
+              "tests/test_select.py", "tests/test_drift.py", "tests/test_api.py"]
+_STUDY_CLI = ["tests/test_cli_properties.py", "tests/test_cli_numbers.py", "tests/test_flag_messages.py",
+              "tests/test_failure_value.py", "tests/test_estimate.py", "tests/test_screen.py",
+              "tests/test_study_contract.py", "tests/test_api.py", "tests/test_pairwise_estimate.py"]
 TESTS = {
     "calibration/trust/__init__.py": ["tests/test_api.py"],
     "calibration/trust/audit.py": ["tests/test_audit_properties.py", "tests/test_audit_guards.py",
                                    "tests/test_audit_cli.py", "tests/test_trust_mutants.py", "tests/test_audit_sim.py",
                                    "tests/test_audit.py"],
-    "calibration/trust/probes.py": ["tests/test_audit_guards.py", "tests/test_audit_cli.py",
-                                    "tests/test_trust_mutants.py"],
+    "calibration/trust/probes.py": ["tests/test_cli_properties.py", "tests/test_audit_guards.py",
+                                    "tests/test_audit_cli.py", "tests/test_trust_mutants.py"],
     "calibration/trust/drift.py": ["tests/test_drift_properties.py", "tests/test_drift_guards.py",
                                    "tests/test_drift.py", "tests/test_trust_mutants.py"],
     "calibration/trust/select.py": ["tests/test_select_properties.py", "tests/test_select.py",
@@ -81,7 +81,7 @@ TESTS = {
     "calibration/cascade/escalate.py": ["tests/test_escalate_properties.py", "tests/test_escalate.py",
                                         "tests/test_escalate_real.py"],
     "calibration/cascade/report.py": ["tests/test_escalate.py", "tests/test_escalate_properties.py"],
-    "calibration/cascade/cli.py": ["tests/test_escalate.py"],
+    "calibration/cascade/cli.py": ["tests/test_cli_properties.py", "tests/test_escalate.py"],
     "calibration/study/report.py": ["tests/test_report_properties.py", "tests/test_estimate.py",
                                     "tests/test_screen.py", "tests/test_study_report.py",
                                     "tests/test_study_contract.py", "tests/test_study_mutants.py"],

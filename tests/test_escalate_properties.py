@@ -291,3 +291,25 @@ def test_the_text_prints_each_judges_threshold_and_the_cascades_line_without_one
             assert "accepts none" in line
         assert f"calibration {row.calibration_decided:>5}" in line
         assert f"unlabelled {row.unlabelled_decided:>6} ({row.unlabelled_share:.1%})" in line
+
+
+def test_labels_judged_against_human_numbers_are_compared_as_text_and_said_for_that_criterion_only():
+    """Two criteria, both judged with labels: on c1 the humans gave numbers (1 / 0), on c2 labels. The note names
+    c1 alone, and the numbers match the judge's labels as text ("1" is "1")."""
+    rng = np.random.default_rng(5)
+    judge, labels = [], []
+    for d in range(60):
+        truth = int(rng.random() < 0.5)
+        for criterion, text in (("c1", str(truth)), ("c2", "yes" if truth else "no")):
+            judge.append({"item_id": f"d{d:02d}", "system": "s", "criterion": criterion, "score": np.nan,
+                          "label": text, "status": "label"})
+            if d < 30:
+                labels.append({"item_id": f"d{d:02d}", "system": "s", "annotator": "a", "criterion": criterion,
+                               "score": float(truth) if criterion == "c1" else np.nan,
+                               "label": None if criterion == "c1" else text})
+    result = calibration.escalate(pd.DataFrame(labels), {"j": pd.DataFrame(judge)}, alpha=0.2, delta=0.1)
+    notes = [w for w in result.warnings if "compared as text" in w]
+    assert notes == ["c1: the judges give labels and the humans numbers: compared as text"]
+    rows = result.thresholds.set_index(["criterion", "judge"])
+    assert rows.loc[("c1", "j"), "agreement"] == 1.0 and rows.loc[("c2", "j"), "agreement"] == 1.0
+    assert rows.loc[("c1", "j"), "calibration_decided"] == 30  # the judge agrees everywhere: everything accepted
