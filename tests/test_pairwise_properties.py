@@ -508,7 +508,7 @@ def test_a_study_where_every_system_but_the_baseline_is_set_apart_says_so_instea
             rows.append({"item_id": f"d{d}", "system": f"{a}|{b}", "criterion": "quality", "score": np.nan,
                          "label": v, "status": "label", "system_1": a, "system_2": b, "rubric": "r@1", "model": "m",
                          "forward": v, "swapped": v})
-            if d < 8:
+            if d < 11:  # from MIN_TUNED labelled dialogues on: the tuning's start fit meets the empty set too
                 votes.append({"item_id": f"d{d}", "system": f"{a}|{b}", "annotator": "x", "criterion": "quality",
                               "score": v})
     result = calibration.estimate(pd.DataFrame(rows), pd.DataFrame(votes), baseline="base")
@@ -516,3 +516,40 @@ def test_a_study_where_every_system_but_the_baseline_is_set_apart_says_so_instea
     assert bt["estimate"].isna().all() and bt["interval_note"].str.contains("wins or loses every pair").all()
     wins = result.estimates[result.estimates["quantity"] == "win_rate"].set_index("system")["estimate"]
     assert wins["a"] == 1.0 and wins["c"] == 0.0
+
+
+def test_every_dialogue_labelled_is_the_human_fit_and_one_judged_only_dialogue_adds_no_judge_term():
+    """m = 0 (every dialogue has a vote, some pairs unvoted): lambda is 0 and the fit is the votes' alone, their
+    dialogues standing for their unvoted pairs; m = 1: the judge's term needs two judged-only dialogues for its
+    covariance, so the interval is the labelled part's, finite."""
+    judge, labels = partly_labelled(seed=71, dialogues=30, labelled=30)
+    data = pairs_of(judge, labels)
+    b = data.systems.index("base")
+    ref = Reference(data, b)
+    assert not ref.U and any(w != 1.0 for w in ref.weight.values())
+    fit = bradley_terry(data, b, 0.95)
+    assert fit.lam == 0.0 and np.delete(fit.theta, b) == pytest.approx(ref.fit(0.0), abs=1e-5)
+    assert np.delete(np.delete(fit.cov, b, 0), b, 1) == pytest.approx(ref.covariance(ref.fit(0.0), 0.0), rel=1e-5)
+    for dialogues, unlabelled in ((25, 1), (26, 2)):  # the judged-only term from two such dialogues on
+        judge, labels = partly_labelled(seed=72, dialogues=dialogues, labelled=24)
+        data = pairs_of(judge, labels)
+        ref = Reference(data, b)
+        assert len(ref.U) == unlabelled
+        for lam in (None, 0.5):
+            fit = bradley_terry(data, b, 0.95, lam=lam)
+            assert np.isfinite(fit.se[np.arange(len(fit.se)) != b]).all()
+            theta = ref.fit(fit.lam)
+            assert np.delete(np.delete(fit.cov, b, 0), b, 1) == pytest.approx(ref.covariance(theta, fit.lam),
+                                                                               rel=1e-4)
+
+
+def test_a_margin_of_zero_is_allowed_and_the_text_and_summary_follow_the_margin():
+    judge, labels = study(seed=81, dialogues=60, labelled=25)
+    plain = calibration.estimate(judge, labels, baseline="base")
+    text = plain.text()
+    assert "non-inferior" not in text and "noninferior" not in text and "Ranking (1 = best" in text
+    assert "Non-inferiority" not in plain.files()["summary.md"]
+    strict = calibration.estimate(judge, labels, baseline="base", margin=0.0)
+    wins = strict.estimates[strict.estimates["quantity"] == "win_rate"]
+    assert (wins["noninferior"] == np.where(wins["ci_low"] > 0.5, "yes", "no")).all()
+    assert "lower bound above 0.5" in strict.files()["summary.md"] or "lower bound not above 0.5" in strict.text()
