@@ -225,6 +225,11 @@ def test_the_thresholds_table_counts_are_the_decisions_own(example):
         agreeing = (judges["agreement"].fillna(0) * judges["calibration_decided"]).sum()
         assert cascade["agreement"] == pytest.approx(agreeing / cascade["calibration_decided"])
         assert cascade["unlabelled_share"] + rows.loc["human", "unlabelled_share"] == pytest.approx(1.0)
+        # every calibration cell is accepted by one judge or escalated: the two counts add up to them all
+        path = example.path[example.path["criterion"] == criterion]
+        n_cal = int(rows.loc["human", "calibration_decided"] + cascade["calibration_decided"])
+        labels = pd.read_csv(LABELS)
+        assert n_cal == len(labels[labels["criterion"] == criterion].drop_duplicates(["item_id", "system"]))
         # the path's chosen step accepted exactly the cascade's calibration cells and disagreements
         path = example.path[example.path["criterion"] == criterion]
         chosen = path[path["chosen"]]

@@ -10,6 +10,8 @@ dropped branches), not against any one of them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -259,3 +261,21 @@ def test_dialogues_needed_with_the_judge_prices_each_regime(rho, judged):
     assert n <= dialogues_needed(effect, 0.8, 0.05)  # the judge never costs labels
     assert dialogues_needed(0.0) is None and dialogues_needed(np.nan) is None
     assert dialogues_needed(effect, 0.8, 0.05, rho, 1) is None  # nothing to label within one judged dialogue
+
+
+@pytest.mark.parametrize("confidence", ["0.9", True, 1.0, 0.0, -0.5, None])
+@pytest.mark.parametrize("pairwise", [False, True])
+def test_a_confidence_that_is_not_a_level_is_refused_in_the_clis_words(confidence, pairwise):
+    import calibration
+    from calibration.errors import CalibrationError
+    from test_pairwise_estimate import study
+
+    if pairwise:
+        judge, labels = study(seed=1, dialogues=20, labelled=10)
+        options = {"baseline": "base"}
+    else:
+        example = Path(__file__).resolve().parents[1] / "examples" / "study"
+        judge, labels = example / "judgments.jsonl", example / "labels.csv"
+        options = {}
+    with pytest.raises(CalibrationError, match=r"^--confidence must be between 0 and 1, got "):
+        calibration.estimate(judge, labels, confidence=confidence, **options)
