@@ -279,3 +279,48 @@ def test_a_confidence_that_is_not_a_level_is_refused_in_the_clis_words(confidenc
         options = {}
     with pytest.raises(CalibrationError, match=r"^--confidence must be between 0 and 1, got "):
         calibration.estimate(judge, labels, confidence=confidence, **options)
+
+
+@pytest.mark.parametrize("n_random, share, outcome", [
+    (0, 0.5, "refused"), (0, 0.0, "no random part"), (1, 0.5, "1 dialogue:"), (9, 0.5, "9 dialogues:"),
+    (10, 0.5, None), (25, 1.0, None)])
+def test_plan_warnings_at_each_boundary(n_random, share, outcome):
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import FEW_RANDOM, plan_warnings
+
+    plan = pd.DataFrame({"item_id": [f"d{k}" for k in range(n_random + 3)],
+                         "part": ["random"] * n_random + ["targeted"] * 3, "reason": ""})
+    if outcome == "refused":
+        with pytest.raises(CalibrationError, match="leaves no dialogue drawn at random"):
+            plan_warnings(plan, 5, "dialogues", share)
+        return
+    warnings = plan_warnings(plan, 40, "dialogues", share)
+    if outcome is None:
+        assert warnings == [] and n_random >= FEW_RANDOM
+    else:
+        assert len(warnings) == 1 and outcome in warnings[0]
+
+
+def test_a_system_scored_exactly_like_another_is_neither_dominated_by_it_nor_shown_below_it():
+    """The simultaneous lower bound of a difference that is 0 in every resample is exactly 0: not 'shown better'."""
+    rng = np.random.default_rng(8)
+    judge = judge_frame(rng, missing=0.0)
+    twin = judge[judge["system"] == "c"].assign(system="c2")
+    systems, dominated, _, _ = systems_table(pd.concat([judge, twin], ignore_index=True), ["x", "y"], 300, 1)
+    assert "c" not in dominated and "c2" not in dominated  # the best system and its twin: nobody is above them
+    for criterion, part in systems.groupby("criterion"):
+        rows = part.set_index("system")
+        assert rows.loc["c", "mean"] == rows.loc["c2", "mean"]
+        assert rows.loc["c", "tied_with_best"] == rows.loc["c2", "tied_with_best"]
+    # a system a point and a half below another on every criterion, in every dialogue, is dominated by it
+    low = judge[judge["system"] == "a"].assign(system="worst", score=lambda f: f["score"] - 1.5)
+    _, dominated, _, _ = systems_table(pd.concat([judge, low], ignore_index=True), ["x", "y"], 300, 1)
+    assert dominated.get("worst") in {"a", "b", "c"}
+
+
+def test_spread_is_read_against_half_of_each_criterions_own_range():
+    """Scores 3..4 on d (half range 0.5), 1..5 on c (half range 2), one value on e (read against one point)."""
+    judge = pd.DataFrame({"item_id": "d1", "criterion": ["d", "d", "c", "c", "e", "e"], "status": "ok",
+                          "score": [3.0, 4.0, 1.0, 5.0, 2.0, 2.0], "spread": [0.25, 0.5, 1.0, 0.5, 0.3, 2.0]})
+    frame = judgment_uncertainty(judge)
+    assert frame["spread"].tolist() == pytest.approx([0.5, 1.0, 0.5, 0.25, 0.3, 1.0])
