@@ -312,8 +312,8 @@ def test_a_system_scored_exactly_like_another_is_neither_dominated_by_it_nor_sho
         rows = part.set_index("system")
         assert rows.loc["c", "mean"] == rows.loc["c2", "mean"]
         assert rows.loc["c", "tied_with_best"] == rows.loc["c2", "tied_with_best"]
-    # a system a point and a half below another on every criterion, in every dialogue, is dominated by it
-    low = judge[judge["system"] == "a"].assign(system="worst", score=lambda f: f["score"] - 1.5)
+    # a system 0.6 below another on every criterion, in every dialogue, is dominated (its bound is 0.6, not 0)
+    low = judge[judge["system"] == "a"].assign(system="worst", score=lambda f: f["score"] - 0.6)
     _, dominated, _, _ = systems_table(pd.concat([judge, low], ignore_index=True), ["x", "y"], 300, 1)
     assert dominated.get("worst") in {"a", "b", "c"}
 
