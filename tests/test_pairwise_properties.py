@@ -553,3 +553,37 @@ def test_a_margin_of_zero_is_allowed_and_the_text_and_summary_follow_the_margin(
     wins = strict.estimates[strict.estimates["quantity"] == "win_rate"]
     assert (wins["noninferior"] == np.where(wins["ci_low"] > 0.5, "yes", "no")).all()
     assert "lower bound above 0.5" in strict.files()["summary.md"] or "lower bound not above 0.5" in strict.text()
+
+
+def test_two_systems_are_ranked_and_two_usable_pairs_take_the_max_t_quantile():
+    rank, low, high = rank_sets(np.array([0.0, 5.0]), np.diag([0.0, 0.01]), 10.0, 0.95)
+    assert rank.tolist() == [2, 1] and low.tolist() == [2, 1] and high.tolist() == [2, 1]
+    # two usable pairs sharing a noisy system: their differences move together, so the max-t quantile is close to
+    # one pair's t quantile and well below Bonferroni's for two
+    cov = np.diag([4.0, 0.01, 0.01])
+    usable = np.zeros((3, 3), bool)
+    usable[0, 1] = usable[1, 0] = usable[0, 2] = usable[2, 0] = True
+    df, confidence = 20.0, 0.9
+    q = max_t_quantile(cov, usable, df, confidence)
+    bonferroni = stats.t.ppf(1 - (1 - confidence) / 4, df)
+    single = stats.t.ppf(1 - (1 - confidence) / 2, df)
+    assert q < bonferroni - 0.1 and q == pytest.approx(single, rel=0.02)
+    draws = stats.multivariate_t(loc=np.zeros(3), shape=cov, df=df).rvs(size=200_000, random_state=4)
+    se = np.sqrt([cov[0, 0] + cov[1, 1], cov[0, 0] + cov[2, 2]])
+    largest = np.max(np.abs(np.column_stack([draws[:, 0] - draws[:, 1], draws[:, 0] - draws[:, 2]])) / se, axis=1)
+    assert q == pytest.approx(np.quantile(largest, confidence), rel=0.03)
+
+
+def test_a_system_the_votes_do_not_connect_has_no_human_only_strength_and_says_why():
+    """Votes only on pairs against the baseline of alpha and beta: gamma and delta are met by the judge alone."""
+    judge, labels = study(seed=91, dialogues=60, labelled=30)
+    keep = labels["system"].isin(["alpha|base", "base|alpha", "beta|base", "base|beta"])
+    result = calibration.estimate(judge, labels[keep], baseline="base")
+    bt = result.estimates[result.estimates["quantity"] == "bradley_terry"].set_index("system")
+    for system in ("gamma", "delta"):  # no vote touches them: the few-labels note, in the singular system
+        assert np.isnan(bt.loc[system, "human_only"]) and np.isnan(bt.loc[system, "human_only_ci_low"])
+        assert bt.loc[system, "interval_note"] == ("0 labelled dialogues with a pair of this system: an interval "
+                                                   "needs at least 3 labelled at random")
+    assert (bt.loc[["alpha", "beta"], "interval_note"].str.startswith(
+        "human-only: the labelled pairs do not connect")).all()
+    assert any("do not connect" in note for note in result.notes)

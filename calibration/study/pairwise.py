@@ -532,8 +532,8 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
         if not fit.ok:
             note = fit.note
         elif n_lab_d < MIN_LABELLED:
-            note = interval_note("few", n_lab_d).replace("labelled dialogue", "labelled dialogue with a pair of this "
-                                                                             "system", 1)
+            # "2 labelled dialogues with a pair of this system: ..." (the plural's "s" kept before the insert)
+            note = interval_note("few", n_lab_d).replace(":", " with a pair of this system:", 1)
         se, hse = fit.se[s], human.se[s] if human.ok else math.nan
         value, human_value = (fit.theta[s] if fit.ok else math.nan), (human.theta[s] if human.ok else math.nan)
         if not note and np.isinf(value):
