@@ -351,3 +351,38 @@ def test_block_letters_are_positions_from_zero_and_two_letters_continue_after_z(
 
     assert [_letter_index(x) for x in ("A", "B", "Z", "AA", "AB", "BA")] == [0, 1, 25, 26, 27, 52]
     assert all(np.isnan(_letter_index(x)) for x in ("a", "1", "AAA", None, "", "A1"))
+
+
+def _scale_study(judge_scores, human_scores):
+    keys = [(f"d{d}", s) for d in range(10) for s in ("a", "b", "c")]
+    judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": float(v), "status": "ok"}
+                          for (i, s), v in zip(keys, judge_scores)])
+    items = pd.DataFrame([{"id": i, "system": s, "dialogue": "A: hi", "candidate": "word " * (3 + k % 7)}
+                          for k, (i, s) in enumerate(keys)])
+    human = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "human": float(v)}
+                          for (i, s), v in zip(keys, human_scores)])
+    return judge, items, human
+
+
+@pytest.mark.parametrize("judge_sd, human_sd", [(0.0, 1.0), (1.0, 0.0), (0.0, 0.0)])
+def test_a_constant_side_has_no_scale_to_compare_and_gets_no_scale_warning(judge_sd, human_sd):
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(6)
+    quality = rng.normal(3, 1, 30)
+    judge, items, human = _scale_study(3 + judge_sd * (quality - 3), 3 + human_sd * (quality - 3))
+    result = audit(judge, items, human, bootstrap=100)
+    assert not any("different scales" in w for w in result.warnings)
+
+
+def test_items_as_a_table_with_empty_cells_are_read_like_the_file():
+    """A DataFrame of items mixing single candidates and pairs has NaN in the other kind's columns: missing, not
+    text (the JSONL file simply lacks those keys)."""
+    from calibration.trust.audit import read_items
+
+    items = pd.DataFrame([{"id": "d1", "system": "a", "dialogue": "A: hi", "candidate": "one two three",
+                           "candidate_1": np.nan, "candidate_2": np.nan, "system_1": np.nan, "system_2": np.nan},
+                          {"id": "d1", "system": "a|b", "dialogue": "A: hi", "candidate": np.nan,
+                           "candidate_1": "one", "candidate_2": "one two", "system_1": "a", "system_2": "b"}])
+    words = read_items(items).set_index(["item_id", "system"])["words"]
+    assert words.to_dict() == {("d1", "a"): 3, ("d1", "b"): 2}
