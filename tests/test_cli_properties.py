@@ -113,3 +113,34 @@ def test_a_probe_on_labels_counts_changed_labels_and_has_no_shift():
                                                                                                "changed_share"]),
                         boot, ["faithful"])
     assert probe_sentences(empty) == ["faithful: the order probe has no judgment to compare"]
+
+
+@pytest.mark.parametrize("flag, value, ok", [
+    ("--random-dialogues", "0", True), ("--random-dialogues", "-1", False), ("--steps", "1", True),
+    ("--steps", "0", False), ("--tolerance", "0", True), ("--tolerance", "-0.5", False), ("--alpha", "0", False),
+    ("--alpha", "1", False), ("--alpha", "0.999", True), ("--seed", "0", True)])
+def test_escalates_flags_take_every_value_their_range_allows_and_no_other(flag, value, ok, capsys):
+    """Found by the seed-5 draw: `--random-dialogues 0`, the default said out loud, was refused."""
+    from judge.cli import build_parser
+
+    argv = ["escalate", "--judge", "a=b", "--human", "h", "--alpha", "0.1", "--delta", "0.1", "--output", "o.csv"]
+    argv = [a for a in argv] + [flag, value]
+    if ok:
+        args = build_parser().parse_args(argv)
+        assert getattr(args, flag[2:].replace("-", "_")) == pytest.approx(float(value))
+    else:
+        with pytest.raises(SystemExit) as exit_:
+            build_parser().parse_args(argv)
+        assert exit_.value.code == 2 and flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("share, found", [(0.4, False), (0.5, True), (0.6, True)])
+def test_the_probs_signal_is_offered_when_half_the_verdicts_record_probabilities(share, found):
+    """Found by the seed-5 draw: a probs column filled for a minority of verdicts was taken as the signal."""
+    from calibration.cascade.escalate import available_signals
+
+    n = 10
+    frame = pd.DataFrame({"status": "ok", "score": 3.0,
+                          "probs": [{"3": 0.9, "4": 0.1} if k < share * n else None for k in range(n)]})
+    assert ("probs" in available_signals(frame, "likert", 1)) == found
+    assert available_signals(frame.drop(columns="probs"), "likert", 1) == ["none"]

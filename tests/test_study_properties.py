@@ -324,3 +324,43 @@ def test_spread_is_read_against_half_of_each_criterions_own_range():
                           "score": [3.0, 4.0, 1.0, 5.0, 2.0, 2.0], "spread": [0.25, 0.5, 1.0, 0.5, 0.3, 2.0]})
     frame = judgment_uncertainty(judge)
     assert frame["spread"].tolist() == pytest.approx([0.5, 1.0, 0.5, 0.25, 0.3, 1.0])
+
+
+def test_effective_labels_are_the_labels_over_the_squared_width_ratio_in_every_table():
+    """Found by the seed-5 draw: effective_labels = n_labelled / width_ratio^2 in the system and difference tables,
+    where a tuned judge makes the ratio < 1."""
+    import calibration
+
+    rng = np.random.default_rng(9)
+    rows, labels = [], []
+    for d in range(80):
+        for k, s in enumerate(("a", "b", "c")):
+            quality = 3 + 0.3 * k + rng.normal()
+            rows.append({"item_id": f"d{d:02d}", "system": s, "criterion": "q", "score": quality + rng.normal(0, 0.3),
+                         "status": "ok"})
+            if d < 30:
+                labels.append({"item_id": f"d{d:02d}", "system": s, "annotator": "x", "criterion": "q",
+                               "score": quality})
+    result = calibration.estimate(pd.DataFrame(rows), pd.DataFrame(labels), scale=(-10, 20))
+    for table in (result.estimates, result.differences):
+        assert (table["width_ratio"] < 1).all()
+        assert table["effective_labels"].to_numpy() == pytest.approx(
+            (table["n_labelled"] / table["width_ratio"] ** 2).to_numpy())
+
+
+def test_a_judge_exactly_linear_in_the_labels_gets_the_unshrunk_lambda():
+    """Found by the seed-5 draw: r^2 = 1 on the other labelled dialogues makes the shrinkage t^2 / (1 + t^2) its
+    limit 1 (r^2 is held just below 1), not 0/0: lambda_i = cov_i / (var_fl_i + n / m var_f)."""
+    rng = np.random.default_rng(10)
+    f = rng.normal(size=100)
+    y = 2.0 + 0.5 * f
+    labelled = np.arange(100) < 25
+    result = ppi_mean(np.where(labelled, y, np.nan), f)
+    fc = f - f.mean()
+    var_f = np.sum(fc ** 2) / 99
+    lams = []
+    for i in range(25):
+        others = np.flatnonzero(labelled & (np.arange(100) != i))
+        (_, cov), (_, var_fl) = np.cov(y[others], fc[others], ddof=1)
+        lams.append(cov / (var_fl + 25 / 75 * var_f))
+    assert result.lam == pytest.approx(np.mean(lams), rel=1e-6)
