@@ -134,13 +134,24 @@ def test_escalates_flags_take_every_value_their_range_allows_and_no_other(flag, 
         assert exit_.value.code == 2 and flag in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("missing", [None, {}])
 @pytest.mark.parametrize("share, found", [(0.4, False), (0.5, True), (0.6, True)])
-def test_the_probs_signal_is_offered_when_half_the_verdicts_record_probabilities(share, found):
+def test_the_probs_signal_is_offered_when_half_the_verdicts_record_probabilities(share, found, missing):
     """Found by the seed-5 draw: a probs column filled for a minority of verdicts was taken as the signal."""
     from calibration.cascade.escalate import available_signals
 
     n = 10
     frame = pd.DataFrame({"status": "ok", "score": 3.0,
-                          "probs": [{"3": 0.9, "4": 0.1} if k < share * n else None for k in range(n)]})
+                          "probs": [{"3": 0.9, "4": 0.1} if k < share * n else missing for k in range(n)]})
     assert ("probs" in available_signals(frame, "likert", 1)) == found
     assert available_signals(frame.drop(columns="probs"), "likert", 1) == ["none"]
+
+
+def test_select_prints_a_note_line_only_where_there_is_a_note():
+    from test_select import toy
+
+    human, judges = toy(np.random.default_rng(3), n_items=12, n_systems=4)
+    text = calibration.select(human, judges, bootstrap=200).text()
+    assert "note:" not in text
+    few = calibration.select(*toy(np.random.default_rng(3), n_items=5, n_systems=4), bootstrap=200).text()
+    assert few.count("  note: 5 dialogues to compare") == 1
