@@ -1,6 +1,6 @@
-"""Mutation testing of the trust and study verbs: small changes made by rule to calibration/trust/ and
-calibration/study/, each run against the tests that guard its file; a mutant the suite lets through is a test that is
-missing, or a change that cannot matter (then benchmarks/mutation_equivalent.json says why).
+"""Mutation testing of the trust, study and cascade verbs: small changes made by rule to calibration/trust/,
+calibration/study/ and calibration/cascade/, each run against the tests that guard its file; a mutant the suite lets
+through is a test that is missing, or a change that cannot matter (then benchmarks/mutation_equivalent.json says why).
 
 Every mutation site is enumerated from the AST, in a fixed order (file, line, column, operator), and a seeded random
 sample is run. The operators: comparison swaps (< <=, > >=, == !=, in / not in, is / is not), arithmetic swaps
@@ -38,40 +38,54 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("calibration/trust", "calibration/study")
+PACKAGES = ("calibration/trust", "calibration/study", "calibration/cascade")
 EQUIVALENT_FILE = ROOT / "benchmarks" / "mutation_equivalent.json"
 
 # Each source file and the tests that guard it, fastest first (with -x the first failure ends the run).
-_TRUST_CLI = ["tests/test_drift_guards.py", "tests/test_flag_messages.py", "tests/test_failure_value.py",
-              "tests/test_audit_guards.py", "tests/test_audit_cli.py", "tests/test_select.py", "tests/test_drift.py",
-              "tests/test_api.py"]
-_STUDY_CLI = ["tests/test_cli_numbers.py", "tests/test_flag_messages.py", "tests/test_failure_value.py",
-              "tests/test_estimate.py", "tests/test_screen.py", "tests/test_study_contract.py", "tests/test_api.py"]
+_TRUST_CLI = ["tests/test_cli_properties.py", "tests/test_drift_guards.py", "tests/test_flag_messages.py",
+              "tests/test_failure_value.py", "tests/test_audit_guards.py", "tests/test_audit_cli.py",
+              "tests/test_select.py", "tests/test_drift.py", "tests/test_api.py"]
+_STUDY_CLI = ["tests/test_cli_properties.py", "tests/test_cli_numbers.py", "tests/test_flag_messages.py",
+              "tests/test_failure_value.py", "tests/test_estimate.py", "tests/test_screen.py",
+              "tests/test_study_contract.py", "tests/test_api.py", "tests/test_pairwise_estimate.py"]
 TESTS = {
     "calibration/trust/__init__.py": ["tests/test_api.py"],
-    "calibration/trust/audit.py": ["tests/test_audit_guards.py", "tests/test_audit_cli.py",
-                                   "tests/test_trust_mutants.py", "tests/test_audit_sim.py", "tests/test_audit.py"],
-    "calibration/trust/probes.py": ["tests/test_audit_guards.py", "tests/test_audit_cli.py",
-                                    "tests/test_trust_mutants.py"],
-    "calibration/trust/drift.py": ["tests/test_drift_guards.py", "tests/test_drift.py", "tests/test_trust_mutants.py"],
-    "calibration/trust/select.py": ["tests/test_select.py", "tests/test_select_guards.py",
-                                    "tests/test_trust_mutants.py"],
+    "calibration/trust/audit.py": ["tests/test_audit_properties.py", "tests/test_audit_guards.py",
+                                   "tests/test_audit_cli.py", "tests/test_trust_mutants.py", "tests/test_audit_sim.py",
+                                   "tests/test_audit.py"],
+    "calibration/trust/probes.py": ["tests/test_cli_properties.py", "tests/test_audit_guards.py",
+                                    "tests/test_audit_cli.py", "tests/test_trust_mutants.py"],
+    "calibration/trust/drift.py": ["tests/test_drift_properties.py", "tests/test_drift_guards.py",
+                                   "tests/test_drift.py", "tests/test_trust_mutants.py"],
+    "calibration/trust/select.py": ["tests/test_select_properties.py", "tests/test_select.py",
+                                    "tests/test_select_guards.py", "tests/test_trust_mutants.py"],
     "calibration/trust/cli.py": _TRUST_CLI + ["tests/test_trust_mutants.py"],
-    "calibration/trust/report.py": ["tests/test_audit_cli.py", "tests/test_select.py", "tests/test_drift.py",
-                                    "tests/test_api.py", "tests/test_trust_mutants.py"],
+    "calibration/trust/report.py": ["tests/test_report_properties.py", "tests/test_audit_cli.py",
+                                    "tests/test_select.py", "tests/test_drift.py", "tests/test_api.py",
+                                    "tests/test_trust_mutants.py"],
     "calibration/study/__init__.py": ["tests/test_api.py"],
-    "calibration/study/screen.py": ["tests/test_screen.py", "tests/test_cli_numbers.py",
-                                    "tests/test_screen_selection.py", "tests/test_study_contract.py",
-                                    "tests/test_study_mutants.py"],
-    "calibration/study/estimate.py": ["tests/test_estimate.py", "tests/test_cli_numbers.py",
-                                      "tests/test_estimate_coverage.py", "tests/test_study_mutants.py",
-                                      "tests/test_small_n_coverage.py", "tests/test_study_contract.py"],
-    "calibration/study/estimating.py": ["tests/test_estimate.py", "tests/test_cli_numbers.py",
-                                        "tests/test_study_contract.py", "tests/test_study_mutants.py"],
-    "calibration/study/power.py": ["tests/test_power_small_n.py", "tests/test_screen_power.py", "tests/test_screen.py",
-                                   "tests/test_study_mutants.py"],
+    "calibration/study/screen.py": ["tests/test_study_properties.py", "tests/test_screen.py",
+                                    "tests/test_cli_numbers.py", "tests/test_screen_selection.py",
+                                    "tests/test_study_contract.py", "tests/test_study_mutants.py"],
+    "calibration/study/estimate.py": ["tests/test_study_properties.py", "tests/test_estimate.py",
+                                      "tests/test_cli_numbers.py", "tests/test_estimate_coverage.py",
+                                      "tests/test_study_mutants.py", "tests/test_small_n_coverage.py",
+                                      "tests/test_study_contract.py"],
+    "calibration/study/estimating.py": ["tests/test_study_properties.py", "tests/test_estimate.py",
+                                        "tests/test_cli_numbers.py", "tests/test_study_contract.py",
+                                        "tests/test_study_mutants.py", "tests/test_pairwise_estimate.py"],
+    "calibration/study/power.py": ["tests/test_study_properties.py", "tests/test_power_small_n.py",
+                                   "tests/test_screen_power.py", "tests/test_screen.py", "tests/test_study_mutants.py"],
     "calibration/study/cli.py": _STUDY_CLI + ["tests/test_study_mutants.py"],
-    "calibration/study/report.py": ["tests/test_estimate.py", "tests/test_screen.py", "tests/test_study_report.py",
+    "calibration/study/pairwise.py": ["tests/test_pairwise_properties.py", "tests/test_pairwise_estimate.py"],
+    "calibration/cascade/__init__.py": ["tests/test_api.py", "tests/test_escalate.py"],
+    "calibration/cascade/escalate.py": ["tests/test_escalate_properties.py", "tests/test_cli_properties.py",
+                                        "tests/test_escalate.py",
+                                        "tests/test_escalate_real.py"],
+    "calibration/cascade/report.py": ["tests/test_escalate.py", "tests/test_escalate_properties.py"],
+    "calibration/cascade/cli.py": ["tests/test_cli_properties.py", "tests/test_escalate.py"],
+    "calibration/study/report.py": ["tests/test_report_properties.py", "tests/test_estimate.py",
+                                    "tests/test_screen.py", "tests/test_study_report.py",
                                     "tests/test_study_contract.py", "tests/test_study_mutants.py"],
 }
 

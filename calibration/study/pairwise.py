@@ -497,12 +497,13 @@ def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | No
         if n >= MIN_TUNED:
             active, _ = set_apart(data, baseline, 1.0)
             start_parts = _Parts(data, baseline, active)
-            start, ok = newton(start_parts.x, *start_parts.weights(1.0)) if active.any() else (None, False)
+            start, ok = (newton(start_parts.x, *start_parts.weights(1.0)) if np.delete(active, baseline).any()
+                         else (None, False))
             lam = start_parts.tuned_lambda(start) if ok else 1.0
     tried = [lam] + ([lam / 2, lam / 4, 0.0] if fitted and lam > 0 else [])
     for lam in tried:
         active, direction = set_apart(data, baseline, lam)
-        if not active.any():
+        if not np.delete(active, baseline).any():  # nothing left to fit beside the baseline
             continue
         fit_parts = _Parts(data, baseline, active)
         theta, ok = newton(fit_parts.x, *fit_parts.weights(lam))
@@ -555,8 +556,8 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
         if not fit.ok:
             note = fit.note
         elif n_lab_d < MIN_LABELLED:
-            note = interval_note("few", n_lab_d).replace("labelled dialogue", "labelled dialogue with a pair of this "
-                                                                             "system", 1)
+            # "2 labelled dialogues with a pair of this system: ..." (the plural's "s" kept before the insert)
+            note = interval_note("few", n_lab_d).replace(":", " with a pair of this system:", 1)
         se, hse = fit.se[s], human.se[s] if human.ok else math.nan
         value, human_value = (fit.theta[s] if fit.ok else math.nan), (human.theta[s] if human.ok else math.nan)
         if not note and np.isinf(value):

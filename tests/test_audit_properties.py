@@ -1,0 +1,388 @@
+"""Properties of `judge audit`'s estimators (calibration.trust.audit) that whole families of bugs break.
+
+Every statistic is a function of the dialogues drawn, so each bootstrap replicate must equal the statistic recomputed
+on the resampled data set itself (each dialogue repeated as often as the resample draws it): here by least squares
+with dialogue dummies (numpy lstsq), two-stage least squares written as matrices, and pandas group means, on the
+resamples the audit drew (its Dialogues.interval is watched). Each printed interval is then the expanded percentile
+interval of those replicates (scipy's t and normal quantiles), each p-value the t test read from the interval and
+Holm's adjustment statsmodels'. Renaming dialogues and systems, and reordering rows, change nothing.
+
+Written against classes of mutants that survived the fresh draws of benchmarks/mutation.py (constants, dropped
+terms, swapped operands in the sums), not against any one of them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from calibration.trust.audit import (Dialogues, block_position, family_wise, length_controlled_means, length_slopes,
+                                     noise_floor, pairwise_length, pairwise_position, pairwise_self_preference,
+                                     self_preference)
+from test_audit import simulate, simulate_own_pairs
+
+RESAMPLES = 40
+
+
+@pytest.fixture
+def watched(monkeypatch):
+    """Every (replicates, spent) the audit's intervals are computed from, in order."""
+    calls = []
+    original = Dialogues.interval
+
+    def spy(self, replicates, spent=0):
+        calls.append((np.array(replicates, dtype=float), spent))
+        return original(self, replicates, spent)
+
+    monkeypatch.setattr(Dialogues, "interval", spy)
+    return calls
+
+
+def expanded_interval(replicates, confidence, n):
+    """Hesterberg's expanded percentile interval: the normal quantile replaced by sqrt(n / (n - 1)) t_{n-1}."""
+    tail = stats.norm.sf(np.sqrt(n / (n - 1)) * stats.t.ppf(0.5 + confidence / 2, n - 1)) * 100
+    finite = replicates[np.isfinite(replicates)]
+    return tuple(np.percentile(finite, [tail, 100 - tail]))
+
+
+def resampled(frame, boot, r):
+    """The data set of resample r: each dialogue's rows repeated as often as it was drawn, each copy its own
+    dialogue (copy number appended)."""
+    parts = []
+    for d, count in zip(boot.ids, boot.counts[r]):
+        rows = frame[frame["item_id"] == d]
+        for copy in range(int(count)):
+            parts.append(rows.assign(item_id=f"{d}#{copy}"))
+    return pd.concat(parts, ignore_index=True)
+
+
+def within_slope(frame, y, x):
+    """Least-squares slope of y on x with a dummy per dialogue."""
+    dummies = pd.get_dummies(frame["item_id"]).to_numpy(float)
+    return np.linalg.lstsq(np.column_stack([frame[x].to_numpy(float), dummies]), frame[y].to_numpy(float),
+                           rcond=None)[0][0]
+
+
+def two_stage(frame, y, a, b, x):
+    """2SLS of y on (a, x) with instruments (b, x), dialogue effects removed by centring within dialogues: the
+    coefficient of x."""
+    two = frame[frame[a].notna() & frame[b].notna()]
+    centred = {c: two[c] - two.groupby("item_id")[c].transform("mean") for c in (y, a, b, x)}
+    X = np.column_stack([centred[a], centred[x]])
+    Z = np.column_stack([centred[b], centred[x]])
+    return np.linalg.solve(Z.T @ X, Z.T @ centred[y].to_numpy())[1]
+
+
+@pytest.fixture(scope="module")
+def pointwise():
+    rng = np.random.default_rng(17)
+    judge, words, human, _ = simulate(rng, dialogues=12, judge_length=0.5, human_length=0.1, self_bonus=0.3,
+                                      position=0.1)
+    units = judge.merge(words[["item_id", "system", "words"]]).merge(human)
+    centred = units["words"] - units.groupby("item_id")["words"].transform("mean")
+    units["z"] = centred / np.sqrt((centred ** 2).sum() / (len(units) - units["item_id"].nunique()))
+    units["own"] = (units["system"] == "sys0").astype(float)
+    units["letter"] = units["position"].map(lambda p: float(ord(p) - ord("A")))
+    units["letter"] -= units.groupby("item_id")["letter"].transform("mean")
+    return judge, words, human, units
+
+
+def test_length_slope_replicates_are_the_slopes_of_the_resampled_data(pointwise, watched):
+    judge, words, human, units = pointwise
+    boot = Dialogues(judge["item_id"], RESAMPLES, 3, confidence=0.9)
+    row = length_slopes(judge, words, human, boot, "c")
+    (judge_r, _), (human_r, _), (_, _), (excess_r, spent) = watched
+    assert spent == 1  # the gain is estimated from the same dialogues
+    assert row["judge_slope"] == pytest.approx(within_slope(units, "score", "z"), abs=1e-10)
+    assert row["human_slope"] == pytest.approx(within_slope(units, "human", "z"), abs=1e-10)
+    assert row["excess_slope"] == pytest.approx(two_stage(units, "score", "human_a", "human_b", "z"), abs=1e-10)
+    for r in range(0, RESAMPLES, 7):
+        data = resampled(units, boot, r)
+        assert judge_r[r] == pytest.approx(within_slope(data, "score", "z"), abs=1e-9)
+        assert human_r[r] == pytest.approx(within_slope(data, "human", "z"), abs=1e-9)
+        assert excess_r[r] == pytest.approx(two_stage(data, "score", "human_a", "human_b", "z"), abs=1e-9)
+    n = len(boot.ids)
+    assert (row["judge_slope_ci_low"], row["judge_slope_ci_high"]) == pytest.approx(
+        expanded_interval(judge_r, 0.9, n))
+    assert (row["excess_ci_low"], row["excess_ci_high"]) == pytest.approx(expanded_interval(excess_r, 0.9, n - 1))
+    assert row["n_summaries"] == len(units) and row["n_dialogues"] == n
+    assert row["effect"] == (row["excess_ci_low"] > 0 or row["excess_ci_high"] < 0)
+
+
+def test_self_preference_replicates_are_the_resampled_gaps_and_excess(pointwise, watched):
+    judge, _, human, units = pointwise
+    boot = Dialogues(judge["item_id"], RESAMPLES, 4)
+    row = self_preference(judge, human, boot, "c", ["sys0"])
+    (judge_r, _), (human_r, _), (_, _), (excess_r, spent) = watched
+
+    def gap(data, column):
+        own = data[data["own"] == 1].groupby("item_id")[column].mean()
+        rest = data[data["own"] == 0].groupby("item_id")[column].mean()
+        return (own - rest).dropna().mean()
+
+    assert row["judge_gap"] == pytest.approx(gap(units, "score")) and row["human_gap"] == pytest.approx(
+        gap(units, "human"))
+    assert row["self_preference"] == pytest.approx(two_stage(units, "score", "human_a", "human_b", "own"))
+    for r in range(0, RESAMPLES, 9):
+        data = resampled(units, boot, r)
+        assert judge_r[r] == pytest.approx(gap(data, "score"), abs=1e-9)
+        assert human_r[r] == pytest.approx(gap(data, "human"), abs=1e-9)
+        assert excess_r[r] == pytest.approx(two_stage(data, "score", "human_a", "human_b", "own"), abs=1e-9)
+    assert spent == 1 and row["n_dialogues"] == len(boot.ids)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(expanded_interval(excess_r, 0.95, len(boot.ids) - 1))
+
+
+def test_block_position_and_length_controlled_means_replicates(pointwise, watched):
+    judge, words, _, units = pointwise
+    boot = Dialogues(judge["item_id"], RESAMPLES, 5)
+    row = block_position(judge, boot, "c")
+    (slopes, _), = watched
+    assert row["position_slope"] == pytest.approx(within_slope(units, "score", "letter"), abs=1e-10)
+    for r in range(0, RESAMPLES, 9):
+        assert slopes[r] == pytest.approx(within_slope(resampled(units, boot, r), "score", "letter"), abs=1e-9)
+    watched.clear()
+    table = length_controlled_means(judge, words, None, boot, "c").set_index("system")
+    systems = sorted(units["system"].unique())
+
+    def controlled(data):
+        dummies = pd.get_dummies(data["item_id"]).to_numpy(float)
+        own = pd.get_dummies(data["system"]).reindex(columns=systems).to_numpy(float)[:, 1:]
+        beta = np.linalg.lstsq(np.column_stack([data["z"], own, dummies]), data["score"], rcond=None)[0][0]
+        means = data.groupby("system")[["score", "z"]].mean()
+        return means["score"], means["score"] - beta * means["z"]
+
+    raw, lc = controlled(units)
+    for system in systems:
+        assert table.loc[system, "raw_mean"] == pytest.approx(raw[system], abs=1e-10)
+        assert table.loc[system, "length_controlled"] == pytest.approx(lc[system], abs=1e-9)
+        assert table.loc[system, "n"] == (units["system"] == system).sum()
+    # per system: (raw replicates, lc replicates), in the table's system order
+    for k, system in enumerate(systems):
+        raw_r, lc_r = watched[2 * k][0], watched[2 * k + 1][0]
+        for r in range(0, RESAMPLES, 13):
+            raw_b, lc_b = controlled(resampled(units, boot, r))
+            assert raw_r[r] == pytest.approx(raw_b[system], abs=1e-9)
+            assert lc_r[r] == pytest.approx(lc_b[system], abs=1e-8)
+    assert list(table["raw_rank"]) == list(table["raw_mean"].rank(ascending=False, method="min").astype(int))
+
+
+def test_noise_floor_from_a_rerun_is_the_changed_share_by_dialogue(pointwise, watched):
+    judge, _, _, _ = pointwise
+    rng = np.random.default_rng(8)
+    rerun = judge.assign(score=np.where(rng.random(len(judge)) < 0.3, judge["score"] + 1, judge["score"]))
+    judge = judge.assign(label=None, samples=None, swapped=None)
+    rerun = rerun.assign(label=None)
+    boot = Dialogues(judge["item_id"], RESAMPLES, 6)
+    row = noise_floor(judge, rerun, boot, ["c"]).iloc[0]
+    changed = pd.DataFrame({"item_id": judge["item_id"], "changed": (judge["score"] != rerun["score"]).astype(float)})
+    assert row["changed_share"] == pytest.approx(changed["changed"].mean())
+    assert row["mean_abs_change"] == pytest.approx((judge["score"] - rerun["score"]).abs().mean())
+    assert row["n"] == len(judge) and row["source"] == "rerun"
+    (replicates, _), = watched
+    for r in range(0, RESAMPLES, 9):
+        assert replicates[r] == pytest.approx(resampled(changed, boot, r)["changed"].mean())
+
+
+def test_pairwise_statistics_are_the_resampled_shares(watched):
+    rng = np.random.default_rng(9)
+    pairs, humans, _ = simulate_own_pairs(rng, bonus=0.8, own_quality=0.2, dialogues=15)
+    pairs = pairs.assign(system=pairs["system_1"] + "|" + pairs["system_2"])
+    boot = Dialogues(pairs["item_id"], RESAMPLES, 7)
+    row = pairwise_self_preference(pairs, humans, boot, "c", ["sys0"])
+    means = humans.set_index(["item_id", "system"])["human"]
+    h1 = means.reindex(list(zip(pairs["item_id"], pairs["system_1"]))).to_numpy()
+    h2 = means.reindex(list(zip(pairs["item_id"], pairs["system_2"]))).to_numpy()
+    own_first = pairs["system_1"].eq("sys0").to_numpy()
+    first = pairs["label"].map({"1": 1.0, "2": 0.0, "0": 0.5}).to_numpy()
+    human_first = np.sign(h1 - h2) / 2 + 0.5
+    shares = pd.DataFrame({"item_id": pairs["item_id"], "judge": np.where(own_first, first, 1 - first),
+                           "human": np.where(own_first, human_first, 1 - human_first)})
+    shares["diff"] = shares["judge"] - shares["human"]
+    assert row["judge_gap"] == pytest.approx(shares["judge"].mean() - 0.5)
+    assert row["human_gap"] == pytest.approx(shares["human"].mean() - 0.5)
+    assert row["self_preference"] == pytest.approx(shares["diff"].mean())
+    (judge_r, _), (human_r, _), (diff_r, _) = watched
+    for r in range(0, RESAMPLES, 9):
+        data = resampled(shares, boot, r)
+        assert judge_r[r] == pytest.approx(data["judge"].mean() - 0.5)
+        assert human_r[r] == pytest.approx(data["human"].mean() - 0.5)
+        assert diff_r[r] == pytest.approx(data["diff"].mean())
+    # length: the share of pairs the judge gives the longer candidate, among pairs more than 10% apart
+    watched.clear()
+    length = pd.DataFrame({"item_id": humans["item_id"], "system": humans["system"],
+                           "words": rng.integers(20, 80, len(humans)).astype(float)})
+    row = pairwise_length(pairs, length, humans, boot, "c", 0.1)
+    w = length.set_index(["item_id", "system"])["words"]
+    w1 = w.reindex(list(zip(pairs["item_id"], pairs["system_1"]))).to_numpy()
+    w2 = w.reindex(list(zip(pairs["item_id"], pairs["system_2"]))).to_numpy()
+    apart = np.abs(w1 - w2) / np.maximum(w1, w2) > 0.1
+    decided = apart & pairs["label"].isin(["1", "2"]).to_numpy()
+    longer = np.where(pairs["label"] == "1", w1 > w2, w2 > w1)
+    assert row["n_pairs"] == decided.sum()
+    assert row["prefers_longer"] == pytest.approx(longer[decided].mean())
+    human_decided = apart & (h1 != h2)
+    assert row["human_prefers_longer"] == pytest.approx(((h1 > h2) == (w1 > w2))[human_decided].mean())
+
+
+def test_order_flips_and_first_shown_wins_are_counted_over_both_orders():
+    """Per pair: a flip when the two orders' verdicts (read back in the input's order) differ; the first-shown
+    candidate wins with "1" in the forward order and "2" read back from the swapped one; ties are not decided."""
+    forward = ["1", "1", "2", "0", "1", "2", "1", "0"]
+    swapped = ["1", "2", "2", "0", "2", "1", "0", "2"]
+    pairs = pd.DataFrame({"item_id": [f"d{k // 2}" for k in range(8)], "system_1": "a", "system_2": "b",
+                          "criterion": "c", "label": forward, "status": "label", "forward": forward,
+                          "swapped": swapped})
+    boot = Dialogues(pairs["item_id"], 200, 0)
+    (row,) = pairwise_position(pairs, None, boot, "c")
+    flips = sum(f != s for f, s in zip(forward, swapped))
+    decided = sum(f != "0" for f in forward) + sum(s != "0" for s in swapped)
+    first = sum(f == "1" for f in forward) + sum(s == "2" for s in swapped)
+    assert row["flip_rate"] == pytest.approx(flips / 8) and row["n"] == 8
+    assert row["first_shown_wins"] == pytest.approx(first / decided)
+    assert row["ci_low"] <= row["flip_rate"] <= row["ci_high"]
+    assert row["effect"] == (row["first_shown_ci_low"] > 0.5 or row["first_shown_ci_high"] < 0.5)
+
+
+def test_family_wise_p_values_are_t_tests_read_from_each_interval_and_holms_adjustment(pointwise):
+    from statsmodels.stats.multitest import multipletests
+
+    judge, words, human, _ = pointwise
+    boot = Dialogues(judge["item_id"], 200, 11)
+    length = pd.DataFrame([length_slopes(judge, words, human, boot, "c"),
+                           length_slopes(judge, words, None, boot, "c")])
+    position = pd.DataFrame([block_position(judge, boot, "c")])
+    selfp = pd.DataFrame([self_preference(judge, human, boot, "c", ["sys0"])])
+    n = len(boot.ids)
+    tested = family_wise(length, position, selfp, n)
+    quantile = np.sqrt(n / (n - 1)) * stats.t.ppf(0.975, n - 1)
+    raw = []
+    for estimate, low, high in ((length.loc[0, "excess_slope"], length.loc[0, "excess_ci_low"],
+                                 length.loc[0, "excess_ci_high"]),
+                                (length.loc[1, "judge_slope"], length.loc[1, "judge_slope_ci_low"],
+                                 length.loc[1, "judge_slope_ci_high"]),
+                                (position.loc[0, "position_slope"], position.loc[0, "position_slope_ci_low"],
+                                 position.loc[0, "position_slope_ci_high"]),
+                                (selfp.loc[0, "self_preference"], selfp.loc[0, "ci_low"], selfp.loc[0, "ci_high"])):
+        se = (high - low) / (2 * quantile)
+        raw.append(2 * stats.t.sf(abs(estimate) / se, n - 1))
+    assert tested == 4
+    adjusted = multipletests(raw, method="holm")[1]
+    got = [length.loc[0, "p_adjusted"], length.loc[1, "p_adjusted"], position.loc[0, "p_adjusted"],
+           selfp.loc[0, "p_adjusted"]]
+    assert got == pytest.approx(list(adjusted), rel=1e-9)
+    flags = [length.loc[0, "effect"], length.loc[1, "effect"], position.loc[0, "effect"], selfp.loc[0, "effect"]]
+    assert flags == [bool(p < 0.05) for p in adjusted]
+    assert any(flags) and not all(flags)  # both outcomes are in play
+
+
+def test_renaming_and_reordering_change_no_number(pointwise):
+    judge, words, human, _ = pointwise
+    ids = {d: f"z{99 - k:02d}" for k, d in enumerate(sorted(judge["item_id"].unique()))}
+    systems = {s: f"{chr(ord('q') - k)}" for k, s in enumerate(sorted(judge["system"].unique()))}
+
+    def rename(frame):
+        return frame.assign(item_id=frame["item_id"].map(ids), system=frame["system"].map(systems)).sample(
+            frac=1.0, random_state=3)
+
+    def run(j, w, h, own):
+        boot = Dialogues(j["item_id"], RESAMPLES, 1)
+        return [length_slopes(j, w, h, boot, "c"), self_preference(j, h, boot, "c", [own]),
+                block_position(j, boot, "c")]
+
+    first = run(judge, words, human, "sys0")
+    # the point estimates do not depend on names or row order (the intervals' resamples follow the sorted names)
+    second = run(rename(judge), rename(words), rename(human), systems["sys0"])
+    for a, b in zip(first, second):
+        for key in ("judge_slope", "human_slope", "excess_slope", "judge_gap", "human_gap", "self_preference",
+                    "position_slope", "n_summaries", "n_dialogues"):
+            if key in a:
+                assert a[key] == pytest.approx(b[key], abs=1e-10), key
+
+
+def test_a_shares_interval_is_the_bootstrap_widened_to_wilson_at_its_effective_trials(watched):
+    """Flip rates: the expanded percentile interval of the resampled shares, widened to statsmodels' Wilson interval
+    at trials / design effect (the bootstrap SD read from the interval's half-width), never past all the trials."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    rng = np.random.default_rng(21)
+    n = 60
+    forward = rng.choice(["1", "2"], n)
+    swapped = np.where(rng.random(n) < 0.2, np.where(forward == "1", "2", "1"), forward)
+    pairs = pd.DataFrame({"item_id": [f"d{k // 3:02d}" for k in range(n)], "system_1": "a", "system_2": "b",
+                          "criterion": "c", "label": forward, "status": "label", "forward": forward,
+                          "swapped": swapped})
+    boot = Dialogues(pairs["item_id"], 300, 2)
+    (row,) = pairwise_position(pairs, None, boot, "c")
+    replicates = watched[0][0]
+    low, high = expanded_interval(replicates, 0.95, len(boot.ids))
+    value = float(np.mean(forward != swapped))
+    spread = (high - low) / (2 * stats.norm.ppf(0.975))
+    effective = min(n, max(len(boot.ids), value * (1 - value) / spread ** 2))
+    wilson = proportion_confint(value * effective, effective, 0.05, "wilson")
+    assert row["ci_low"] == pytest.approx(min(low, wilson[0])) and row["ci_high"] == pytest.approx(
+        max(high, wilson[1]))
+    assert row["ci_low"] < low or row["ci_high"] > high or effective == n  # the widening is in play or capped
+
+
+@pytest.mark.parametrize("samples, both, expected", [
+    (["3", "3", "4"], False, 2 / 3), (["3", "3"], False, 0.0), (["3"], False, np.nan), ([], False, np.nan),
+    (["1", "2", "1", "1"], True, 0.5), (["1", "1", "2", "2"], True, 0.0), (["1", "2", "3", "1", "1", "1"], False,
+                                                                           1 - (4 * 3) / 30),
+    ([1, "1", 1.0], False, 2 / 3)])  # "1.0" is another verdict than "1": compared as text
+def test_reask_noise_is_the_share_of_ordered_pairs_of_samples_that_differ(samples, both, expected):
+    from calibration.trust.audit import _sample_change
+
+    value = _sample_change(samples, both)
+    assert (np.isnan(value) and np.isnan(expected)) or value == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text, unit", [("好好 ab", "words"), ("好好好 ab", "characters"), ("ab cd", "words"),
+                                        ("", "words"), ("好 a", "words")])
+def test_the_length_unit_is_characters_only_when_more_than_half_the_letters_are_unspaced(text, unit):
+    """"好好 ab": 2 of 4 letters unspaced, exactly half: words; "好好好 ab": 3 of 5: characters."""
+    from calibration.trust.audit import length_unit
+
+    assert length_unit([text]) == unit
+
+
+def test_block_letters_are_positions_from_zero_and_two_letters_continue_after_z():
+    from calibration.trust.audit import _letter_index
+
+    assert [_letter_index(x) for x in ("A", "B", "Z", "AA", "AB", "BA")] == [0, 1, 25, 26, 27, 52]
+    assert all(np.isnan(_letter_index(x)) for x in ("a", "1", "AAA", None, "", "A1"))
+
+
+def _scale_study(judge_scores, human_scores):
+    keys = [(f"d{d}", s) for d in range(10) for s in ("a", "b", "c")]
+    judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": float(v), "status": "ok"}
+                          for (i, s), v in zip(keys, judge_scores)])
+    items = pd.DataFrame([{"id": i, "system": s, "dialogue": "A: hi", "candidate": "word " * (3 + k % 7)}
+                          for k, (i, s) in enumerate(keys)])
+    human = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "human": float(v)}
+                          for (i, s), v in zip(keys, human_scores)])
+    return judge, items, human
+
+
+@pytest.mark.parametrize("judge_sd, human_sd", [(0.0, 1.0), (1.0, 0.0), (0.0, 0.0)])
+def test_a_constant_side_has_no_scale_to_compare_and_gets_no_scale_warning(judge_sd, human_sd):
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(6)
+    quality = rng.normal(3, 1, 30)
+    judge, items, human = _scale_study(3 + judge_sd * (quality - 3), 3 + human_sd * (quality - 3))
+    result = audit(judge, items, human, bootstrap=100)
+    assert not any("different scales" in w for w in result.warnings)
+
+
+def test_items_as_a_table_with_empty_cells_are_read_like_the_file():
+    """A DataFrame of items mixing single candidates and pairs has NaN in the other kind's columns: missing, not
+    text (the JSONL file simply lacks those keys)."""
+    from calibration.trust.audit import read_items
+
+    items = pd.DataFrame([{"id": "d1", "system": "a", "dialogue": "A: hi", "candidate": "one two three",
+                           "candidate_1": np.nan, "candidate_2": np.nan, "system_1": np.nan, "system_2": np.nan},
+                          {"id": "d1", "system": "a|b", "dialogue": "A: hi", "candidate": np.nan,
+                           "candidate_1": "one", "candidate_2": "one two", "system_1": "a", "system_2": "b"}])
+    words = read_items(items).set_index(["item_id", "system"])["words"]
+    assert words.to_dict() == {("d1", "a"): 3, ("d1", "b"): 2}

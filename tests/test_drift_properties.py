@@ -1,0 +1,142 @@
+"""Properties of `judge drift` (calibration.trust.drift) that whole families of bugs break: the shift's interval and
+TOST interval from the dialogue resamples drawn again from the seed (numpy), the change in agreement with humans from
+frequency-weighted Pearson r per resample, the changed share's interval widened to statsmodels' Clopper-Pearson;
+re-ask and cross-run disagreement counted over every pair of samples by brute force; Stuart-Maxwell on two
+categories as McNemar's statistic by hand; and invariances (the runs swapped: the shift and its interval mirrored;
+rows reordered: nothing moves).
+
+Written against classes of mutants that survived the fresh draws of benchmarks/mutation.py, not against any one."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from calibration.trust.drift import _across, _stuart_maxwell, _within, drift
+from test_drift import simulated_runs
+
+
+def counts_from_seed(seed, n, resamples):
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    return np.array([np.bincount(row, minlength=n) for row in draws], float)
+
+
+def expanded(replicates, confidence, n):
+    tail = stats.norm.sf(np.sqrt(n / (n - 1)) * stats.t.ppf(0.5 + confidence / 2, n - 1)) * 100
+    finite = replicates[np.isfinite(replicates)]
+    return tuple(np.percentile(finite, [tail, 100 - tail]))
+
+
+def weighted_r(x, y, w):
+    c = np.cov(np.asarray(x, float), np.asarray(y, float), aweights=w)
+    return c[0, 1] / np.sqrt(c[0, 0] * c[1, 1])
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return simulated_runs(np.random.default_rng(41), n_items=25, shift=0.3)
+
+
+def test_the_shift_and_its_intervals_are_percentiles_of_resampled_dialogue_means(runs):
+    reference, new = runs
+    resamples, confidence, seed = 400, 0.9, 3
+    row = drift(reference, new, bootstrap=resamples, seed=seed, confidence=confidence).drift.iloc[0]
+    shift = pd.DataFrame({"item_id": reference["item_id"], "shift": new["score"] - reference["score"]})
+    per = shift.groupby("item_id")["shift"].agg(["sum", "size"])  # dialogues sorted by name, as resampled
+    counts = counts_from_seed(seed, len(per), resamples)
+    replicates = counts @ per["sum"].to_numpy() / (counts @ per["size"].to_numpy())
+    assert row["mean_shift"] == pytest.approx(shift["shift"].mean())
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(expanded(replicates, confidence, len(per)), abs=1e-12)
+    assert (row["tost_low"], row["tost_high"]) == pytest.approx(expanded(replicates, 2 * confidence - 1, len(per)),
+                                                                abs=1e-12)
+    assert row["n"] == len(reference) and row["n_dialogues"] == len(per)
+
+
+def test_the_change_in_agreement_with_humans_is_the_resampled_difference_of_weighted_r(runs):
+    reference, new = runs
+    rng = np.random.default_rng(42)
+    labels = reference[["item_id", "system", "criterion"]].assign(
+        annotator="a", score=np.clip(np.round(reference["score"] + rng.normal(0, 0.8, len(reference))), 1, 5))
+    row = drift(reference, new, labels, bootstrap=300, seed=5, scale=(1, 5)).drift.iloc[0]
+    human = labels["score"].to_numpy(float)
+    r_ref = stats.pearsonr(reference["score"], human)[0]
+    r_new = stats.pearsonr(new["score"], human)[0]
+    assert row["human_r_reference"] == pytest.approx(r_ref) and row["human_r_new"] == pytest.approx(r_new)
+    assert row["human_r_change"] == pytest.approx(r_new - r_ref)
+    dialogues = sorted(reference["item_id"].unique())
+    counts = counts_from_seed(5, len(dialogues), 300)
+    position = reference["item_id"].map({d: k for k, d in enumerate(dialogues)}).to_numpy()
+    change = np.array([weighted_r(new["score"], human, w[position]) - weighted_r(reference["score"], human,
+                                                                                  w[position]) for w in counts])
+    assert (row["human_ci_low"], row["human_ci_high"]) == pytest.approx(expanded(change, 0.95, len(dialogues)),
+                                                                        abs=1e-10)
+
+
+def test_the_changed_share_interval_holds_statsmodels_clopper_pearson_at_its_effective_count():
+    """Verdicts without samples: the share of changed verdicts; its interval never narrower than Clopper-Pearson
+    on the judgments (at most), nor than on one judgment per dialogue when nothing changed."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    reference, new = simulated_runs(np.random.default_rng(43), n_items=30, k=1, noise=0.0)
+    flip = np.random.default_rng(44).random(len(new)) < 0.05
+    new = new.assign(score=np.where(flip, np.clip(new["score"] + 1, 1, 5), new["score"])).drop(columns="samples")
+    reference = reference.drop(columns="samples")
+    row = drift(reference, new, bootstrap=400).drift.iloc[0]
+    changed = float((new["score"] != reference["score"]).mean())
+    assert row["changed_share"] == pytest.approx(changed)
+    n = len(new)
+    events = round(changed * n)
+    widest = proportion_confint(events, n, 0.05, "beta")
+    assert row["changed_ci_low"] <= widest[0] + 1e-12 or row["changed_ci_high"] >= widest[1] - 1e-12
+    assert row["changed_ci_low"] <= changed <= row["changed_ci_high"]
+    same = drift(reference, reference, bootstrap=400).drift.iloc[0]
+    assert same["changed_share"] == 0 and same["verdict"] == "no drift"
+    one_per_dialogue = proportion_confint(0, reference["item_id"].nunique(), 0.05, "beta")
+    assert same["changed_ci_high"] == pytest.approx(one_per_dialogue[1])  # 30 dialogues, not 120 judgments
+
+
+def test_swapping_the_runs_mirrors_the_shift_and_reordering_rows_changes_nothing():
+    reference, new = simulated_runs(np.random.default_rng(45), n_items=30, k=1, noise=0.0, shift=0.3)
+    forward = drift(reference, new, bootstrap=300, seed=2).drift.iloc[0]
+    backward = drift(new, reference, bootstrap=300, seed=2).drift.iloc[0]
+    assert backward["mean_shift"] == pytest.approx(-forward["mean_shift"])
+    assert (backward["ci_low"], backward["ci_high"]) == pytest.approx((-forward["ci_high"], -forward["ci_low"]))
+    assert (backward["tost_low"], backward["tost_high"]) == pytest.approx((-forward["tost_high"],
+                                                                           -forward["tost_low"]))
+    assert backward["changed_share"] == pytest.approx(forward["changed_share"])
+    assert backward["kappa"] == pytest.approx(forward["kappa"]) and backward["verdict"] == forward["verdict"]
+    shuffled = drift(reference.sample(frac=1.0, random_state=1), new.sample(frac=1.0, random_state=2), bootstrap=300,
+                     seed=2).drift
+    pd.testing.assert_frame_equal(drift(reference, new, bootstrap=300, seed=2).drift, shuffled)
+
+
+@pytest.mark.parametrize("samples", [["3", "3", "4"], ["1", "2", "3", "4"], ["2", "2"], ["5"], [],
+                                     ["1", "1", "2", "2", "2"]])
+def test_reask_disagreement_counts_every_pair_of_samples(samples):
+    disagree, pairs = _within({"forward": samples})
+    expected = [a != b for a, b in itertools.combinations(samples, 2)]
+    assert pairs == len(expected) and disagree == sum(expected)
+    two = _within({"forward": samples, "swapped": samples[::-1]})
+    assert two == (2 * disagree, 2 * pairs)  # each order counted on its own
+
+
+@pytest.mark.parametrize("reference, new", [(["3", "3"], ["3", "4", "4"]), (["1"], ["1"]), (["1", "2"], ["3"]),
+                                            (["2", "2", "5"], ["2", "5"])])
+def test_cross_run_disagreement_counts_every_pair_within_one_order(reference, new):
+    disagree, pairs = _across({"forward": reference}, {"forward": new})
+    expected = [a != b for a in reference for b in new]
+    assert pairs == len(expected) and disagree == sum(expected)
+    # samples of different orders are never paired
+    assert _across({"forward": reference}, {"swapped": new}) == (0.0, 0.0)
+
+
+def test_stuart_maxwell_on_two_categories_is_mcnemars_statistic():
+    reference = ["a"] * 30 + ["b"] * 20 + ["a"] * 9 + ["b"] * 3
+    new = ["a"] * 30 + ["b"] * 20 + ["b"] * 9 + ["a"] * 3
+    b, c = 9, 3
+    assert _stuart_maxwell(reference, new) == pytest.approx(stats.chi2.sf((b - c) ** 2 / (b + c), 1))
+    assert np.isnan(_stuart_maxwell(["a"] * 5, ["a"] * 5))
