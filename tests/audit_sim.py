@@ -18,7 +18,7 @@ SYSTEMS = [f"s{k}" for k in range(5)]
 
 
 def study(rng, dialogues=20, gain=1.0, length_quality=0.45, judge_length=0.0, self_bonus=0.0, judge_noise=0.3,
-          likert=True, gaps=0.2):
+          likert=True, gaps=0.2, read_twice=1.0):
     """One simulated audit input: judge frame, words frame, humans (mean and two readings), planted b (points)."""
     n = len(SYSTEMS)
     ids = np.repeat([f"d{d:03d}" for d in range(dialogues)], n)
@@ -35,6 +35,7 @@ def study(rng, dialogues=20, gain=1.0, length_quality=0.45, judge_length=0.0, se
 
     a, b = reading(), reading()
     b[rng.random(b.shape) < gaps] = np.nan  # a second annotator on most summaries, not all
+    b[rng.random(dialogues) >= read_twice] = np.nan  # ... and only on this share of the dialogues
     if likert:
         judge = np.clip(np.round(judge), 1, 5)
     human = np.where(np.isnan(b), a, (a + b) / 2)
@@ -91,6 +92,10 @@ if __name__ == "__main__":
             print(f"nothing planted, gain {gain}, {dialogues} dialogues: "
                   + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
         # Continuous scores: on a rounded 1-5 scale the planted b of the latent score is not the rounded score's.
+        # One annotator on most dialogues: the excess's interval stands on the dialogues read twice only.
+        r = rates(reps, 4 * dialogues, gain=1.0, length_quality=0.6, read_twice=0.25)
+        print(f"nothing planted, a second reading on 1 dialogue in 4, {4 * dialogues} dialogues: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
         r = rates(reps, dialogues, judge_length=0.5, self_bonus=0.5, likert=False)
         print(f"planted length 0.5 and self 0.5 (continuous scores), {dialogues} dialogues: "
               + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)

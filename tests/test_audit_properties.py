@@ -27,13 +27,13 @@ RESAMPLES = 40
 
 @pytest.fixture
 def watched(monkeypatch):
-    """Every (replicates, spent) the audit's intervals are computed from, in order."""
+    """Every (replicates,) the audit's percentile intervals are computed from, in order."""
     calls = []
     original = Dialogues.interval
 
-    def spy(self, replicates, spent=0):
-        calls.append((np.array(replicates, dtype=float), spent))
-        return original(self, replicates, spent)
+    def spy(self, replicates):
+        calls.append((np.array(replicates, dtype=float),))
+        return original(self, replicates)
 
     monkeypatch.setattr(Dialogues, "interval", spy)
     return calls
@@ -64,6 +64,18 @@ def within_slope(frame, y, x):
                            rcond=None)[0][0]
 
 
+def jackknife_interval(frame, y, a, b, x, confidence):
+    """The excess's interval written out: 2SLS refitted with each dialogue read twice left out in turn, the
+    delete-one-cluster jackknife's standard error (CV3), the expanded t quantile on those dialogues' count."""
+    read_twice = frame.loc[frame[a].notna() & frame[b].notna(), "item_id"].unique()
+    g = len(read_twice)
+    dropped = np.array([two_stage(frame[frame["item_id"] != d], y, a, b, x) for d in read_twice])
+    se = np.sqrt((g - 1) / g * ((dropped - dropped.mean()) ** 2).sum())
+    estimate = two_stage(frame, y, a, b, x)
+    quantile = np.sqrt(g / (g - 1)) * stats.t.ppf(0.5 + confidence / 2, g - 1)
+    return g, (estimate - quantile * se, estimate + quantile * se)
+
+
 def two_stage(frame, y, a, b, x):
     """2SLS of y on (a, x) with instruments (b, x), dialogue effects removed by centring within dialogues: the
     coefficient of x."""
@@ -92,8 +104,7 @@ def test_length_slope_replicates_are_the_slopes_of_the_resampled_data(pointwise,
     judge, words, human, units = pointwise
     boot = Dialogues(judge["item_id"], RESAMPLES, 3, confidence=0.9)
     row = length_slopes(judge, words, human, boot, "c")
-    (judge_r, _), (human_r, _), (_, _), (excess_r, spent) = watched
-    assert spent == 1  # the gain is estimated from the same dialogues
+    (judge_r,), (human_r,), _relevance = watched
     assert row["judge_slope"] == pytest.approx(within_slope(units, "score", "z"), abs=1e-10)
     assert row["human_slope"] == pytest.approx(within_slope(units, "human", "z"), abs=1e-10)
     assert row["excess_slope"] == pytest.approx(two_stage(units, "score", "human_a", "human_b", "z"), abs=1e-10)
@@ -101,11 +112,12 @@ def test_length_slope_replicates_are_the_slopes_of_the_resampled_data(pointwise,
         data = resampled(units, boot, r)
         assert judge_r[r] == pytest.approx(within_slope(data, "score", "z"), abs=1e-9)
         assert human_r[r] == pytest.approx(within_slope(data, "human", "z"), abs=1e-9)
-        assert excess_r[r] == pytest.approx(two_stage(data, "score", "human_a", "human_b", "z"), abs=1e-9)
     n = len(boot.ids)
     assert (row["judge_slope_ci_low"], row["judge_slope_ci_high"]) == pytest.approx(
         expanded_interval(judge_r, 0.9, n))
-    assert (row["excess_ci_low"], row["excess_ci_high"]) == pytest.approx(expanded_interval(excess_r, 0.9, n - 1))
+    read_twice, interval = jackknife_interval(units, "score", "human_a", "human_b", "z", 0.9)
+    assert row["excess_dialogues"] == read_twice and (row["excess_ci_low"], row["excess_ci_high"]) == pytest.approx(
+        interval)
     assert row["n_summaries"] == len(units) and row["n_dialogues"] == n
     assert row["effect"] == (row["excess_ci_low"] > 0 or row["excess_ci_high"] < 0)
 
@@ -114,7 +126,7 @@ def test_self_preference_replicates_are_the_resampled_gaps_and_excess(pointwise,
     judge, _, human, units = pointwise
     boot = Dialogues(judge["item_id"], RESAMPLES, 4)
     row = self_preference(judge, human, boot, "c", ["sys0"])
-    (judge_r, _), (human_r, _), (_, _), (excess_r, spent) = watched
+    (judge_r,), (human_r,), _relevance = watched
 
     def gap(data, column):
         own = data[data["own"] == 1].groupby("item_id")[column].mean()
@@ -128,16 +140,16 @@ def test_self_preference_replicates_are_the_resampled_gaps_and_excess(pointwise,
         data = resampled(units, boot, r)
         assert judge_r[r] == pytest.approx(gap(data, "score"), abs=1e-9)
         assert human_r[r] == pytest.approx(gap(data, "human"), abs=1e-9)
-        assert excess_r[r] == pytest.approx(two_stage(data, "score", "human_a", "human_b", "own"), abs=1e-9)
-    assert spent == 1 and row["n_dialogues"] == len(boot.ids)
-    assert (row["ci_low"], row["ci_high"]) == pytest.approx(expanded_interval(excess_r, 0.95, len(boot.ids) - 1))
+    assert row["n_dialogues"] == len(boot.ids)
+    read_twice, interval = jackknife_interval(units, "score", "human_a", "human_b", "own", 0.95)
+    assert row["excess_dialogues"] == read_twice and (row["ci_low"], row["ci_high"]) == pytest.approx(interval)
 
 
 def test_block_position_and_length_controlled_means_replicates(pointwise, watched):
     judge, words, _, units = pointwise
     boot = Dialogues(judge["item_id"], RESAMPLES, 5)
     row = block_position(judge, boot, "c")
-    (slopes, _), = watched
+    (slopes,), = watched
     assert row["position_slope"] == pytest.approx(within_slope(units, "score", "letter"), abs=1e-10)
     for r in range(0, RESAMPLES, 9):
         assert slopes[r] == pytest.approx(within_slope(resampled(units, boot, r), "score", "letter"), abs=1e-9)
@@ -179,7 +191,7 @@ def test_noise_floor_from_a_rerun_is_the_changed_share_by_dialogue(pointwise, wa
     assert row["changed_share"] == pytest.approx(changed["changed"].mean())
     assert row["mean_abs_change"] == pytest.approx((judge["score"] - rerun["score"]).abs().mean())
     assert row["n"] == len(judge) and row["source"] == "rerun"
-    (replicates, _), = watched
+    (replicates,), = watched
     for r in range(0, RESAMPLES, 9):
         assert replicates[r] == pytest.approx(resampled(changed, boot, r)["changed"].mean())
 
@@ -202,7 +214,7 @@ def test_pairwise_statistics_are_the_resampled_shares(watched):
     assert row["judge_gap"] == pytest.approx(shares["judge"].mean() - 0.5)
     assert row["human_gap"] == pytest.approx(shares["human"].mean() - 0.5)
     assert row["self_preference"] == pytest.approx(shares["diff"].mean())
-    (judge_r, _), (human_r, _), (diff_r, _) = watched
+    (judge_r,), (human_r,), (diff_r,) = watched
     for r in range(0, RESAMPLES, 9):
         data = resampled(shares, boot, r)
         assert judge_r[r] == pytest.approx(data["judge"].mean() - 0.5)

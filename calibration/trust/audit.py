@@ -31,7 +31,8 @@ from ..stats import expanded_tail, holm, resample_counts, widened_share
 NOISE_COLUMNS = ["criterion", "source", "n", "changed_share", "ci_low", "ci_high", "mean_abs_change"]
 LENGTH_COLUMNS = ["criterion", "mode", "n_summaries", "n_dialogues", "length_sd_words", "judge_slope",
                   "judge_slope_ci_low", "judge_slope_ci_high", "human_slope", "human_slope_ci_low",
-                  "human_slope_ci_high", "excess_slope", "excess_ci_low", "excess_ci_high", "effect", "note",
+                  "human_slope_ci_high", "excess_slope", "excess_ci_low", "excess_ci_high", "excess_dialogues",
+                  "effect", "note",
                   "n_pairs", "prefers_longer", "prefers_longer_ci_low", "prefers_longer_ci_high",
                   "human_prefers_longer", "human_prefers_longer_ci_low", "human_prefers_longer_ci_high"]
 CONTROLLED_COLUMNS = ["criterion", "system", "n", "raw_mean", "raw_ci_low", "raw_ci_high", "length_controlled",
@@ -42,7 +43,7 @@ POSITION_COLUMNS = ["criterion", "mode", "stratum", "n", "flip_rate", "ci_low", 
                     "position_slope_ci_high", "effect"]
 SELF_COLUMNS = ["criterion", "self_systems", "n_dialogues", "judge_gap", "judge_gap_ci_low", "judge_gap_ci_high",
                 "human_gap", "human_gap_ci_low", "human_gap_ci_high", "self_preference", "ci_low", "ci_high",
-                "effect", "note"]
+                "excess_dialogues", "effect", "note"]
 # Human quality gap strata for the pairwise position breakdown (absolute difference of mean human scores).
 GAP_STRATA = ((0.0, 0.5, "human gap < 0.5"), (0.5, 1.5, "human gap 0.5-1.5"), (1.5, math.inf, "human gap >= 1.5"))
 NO_LABELS_NOTE = ("without human labels the gap cannot separate the judge's bias from the systems really being "
@@ -285,12 +286,12 @@ class Dialogues:
         low, high = np.percentile(replicates, [self.tail, 100.0 - self.tail])
         return float(low), float(high)
 
-    def t_interval(self, estimate: float, se: float) -> tuple[float, float]:
-        """estimate +- sqrt(n / (n - 1)) t_{n-1} se over the n dialogues: the quantile every expanded interval of the
-        audit uses, so family_wise reads the same p-value back from it (_p_from_interval)."""
+    def t_interval(self, estimate: float, se: float, n: int | None = None) -> tuple[float, float]:
+        """estimate +- sqrt(n / (n - 1)) t_{n-1} se over the n dialogues (default all of them): the quantile every
+        expanded interval of the audit uses, so family_wise reads the same p-value back from it (_p_from_interval)."""
         from scipy import stats
 
-        n = len(self.ids)
+        n = len(self.ids) if n is None else n
         if n < 2 or not (np.isfinite(estimate) and np.isfinite(se)):
             return math.nan, math.nan
         quantile = math.sqrt(n / (n - 1.0)) * stats.t.ppf(0.5 + self.confidence / 2.0, n - 1)
@@ -376,7 +377,8 @@ class Gain:
                  human_b: np.ndarray, covariate: np.ndarray):
         n = len(boot.ids)
         two = np.isfinite(human_a) & np.isfinite(human_b)
-        self.dialogues = int(np.count_nonzero(np.bincount(index[two], minlength=n)))
+        self.read_twice = np.bincount(index[two], minlength=n) > 0  # the dialogues that identify g and b
+        self.dialogues = int(np.count_nonzero(self.read_twice))
         self.boot = boot
         centred = {name: _centred(index[two], values[two], n) for name, values in
                    (("y", judge), ("a", human_a), ("b", human_b), ("x", covariate))}
@@ -420,12 +422,14 @@ class Gain:
         # ratio whose denominator nearly vanishes in some bootstrap resamples of few dialogues: the percentiles of
         # those resamples gave an interval too narrow on skewed Likert labels (own-system excess flagged in 5.3-8.0%
         # of audits with nothing planted at 10-20 dialogues, 6.8% of 1000 at 20; the jackknife 4.6-5.5%).
-        dropped = self.leave_one_out()
+        # Over the dialogues read twice only, on their count's degrees of freedom: the others add nothing to b, and
+        # counting them (one annotator on most dialogues) would give the t quantile degrees of freedom b never had.
+        dropped = self.leave_one_out()[self.read_twice]
         n = len(dropped)
         if not np.isfinite(dropped).all():  # one dialogue carries the whole identification
             return float(b[0]), math.nan, math.nan, WEAK_NOTE.format(x=covariate)
         se = math.sqrt((n - 1) / n * float(((dropped - dropped.mean()) ** 2).sum()))
-        return (float(b[0]), *self.boot.t_interval(float(b[0]), se), "")
+        return (float(b[0]), *self.boot.t_interval(float(b[0]), se, n), "")
 
 
 def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
@@ -453,6 +457,7 @@ def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
         gain = Gain(boot, index, units["score"].to_numpy(float), units["human_a"].to_numpy(float),
                     units["human_b"].to_numpy(float), z)
         row["excess_slope"], row["excess_ci_low"], row["excess_ci_high"], row["note"] = gain.excess()
+        row["excess_dialogues"] = gain.dialogues
         tested = ("excess_ci_low", "excess_ci_high")
     row["effect"] = _excludes_zero(row[tested[0]], row[tested[1]])
     return row
@@ -645,6 +650,7 @@ def self_preference(judge, human, boot: Dialogues, criterion: str, self_systems:
     gain = Gain(boot, index, score, part["human_a"].to_numpy(float), part["human_b"].to_numpy(float),
                 mine.astype(float))
     row["self_preference"], row["ci_low"], row["ci_high"], row["note"] = gain.excess("being an own system")
+    row["excess_dialogues"] = gain.dialogues
     row["effect"] = _excludes_zero(row["ci_low"], row["ci_high"])
     return row
 
@@ -719,11 +725,14 @@ def family_wise(length: pd.DataFrame, position: pd.DataFrame, self_preference: p
         for index, row in table.iterrows():
             est, low, high, alt, alt_low, alt_high = (row.get(c, np.nan) if c else np.nan for c in columns)
             unlabelled = columns[0] != "excess_slope" or not np.isfinite(row.get("human_slope", np.nan))
+            # An excess's interval is on the dialogues read twice (Gain.excess), the others' on all of them.
+            n = row.get("excess_dialogues", np.nan)
+            n = int(n) if np.isfinite(n) else dialogues
             if not np.isfinite(est) and alt is not None and np.isfinite(alt) and unlabelled:
                 # No labels (the judge's own slope) or a pairwise stratum (first-shown wins against a half).
                 centre = 0.5 if columns[3] == "first_shown_wins" else 0.0
-                est, low, high = alt - centre, alt_low - centre, alt_high - centre
-            p = _p_from_interval(est, low, high, dialogues)
+                est, low, high, n = alt - centre, alt_low - centre, alt_high - centre, dialogues
+            p = _p_from_interval(est, low, high, n)
             if np.isfinite(p):
                 found.append((table, index, p))
     if found:
