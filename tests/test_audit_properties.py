@@ -20,6 +20,7 @@ from scipy import stats
 from calibration.trust.audit import (Dialogues, block_position, family_wise, length_controlled_means, length_slopes,
                                      noise_floor, pairwise_length, pairwise_position, pairwise_self_preference,
                                      self_preference)
+from resampling import expanded as expanded_interval
 from test_audit import simulate, simulate_own_pairs
 
 RESAMPLES = 40
@@ -37,13 +38,6 @@ def watched(monkeypatch):
 
     monkeypatch.setattr(Dialogues, "interval", spy)
     return calls
-
-
-def expanded_interval(replicates, confidence, n):
-    """Hesterberg's expanded percentile interval: the normal quantile replaced by sqrt(n / (n - 1)) t_{n-1}."""
-    tail = stats.norm.sf(np.sqrt(n / (n - 1)) * stats.t.ppf(0.5 + confidence / 2, n - 1)) * 100
-    finite = replicates[np.isfinite(replicates)]
-    return tuple(np.percentile(finite, [tail, 100 - tail]))
 
 
 def resampled(frame, boot, r):

@@ -1,5 +1,5 @@
 """Properties of `judge drift` (calibration.trust.drift) that whole families of bugs break: the shift's interval and
-TOST interval from the dialogue resamples drawn again from the seed (numpy), the change in agreement with humans from
+TOST interval as dialogue-clustered t intervals written out, the change in agreement with humans from
 frequency-weighted Pearson r per resample, the changed share's interval widened to statsmodels' Clopper-Pearson;
 re-ask and cross-run disagreement counted over every pair of samples by brute force; Stuart-Maxwell on two
 categories as McNemar's statistic by hand; and invariances (the runs swapped: the shift and its interval mirrored;
@@ -18,17 +18,7 @@ from scipy import stats
 
 from calibration.trust.drift import _across, _stuart_maxwell, _within, drift
 from test_drift import simulated_runs
-
-
-def counts_from_seed(seed, n, resamples):
-    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    return np.array([np.bincount(row, minlength=n) for row in draws], float)
-
-
-def expanded(replicates, confidence, n):
-    tail = stats.norm.sf(np.sqrt(n / (n - 1)) * stats.t.ppf(0.5 + confidence / 2, n - 1)) * 100
-    finite = replicates[np.isfinite(replicates)]
-    return tuple(np.percentile(finite, [tail, 100 - tail]))
+from resampling import counts_from_seed, expanded
 
 
 def weighted_r(x, y, w):
@@ -41,19 +31,21 @@ def runs():
     return simulated_runs(np.random.default_rng(41), n_items=25, shift=0.3)
 
 
-def test_the_shift_and_its_intervals_are_percentiles_of_resampled_dialogue_means(runs):
+def test_the_shift_and_its_intervals_are_dialogue_clustered_t_intervals(runs):
+    """The ratio of sums linearised per dialogue, its cluster-robust standard error and t over dialogues - 1, written
+    out (tests/test_drift_guards.py checks the same against statsmodels)."""
     reference, new = runs
-    resamples, confidence, seed = 400, 0.9, 3
-    row = drift(reference, new, bootstrap=resamples, seed=seed, confidence=confidence).drift.iloc[0]
+    confidence = 0.9
+    row = drift(reference, new, bootstrap=400, seed=3, confidence=confidence).drift.iloc[0]
     shift = pd.DataFrame({"item_id": reference["item_id"], "shift": new["score"] - reference["score"]})
-    per = shift.groupby("item_id")["shift"].agg(["sum", "size"])  # dialogues sorted by name, as resampled
-    counts = counts_from_seed(seed, len(per), resamples)
-    replicates = counts @ per["sum"].to_numpy() / (counts @ per["size"].to_numpy())
-    assert row["mean_shift"] == pytest.approx(shift["shift"].mean())
-    assert (row["ci_low"], row["ci_high"]) == pytest.approx(expanded(replicates, confidence, len(per)), abs=1e-12)
-    assert (row["tost_low"], row["tost_high"]) == pytest.approx(expanded(replicates, 2 * confidence - 1, len(per)),
-                                                                abs=1e-12)
-    assert row["n"] == len(reference) and row["n_dialogues"] == len(per)
+    per = shift.groupby("item_id")["shift"].agg(["sum", "size"])
+    g, total, mean = len(per), per["size"].sum(), shift["shift"].mean()
+    se = np.sqrt(g / (g - 1) * ((per["sum"] - mean * per["size"]) ** 2).sum()) / total
+    assert row["mean_shift"] == pytest.approx(mean)
+    for level, low, high in ((confidence, "ci_low", "ci_high"), (2 * confidence - 1, "tost_low", "tost_high")):
+        half = stats.t.ppf(0.5 + level / 2, g - 1) * se
+        assert (row[low], row[high]) == pytest.approx((mean - half, mean + half), abs=1e-12)
+    assert row["n"] == len(reference) and row["n_dialogues"] == g
 
 
 def test_the_change_in_agreement_with_humans_is_the_resampled_difference_of_weighted_r(runs):

@@ -15,18 +15,7 @@ from scipy import stats
 
 from calibration.trust.select import BEST_PICKED, JURY_ALL, JURY_BEST, MIN_DIALOGUES, select
 from test_select import toy
-
-
-def counts_from_seed(seed, n, resamples):
-    """The first resample draw select makes: n dialogues drawn with replacement, `resamples` times."""
-    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    return np.array([np.bincount(row, minlength=n) for row in draws], float)
-
-
-def expanded(replicates, confidence, n):
-    tail = stats.norm.sf(np.sqrt(n / (n - 1)) * stats.t.ppf(0.5 + confidence / 2, n - 1)) * 100
-    finite = replicates[np.isfinite(replicates)]
-    return tuple(np.percentile(finite, [tail, 100 - tail]))
+from resampling import counts_from_seed, expanded
 
 
 def grids(human, frame):

@@ -211,21 +211,8 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None) -> PPIResult:
         a[..., 0] for a in (n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df))
     estimate, mean_y = estimate[..., 0] + offset, mean_y[..., 0] + offset
     quantile, human_quantile = t_quantile(confidence, df), t_quantile(confidence, n - 1)
-    # No interval where none can hold: too few labels, or labels without variance (discrete scores that happen
-    # to agree give a zero-width interval that claims certainty the labels do not have).
-    spread = np.sqrt(np.maximum(var_y, 0.0))
-    degenerate = ~(spread > 1e-9 * (1.0 + np.abs(mean_y)))
-    hidden = (n < MIN_LABELLED) | degenerate
-    note = np.where(n < MIN_LABELLED, "few", np.where(degenerate, "flat", ""))
-    nan = np.full(np.shape(estimate), np.nan)
-    return PPIResult(
-        estimate=estimate, se=np.where(hidden, np.nan, se),
-        ci_low=np.where(hidden, nan, estimate - quantile * se), ci_high=np.where(hidden, nan, estimate + quantile * se),
-        human_only=mean_y, human_only_se=np.where(hidden, np.nan, human_only_se),
-        human_only_ci_low=np.where(hidden, nan, mean_y - human_quantile * human_only_se),
-        human_only_ci_high=np.where(hidden, nan, mean_y + human_quantile * human_only_se), lam=lam_bar,
-        n_labelled=n.astype(int), n_unlabelled=m.astype(int), var_unlabelled=var_unlabelled,
-        var_residual=var_residual, no_interval=note)
+    return _result(estimate, se, quantile, mean_y, human_only_se, human_quantile, var_y, n, m, lam_bar,
+                   var_unlabelled, var_residual)
 
 
 def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95) -> PPIResult:
@@ -289,19 +276,8 @@ def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95) -> PPIR
     # Unequal weights leave fewer degrees of freedom than labels: Kish's effective n, 1 / sum a^2 (n when equal).
     effective = np.floor(1.0 / np.maximum(kish[..., 0], 1e-12) + 1e-9)
     quantile, human_quantile = t_quantile(confidence, effective - k), t_quantile(confidence, effective - 1)
-    spread = np.sqrt(np.maximum(var_y, 0.0))
-    degenerate = ~(spread > 1e-9 * (1.0 + np.abs(mean_y)))
-    hidden = (n < MIN_LABELLED) | degenerate
-    note = np.where(n < MIN_LABELLED, "few", np.where(degenerate, "flat", ""))
-    nan = np.full(np.shape(estimate), np.nan)
-    return PPIResult(
-        estimate=estimate, se=np.where(hidden, np.nan, se),
-        ci_low=np.where(hidden, nan, estimate - quantile * se), ci_high=np.where(hidden, nan, estimate + quantile * se),
-        human_only=mean_y, human_only_se=np.where(hidden, np.nan, human_se),
-        human_only_ci_low=np.where(hidden, nan, mean_y - human_quantile * human_se),
-        human_only_ci_high=np.where(hidden, nan, mean_y + human_quantile * human_se), lam=lam,
-        n_labelled=n.astype(int), n_unlabelled=(big_n - n).astype(int), var_unlabelled=var_unlabelled,
-        var_residual=var_residual, no_interval=note)
+    return _result(estimate, se, quantile, mean_y, human_se, human_quantile, var_y, n, big_n - n, lam,
+                   var_unlabelled, var_residual)
 
 
 def t_quantile(confidence: float, df) -> np.ndarray:
@@ -574,3 +550,23 @@ def targeted_summary(judge: pd.DataFrame, human: pd.DataFrame, criterion: str, t
                          "human_mean": float(matrices.human[labelled, j].mean()),
                          "judge_mean": float(matrices.judge[labelled, j].mean())})
     return pd.DataFrame(rows, columns=["criterion", "system", "n_labelled", "human_mean", "judge_mean"])
+
+
+def _result(estimate, se, quantile, mean_y, human_se, human_quantile, var_y, n, m, lam, var_unlabelled,
+            var_residual) -> PPIResult:
+    """The PPIResult of either estimator, with no interval where none can hold: too few labels, or labels without
+    variance (discrete scores that happen to agree give a zero-width interval that claims certainty the labels do
+    not have)."""
+    spread = np.sqrt(np.maximum(var_y, 0.0))
+    degenerate = ~(spread > 1e-9 * (1.0 + np.abs(mean_y)))
+    hidden = (n < MIN_LABELLED) | degenerate
+    note = np.where(n < MIN_LABELLED, "few", np.where(degenerate, "flat", ""))
+    nan = np.full(np.shape(estimate), np.nan)
+    return PPIResult(
+        estimate=estimate, se=np.where(hidden, np.nan, se),
+        ci_low=np.where(hidden, nan, estimate - quantile * se), ci_high=np.where(hidden, nan, estimate + quantile * se),
+        human_only=mean_y, human_only_se=np.where(hidden, np.nan, human_se),
+        human_only_ci_low=np.where(hidden, nan, mean_y - human_quantile * human_se),
+        human_only_ci_high=np.where(hidden, nan, mean_y + human_quantile * human_se), lam=lam,
+        n_labelled=np.asarray(n).astype(int), n_unlabelled=np.asarray(m).astype(int),
+        var_unlabelled=var_unlabelled, var_residual=var_residual, no_interval=note)
