@@ -155,3 +155,14 @@ def test_a_figure_of_differences_uses_the_scale_of_a_difference_and_a_line_at_ze
     study_report.intervals_figure(frame, "pair", "estimate", "ci_low", "ci_high", zero=True)
     axis = figures[1].axes[0]
     assert dashed(axis) == [] and same(drawn(axis)[0]["judge"], [(-3.95, 0, -5.0, -3.5), (0.5, 1, -0.2, 1.2)])
+
+
+def test_an_estimate_beyond_the_scale_gets_no_bar_past_it(figures):
+    """PPI can put an estimate outside the scale; its interval clipped to the scale then ends at the edge on the
+    estimate's other side, and the bar goes from the estimate to the edge, not mirrored beyond it."""
+    frame = pd.DataFrame({"criterion": ["c"], "system": ["a"], "estimate": [0.8], "ci_low": [0.2], "ci_high": [1.6]})
+    study_report.intervals_figure(frame, "system", "estimate", "ci_low", "ci_high", None, {"*": (1, 5)})
+    bars, _ = drawn(figures[0].axes[0])
+    (series,) = bars.values()
+    (value, _, low, high), = series
+    assert (value, low, high) == pytest.approx((0.8, 0.8, 1.6))

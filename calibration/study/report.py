@@ -62,7 +62,8 @@ def intervals_figure(frame: pd.DataFrame, label: str, centre: str, low: str, hig
                 lows, highs = np.clip(lows, *scale), np.clip(highs, *scale)
             has = np.isfinite(lows) & np.isfinite(highs)
             error = np.vstack([values - lows, highs - values])[:, has]
-            axis.errorbar(values[has], positions[has] + shift, xerr=np.abs(error), fmt=marker, capsize=3,
+            # An estimate beyond the scale has the clipped bound on its other side: no bar that way (abs mirrored it).
+            axis.errorbar(values[has], positions[has] + shift, xerr=np.maximum(error, 0.0), fmt=marker, capsize=3,
                           color=colour, label=name)
             if (~has).any():
                 axis.plot(values[~has], positions[~has] + shift, marker, markerfacecolor="none", color=colour,
