@@ -125,8 +125,8 @@ class Reference:
         gh, gf_l, gf_u, _ = self.gradients(theta)
         h_inv = np.linalg.inv(self.hessian(theta, lam))
         meat = np.cov(gh - lam * gf_l, rowvar=False) / n
-        if lam != 0.0 and m >= 2:
-            meat = meat + lam ** 2 * np.cov(gf_u, rowvar=False) / m
+        if lam != 0.0 and m >= 1:  # one judged-only dialogue: the judge's spread over every dialogue
+            meat = meat + lam ** 2 * np.cov(gf_u if m >= 2 else np.vstack([gf_l, gf_u]), rowvar=False) / m
         return h_inv @ meat @ h_inv
 
     def tuned_lambda(self, theta):
@@ -518,10 +518,10 @@ def test_a_study_where_every_system_but_the_baseline_is_set_apart_says_so_instea
     assert wins["a"] == 1.0 and wins["c"] == 0.0
 
 
-def test_every_dialogue_labelled_is_the_human_fit_and_one_judged_only_dialogue_adds_no_judge_term():
+def test_every_dialogue_labelled_is_the_human_fit_and_one_judged_only_dialogue_keeps_the_judge_term():
     """m = 0 (every dialogue has a vote, some pairs unvoted): lambda is 0 and the fit is the votes' alone, their
-    dialogues standing for their unvoted pairs; m = 1: the judge's term needs two judged-only dialogues for its
-    covariance, so the interval is the labelled part's, finite."""
+    dialogues standing for their unvoted pairs; m = 1: the judge's term takes its spread over every dialogue (one
+    judged-only dialogue has none of its own), so the interval is wider than the labelled part's alone."""
     judge, labels = partly_labelled(seed=71, dialogues=30, labelled=30)
     data = pairs_of(judge, labels)
     b = data.systems.index("base")
@@ -541,6 +541,11 @@ def test_every_dialogue_labelled_is_the_human_fit_and_one_judged_only_dialogue_a
             theta = ref.fit(fit.lam)
             assert np.delete(np.delete(fit.cov, b, 0), b, 1) == pytest.approx(ref.covariance(theta, fit.lam),
                                                                                rel=1e-4)
+            if unlabelled == 1 and fit.lam > 0:  # the judge's term is in: wider than the labelled part's alone
+                gh, gf_l, _, _ = ref.gradients(theta)
+                h_inv = np.linalg.inv(ref.hessian(theta, fit.lam))
+                alone = h_inv @ (np.cov(gh - fit.lam * gf_l, rowvar=False) / len(ref.L)) @ h_inv
+                assert (np.diag(np.delete(np.delete(fit.cov, b, 0), b, 1)) > np.diag(alone)).all()
 
 
 def test_a_margin_of_zero_is_allowed_and_the_text_and_summary_follow_the_margin():

@@ -403,8 +403,10 @@ class _Parts:
         h_inv = np.linalg.pinv(self.hessian(p_hat, lam))
         n, m = self.n, self.m
         meat = _cov(gh - lam * gf_l) / n
-        if lam != 0.0 and m >= 2:
-            meat = meat + lam * lam * _cov(gf_u) / m
+        if lam != 0.0 and m >= 1:
+            # One judged-only dialogue has no spread of its own: the judge's spread over every dialogue (all drawn
+            # alike), as tuned_lambda reads it; leaving the term out understated the variance.
+            meat = meat + lam * lam * _cov(gf_u if m >= 2 else np.vstack([gf_l, gf_u])) / m
         return h_inv @ meat @ h_inv
 
     def tuned_lambda(self, theta: np.ndarray) -> float:
