@@ -521,13 +521,14 @@ def test_the_pointwise_audit_report_leaves_out_columns_with_no_value(monkeypatch
         assert result.length[column].isna().all() and f"<th>{column}</th>" not in table
 
 
-def _select_data(rng, dialogues, systems, drop=0):
+def _select_data(rng, dialogues, systems, drop=0, noise=(0.5, 1.5)):
+    """Human labels and two judges (j1, j2) whose scores are the truth plus noise of these SDs."""
     keys = [(f"d{d:02d}", f"s{j}") for d in range(dialogues) for j in range(systems)]
     truth = rng.normal(3, 1, len(keys))
     human = pd.DataFrame([{"item_id": i, "system": s, "annotator": "a1", "criterion": "c", "score": t}
                           for (i, s), t in zip(keys, truth)])
     judges = {name: pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": t + rng.normal(0, sd)}
-                                  for (i, s), t in zip(keys, truth)]) for name, sd in (("j1", 0.5), ("j2", 1.5))}
+                                  for (i, s), t in zip(keys, truth)]) for name, sd in zip(("j1", "j2"), noise)}
     judges["j2"] = judges["j2"].iloc[:len(keys) - drop]
     return human, judges
 
@@ -659,12 +660,7 @@ def test_selects_p_value_at_summary_level_is_the_expanded_paired_t_over_dialogue
 
     rng = np.random.default_rng(6)
     dialogues, systems, resamples = 15, 4, 400
-    keys = [(f"d{d:02d}", f"s{j}") for d in range(dialogues) for j in range(systems)]
-    truth = rng.normal(3, 1, len(keys))
-    human = pd.DataFrame([{"item_id": i, "system": s, "annotator": "a1", "criterion": "c", "score": t}
-                          for (i, s), t in zip(keys, truth)])
-    judges = {name: pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": t + rng.normal(0, sd)}
-                                  for (i, s), t in zip(keys, truth)]) for name, sd in (("j1", 0.6), ("j2", 1.2))}
+    human, judges = _select_data(rng, dialogues, systems, noise=(0.6, 1.2))
     rows = select(human, judges, bootstrap=resamples, seed=3).selection.set_index("judge")
     h = human.pivot(index="item_id", columns="system", values="score")
     per_dialogue = {}
