@@ -542,11 +542,16 @@ def _other_run_out(tmp_path: Path, server) -> list[str]:
     return ["--batch-dir", str(folder)]
 
 
-def _wrong_model_out(tmp_path: Path, server) -> list[str]:
+def _answered_first_round(tmp_path: Path, server) -> tuple[Path, Path]:
+    """A --batch-dir run that wrote its requests, and the runner's answers to the first file: (folder, answers)."""
     folder = tmp_path / "batches"
     assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
     run_through(server, [folder / "round1-001.jsonl"])
-    out = folder / "round1-001.out.jsonl"
+    return folder, folder / "round1-001.out.jsonl"
+
+
+def _wrong_model_out(tmp_path: Path, server) -> list[str]:
+    folder, out = _answered_first_round(tmp_path, server)
     out.write_text(out.read_text().replace('"model": "stub"', '"model": "another"'))
     return ["--batch-dir", str(folder), "--criteria", UNGATED]
 
@@ -576,10 +581,7 @@ def _edited_request_rekeyed(tmp_path: Path, server) -> list[str]:
 
 
 def _unreadable_answer_line(tmp_path: Path, server) -> list[str]:
-    folder = tmp_path / "batches"
-    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
-    run_through(server, [folder / "round1-001.jsonl"])
-    out = folder / "round1-001.out.jsonl"
+    folder, out = _answered_first_round(tmp_path, server)
     rows = out.read_text().splitlines()
     rows[4] = rows[4][:30]
     out.write_text("\n".join(rows) + "\n")
@@ -617,10 +619,7 @@ def _batch_gone(tmp_path: Path, server) -> list[str]:
 
 
 def _not_a_key_out(tmp_path: Path, server) -> list[str]:
-    folder = tmp_path / "batches"
-    assert main(args(server.base_url, tmp_path, "--batch-dir", str(folder), "--criteria", UNGATED)) == 3
-    run_through(server, [folder / "round1-001.jsonl"])
-    out = folder / "round1-001.out.jsonl"
+    folder, out = _answered_first_round(tmp_path, server)
     rows = out.read_text().splitlines()
     rows[2] = json.dumps({**json.loads(rows[2]), "custom_id": "request-3"})  # a runner that numbers its lines
     out.write_text("\n".join(rows) + "\n")
