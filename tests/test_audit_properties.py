@@ -116,6 +116,40 @@ def test_length_slope_replicates_are_the_slopes_of_the_resampled_data(pointwise,
     assert row["effect"] == (row["excess_ci_low"] > 0 or row["excess_ci_high"] < 0)
 
 
+@pytest.mark.parametrize("criterion_part", ["length", "own system"])
+def test_an_excess_stands_on_the_dialogues_read_twice(pointwise, criterion_part):
+    """With a second reading on 8 of 12 dialogues, the excess's jackknife and t quantile are over those 8: the
+    other 4 add nothing to b, so they must add no degree of freedom (family_wise reads the same count)."""
+    judge, words, human, units = pointwise
+    once = sorted(units["item_id"].unique())[::3]  # 4 dialogues read once
+    human = human.copy()
+    single = human["item_id"].isin(once)
+    human.loc[single, "human_b"] = np.nan
+    human.loc[single, "human"] = human.loc[single, "human_a"]
+    units = units.drop(columns=["human", "human_a", "human_b"]).merge(human)
+    boot = Dialogues(judge["item_id"], RESAMPLES, 5)
+    if criterion_part == "length":
+        row = length_slopes(judge, words, human, boot, "c")
+        low, high, x = row["excess_ci_low"], row["excess_ci_high"], "z"
+    else:
+        row = self_preference(judge, human, boot, "c", ["sys0"])
+        low, high, x = row["ci_low"], row["ci_high"], "own"
+    read_twice, interval = jackknife_interval(units, "score", "human_a", "human_b", x, boot.confidence)
+    assert read_twice == 8 and row["excess_dialogues"] == 8 and row["n_dialogues"] == 12
+    assert (low, high) == pytest.approx(interval)
+    # The family's p-value is the t test on those 8 dialogues, read back from the interval.
+    table = pd.DataFrame([row])
+    empty = pd.DataFrame(columns=["self_preference", "ci_low", "ci_high"])
+    if criterion_part == "length":
+        family_wise(table, pd.DataFrame(columns=["position_slope"]), empty, 12)
+    else:
+        family_wise(pd.DataFrame(columns=["excess_slope"]), pd.DataFrame(columns=["position_slope"]), table, 12)
+    quantile = np.sqrt(8 / 7) * stats.t.ppf(0.5 + boot.confidence / 2, 7)
+    estimate = (low + high) / 2
+    p = 2 * stats.t.sf(abs(estimate) / ((high - low) / (2 * quantile)), 7)
+    assert table["p_adjusted"].iloc[0] == pytest.approx(p)
+
+
 def test_self_preference_replicates_are_the_resampled_gaps_and_excess(pointwise, watched):
     judge, _, human, units = pointwise
     boot = Dialogues(judge["item_id"], RESAMPLES, 4)
