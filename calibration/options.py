@@ -195,3 +195,14 @@ def _criteria_text(text: str) -> list[str]:
 
 scale_type = flag_type(SCALE, _scale_text)
 criteria_type = flag_type(CRITERIA, _criteria_text)
+
+
+def judge_spec_type(value: str) -> tuple[str, str]:
+    """The argparse type of `--judge NAME=FILE` (select, escalate, screen, estimate): (name, path), spaces around
+    either dropped."""
+    import argparse
+
+    name, sep, path = value.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE, got {value!r}")
+    return name.strip(), path.strip()

@@ -5,7 +5,8 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 
 from __future__ import annotations
 
-from ..options import FAILURE_HELP, criteria_type, failure_value_type, flag_type, scale_type, seed_type
+from ..options import (FAILURE_HELP, criteria_type, failure_value_type, flag_type, judge_spec_type, scale_type,
+                       seed_type)
 
 EXAMPLES = "examples/escalate"
 # The ranges are checked by calibration.cascade.escalate in the same words; these types refuse what is not a number.
@@ -58,7 +59,7 @@ def register(sub) -> None:
                     "threshold; the rest go to humans. The thresholds are chosen on the cells with human labels so "
                     "that the accepted verdicts agree with humans at >= 1 - alpha with probability >= 1 - delta.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--judge", required=True, action="append", type=_judge_spec, metavar="NAME=FILE",
+    parser.add_argument("--judge", required=True, action="append", type=judge_spec_type, metavar="NAME=FILE",
                         help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME); "
                              "repeat, cheapest first")
     parser.add_argument("--human", required=True, type=Path, metavar="CALIB.csv",
@@ -93,12 +94,6 @@ def register(sub) -> None:
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables and the plan here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the curves")
     parser.set_defaults(run=run_escalate)
-
-
-def _judge_spec(value: str) -> tuple[str, str]:
-    from ..trust.cli import _judge_spec as spec
-
-    return spec(value)
 
 
 def run_escalate(args) -> int:

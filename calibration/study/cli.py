@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..options import (FAILURE_HELP, NUMBER, SHARE, criteria_type, failure_value_type, flag_type, positive_type, scale_type,
-                       seed_type, share_type)
+from ..options import (FAILURE_HELP, NUMBER, SHARE, criteria_type, failure_value_type, flag_type, judge_spec_type,
+                       positive_type, scale_type, seed_type, share_type)
 
 FIXTURES = "examples/study"
 
@@ -87,10 +87,6 @@ sheets must come from --plan. No interval is printed where none can hold; `separ
 _power_type = flag_type(SHARE)
 
 
-def _judge_spec(value: str):
-    from ..trust.cli import _judge_spec as judge_spec  # NAME=FILE, as `judge select` reads it
-
-    return judge_spec(value)
 _number_type = flag_type(NUMBER)
 
 
@@ -125,7 +121,7 @@ def register(sub) -> None:
     screen.add_argument("--random-share", type=share_type, default=0.5, metavar="X",
                         help="share of the budget drawn uniformly at random (default 0.5); only this part enters "
                              "the unbiased estimates of `judge estimate`")
-    screen.add_argument("--judge", action="append", type=_judge_spec, metavar="NAME=FILE",
+    screen.add_argument("--judge", action="append", type=judge_spec_type, metavar="NAME=FILE",
                         help="with --human: one more predictor for the power analysis, combined with --judgments as "
                              "`judge estimate --judge` combines them; repeat")
     screen.add_argument("--design", choices=["uniform", "active"], default="uniform",
@@ -153,7 +149,7 @@ def register(sub) -> None:
     estimate.add_argument("--confidence", type=share_type, default=0.95, help="interval level (default 0.95)")
     estimate.add_argument("--apply-map", type=Path, metavar="MAP.json",
                           help="judge scores through a map fitted by `judge calibrate --fit-map`")
-    estimate.add_argument("--judge", action="append", type=_judge_spec, metavar="NAME=FILE",
+    estimate.add_argument("--judge", action="append", type=judge_spec_type, metavar="NAME=FILE",
                           help="one more predictor beside --judgments (another judge, prompt or metric; a wide CSV "
                                "gives its column NAME); repeat: all are combined into one by a cross-fitted "
                                "regression on the labels")

@@ -7,7 +7,7 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 from __future__ import annotations
 
 from ..options import (AT_LEAST_100, FAILURE_HELP, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type,
-                       failure_value_type, flag_type, scale_type, seed_type)
+                       failure_value_type, flag_type, judge_spec_type, scale_type, seed_type)
 
 # Every flag's error names the flag and says what it must be, in the wording of calibration.trust's functions; the
 # ranges they check themselves come from them, word for word (these types only refuse what is not a number).
@@ -292,7 +292,7 @@ def register_select(sub) -> None:
                     "cross-fitted juries.",
         epilog=SELECT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
-    parser.add_argument("--judge", required=True, action="append", type=_judge_spec, metavar="NAME=FILE",
+    parser.add_argument("--judge", required=True, action="append", type=judge_spec_type, metavar="NAME=FILE",
                         help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME); repeat")
     parser.add_argument("--level", choices=["system", "summary", "item"], default="summary",
                         help="system means, per-dialogue correlations averaged (summary), or every pair (item)")
@@ -326,15 +326,6 @@ in_best_set, p_adjusted, compared_estimate, n_compared, label_worth, ...). label
 by PPI++ (1 - its variance ratio, many more judged than labelled dialogues). Jury rows are cross-fitted: chosen on
 one half of the dialogues, measured on the other.
 """
-
-
-def _judge_spec(value: str) -> tuple[str, str]:
-    import argparse
-
-    name, sep, path = value.partition("=")
-    if not sep or not name.strip() or not path.strip():
-        raise argparse.ArgumentTypeError(f"expected NAME=FILE, got {value!r}")
-    return name.strip(), path.strip()
 
 
 def run_select(args) -> int:
