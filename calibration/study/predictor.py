@@ -26,6 +26,8 @@ What is fitted, and why:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -43,16 +45,14 @@ def standardised(features: np.ndarray, units: np.ndarray, contrasts: bool = Fals
     label is used. A predictor constant within every system is 0 everywhere (it cannot help). `contrasts`: centred
     on each dialogue's mean over its systems as well (what differences between systems see)."""
     x = np.where(units[..., None], features, np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            x = np.where(np.isnan(x) & units[..., None], np.nanmean(x, axis=-3, keepdims=True), x)
-            if contrasts:
-                x = x - np.nanmean(x, axis=-2, keepdims=True)
-            centred = x - np.nanmean(x, axis=-3, keepdims=True)
-            sd = np.sqrt(np.nanmean(centred * centred, axis=(-3, -2), keepdims=True))
+    # Means of all-NaN slices (a predictor absent for a system) are NaN by design here: no warning.
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        x = np.where(np.isnan(x) & units[..., None], np.nanmean(x, axis=-3, keepdims=True), x)
+        if contrasts:
+            x = x - np.nanmean(x, axis=-2, keepdims=True)
+        centred = x - np.nanmean(x, axis=-3, keepdims=True)
+        sd = np.sqrt(np.nanmean(centred * centred, axis=(-3, -2), keepdims=True))
         scaled = np.where(sd > 1e-12, centred / sd, 0.0)
     return np.nan_to_num(scaled)
 
