@@ -275,6 +275,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rare", action="store_true", help="the rare-failure case: where the shortfall comes from")
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cell", action="append", default=[], metavar="KIND,RHO,S,N",
+                        help="only these cells (repeatable), e.g. likert,0.3,2,20: re-run a cell with more studies")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.rare:
@@ -286,6 +288,14 @@ def main(argv=None) -> int:
         print(f"({time.perf_counter() - started:.0f}s)")
         return 0
     reps = args.repetitions or (200 if args.quick else 400)
+    if args.cell:
+        print(HEADER)
+        for text in args.cell:
+            kind, rho, systems, n = text.split(",")
+            out = run_cell(kind, float(rho), int(n), int(systems), 100, reps, args.seed + 7919 * int(n))
+            print(cell_line(kind, float(rho), int(n), int(systems), 100, out, reps), flush=True)
+        print(f"({time.perf_counter() - started:.0f}s)")
+        return 0
     grid = ([("likert", 0.0, 2), ("likert", 0.7, 6), ("gaussian", 0.5, 2)] if args.quick else
             [(kind, rho, systems) for kind in ("likert", "gaussian") for rho in (0.0, 0.3, 0.5, 0.7, 0.9)
              for systems in (2, 6)])
