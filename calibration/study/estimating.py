@@ -189,9 +189,9 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
 
     others, notes = other_judges(judges, human, scale, failure_value, judge)
     warnings += notes
-    tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence, others,
-                             inclusion)
     bounds = {c: (s.low, s.high) for c, s in scales.items() if s.kind == "numeric" and s.low is not None}
+    tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence, others,
+                             inclusion, bounds)
     result = EstimateResult(tables.estimates, tables.differences, tables.targeted, tables.criteria,
                             tables.confidence, tables.random_source, tables.n_random, tables.cleaned,
                             list(tables.notes), warnings, provenance(judgments, judge, human, None), imputed,
