@@ -22,7 +22,7 @@ of the human score with the jury's least-squares fit on all 1,400 summaries (opt
 
     nice -n 10 python benchmarks/labels_coverage.py            # the table of the report (about 10 minutes)
     nice -n 10 python benchmarks/labels_coverage.py --real     # DialSummEval
-    nice -n 10 python benchmarks/labels_coverage.py --rare     # 8-18% of summaries badly wrong: the shortfall
+    nice -n 10 python benchmarks/labels_coverage.py --rare     # 8-18% badly wrong, a bimodal scale: the scale's check
     python benchmarks/labels_coverage.py --quick               # a few cells
 """
 
@@ -76,15 +76,16 @@ def oracle_r2(human, judges):
     return levels, differences
 
 
-def intervals(human, judge, combined: bool):
-    """ppi_mean as `judge estimate` runs it: the judge's PPI++ lambda, or the jury's m / (n + m)."""
+def intervals(human, judge, combined: bool, bounds=None):
+    """ppi_mean as `judge estimate` runs it: the judge's PPI++ lambda, or the jury's m / (n + m); `bounds`: the
+    scale (Likert), for the bounded-scale check."""
     if combined:
-        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge))
-    return ppi_mean(human, judge)
+        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge), bounds=bounds)
+    return ppi_mean(human, judge, bounds=bounds)
 
 
-def measure(human, judge, truth, combined: bool) -> dict:
-    result = intervals(human, judge, combined)
+def measure(human, judge, truth, combined: bool, bounds=None) -> dict:
+    result = intervals(human, judge, combined, bounds)
     shown = np.isfinite(result.ci_low)
     covered = (result.ci_low <= truth) & (truth <= result.ci_high)
     axes = tuple(range(covered.ndim - 1))  # all but the system / pair axis
@@ -119,11 +120,12 @@ def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: i
         jury = cross_fitted_prediction(judges, y)
         contrast = cross_fitted_prediction(judges, y, contrasts=True)  # the predictor of differences
         move = lambda m: np.moveaxis(m, -1, -2)  # noqa: E731  (..., D, S) -> (..., S, D)
-        parts["jury_mean"].append(measure(move(y), move(jury), truth, True))
-        parts["one_mean"].append(measure(move(y), move(judges[..., 0]), truth, False))
+        scale, spread = ((1, 5), (-4, 4)) if kind == "likert" else (None, None)  # as `judge estimate` knows them
+        parts["jury_mean"].append(measure(move(y), move(jury), truth, True, scale))
+        parts["one_mean"].append(measure(move(y), move(judges[..., 0]), truth, False, scale))
         dy, dt = move(y[..., a] - y[..., b]), truth[a] - truth[b]
-        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True))
-        parts["one_diff"].append(measure(dy, move(judges[..., a, 0] - judges[..., b, 0]), dt, False))
+        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True, spread))
+        parts["one_diff"].append(measure(dy, move(judges[..., a, 0] - judges[..., b, 0]), dt, False, spread))
     out = {key: combine(value) for key, value in parts.items()}
     share = 1.0 - n / n_judged
     out["oracle_mean"], out["oracle_diff"] = np.sqrt(1 - r2_level * share), np.sqrt(1 - r2_difference * share)
@@ -223,56 +225,68 @@ def real(reps: int, seed: int, sizes=(10, 20, 50)) -> None:
                                                                         zip(systems, ratio_sys / oracle_sys)))
 
 
-# -- rare failures: why no interval built on the labels alone can cover ---------------------------------------------
+# -- rare failures and a bimodal scale: where the t interval fails, and the bounded-scale interval -----------------
+
+
+def rare_failures(rng, shape, share):
+    """Summaries mostly fine (3 annotators around 4.5) and a share badly wrong (around 1.5); the judge catches half
+    of the failures."""
+    bad = rng.random(shape) < share
+    fine = np.clip(np.rint(4.5 + 0.5 * rng.standard_normal((3,) + shape)), 1, 5).mean(0)
+    poor = np.clip(np.rint(1.5 + 0.5 * rng.standard_normal((3,) + shape)), 1, 5).mean(0)
+    caught = bad & (rng.random(shape) < 0.5)
+    judge = np.clip(np.rint(np.where(caught, 2.0, 4.4) + 0.6 * rng.standard_normal(shape)), 1, 5)
+    return np.where(bad, poor, fine), judge, bad
+
+
+def bimodal(rng, shape):
+    """One annotator: 54% ones, 26% fives, the rest 2-4; a judge correlated about 0.5. `bad`: the fives (the
+    minority mode)."""
+    u = rng.random(shape)
+    human = np.where(u < 0.54, 1.0, np.where(u < 0.80, 5.0, rng.integers(2, 5, shape).astype(float)))
+    judge = np.clip(np.rint(3 + 0.3 * (human - 2.4) + 0.95 * rng.standard_normal(shape)), 1, 5)
+    return human, judge, human == 5.0
 
 
 def rare(reps: int, seed: int) -> None:
-    """Summaries mostly fine (annotators around 4.5) and a share p badly wrong (around 1.5); the judge catches half
-    of the failures. Coverage of `judge estimate`'s interval, the human-only t and a bootstrap-t (999 resamples of
-    the labels), overall and split by whether any failure was labelled: the shortfall is the studies whose labels
-    hold no failure at all, where every interval built on the labels is centred on the fine summaries."""
+    """Coverage of `judge estimate`'s interval with the scale known (1-5: the bounded-scale check on) and without
+    (the t interval alone), split by whether the labels hold a failure (bimodal: a five); the share of studies
+    whose row became the betting interval, and the width against the t interval. 100 judged dialogues."""
     rng = np.random.default_rng(seed)
-
-    def draw(shape, p):
-        bad = rng.random(shape) < p
-        fine = np.clip(np.rint(4.5 + 0.5 * rng.standard_normal((3,) + shape)), 1, 5).mean(0)
-        poor = np.clip(np.rint(1.5 + 0.5 * rng.standard_normal((3,) + shape)), 1, 5).mean(0)
-        caught = rng.random(shape) < 0.5
-        judge = np.clip(np.rint(np.where(bad & caught, 2.0, 4.4) + 0.6 * rng.standard_normal(shape)), 1, 5)
-        return np.where(bad, poor, fine), judge, bad
-
-    print("p     n | P(no failure labelled) | cover: estimate human-t boot-t | given >= 1 failure: estimate "
-          "human-t boot-t | given none: human-t")
-    for p in (0.08, 0.18):
-        truth = draw((2_000_000,), p)[0].mean()
-        for n in (10, 20, 50):
-            rows = {key: [] for key in ("none", "ppi", "t", "boot")}
-            for _ in range(0, reps, 200):
-                y, f, bad = draw((200, 100), p)
-                labelled = rng.random((200, 100)).argsort(1) < n
-                result = ppi_mean(np.where(labelled, y, np.nan), f)
-                rows["none"].append((bad & labelled).sum(1) == 0)
-                rows["ppi"].append((result.ci_low <= truth) & (truth <= result.ci_high))
-                rows["t"].append((result.human_only_ci_low <= truth) & (truth <= result.human_only_ci_high))
-                values = np.sort(np.where(labelled, y, np.inf), axis=1)[:, :n]  # the n labels of each study
-                resampled = np.take_along_axis(values[:, None, :], rng.integers(0, n, (200, 999, n)), 2)
-                mean, se = values.mean(1), values.std(1, ddof=1) / np.sqrt(n)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    t_star = (resampled.mean(2) - mean[:, None]) / (resampled.std(2, ddof=1) / np.sqrt(n))
-                high, low = np.nanpercentile(t_star, [97.5, 2.5], axis=1)
-                rows["boot"].append((mean - high * se <= truth) & (truth <= mean - low * se))
-            none, ppi, t, boot = (np.concatenate(rows[key]) for key in ("none", "ppi", "t", "boot"))
-            some = ~none
-            print(f"{p:.2f} {n:3d} | {none.mean():.3f} | {ppi.mean():.3f} {t.mean():.3f} {boot.mean():.3f} | "
-                  f"{ppi[some].mean():.3f} {t[some].mean():.3f} {boot[some].mean():.3f} | "
-                  f"{t[none].mean() if none.any() else float('nan'):.3f}", flush=True)
+    shapes = {"rare 8%": lambda r, s: rare_failures(r, s, 0.08), "rare 18%": lambda r, s: rare_failures(r, s, 0.18),
+              "bimodal": bimodal}
+    print("shape      n | P(none labelled) | cover: scale known [MC 95%]  t alone | given none: known t | "
+          "betting rows | width known/t")
+    for name, population in shapes.items():
+        truth = population(np.random.default_rng(99), (2_000_000,))[0].mean()
+        for n in (3, 4, 6, 10, 20, 50):
+            keep = {key: [] for key in ("none", "known", "t", "bounded", "shown", "width", "t_width")}
+            for _ in range(0, reps, 500):
+                y, f, bad = population(rng, (500, 100))
+                labelled = rng.random((500, 100)).argsort(1) < n
+                known = ppi_mean(np.where(labelled, y, np.nan), f, bounds=(1, 5))
+                alone = ppi_mean(np.where(labelled, y, np.nan), f)
+                keep["none"].append((bad & labelled).sum(1) == 0)
+                keep["shown"].append(np.isfinite(known.ci_low))
+                keep["known"].append((known.ci_low <= truth) & (truth <= known.ci_high))
+                keep["t"].append((alone.ci_low <= truth) & (truth <= alone.ci_high))
+                keep["bounded"].append(known.no_interval == "bounded")
+                keep["width"].append(known.ci_high - known.ci_low)
+                keep["t_width"].append(alone.ci_high - alone.ci_low)
+            none, known, t, bounded, shown, width, t_width = (np.concatenate(keep[key]) for key in keep)
+            cover, count = known[shown].mean(), shown.sum()
+            half = 1.96 * np.sqrt(cover * (1 - cover) / count)
+            given = lambda hit: hit[shown & none].mean() if (shown & none).any() else float("nan")  # noqa: E731
+            print(f"{name:9s} {n:3d} | {none.mean():.3f} | {cover:.3f} [{cover - half:.3f}, {cover + half:.3f}] "
+                  f"{t[shown].mean():.3f} | {given(known):.3f} {given(t):.3f} | {bounded[shown].mean():.3f} | "
+                  f"{np.mean(width[shown]) / np.mean(t_width[shown]):.3f}", flush=True)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a few cells")
     parser.add_argument("--real", action="store_true", help="DialSummEval instead of the simulation")
-    parser.add_argument("--rare", action="store_true", help="the rare-failure case: where the shortfall comes from")
+    parser.add_argument("--rare", action="store_true", help="rare failures and a bimodal scale: the bounded-scale check against the t")
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cell", action="append", default=[], metavar="KIND,RHO,S,N",

@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 
 from judge.cli import main
+from calibration.study.estimate import betting_interval  # tested against the formulas in test_estimate_bounded
 from test_estimate import reference_ppi  # PPI++ written out from the formulas, one place
 
 STUDY = Path(__file__).resolve().parents[1] / "examples" / "study"
@@ -50,11 +51,31 @@ def check_intervals(frame: pd.DataFrame, pairs=(("ci_low", "ci_high"), ("human_o
         assert ((ok[low] <= ok[point] + 1e-12) & (ok[point] <= ok[high] + 1e-12)).all(), ok
 
 
-def ppi_by_hand(y: np.ndarray, f: np.ndarray, confidence=0.95) -> dict:
+def ppi_by_hand(y: np.ndarray, f: np.ndarray, confidence=0.95, bounds=None) -> dict:
     """PPI++ for one mean, written out again from estimate.py's docstring: y NaN where unlabelled, f NaN where not
     a unit. lambda is tuned from 10 labels on, on judge scores that spread (a quarter of the judged variance);
     then the residuals have n - 2 degrees of freedom and lambda's own error is added at the unlabelled mean; else
-    the human mean with n - 1. No interval below 3 labels or on labels that do not vary."""
+    the human mean with n - 1. No interval below 3 labels or on labels that do not vary. With the scale's
+    `bounds`: labels whose mean a share 1 - 0.1^(1/n) at the far end of the scale would pull past the t half-width
+    get the human mean, the betting bound on the far side and the t bound (clipped) on the near one."""
+    row = _ppi_by_hand(y, f, confidence)
+    yl = y[~np.isnan(f) & ~np.isnan(y)]
+    n = len(yl)
+    if bounds is None or not np.isfinite(row["ci_low"]):
+        return row
+    low, high = bounds
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * np.std(yl, ddof=1) / np.sqrt(n)
+    if (1 - 0.1 ** (1 / n)) * abs(low + high - 2 * yl.mean()) <= half:
+        return row
+    far_low, far_high = betting_interval(yl[None], np.ones((1, n), bool), bounds, confidence)
+    above = yl.mean() > (low + high) / 2
+    ci = ((float(far_low[0]), min(row["human_only_ci_high"], high)) if above
+          else (max(row["human_only_ci_low"], low), float(far_high[0])))
+    return {**row, "estimate": yl.mean(), "ci_low": ci[0], "ci_high": ci[1], "human_only_ci_low": ci[0],
+            "human_only_ci_high": ci[1], "lambda": 0.0, "width_ratio": 1.0, "effective_labels": float(n)}
+
+
+def _ppi_by_hand(y: np.ndarray, f: np.ndarray, confidence=0.95) -> dict:
     unit = ~np.isnan(f)
     labelled = unit & ~np.isnan(y)
     unlabelled = unit & ~labelled
@@ -118,7 +139,7 @@ def test_estimates_and_differences_equal_a_hand_computation_and_the_estimator(tm
         scores, human = hand_matrices(judge, labels, criterion, random_items)
         for system in scores.columns:
             row = estimates[(estimates["criterion"] == criterion) & (estimates["system"] == system)].iloc[0]
-            want = ppi_by_hand(human[system].to_numpy(float), scores[system].to_numpy(float))
+            want = ppi_by_hand(human[system].to_numpy(float), scores[system].to_numpy(float), bounds=(1, 5))
             for column in VALUE_COLUMNS:
                 assert row[column] == pytest.approx(want[column], rel=1e-9, abs=1e-12, nan_ok=True), \
                     (criterion, system, column)
@@ -127,7 +148,7 @@ def test_estimates_and_differences_equal_a_hand_computation_and_the_estimator(tm
             row = differences[(differences["criterion"] == criterion) & (differences["system_a"] == first)
                               & (differences["system_b"] == second)].iloc[0]
             want = ppi_by_hand((human[first] - human[second]).to_numpy(float),
-                               (scores[first] - scores[second]).to_numpy(float))
+                               (scores[first] - scores[second]).to_numpy(float), bounds=(-4, 4))
             for column in VALUE_COLUMNS:
                 assert row[column] == pytest.approx(want[column], rel=1e-9, abs=1e-12, nan_ok=True), \
                     (criterion, first, second)
@@ -143,7 +164,8 @@ def test_estimates_and_differences_equal_a_hand_computation_and_the_estimator(tm
 
     direct = estimate(load_judge_scores(STUDY / "judgments.jsonl"), load_human_labels(STUDY / "labels.csv"),
                       random_items=random_items, targeted_items=set(pd.read_csv(STUDY / "plan" / "plan.csv")
-                                                                   .query("part == 'targeted'")["item_id"]))
+                                                                   .query("part == 'targeted'")["item_id"]),
+                      scales={"*": (1, 5)})
     for file_table, table in ((estimates, direct.estimates), (differences, direct.differences)):
         for column in VALUE_COLUMNS:
             assert file_table[column].to_numpy() == pytest.approx(table[column].to_numpy(), rel=1e-9, nan_ok=True)

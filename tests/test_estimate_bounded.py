@@ -157,7 +157,7 @@ def test_estimate_tables_say_which_interval_is_printed():
                            "score": np.r_[[5, 4, 5, 5, 4, 5, 5, 5, 4, 5], [1, 3, 5, 2, 4, 3, 2, 5, 1, 4]].astype(float)})
     tables = estimate(judge, labels, scales={"faithful": (1, 5)})
     rows = tables.estimates.set_index("system")
-    assert "betting interval" in rows.loc["a", "interval_note"] and rows.loc["b", "interval_note"] == ""
+    assert "betting" in rows.loc["a", "interval_note"] and rows.loc["b", "interval_note"] == ""
     assert rows.loc["a", "effective_labels"] == pytest.approx(10) and rows.loc["a", "lambda"] == 0.0
     assert any("bounded-scale interval for a" in note for note in tables.notes)
     assert not any("no interval" in note for note in tables.notes)

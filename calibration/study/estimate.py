@@ -246,9 +246,10 @@ def unseen_pull(human, judge, bounds, confidence: float = 0.95) -> np.ndarray:
 
 
 def bounded_scale(result: PPIResult, human, judge, bounds, confidence: float = 0.95) -> PPIResult:
-    """`result` with the rows unseen_pull trips given the betting interval of the human labels alone (the judge's
-    weight is not trusted either: its rectifier saw the same labels), valid for any distribution on the scale;
-    the t interval elsewhere. Rows already without an interval (few or flat labels) keep none.
+    """`result` with the rows unseen_pull trips bounded, on the side toward the scale's far end, by the betting
+    interval of the human labels alone (valid for any distribution on the scale; the judge's weight is not used
+    either: its rectifier saw the same labels), and on the near side by the labels' t bound; the t interval
+    elsewhere. Rows already without an interval (few or flat labels) keep none.
 
     Measured (tests/test_estimate_bounded.py; benchmarks/labels_coverage.py --rare): where 8-18% of summaries are
     badly wrong, coverage from 0.74-0.92 (t) to 0.94-1.00 at n = 3-20; on a bimodal scale (54% ones, 26% fives)
@@ -262,6 +263,11 @@ def bounded_scale(result: PPIResult, human, judge, bounds, confidence: float = 0
     labelled = ~np.isnan(f) & ~np.isnan(y)
     low, high = np.full(tripped.shape, np.nan), np.full(tripped.shape, np.nan)
     low[tripped], high[tripped] = betting_interval(y[tripped], labelled[tripped], bounds, confidence)
+    # Only the far side is at risk (the unseen share would lie there): the near side keeps the labels' t bound,
+    # clipped to the scale. Each side errs at most (1 - confidence) / 2, so the pair still holds.
+    above = result.human_only > (bounds[0] + bounds[1]) / 2.0
+    high = np.where(above, np.minimum(result.human_only_ci_high, bounds[1]), high)
+    low = np.where(above, low, np.maximum(result.human_only_ci_low, bounds[0]))
     pick = lambda bounded, kept: np.where(tripped, bounded, kept)  # noqa: E731
     return replace(result, estimate=pick(result.human_only, result.estimate), se=pick(np.nan, result.se),
                    ci_low=pick(low, result.ci_low), ci_high=pick(high, result.ci_high),
@@ -498,8 +504,8 @@ def interval_note(code: str, n: int) -> str:
                 f"(at least {MIN_LABELLED} that differ)")
     if code == "bounded":
         return (f"the {n} labels sit at one end of the scale with little spread, so a share of badly scored "
-                "dialogues none of them drew could lie at the other: the interval is the betting interval, valid for "
-                "any scores on the scale (human labels only), not the t interval")
+                "dialogues none of them drew could lie at the other: on that side the interval is the betting bound, "
+                "valid for any scores on the scale (human labels only), on the other the t bound")
     return ""
 
 
