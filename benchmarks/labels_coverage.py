@@ -22,6 +22,7 @@ of the human score with the jury's least-squares fit on all 1,400 summaries (opt
 
     nice -n 10 python benchmarks/labels_coverage.py            # the table of the report (about 10 minutes)
     nice -n 10 python benchmarks/labels_coverage.py --real     # DialSummEval
+    nice -n 10 python benchmarks/labels_coverage.py --real-scale   # the bounded-scale check on 3 real releases
     nice -n 10 python benchmarks/labels_coverage.py --rare     # 8-18% badly wrong, a bimodal scale: the scale's check
     python benchmarks/labels_coverage.py --quick               # a few cells
 """
@@ -120,12 +121,12 @@ def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: i
         jury = cross_fitted_prediction(judges, y)
         contrast = cross_fitted_prediction(judges, y, contrasts=True)  # the predictor of differences
         move = lambda m: np.moveaxis(m, -1, -2)  # noqa: E731  (..., D, S) -> (..., S, D)
-        scale, spread = ((1, 5), (-4, 4)) if kind == "likert" else (None, None)  # as `judge estimate` knows them
+        scale = (1, 5) if kind == "likert" else None  # as `judge estimate` checks means (differences: never)
         parts["jury_mean"].append(measure(move(y), move(jury), truth, True, scale))
         parts["one_mean"].append(measure(move(y), move(judges[..., 0]), truth, False, scale))
         dy, dt = move(y[..., a] - y[..., b]), truth[a] - truth[b]
-        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True, spread))
-        parts["one_diff"].append(measure(dy, move(judges[..., a, 0] - judges[..., b, 0]), dt, False, spread))
+        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True))
+        parts["one_diff"].append(measure(dy, move(judges[..., a, 0] - judges[..., b, 0]), dt, False))
     out = {key: combine(value) for key, value in parts.items()}
     share = 1.0 - n / n_judged
     out["oracle_mean"], out["oracle_diff"] = np.sqrt(1 - r2_level * share), np.sqrt(1 - r2_difference * share)
@@ -282,11 +283,45 @@ def rare(reps: int, seed: int) -> None:
                   f"{np.mean(width[shown]) / np.mean(t_width[shown]):.3f}", flush=True)
 
 
+def real_scale(reps: int, seed: int) -> None:
+    """The bounded-scale check on real labels: each system's mean of each criterion of SummEval, DialSummEval and
+    DECODA (the mean of the annotators per summary), n dialogues redrawn at random, the labels alone (the check
+    looks at nothing else); truth = the mean over the release's dialogues. Coverage of the t interval and of what
+    `judge estimate` prints with the 1-5 scale known, the share of rows the check trips, the width ratio."""
+    import pandas as pd
+
+    releases = {"summeval": "summeval", "dialsummeval": "dialsummeval", "decoda": "decoda_llm_sum_guidelines"}
+    rng = np.random.default_rng(seed)
+    print("release      criterion     n | tripped | cover: t  scale known | width known/t")
+    for name, folder in releases.items():
+        labels = pd.read_csv(shared_data() / folder / "annotations.csv")
+        labels = labels[pd.to_numeric(labels["score"], errors="coerce").notna()].astype({"score": float})
+        for criterion, part in labels.groupby("criterion"):
+            wide = part.groupby(["item_id", "system"])["score"].mean().unstack("system").dropna()
+            y = wide.to_numpy(float)
+            if len(y) < 15:
+                continue
+            truth = y.mean(0)
+            for n in (3, 6, 10, 20):
+                if n > len(y) // 2:
+                    continue
+                mask = rng.random((reps, len(y))).argsort(1) < n
+                human = np.moveaxis(np.where(mask[..., None], y[None], np.nan), 1, 2)  # (reps, S, D)
+                judge = np.zeros_like(human)  # a constant judge: the labels alone
+                plain, known = ppi_mean(human, judge), ppi_mean(human, judge, bounds=(1, 5))
+                shown = np.isfinite(plain.ci_low)
+                cover = lambda r: ((r.ci_low <= truth) & (truth <= r.ci_high))[shown].mean()  # noqa: E731
+                ratio = np.mean((known.ci_high - known.ci_low)[shown]) / np.mean((plain.ci_high - plain.ci_low)[shown])
+                print(f"{name:12s} {criterion[:12]:12s} {n:3d} | {np.mean(known.no_interval[shown] == 'bounded'):.2f} | "
+                      f"{cover(plain):.3f} {cover(known):.3f} | {ratio:.3f}", flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a few cells")
     parser.add_argument("--real", action="store_true", help="DialSummEval instead of the simulation")
     parser.add_argument("--rare", action="store_true", help="rare failures and a bimodal scale: the bounded-scale check against the t")
+    parser.add_argument("--real-scale", action="store_true", help="the bounded-scale check on three real releases")
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cell", action="append", default=[], metavar="KIND,RHO,S,N",
@@ -295,6 +330,10 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     if args.rare:
         rare(args.repetitions or 2000, args.seed)
+        print(f"({time.perf_counter() - started:.0f}s)")
+        return 0
+    if args.real_scale:
+        real_scale(args.repetitions or 1000, args.seed)
         print(f"({time.perf_counter() - started:.0f}s)")
         return 0
     if args.real:
