@@ -14,6 +14,8 @@ counts rows that print an interval; `mean` is over every system (means) or pair 
   oracle/h sqrt(1 - R^2 (1 - n/N)): the best linear combination of the judges and its lambda known in advance
            (R^2 within systems, from the large draw)
   jury/or  jury/h over oracle/h
+  eff/worth  the jury's mean printed effective_labels over what its estimates were worth in human-only labels
+           (n x the human-only estimates' mean squared error / the jury's, over the repetitions): above 1 overstates
 
 Real part (--real): DialSummEval (../shared/data/dialsummeval or $JUDGE_SHARED_DATA): 100 dialogues x 14 systems,
 4 criteria, the mean of 3 annotators; the jury is all 32 metrics of metric_scores.csv, the single judge QuestEval.
@@ -92,8 +94,14 @@ def measure(human, judge, truth, combined: bool, bounds=None) -> dict:
     axes = tuple(range(covered.ndim - 1))  # all but the system / pair axis
     width = np.where(shown, result.ci_high - result.ci_low, np.nan)
     human_width = np.where(shown, result.human_only_ci_high - result.human_only_ci_low, np.nan)
+    n = result.n_labelled
     return {"covered": (covered & shown).sum(axis=axes), "shown": shown.sum(axis=axes),
-            "width": np.nanmean(width), "human_width": np.nanmean(human_width)}
+            "width": np.nanmean(width), "human_width": np.nanmean(human_width),
+            # what the estimate is worth in labels: printed (n / width_ratio^2) and true (n x the human-only
+            # estimate's squared error over the estimate's, summed over the repetitions)
+            "effective": np.nansum(n * (human_width / width) ** 2), "rows": int(shown.sum()),
+            "error2": ((result.estimate - truth) ** 2).sum(axis=axes),
+            "human_error2": (n * (result.human_only - truth) ** 2).sum(axis=axes)}
 
 
 def combine(parts: list[dict]) -> dict:
@@ -103,7 +111,23 @@ def combine(parts: list[dict]) -> dict:
         per_row = np.where(shown > 0, covered / shown, np.nan)
     return {"coverage": covered.sum() / shown.sum() if shown.sum() else np.nan, "shown": int(shown.sum()),
             "worst": np.nanmin(per_row) if np.isfinite(per_row).any() else np.nan,
-            "ratio": np.mean([p["width"] for p in parts]) / np.mean([p["human_width"] for p in parts])}
+            "ratio": np.mean([p["width"] for p in parts]) / np.mean([p["human_width"] for p in parts]),
+            "effective": effective_over_worth(parts), "effective_se": jackknife(parts, effective_over_worth)}
+
+
+def effective_over_worth(parts: list[dict]) -> float:
+    """Printed effective_labels (mean) over what the estimates were worth (n var(human-only) / var(estimate))."""
+    return (sum(p["effective"] for p in parts) / sum(p["rows"] for p in parts)) \
+        / np.mean(sum(p["human_error2"] for p in parts) / sum(p["error2"] for p in parts))
+
+
+def jackknife(parts: list[dict], statistic) -> float:
+    """Monte Carlo standard error of a pooled statistic, leaving out one chunk of repetitions at a time."""
+    k = len(parts)
+    if k < 2:
+        return float("nan")
+    values = np.array([statistic(parts[:i] + parts[i + 1:]) for i in range(k)])
+    return float(np.sqrt((k - 1) / k * np.sum((values - values.mean()) ** 2)))
 
 
 def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: int, seed: int) -> dict:
@@ -139,12 +163,13 @@ def cell_line(kind, rho, n, systems, n_judged, out, reps) -> str:
     for what in ("mean", "diff"):
         jury, one, oracle = out[f"jury_{what}"], out[f"one_{what}"], out[f"oracle_{what}"]
         parts.append(f"{jury['coverage']:.3f} {jury['worst']:.3f} {one['coverage']:.3f} "
-                     f"{jury['ratio']:.3f} {one['ratio']:.3f} {oracle:.3f} {jury['ratio'] / oracle:.3f}")
+                     f"{jury['ratio']:.3f} {one['ratio']:.3f} {oracle:.3f} {jury['ratio'] / oracle:.3f} "
+                     f"{jury['effective']:.2f}+-{jury['effective_se']:.2f}")
     return " | ".join(parts) + f"   (MC se of a coverage ~{se(0.95):.3f}, {reps} reps)"
 
 
-HEADER = ("kind     rho    N  S   n | means: cover worst one_cov jury/h one/h oracle/h jury/or "
-          "| differences: cover worst one_cov jury/h one/h oracle/h jury/or")
+HEADER = ("kind     rho    N  S   n | means: cover worst one_cov jury/h one/h oracle/h jury/or eff/worth "
+          "| differences: cover worst one_cov jury/h one/h oracle/h jury/or eff/worth")
 
 
 # -- DialSummEval ---------------------------------------------------------------------------------------------------
