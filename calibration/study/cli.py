@@ -58,7 +58,9 @@ examples:
 method: prediction-powered inference with the power-tuned lambda (PPI++): the judge's scores on every judged
 dialogue correct the mean of the human labels on the random sample; from 10 labelled dialogues on, lambda is
 tuned and the t interval has n - 2 degrees of freedom plus lambda's own error; below, the human mean with n - 1;
-no interval below 3 labels or on labels that do not vary (interval_note says why). width_ratio = PPI interval /
+no interval below 3 labels or on labels that do not vary (interval_note says why); a system whose labels bunch at
+one end of the scale takes, on the other side, the betting bound valid for any scores on the scale (interval_note
+says so: a share of failures none of its labels drew could lie there). width_ratio = PPI interval /
 human-only interval from the same labels; effective_labels = n_labelled / width_ratio^2, the labels the human-only
 estimate would need for an interval this narrow (what the judge was worth). With --judge, the judgments and
 every --judge are one predictor: a ridge regression on the labels, pooled over systems and cross-fitted over

@@ -26,7 +26,8 @@ from .pairwise import PairwiseTables
 from .screen import format_table
 
 METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
-          "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary; with --judge, one cross-fitted "
+          "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary; labels bunched at one end of "
+          "the scale: the betting bound (human labels only) on the other side; with --judge, one cross-fitted "
           "predictor weighted m/(n+m); with an active plan, 1/p weights (Hajek)")
 
 
