@@ -40,6 +40,13 @@ labels, so choosing does not bias the interval. No interval at all (NaN bounds a
 MIN_LABELLED = 3 labels (the t interval with one degree of freedom covered 0.90 on discrete labels) or when the
 labels do not vary (two differences of exactly 1.0 once printed 1.000 [1.000, 1.000], "separated").
 
+Labels bunched at one end of the scale (bounded_scale). When most summaries are fine and a few badly wrong, a small
+sample often holds no failure, and every interval built on the t then sits on the fine summaries (coverage 0.73-0.95
+at n = 3-20 with 8-18% failures). Where the scale is known (`judge estimate` always knows the rubric's), a system's
+row whose labels a share of dialogues they would miss one time in ten could pull, from the scale's far end, past the
+t half-width takes on that side the betting bound for bounded means (valid for any scores on the scale) and keeps
+the t bound on the other; paired differences keep the t interval (see bounded_scale for both measurements).
+
 Measured (tests/coverage_sim.py, 4,000 repetitions, 100 judged dialogues; tests/test_small_n_coverage.py runs
 the grid in CI): coverage 0.943-0.968 for the mean and the paired difference at every n in 3, 4, 6, 10, 20, 50,
 on Likert and Gaussian data, judge correlations 0, 0.3, 0.7. The price of honesty, in width against the human-only
