@@ -25,6 +25,7 @@ of the human score with the jury's least-squares fit on all 1,400 summaries (opt
     nice -n 10 python benchmarks/labels_coverage.py            # the table of the report (about 10 minutes)
     nice -n 10 python benchmarks/labels_coverage.py --real     # DialSummEval
     nice -n 10 python benchmarks/labels_coverage.py --real-scale   # the bounded-scale check on 3 real releases
+    nice -n 10 python benchmarks/labels_coverage.py --decoda   # DECODA's LLM judge per system
     nice -n 10 python benchmarks/labels_coverage.py --rare     # 8-18% badly wrong, a bimodal scale: the scale's check
     python benchmarks/labels_coverage.py --quick               # a few cells
 """
@@ -308,6 +309,42 @@ def rare(reps: int, seed: int) -> None:
                   f"{np.mean(width[shown]) / np.mean(t_width[shown]):.3f}", flush=True)
 
 
+def decoda(reps: int, seed: int) -> None:
+    """DECODA (20 dialogues x 6 systems, the LLM judge of the release, the mean of 3 annotators): coverage of
+    `judge estimate`'s interval (scale 1-5 known) per system and its width against human-only and the oracle,
+    sqrt(1 - rho^2 (1 - n/N)) with rho the system's judge-human correlation over the 20. n dialogues redrawn at
+    random; truth = the mean over the 20. Sub-issues left out: humans rated them on fewer dialogues than the judge."""
+    import pandas as pd
+
+    folder = shared_data() / "decoda_llm_sum_guidelines"
+    labels = pd.read_csv(folder / "annotations.csv")
+    labels = labels[pd.to_numeric(labels["score"], errors="coerce").notna()].astype({"score": float})
+    judged = pd.read_csv(folder / "judge_scores.csv")
+    rng = np.random.default_rng(seed)
+    print("criterion     n | cover (worst system) | width/h  oracle/h  width/oracle per system")
+    for criterion in ("faithfulness", "main_issues", "resolution"):
+        human = labels[labels["criterion"] == criterion].groupby(["item_id", "system"])["score"].mean().unstack()
+        judge = judged[judged["criterion"] == criterion].groupby(["item_id", "system"])["score"].mean().unstack()
+        human, judge = human.align(judge, join="inner")
+        keep = human.notna().all(axis=1) & judge.notna().all(axis=1)
+        y, f = human[keep].to_numpy(float), judge[keep].to_numpy(float)
+        d = len(y)
+        rho = np.array([np.corrcoef(y[:, s], f[:, s])[0, 1] if f[:, s].std() > 0 else 0.0
+                        for s in range(y.shape[1])])
+        for n in (5, 10, 15):
+            mask = rng.random((reps, d)).argsort(1) < n
+            hy = np.moveaxis(np.where(mask[..., None], y[None], np.nan), 1, 2)
+            r = ppi_mean(hy, np.broadcast_to(f.T, hy.shape), bounds=(1, 5))
+            shown = np.isfinite(r.ci_low)
+            hit = ((r.ci_low <= y.mean(0)) & (y.mean(0) <= r.ci_high) & shown).sum(0) / np.maximum(shown.sum(0), 1)
+            ratio = np.nanmean(np.where(shown, r.ci_high - r.ci_low, np.nan), 0) / \
+                np.nanmean(np.where(shown, r.human_only_ci_high - r.human_only_ci_low, np.nan), 0)
+            oracle = np.sqrt(1 - np.nan_to_num(rho) ** 2 * (1 - n / d))
+            print(f"{criterion:12s} {n:3d} | {(hit * shown.sum(0)).sum() / shown.sum():.3f} ({hit.min():.3f}) | "
+                  f"{np.mean(ratio):.3f} {np.mean(oracle):.3f} | "
+                  + " ".join(f"{name[:12]}={v:.2f}" for name, v in zip(human.columns, ratio / oracle)), flush=True)
+
+
 def real_scale(reps: int, seed: int) -> None:
     """The bounded-scale check on real labels: each system's mean of each criterion of SummEval, DialSummEval and
     DECODA (the mean of the annotators per summary), n dialogues redrawn at random, the labels alone (the check
@@ -347,6 +384,7 @@ def main(argv=None) -> int:
     parser.add_argument("--real", action="store_true", help="DialSummEval instead of the simulation")
     parser.add_argument("--rare", action="store_true", help="rare failures and a bimodal scale: the bounded-scale check against the t")
     parser.add_argument("--real-scale", action="store_true", help="the bounded-scale check on three real releases")
+    parser.add_argument("--decoda", action="store_true", help="DECODA's LLM judge: coverage, width to the oracle")
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cell", action="append", default=[], metavar="KIND,RHO,S,N",
@@ -355,6 +393,10 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     if args.rare:
         rare(args.repetitions or 2000, args.seed)
+        print(f"({time.perf_counter() - started:.0f}s)")
+        return 0
+    if args.decoda:
+        decoda(args.repetitions or 1000, args.seed)
         print(f"({time.perf_counter() - started:.0f}s)")
         return 0
     if args.real_scale:
