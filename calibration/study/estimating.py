@@ -370,7 +370,8 @@ def separated(differences):
 
 
 def _with_note(frame):
-    """The table with a `note` column: estimate.py's interval_note (why no interval), blank where there is one."""
+    """The table with a `note` column: estimate.py's interval_note (why no interval, or why its far side is the
+    bounded-scale betting bound), blank otherwise."""
     note = frame["interval_note"].fillna("").astype(str) if "interval_note" in frame else ""
     return frame.assign(note=note)
 
