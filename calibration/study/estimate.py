@@ -515,9 +515,8 @@ def interval_note(code: str, n: int) -> str:
         return (f"the {n} labels are all equal: no interval can be trusted; label more dialogues at random "
                 f"(at least {MIN_LABELLED} that differ)")
     if code == "bounded":
-        return (f"the {n} labels sit at one end of the scale with little spread, so a share of badly scored "
-                "dialogues none of them drew could lie at the other: on that side the interval is the betting bound, "
-                "valid for any scores on the scale (human labels only), on the other the t bound")
+        return (f"the {n} labels bunch at one end of the scale: failures none of them drew could lie at the other, "
+                "so that side's bound is the betting bound (valid for any scores on the scale; human labels only)")
     return ""
 
 
