@@ -319,7 +319,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
         def interval(matrix, replicates_of_judge):
             if level == "system":
                 return system_interval(PairedScores("", items, systems, matrix, human_matrix), statistic,
-                                       replicates_of_judge, confidence)
+                                       weights[0], replicates_of_judge, confidence)
             return percentile_interval(replicates_of_judge, confidence, units)
 
         for name in names:
