@@ -369,7 +369,8 @@ def select_section(result: SelectResult) -> str:
     parts = ["<h2>Select: judges against humans</h2>",
              f"<p class=note>{html.escape(result.statistic)} at {html.escape(result.level)} level with a "
              f"{html.escape(result.interval_method())} ({result.n_resamples} resamples of dialogues, the same for "
-             "every judge, on the summaries every judge scored). * = in the best set: not significantly worse than the best (paired, Holm, 5%). "
+             "every judge, on the summaries every judge scored). * = in the best set: not significantly worse than "
+             "the best (paired, Holm, 5%). "
              "Jury rows and the best judge's row are cross-fitted: chosen on one half of the dialogues, measured on "
              "the other.</p>", f'<img alt="judges with CIs" src="{figure}">',
              f"<p>Best set: {html.escape(best)}</p>", _table(result.selection)]
