@@ -38,10 +38,11 @@ def study(rng: np.random.Generator, systems: int, dialogues: int, rho: float, sp
 def rates(repetitions: int, systems: int, dialogues: int, statistic: str = "pearson", rho: float = 0.8,
           seed: int = 0, resamples: int = 400, **shape) -> dict:
     """Shares of studies whose 95% interval is printed and covers the population value (with its Wilson 95%
-    Monte-Carlo interval), and the printed intervals' median width."""
+    Monte-Carlo interval), the printed intervals' median width and, for reference, the median width of Fisher's z
+    interval alone on the studies' Pearson r."""
     rng = np.random.default_rng(seed)
     truth = TRUTH[statistic](rho)
-    covers, printed, widths = [], [], []
+    covers, printed, widths, fisher = [], [], [], []
     for rep in range(repetitions):
         judge, human = study(rng, systems, dialogues, rho, **shape)
         paired = PairedScores("c", np.arange(dialogues), np.arange(systems), judge, human)
@@ -50,11 +51,15 @@ def rates(repetitions: int, systems: int, dialogues: int, statistic: str = "pear
         if printed[-1]:
             covers.append(bool(low <= truth <= high))
             widths.append(high - low)
+        # The reference width: Fisher's z interval alone on the study's Pearson r, by hand.
+        r = np.corrcoef(judge.mean(axis=0), human.mean(axis=0))[0, 1]
+        fisher.append(np.ptp(np.tanh(np.arctanh(r) + np.array([-1.96, 1.96]) / np.sqrt(systems - 3))))
     mc_low, mc_high = (proportion_confint(sum(covers), len(covers), 0.05, "wilson") if covers
                        else (float("nan"), float("nan")))
     return {"covers": float(np.mean(covers)) if covers else float("nan"), "mc_low": float(mc_low),
             "mc_high": float(mc_high), "printed": float(np.mean(printed)),
-            "width": float(np.median(widths)) if widths else float("nan"), "n": repetitions}
+            "width": float(np.median(widths)) if widths else float("nan"),
+            "fisher_width": float(np.median(fisher)), "n": repetitions}
 
 
 # The grid of the README and benchmarks/trust_coverage_table.txt: (systems, dialogues, rho, shape).
