@@ -65,7 +65,8 @@ def rates(repetitions: int, systems: int, dialogues: int, statistic: str = "pear
 # The grid of the README and benchmarks/trust_coverage_table.txt: (systems, dialogues, rho, shape).
 GRID = ([(s, d, rho, {}) for s in (6, 7, 8, 10, 16) for d in (30, 100) for rho in (0.5, 0.8, 0.95)]
         + [(s, d, 0.8, shape) for s in (6, 10) for d in (30, 100)
-           for shape in ({"gain": 0.5}, {"gain": 1.5}, {"likert": True})])
+           for shape in ({"gain": 0.5}, {"gain": 1.5}, {"likert": True})]
+        + [(16, 30, 0.95, shape) for shape in ({"gain": 0.5}, {"likert": True})])
 
 
 if __name__ == "__main__":

@@ -195,7 +195,7 @@ def test_the_disattenuated_correlation_recovers_the_true_means_correlation_that_
         noise = np.einsum("njk,njl->kl", centred - observed, centred - observed) / (dialogues * (dialogues - 1))
         textbook = np.cov(observed.T) - noise / (systems - 1)
         weights = bootstrap_weights(paired, 1000, seed)[0]
-        corrected.append(_disattenuated(paired, weights))
+        corrected.append(_disattenuated(paired, weights)[0])
         assert corrected[-1] == pytest.approx(min(1.0, textbook[0, 1] / np.sqrt(textbook[0, 0] * textbook[1, 1])),
                                               abs=0.05)
         naive.append(np.corrcoef(observed.T)[0, 1])
@@ -237,9 +237,11 @@ def test_select_and_calibrate_print_one_system_level_interval():
             (other["ci_low"], other["ci_high"]))
 
 
-# The hard cells of the grid: each sank a method tried before (Fisher's z alone 0.833-0.945 there, pooled 0.91;
-# the percentile bootstrap over systems 0.92 at 6 systems; the rank percentile alone 0.83-0.97, pooled 0.92).
-HARD_CELLS = {"pearson": [(6, 100, 0.5, {}), (16, 30, 0.95, {}), (10, 30, 0.95, {}), (10, 30, 0.8, {"gain": 0.5})],
+# The hard cells of the grid: each sank a method tried before (pooled, Fisher's z alone 0.68, Fisher's stretched to
+# the disattenuated r without the delta method's factor 0.91; the percentile bootstrap over systems 0.92 at 6
+# systems; the rank percentile alone 0.83-0.97, pooled 0.92).
+HARD_CELLS = {"pearson": [(6, 100, 0.5, {}), (16, 30, 0.95, {}), (10, 30, 0.95, {"gain": 0.5}),
+                          (16, 30, 0.95, {"gain": 0.5})],
               "ranks": [(6, 100, 0.5, {}), (16, 30, 0.95, {}), (16, 100, 0.95, {}), (16, 30, 0.95, {"likert": True})]}
 
 
@@ -247,8 +249,9 @@ HARD_CELLS = {"pearson": [(6, 100, 0.5, {}), (16, 30, 0.95, {}), (10, 30, 0.95, 
 @pytest.mark.parametrize("statistic", ["pearson", "spearman", "kendall"])
 def test_the_system_level_interval_covers_where_it_prints_without_being_merely_wide(statistic):
     """Pooled over the hard cells, 400 studies: 0.925 tells 0.95 from 0.90 (fails at 0.95 in ~1% of runs, passes
-    at 0.90 in ~5%). Pearson's median width is within 15% of Fisher's alone on the same studies (the stretch is
-    cheap); the rank intervals', at 16 systems, under half of [-1, 1]."""
+    at 0.90 in ~5%). Where the means are reliable (6 systems x 100 dialogues) Pearson's median width is within 25%
+    of Fisher's alone on the same studies; at 16 systems with the judge's full signal every interval's median is
+    under half of [-1, 1]."""
     from system_sim import rates
 
     cells = HARD_CELLS["pearson" if statistic == "pearson" else "ranks"]
@@ -256,8 +259,8 @@ def test_the_system_level_interval_covers_where_it_prints_without_being_merely_w
              for s, d, rho, shape in cells]
     assert all(r["printed"] == 1.0 for r in found), found
     assert np.mean([r["covers"] for r in found]) >= 0.925, found
-    for (systems, _, rho, _), r in zip(cells, found):
-        if statistic == "pearson":
-            assert r["width"] <= 1.15 * r["fisher_width"], (systems, rho, r)
-        elif systems == 16:
+    for (systems, dialogues, rho, shape), r in zip(cells, found):
+        if statistic == "pearson" and dialogues == 100:
+            assert r["width"] <= 1.25 * r["fisher_width"], (systems, rho, r)
+        if systems == 16 and not shape.get("gain"):
             assert r["width"] < 1.0, (systems, rho, r)
