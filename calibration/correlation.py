@@ -155,7 +155,7 @@ def system_interval(paired: PairedScores, statistic: str, item_weights: np.ndarr
     the bounds). Fisher's alone covered 0.32-0.87 at 6-16 systems x 30 dialogues with true means correlated 0.95
     and a judge whose signal is halved (0.82 with the judge's full signal at 16 systems); stretched to r_d with
     Fisher's arms unscaled 0.86-0.93; with the arms in z scaled by the delta method 0.96-0.99 but [-1, 1] wide at
-    6-7 systems and correlation 0.95; as here 0.944-1.000 over the grid, 4-15% wider than Fisher's alone. The
+    6-7 systems and correlation 0.95; as here 0.944-1.000 over the grid, 2-15% wider than Fisher's alone. The
     percentile bootstrap over systems and dialogues it replaces covered 0.920-0.938 at 6-10 systems and correlation
     0.5 (resamples of J systems under-spread r's skewed distribution). Where the means' spread is no larger than
     their noise there is nothing to correct to and Fisher's interval stands.
