@@ -106,14 +106,20 @@ def select_rows(reps: int):
 
 
 def system_rows(reps: int):
-    from system_sim import TRUTH, rates
+    from system_sim import GRID, TRUTH, rates
 
     for statistic in TRUTH:
-        for systems in (4, 6, 10, 16):
-            for dialogues in (20, 100):
-                r = rates(reps, systems, dialogues, statistic, seed=systems * 1000 + dialogues)
-                yield line("select/calibrate", f"system-level {statistic}", "systems drawn from many, rho 0.8",
-                           f"{systems} systems x {dialogues} dialogues", reps, r["printed"], coverage=r["covers"])
+        for systems, dialogues, rho, shape in GRID:
+            r = rates(reps, systems, dialogues, statistic, rho, seed=systems * 1000 + dialogues, **shape)
+            yield system_line(statistic, systems, dialogues, rho, shape, reps, r)
+
+
+def system_line(statistic: str, systems: int, dialogues: int, rho: float, shape: dict, reps: int, r: dict) -> str:
+    """One row of the system-level grid; the case names the hard case and the printed intervals' median width."""
+    hard = ", ".join(f"{k} {v}" for k, v in shape.items()).replace("likert True", "Likert ties")
+    case = f"systems drawn from many, rho {rho}{', ' + hard if hard else ''}; median width {r['width']:.2f}"
+    return line("select/calibrate", f"system-level {statistic}", case, f"{systems} systems x {dialogues} dialogues",
+                reps, r["printed"], coverage=r["covers"])
 
 
 def main() -> None:

@@ -158,9 +158,114 @@ def test_select_and_calibrate_print_a_system_level_interval_only_where_it_can_ho
     assert np.isfinite(rows["ci_low"]).all() == printed and np.isfinite(rows["value"]).all()
 
 
+def _fisher(r: float, systems: int) -> np.ndarray:
+    """Fisher's z interval by hand (numpy only): the independent check of scipy's pearsonr(...).confidence_interval."""
+    return np.tanh(np.arctanh(r) + np.array([-1, 1]) * 1.959963984540054 / np.sqrt(systems - 3))
+
+
+def test_the_system_level_pearson_interval_is_fishers_z_when_the_means_carry_no_dialogue_noise():
+    """Every dialogue gives each system its own mean plus a shift shared by all systems: the means are exact (no
+    noise between systems), so nothing is attenuated and the interval is Fisher's, by hand."""
+    from calibration.correlation import bootstrap_ci
+
+    rng = np.random.default_rng(5)
+    means = rng.multivariate_normal([0, 0], [[1, 0.6], [0.6, 1]], 9)
+    shift = rng.normal(0, 1, (40, 1))
+    paired = PairedScores("c", np.arange(40), np.arange(9), means[:, 0] + shift, means[:, 1] + 2 * shift)
+    r = np.corrcoef(means[:, 0], means[:, 1])[0, 1]
+    np.testing.assert_allclose(bootstrap_ci(paired, "system", "pearson", 200, seed=1), _fisher(r, 9), atol=1e-9)
+
+
+def test_the_disattenuated_correlation_recovers_the_true_means_correlation_that_noise_hides():
+    """60 systems whose true means correlate 0.9, with noise 0.7 times their spread: r is attenuated to about 0.55.
+    The correction agrees with the textbook one (sample covariance of the means less each dialogue's centred
+    cross-products / n(n-1)) and, over 10 studies, recovers the true correlation; the interval is stretched to it."""
+    from calibration.correlation import _disattenuated, bootstrap_weights, system_interval
+
+    systems, dialogues = 60, 80
+    naive, corrected, truth = [], [], []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        means = rng.multivariate_normal([0, 0], [[1, 0.9], [0.9, 1]], systems)
+        scores = (means[None] + rng.normal(0, 1, (dialogues, 1, 1))
+                  + rng.normal(0, 0.7 * np.sqrt(dialogues), (dialogues, systems, 2)))
+        paired = PairedScores("c", np.arange(dialogues), np.arange(systems), scores[..., 0], scores[..., 1])
+        centred = scores - scores.mean(axis=1, keepdims=True)  # over systems: the shared shift cancels
+        observed = centred.mean(axis=0)
+        noise = np.einsum("njk,njl->kl", centred - observed, centred - observed) / (dialogues * (dialogues - 1))
+        textbook = np.cov(observed.T) - noise / (systems - 1)
+        weights = bootstrap_weights(paired, 1000, seed)[0]
+        corrected.append(_disattenuated(paired, weights)[0])
+        assert corrected[-1] == pytest.approx(min(1.0, textbook[0, 1] / np.sqrt(textbook[0, 0] * textbook[1, 1])),
+                                              abs=0.05)
+        naive.append(np.corrcoef(observed.T)[0, 1])
+        truth.append(np.corrcoef(means.T)[0, 1])
+    assert np.mean(naive) < np.mean(truth) - 0.2 and np.mean(corrected) == pytest.approx(np.mean(truth), abs=0.06)
+    low, high = system_interval(paired, "pearson", weights, np.array([]))
+    fisher = _fisher(naive[-1], systems)
+    assert low <= fisher[0] + 1e-12 and high > fisher[1] and high >= _fisher(corrected[-1], systems)[1] - 1e-9
+
+
+def test_the_rank_interval_is_the_percentile_stretched_by_attenuation_and_to_the_pearson_interval_mapped():
+    """The percentile of the replicates (numpy), shifted by the attenuation resampling dialogues shows, and the
+    Pearson interval mapped to the rank scale as for normal systems: the interval spans all three."""
+    from calibration.correlation import NORMAL_LINK, bootstrap_ci, bootstrap_weights, level_statistic
+    from system_sim import study
+
+    judge, human = study(np.random.default_rng(3), 16, 30, 0.95)
+    paired = PairedScores("c", np.arange(30), np.arange(16), judge, human)
+    for statistic in ("spearman", "kendall"):
+        weights = bootstrap_weights(paired, 300, 2)
+        plain = np.percentile(bootstrap_replicates(paired, "system", statistic, *weights), [2.5, 97.5])
+        shift = level_statistic(paired, "system", statistic) - np.mean(
+            level_statistic(paired, "system", statistic, weights[0]))
+        low, high = bootstrap_ci(paired, "system", statistic, 300, seed=2)
+        mapped = NORMAL_LINK[statistic](np.array(bootstrap_ci(paired, "system", "pearson", 300, seed=2)))
+        assert shift > 0  # resampling dialogues attenuates
+        assert low == pytest.approx(min(plain[0], mapped[0]))
+        assert high == pytest.approx(min(1.0, max(plain[1] + shift, mapped[1])))
+
+
+def test_select_and_calibrate_print_one_system_level_interval():
+    """One function makes both: the same judge, data and seed give the same bounds in select and correlations."""
+    from calibration.correlation import correlations
+
+    human, judges = toy(np.random.default_rng(11), n_items=30, n_systems=8)
+    pairs = human.rename(columns={"score": "human"}).merge(
+        judges["judge1"].rename(columns={"score": "judge"}), on=["item_id", "system", "criterion"])
+    for statistic in ("pearson", "spearman"):
+        table = select(human, judges, level="system", statistic=statistic, bootstrap=300, seed=4).selection
+        row = table.query("judge == 'judge1'").iloc[0]
+        other = correlations(pairs, levels=("system",), statistics=(statistic,), n_resamples=300, seed=4).iloc[0]
+        assert np.isfinite(row["ci_low"]) and (row["ci_low"], row["ci_high"]) == pytest.approx(
+            (other["ci_low"], other["ci_high"]))
+
+
+# The hard cells of the grid: each sank a method tried before (pooled, Fisher's z alone 0.68, Fisher's stretched to
+# the disattenuated r with Fisher's arms unscaled 0.91; the percentile bootstrap over systems 0.92 at 6 systems;
+# the rank percentile alone 0.83-0.98, pooled under 0.925).
+HARD_CELLS = {"pearson": [(6, 100, 0.5, {}), (16, 30, 0.95, {}), (10, 30, 0.95, {"gain": 0.5}),
+                          (16, 30, 0.95, {"gain": 0.5})],
+              "ranks": [(6, 100, 0.5, {}), (16, 30, 0.95, {}), (16, 30, 0.95, {"gain": 0.5}),
+                        (16, 30, 0.95, {"likert": True})]}
+
+
 @pytest.mark.slow
-def test_the_system_level_interval_covers_at_the_fewest_systems_it_prints_for():
+@pytest.mark.parametrize("statistic", ["pearson", "spearman", "kendall"])
+def test_the_system_level_interval_covers_where_it_prints_without_being_merely_wide(statistic):
+    """Pooled over the hard cells, 400 studies: 0.925 tells 0.95 from 0.90 (fails at 0.95 in ~1% of runs, passes
+    at 0.90 in ~5%). Where the means are reliable (6 systems x 100 dialogues) Pearson's median width is within 25%
+    of Fisher's alone on the same studies; at 16 systems with the judge's full signal every interval's median is
+    under half of [-1, 1]."""
     from system_sim import rates
 
-    r = rates(300, 6, 100, "pearson", seed=6)  # measured 0.94-0.955 at 200-400 studies per cell
-    assert r["printed"] == 1.0 and r["covers"] >= 0.92 and r["width"] < 1.5, r
+    cells = HARD_CELLS["pearson" if statistic == "pearson" else "ranks"]
+    found = [rates(100, s, d, statistic, rho, seed=s * 1000 + d, resamples=200, **shape)
+             for s, d, rho, shape in cells]
+    assert all(r["printed"] == 1.0 for r in found), found
+    assert np.mean([r["covers"] for r in found]) >= 0.925, found
+    for (systems, dialogues, rho, shape), r in zip(cells, found):
+        if statistic == "pearson" and dialogues == 100:
+            assert r["width"] <= 1.25 * r["fisher_width"], (systems, rho, r)
+        if systems == 16 and not shape.get("gain"):
+            assert r["width"] < 1.0, (systems, rho, r)

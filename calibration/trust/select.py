@@ -10,8 +10,9 @@ every judge and the humans vary (`n_compared`): a dialogue where one judge gives
 nothing of that judge, and dropping it for that judge alone let a judge cut to two score values outrank the judge
 it came from. A jury (mean of standardised scores) and the pick of the best single judge are measured with
 cross-fitting: chosen on one half of the dialogues, measured on the other, so the optimism of picking the best of
-many shows. At the system level, systems are resampled too (the systems read as drawn from many): with fewer
-than calibration.correlation.min_systems() (6 at 95%) no interval or best set is printed, and the note says why.
+many shows. At the system level, systems are resampled too (the systems read as drawn from many) and each row's
+interval is calibration.correlation.system_interval's (Fisher's z for Pearson): with fewer than
+calibration.correlation.min_systems() (6 at 95%) no interval or best set is printed, and the note says why.
 
 `label_worth` (labelled dialogues saved per 100, PPI++'s variance ratio 1 - rho^2 per system) uses the adjusted
 rho^2 (1 - (1 - r^2)(n - 1)/(n - 2), floored at 0): the plug-in r^2 is biased up by about 1/n, which printed +5 to
@@ -28,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..correlation import (LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, few_systems_note,
-                           level_statistic)
+                           level_statistic, system_interval)
 from ..errors import CalibrationError
 from ..options import criteria_option, judges_option, resamples_option, scale_option, seed_option
 from ..result import Result
@@ -67,8 +68,16 @@ class SelectResult(Result):
         part = self.selection[(self.selection["criterion"] == criterion) & self.selection["in_best_set"]]
         return part.sort_values("estimate", ascending=False)["judge"].tolist()
 
+    def interval_method(self) -> str:
+        """How the printed intervals were made, naming the system level's estimand (system_interval)."""
+        if self.level != "system":
+            return "95% percentile bootstrap CI"
+        method = ("Fisher's z over the systems' means" if self.statistic == "pearson" else
+                  "percentile bootstrap over dialogues and systems")
+        return f"95% CI for the population of systems these are drawn from ({method})"
+
     def text(self) -> str:
-        lines = [f"Agreement with humans: {self.statistic} at {self.level} level, 95% percentile bootstrap CI "
+        lines = [f"Agreement with humans: {self.statistic} at {self.level} level, {self.interval_method()} "
                  f"({self.n_resamples} resamples of dialogues, the same for every judge; the summary level expanded "
                  "for its mean over dialogues); best set (*) = no other judge shown better by simultaneous paired "
                  "bounds over every pair of judges (Bonferroni-t, 5% per criterion: a truly best judge is left out "
@@ -306,8 +315,15 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
                 note = (f"{failed} of {bootstrap} resamples left some judge's statistic undefined (too few varying "
                         "dialogues in them): the best set uses the others")
         shown = enough and not few_systems
+
+        def interval(matrix, replicates_of_judge):
+            if level == "system":
+                return system_interval(PairedScores("", items, systems, matrix, human_matrix), statistic,
+                                       weights[0], replicates_of_judge, confidence)
+            return percentile_interval(replicates_of_judge, confidence, units)
+
         for name in names:
-            low, high = percentile_interval(replicates[name], confidence, units) if shown else (np.nan, np.nan)
+            low, high = interval(scores[name], replicates[name]) if shown else (np.nan, np.nan)
             rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
                          "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]),
                          "p_adjusted": p_adjusted[name], "p_holm": p_adjusted[name],
@@ -320,7 +336,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
         juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap)
         jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
         for name in juries:
-            low, high = percentile_interval(jury_replicates[name], confidence, units)
+            low, high = interval(juries[name], jury_replicates[name])
             rows.append({"criterion": criterion, "judge": name, "kind": "cross-fitted",
                          "estimate": jury_estimates[name], "ci_low": low, "ci_high": high, "in_best_set": False,
                          "p_adjusted": float("nan"), "p_holm": float("nan"), "compared_estimate": float("nan"),
@@ -351,9 +367,10 @@ def select_section(result: SelectResult) -> str:
                               xlabel=f"{result.statistic} with humans, {result.level} level (CI)", zero=True)
     best = "; ".join(f"{c}: {', '.join(result.best_set(c))}" for c in dict.fromkeys(result.selection["criterion"]))
     parts = ["<h2>Select: judges against humans</h2>",
-             f"<p class=note>{html.escape(result.statistic)} at {html.escape(result.level)} level with a 95% percentile "
-             f"bootstrap CI ({result.n_resamples} resamples of dialogues, the same for every judge, on the summaries "
-             "every judge scored). * = in the best set: not significantly worse than the best (paired, Holm, 5%). "
+             f"<p class=note>{html.escape(result.statistic)} at {html.escape(result.level)} level with a "
+             f"{html.escape(result.interval_method())} ({result.n_resamples} resamples of dialogues, the same for "
+             "every judge, on the summaries every judge scored). * = in the best set: not significantly worse than "
+             "the best (paired, Holm, 5%). "
              "Jury rows and the best judge's row are cross-fitted: chosen on one half of the dialogues, measured on "
              "the other.</p>", f'<img alt="judges with CIs" src="{figure}">',
              f"<p>Best set: {html.escape(best)}</p>", _table(result.selection)]
