@@ -301,7 +301,8 @@ def print_results(results, out=None) -> None:
     out = sys.stdout if out is None else out  # resolved per call: stdout may be replaced (tests, pipes)
     human = "cleaned (DialSummEval noise removal) mean" if results.cleaned else "mean"
     print(f"Human score: {human} over annotators. Bootstrap: {results.n_resamples} resamples of items "
-          f"(and systems at system level), seed {results.seed}.", file=out)
+          f"(and systems at system level, where Pearson is Fisher's z widened for the means' noise: "
+          f"systems read as drawn from many), seed {results.seed}.", file=out)
     for name, value in results.sources.items():
         print(f"{name}: {value}", file=out)
     print("\nCoverage", file=out)
