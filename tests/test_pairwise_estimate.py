@@ -237,7 +237,7 @@ def test_length_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimi
                     data.dialogue[mine], data.dialogues, f, h)
         for lam in (0.0, 0.5, 1.0):
             expected = _loss_minimiser(x, np.nan_to_num(h), f, lab, ~lab, lam)
-            assert _controlled_fit(one, b, x, 0.95, lam=lam)["alpha"] == pytest.approx(expected[0], abs=1e-6)
+            assert _controlled_fit(one, b, x, lam=lam)["theta"][0] == pytest.approx(expected[0], abs=1e-6)
 
 
 def test_length_controlled_win_rate_needs_every_length():
@@ -258,6 +258,127 @@ def test_length_controlled_win_rate_needs_every_length():
     assert np.isfinite(rows["alpha"]["ci_low"])
     assert np.isnan(row["estimate"])
     assert "1 of its pairs against the baseline have no text length" in row["interval_note"]
+
+
+# -- style-controlled win rates (Arena-Hard's style control) ---------------------------------------------------------
+
+
+def _styles(data, seed, markdown=True):
+    """Invented styles per (dialogue, system): [words, headers, list items, bold], each system with its own habits."""
+    rng = np.random.default_rng(seed)
+    habits = {s: rng.uniform(0.5, 3.0, 3) * markdown for s in data.systems}
+    typical = dict(zip(data.systems, rng.normal(60, 5, len(data.systems))))
+    return {(d, s): np.array([typical[s] + rng.normal(0, 20), *rng.poisson(habits[s])], dtype=float)
+            for d in data.dialogues for s in data.systems}
+
+
+def _style_design(data, b, styles):
+    """By hand: the pairs against the baseline turned to the other system's side; x = one column per system, then
+    the style gaps (s - b) / (s + b + 1), each divided by its root mean square."""
+    mine = (data.first == b) ^ (data.second == b)
+    side = data.second[mine] == b
+    system = np.where(side, data.first[mine], data.second[mine])
+    names = data.dialogues[data.dialogue[mine]]
+    own = np.array([styles[(d, data.systems[s])] for d, s in zip(names, system)])
+    base = np.array([styles[(d, data.systems[b])] for d in names])
+    gap = (own - base) / (own + base + 1.0)
+    others = [s for s in range(len(data.systems)) if s != b]
+    x = np.column_stack([system[:, None] == np.array(others)[None, :], gap / np.sqrt((gap ** 2).mean(0))])
+    flip = lambda v: np.where(side, v, 1 - v)  # noqa: E731
+    return mine, system, x.astype(float), flip(data.human[mine]), flip(data.judge[mine]), others
+
+
+def test_style_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimises_its_loss():
+    import statsmodels.api as sm
+
+    from calibration.study.pairwise import _controlled_fit, against_baseline, style_controlled_rows
+
+    data, b, _ = _single_pairs(seed=7, dialogues=600, labelled=150, copy=0.6)
+    styles = _styles(data, 7)
+    rows, note = style_controlled_rows(data, b, 0.95, styles)
+    assert note == "over length, headers, list items, bold"
+    rows = {r["system"]: r for r in rows}
+    assert set(rows) == set(SYSTEMS[1:]) and all(r["quantity"] == "win_rate_style_controlled" for r in rows.values())
+    mine, system, x, h, f, others = _style_design(data, b, styles)
+    lab = ~np.isnan(h)
+    tie = h[lab] == 0.5  # a tie: half a win and half a loss
+    xx = np.vstack([x[lab][~tie], x[lab][tie], x[lab][tie]])
+    yy = np.concatenate([h[lab][~tie], np.ones(tie.sum()), np.zeros(tie.sum())])
+    ww = np.concatenate([np.ones((~tie).sum()), np.full(tie.sum(), 0.5), np.full(tie.sum(), 0.5)])
+    glm = sm.GLM(yy, xx, family=sm.families.Binomial(), freq_weights=ww).fit(tol=1e-14)
+    for column, s in enumerate(others):
+        row = rows[data.systems[s]]
+        assert row["human_only"] == pytest.approx(sigmoid(glm.params[column]), abs=1e-6)
+        assert row["n_labelled"] == (lab & (system == s)).sum() and row["n_judged"] == (system == s).sum()
+        assert row["ci_low"] < row["estimate"] < row["ci_high"] and row["interval_note"] == ""
+    turned = against_baseline(data, b)
+    for lam in (0.0, 0.5, 1.0):
+        expected = _loss_minimiser(x, np.nan_to_num(h), f, lab, ~lab, lam)
+        assert _controlled_fit(turned, b, x, lam=lam)["theta"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_markdown_counts_headers_list_items_and_bold_outside_code():
+    from calibration.study.pairwise import markdown_counts
+
+    text = ("# Title\n## Part\nnot # a header\n- one\n* two\n  3. three\n10. ten\n-not an item\n**bold** and __also__ "
+            "and **not\nbold**\n```\n# code\n- code\n**code**\n```\n")
+    assert markdown_counts(text) == (2, 4, 2)
+    assert markdown_counts("") == (0, 0, 0)
+
+
+def _missing_text(data, b, styles):
+    alpha = data.systems.index("alpha")
+    meets = ((data.first == alpha) & (data.second == b)) | ((data.first == b) & (data.second == alpha))
+    return {k: v for k, v in styles.items() if k != (data.dialogues[data.dialogue[meets][0]], "alpha")}
+
+
+def _alpha_always_wins(data, b, styles):
+    alpha = data.systems.index("alpha")
+    votes = data.human.copy()
+    votes[(data.first == alpha) & (data.second == b) & data.labelled] = 1.0
+    votes[(data.first == b) & (data.second == alpha) & data.labelled] = 0.0
+    data.human = votes
+    return styles
+
+
+def _confounded_length(data, b, styles):
+    """Each system's length the same on every dialogue: its length gap is the system's own."""
+    return {(d, s): np.concatenate([[50.0 + 10 * data.systems.index(s)], v[1:]]) for (d, s), v in styles.items()}
+
+
+def _always_longer(data, b, styles):
+    """Every system's text longer than the baseline's, with its own spread: equal length is outside the data."""
+    rng = np.random.default_rng(0)
+    return {(d, s): np.concatenate([[30.0 if s == "base" else 60 + rng.normal(0, 10)], v[1:]])
+            for (d, s), v in styles.items()}
+
+
+@pytest.mark.parametrize("change, markdown, systems_without, message, note", [
+    (_missing_text, True, ["alpha"], "1 of its pairs against the baseline have no text in --items",
+     "over length, headers, list items, bold"),
+    (_alpha_always_wins, True, ["alpha"], "it won every labelled pair against the baseline",
+     "over length, headers, list items, bold"),
+    (lambda data, b, styles: styles, False, [], "",
+     "over length; left out, non-zero on fewer than 3 labelled pairs: headers, list items, bold"),
+    (_confounded_length, False, SYSTEMS[1:], "no style feature varies apart from the systems",
+     "left out, the systems' own on the labelled pairs (variance inflation 10 or more): length"),
+    (_always_longer, False, SYSTEMS[1:], "would be an extrapolation, no estimate", "over length"),
+])
+def test_style_control_says_why_a_system_or_a_feature_is_left_out(change, markdown, systems_without, message, note):
+    """Table-driven: what the texts or votes lack, the row (or the note) says; every system keeps its row and the
+    others their estimate."""
+    from calibration.study.pairwise import style_controlled_rows
+
+    data, b, _ = _single_pairs(seed=8, dialogues=300, labelled=90, copy=0.6)
+    styles = change(data, b, _styles(data, 8, markdown=markdown))
+    rows, said = style_controlled_rows(data, b, 0.95, styles)
+    assert sorted(r["system"] for r in rows) == sorted(SYSTEMS[1:])
+    assert note in said
+    for row in rows:
+        if row["system"] in systems_without:
+            assert np.isnan(row["estimate"]) and message in row["interval_note"], row
+        else:
+            assert 0 < row["estimate"] < 1 and row["ci_low"] < row["estimate"] < row["ci_high"], row
 
 
 def test_rank_sets_from_simultaneous_intervals():
