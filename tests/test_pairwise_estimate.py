@@ -677,7 +677,7 @@ def test_quick_simulation_covers():
         for cover, n in numbers:  # win rates and strengths: 0.95 less 3 binomial standard errors (correlated rows)
             allowance = 3 * np.sqrt(0.95 * 0.05 / int(n)) * 2
             assert float(cover) >= 0.95 - allowance, line
-        rank_cover = float(line.split("|")[4].split()[0])
+        rank_cover = float(line.split("|")[5].split()[0])
         assert rank_cover >= 0.95 - 3 * np.sqrt(0.95 * 0.05 / 150), line
 
 

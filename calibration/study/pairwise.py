@@ -761,10 +761,12 @@ def style_controlled_rows(data: Pairs, baseline: int, confidence: float, styles:
         (used if _variance_inflation(np.column_stack([systems, z[:, used]])[lab], z[lab, k]) < 10.0
          else confounded).append(k)
     names_of = lambda ks: ", ".join(STYLE_FEATURES[k] for k in ks)  # noqa: E731
-    note = (f"over {names_of(used) or 'no feature'}" + (f"; left out, non-zero on fewer than {MIN_LABELLED} labelled pairs: "
-                                                       f"{names_of(rare)}" if rare else "")
-            + (f"; left out, the systems' own on the labelled pairs (variance inflation 10 or more): {names_of(confounded)}"
-               if confounded else ""))
+    note = f"over {names_of(used) or 'no feature'}"
+    if rare:
+        note += f"; left out, non-zero on fewer than {MIN_LABELLED} labelled pairs: {names_of(rare)}"
+    if confounded:
+        note += ("; left out, the systems' own on the labelled pairs (variance inflation 10 or more): "
+                 + names_of(confounded))
     one_sided = [STYLE_FEATURES[k] for k in used
                  if min(int((z[lab, k] <= 0).sum()), int((z[lab, k] >= 0).sum())) < MIN_LABELLED]
     if not used:
