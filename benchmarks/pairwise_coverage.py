@@ -78,7 +78,8 @@ FULL = [Cell(6, 100, 0.05, "none (r=0)"), Cell(6, 100, 0.2, "good"), Cell(6, 400
         Cell(10, 200, 0.1, "weak"), Cell(10, 200, 0.1, "strong (0.9)"), Cell(12, 300, 0.05, "length-biased"),
         Cell(20, 150, 0.2, "good"), Cell(20, 700, 0.05, "position-biased"), Cell(20, 700, 0.1, "none (r=0)"),
         Cell(6, 100, 0.1, "none (r=0)"), Cell(6, 100, 0.1, "good", spread=0.0), Cell(10, 200, 0.1, "weak", spread=0.0),
-        Cell(6, 100, 0.1, "style-biased"), Cell(10, 200, 0.1, "style-biased"), Cell(20, 700, 0.05, "style-biased")]
+        Cell(6, 100, 0.1, "style-biased"), Cell(10, 200, 0.1, "style-biased"), Cell(20, 700, 0.05, "style-biased"),
+        Cell(6, 60, 0.05, "style-biased")]  # 3 labelled dialogues: the fewest any interval is printed for
 QUICK = [Cell(6, 100, 0.1, "position-biased"), Cell(8, 150, 0.2, "style-biased"), Cell(10, 100, 0.1, "none (r=0)"),
          Cell(6, 100, 0.1, "good", spread=0.0)]
 

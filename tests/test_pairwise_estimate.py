@@ -900,3 +900,22 @@ def test_a_csv_of_pair_probabilities_is_read_as_the_judge_and_a_score_off_0_1_re
     scores.to_csv(tmp_path / "pairs.csv", index=False)
     with pytest.raises(CalibrationError, match=r"line 6: pair .* has score 3: a pair's score is the probability"):
         calibration.estimate(tmp_path / "pairs.csv", labels, baseline="base")
+
+
+@pytest.mark.parametrize("labelled, interval", [(4, False), (5, True)])
+def test_style_control_prints_an_interval_only_with_more_labelled_dialogues_than_style_coefficients(labelled,
+                                                                                                    interval):
+    """Four style effects from 3 labelled dialogues covered 0.919 (benchmarks/pairwise_coverage.py): with no more
+    dialogues than shared coefficients the estimate stands alone and the note says why."""
+    from calibration.study.pairwise import style_controlled_rows
+
+    judge, labels = study(seed=12, dialogues=80, labelled=labelled, copy=0.6, extra=0)
+    data = _pairs_of(judge, labels)
+    b = data.systems.index("base")
+    rows, note = style_controlled_rows(data, b, 0.95, _styles(data, 12))
+    assert note == "over length, headers, list items, bold"
+    shown = [r for r in rows if np.isfinite(r["estimate"])]
+    assert shown, rows
+    for row in shown:
+        assert np.isfinite(row["ci_low"]) == interval, row
+        assert ("an interval needs more dialogues than coefficients" in row["interval_note"]) != interval, row
