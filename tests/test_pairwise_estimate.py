@@ -796,6 +796,13 @@ def test_the_readme_pairwise_loop_runs_and_matches_the_example(tmp_path, stub_se
     controlled = table.query("quantity == 'win_rate_length_controlled'")
     assert len(controlled) == len(wins) and controlled["estimate"].between(0, 1).all()
     assert (controlled["ci_low"] <= controlled["estimate"]).all() and controlled["noninferior"].isna().all()
+    # style control: the example's plain summaries have no markdown and each system's length is its own (a few
+    # words longer or shorter than lead-3's on every chat): nothing to control for, said on every row and in a note
+    styled = table.query("quantity == 'win_rate_style_controlled'")
+    assert len(styled) == len(wins) and styled["estimate"].isna().all()
+    assert styled["interval_note"].str.contains("nothing to control for").all()
+    printed = capsys.readouterr().out
+    assert "left out, the systems' own on the labelled pairs (variance inflation 10 or more): length" in printed
     assert len(pd.read_csv(work / "judgments.jsonl", sep="\t", header=None)) == 96 * 2
 
 
