@@ -190,7 +190,9 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
     stats = {key: [] for key in ("win_cover", "win_shown", "bt_cover", "bt_shown", "win_ratio", "bt_ratio",
                                  "rank_cover", "rank_cover_h", "rank_size", "rank_size_h", "rank_larger", "corr",
                                  "lam", "lc_cover", "lc_ratio", "sc_cover", "sc_ratio")}
-    for _ in range(repetitions):
+    covers = ("win_cover", "bt_cover", "lc_cover", "sc_cover", "rank_cover")
+    study = {key: [] for key in covers}  # the study each coverage entry came from (its rows are correlated)
+    for repetition in range(repetitions):
         data, text, styles = simulate(cell, strengths, lengths, habits, rng)
         rows = win_rate_rows(data, 0, CONFIDENCE)
         # humans ignore length and style here, so the controlled win rates' estimand is the win rate itself
@@ -229,9 +231,22 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
         stats["rank_size"].append(float(np.mean(high - low + 1)))
         stats["rank_size_h"].append(float(np.mean(hhigh - hlow + 1)))
         stats["rank_larger"].append(float(np.mean((high - low) > (hhigh - hlow))))
+        for key in covers:
+            study[key] += [repetition] * (len(stats[key]) - len(study[key]))
         lab = data.labelled
         stats["corr"].append(np.corrcoef(data.judge[lab], data.human[lab])[0, 1] if lab.sum() > 2 else np.nan)
     mean = lambda key: float(np.nanmean(stats[key])) if len(stats[key]) else float("nan")  # noqa: E731
+
+    def margin(key):
+        """The Monte-Carlo 95% margin of a coverage: 1.96 cluster standard errors of the ratio, studies as
+        clusters (a study's rows share its votes, so a binomial margin over rows would be too small)."""
+        hits = np.asarray(stats[key], dtype=float)
+        if len(hits) < 2:
+            return float("nan")
+        covered = np.bincount(study[key], hits, repetitions)
+        counted = np.bincount(study[key], minlength=repetitions).astype(float)
+        residual = covered - hits.mean() * counted
+        return float(1.96 * np.sqrt(np.sum(residual ** 2) * repetitions / (repetitions - 1)) / counted.sum())
     return {"systems": k, "pairs": cell.pairs, "share": cell.share, "labelled": round(cell.share * cell.dialogues),
             "judge": cell.judge + (", all tied" if cell.spread == 0 else ""), "corr": mean("corr"),
             "lambda": mean("lam"),
@@ -242,20 +257,21 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
             "lc_ratio": mean("lc_ratio"), "sc_cover": mean("sc_cover"), "sc_n": len(stats["sc_cover"]),
             "sc_ratio": mean("sc_ratio"), "rank_cover": mean("rank_cover"), "rank_cover_h": mean("rank_cover_h"),
             "rank_size": mean("rank_size"), "rank_size_h": mean("rank_size_h"), "rank_larger": mean("rank_larger"),
-            "repetitions": repetitions}
+            "repetitions": repetitions, **{f"{key}_margin": margin(key) for key in covers}}
 
 
-HEADER = ("systems  pairs  labelled(dialogues)  judge                       corr  lambda | win cover (n)   width | "
-          "BT cover (n)    width | LC cover (n)    width | SC cover (n)    width | rank cover  human | set size  human  larger")
+HEADER = ("systems  pairs  labelled(dialogues)  judge                       corr  lambda | win cover (n) +-MC   width | "
+          "BT cover (n) +-MC    width | LC cover (n) +-MC    width | SC cover (n) +-MC    width | rank cover +-MC  "
+          "human | set size  human  larger")
 
 
 def line(r: dict) -> str:
+    cover = lambda key: (f"{r[key + '_cover']:.3f} ({r[key + '_n']:>5}) {r[key + '_cover_margin']:.3f} "  # noqa: E731
+                         f"{r[key + '_ratio']:5.3f}")
     return (f"{r['systems']:>7} {r['pairs']:>6} {r['share']:>8.0%} ({r['labelled']:>4})   {r['judge']:<26} "
-            f"{r['corr']:5.2f} {r['lambda']:6.2f} | {r['win_cover']:.3f} ({r['win_n']:>5}) {r['win_ratio']:5.3f} | "
-            f"{r['bt_cover']:.3f} ({r['bt_n']:>5}) {r['bt_ratio']:5.3f} | "
-            f"{r['lc_cover']:.3f} ({r['lc_n']:>5}) {r['lc_ratio']:5.3f} | "
-            f"{r['sc_cover']:.3f} ({r['sc_n']:>5}) {r['sc_ratio']:5.3f} | {r['rank_cover']:10.3f} "
-            f"{r['rank_cover_h']:6.3f} | {r['rank_size']:8.2f} {r['rank_size_h']:6.2f} {r['rank_larger']:6.3f}")
+            f"{r['corr']:5.2f} {r['lambda']:6.2f} | {cover('win')} | {cover('bt')} | {cover('lc')} | {cover('sc')} | "
+            f"{r['rank_cover']:10.3f} {r['rank_cover_margin']:.3f} {r['rank_cover_h']:6.3f} | "
+            f"{r['rank_size']:8.2f} {r['rank_size_h']:6.2f} {r['rank_larger']:6.3f}")
 
 
 def main(argv=None) -> int:
