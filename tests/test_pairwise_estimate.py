@@ -819,8 +819,9 @@ DIALSUMMEVAL = SHARED / "dialsummeval"
 def test_dialsummeval_pairs_hiding_votes_covers_the_all_votes_answer(capsys):
     """Every system against LEAD-3 on each of the 100 dialogues: the human vote is which summary has the higher mean
     campus score (equal: a tie), the judge's is which has the higher BARTScore (s->h). The all-votes win rates and
-    Bradley-Terry fit are the truth; 25 dialogues keep their votes, 300 times: the intervals must cover it."""
-    from calibration.study.pairwise import win_rate_rows
+    Bradley-Terry fit are the truth; 25 dialogues keep their votes, 300 times: the intervals must cover it. So must
+    the style-controlled win rates' (the summaries' lengths in words; no markdown, so length is the one feature)."""
+    from calibration.study.pairwise import style_controlled_rows, win_rate_rows
 
     criterion, metric, baseline = "consistency", "bartscore_s_h", "LEAD-3"
     human = pd.read_csv(DIALSUMMEVAL / "annotations.csv").query("criterion == @criterion")
@@ -842,8 +843,14 @@ def test_dialsummeval_pairs_hiding_votes_covers_the_all_votes_answer(capsys):
     full = Pairs(criterion, systems, first, second, dialogue, np.arange(len(human)), f, h)
     truth_win = np.array([r["human_only"] for r in win_rate_rows(full, b, 0.95)])
     truth_bt = bradley_terry(full, b, 0.95, human_only=True).theta
+    texts = pd.read_csv(DIALSUMMEVAL / "outputs.csv").set_index(["item_id", "system"])["summary"]
+    styles = {(d, s): np.array([len(str(texts.loc[(item, s)]).split()), 0.0, 0.0, 0.0])
+              for d, item in enumerate(human.index) for s in systems}
+    truth_rows, note = style_controlled_rows(full, b, 0.95, styles)
+    assert note.startswith("over length;")
+    truth_style = np.array([r["human_only"] for r in truth_rows])
     rng = np.random.default_rng(0)
-    win_cover, bt_cover, win_ratio, bt_ratio, bt_shown = [], [], [], [], []
+    win_cover, bt_cover, win_ratio, bt_ratio, bt_shown, style_cover = [], [], [], [], [], []
     for _ in range(300):
         keep = np.isin(dialogue, rng.choice(len(human), 25, replace=False))
         data = Pairs(criterion, systems, first, second, dialogue, full.dialogues, f, np.where(keep, h, np.nan))
@@ -860,13 +867,17 @@ def test_dialsummeval_pairs_hiding_votes_covers_the_all_votes_answer(capsys):
         if human_fit.ok:
             ratio = se / np.delete(human_fit.se, b)
             bt_ratio += list(ratio[np.isfinite(ratio)])
+        style_cover += [r["ci_low"] <= t <= r["ci_high"] for r, t in zip(style_controlled_rows(data, b, 0.95, styles)[0],
+                                                                         truth_style) if np.isfinite(r["ci_low"])]
     with capsys.disabled():
         print(f"\nDialSummEval pairs ({criterion}, {metric} as the judge, 25 of 100 dialogues voted): win-rate coverage "
               f"{np.mean(win_cover):.3f}, width ratio {np.nanmean(win_ratio):.2f}; Bradley-Terry coverage "
               f"{np.mean(bt_cover):.3f} ({np.mean(bt_shown):.0%} of the strengths finite), width ratio "
-              f"{np.nanmean(bt_ratio):.2f}")
+              f"{np.nanmean(bt_ratio):.2f}; style-controlled coverage {np.mean(style_cover):.3f} "
+              f"({len(style_cover)} intervals)")
     # a finite population (the 100 dialogues) is covered more often than the super-population the intervals are for
     assert np.mean(win_cover) >= 0.94 and np.mean(bt_cover) >= 0.94
+    assert len(style_cover) > 300 * len(others) / 2 and np.mean(style_cover) >= 0.94
 
 
 def test_a_system_that_lost_every_pair_is_set_apart_and_the_others_fitted_without_it():
