@@ -179,7 +179,7 @@ def simulate(cell: Cell, strengths, lengths, habits, rng) -> tuple[Pairs, dict, 
     return data, lengths, styles
 
 
-def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
+def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = False) -> dict:
     rng = np.random.default_rng(seed)
     k = cell.systems
     strengths = np.concatenate([[0.0], rng.normal(0.0, 1.0, k - 1)]) * cell.spread
@@ -194,7 +194,6 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
     study = {key: [] for key in covers}  # the study each coverage entry came from (its rows are correlated)
     for repetition in range(repetitions):
         data, text, styles = simulate(cell, strengths, lengths, habits, rng)
-        rows = win_rate_rows(data, 0, CONFIDENCE)
         # humans ignore length and style here, so the controlled win rates' estimand is the win rate itself
         for key, controlled in (("lc", length_controlled_rows(data, 0, CONFIDENCE, text)),
                                 ("sc", style_controlled_rows(data, 0, CONFIDENCE, styles)[0])):
@@ -203,34 +202,35 @@ def run_cell(cell: Cell, repetitions: int, seed: int) -> dict:
                     stats[f"{key}_cover"].append(r["ci_low"] <= win[s] <= r["ci_high"])
                     if np.isfinite(r["width_ratio"]):
                         stats[f"{key}_ratio"].append(r["width_ratio"])
-        for r, s in zip(rows, range(1, k)):
-            shown = np.isfinite(r["ci_low"])
-            stats["win_shown"].append(shown)
-            if shown:
-                stats["win_cover"].append(r["ci_low"] <= win[s] <= r["ci_high"])
-                if np.isfinite(r["width_ratio"]):
-                    stats["win_ratio"].append(r["width_ratio"])
-        fit = bradley_terry(data, 0, CONFIDENCE)
-        human = bradley_terry(data, 0, CONFIDENCE, human_only=True)
-        stats["lam"].append(fit.lam)
-        if fit.ok and fit.df >= 1:
-            q = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, fit.df))
-            se = fit.se[1:]
-            shown = np.isfinite(se) & np.isfinite(fit.theta[1:])
-            stats["bt_shown"].extend(shown)
-            stats["bt_cover"].extend((np.abs(fit.theta[1:] - theta[1:]) <= q * se)[shown])
-            if human.ok:
-                both = shown & np.isfinite(human.se[1:]) & np.isfinite(human.theta[1:])
-                stats["bt_ratio"].extend((se / human.se[1:])[both])
-        else:
-            stats["bt_shown"].extend([False] * (k - 1))
-        _, low, high = combined_rank_sets(fit, human, CONFIDENCE)
-        _, hlow, hhigh = rank_sets(human.theta, human.cov, rank_df(human), CONFIDENCE)
-        stats["rank_cover"].append(bool(((low <= true_rank) & (true_rank <= high)).all()))
-        stats["rank_cover_h"].append(bool(((hlow <= true_rank) & (true_rank <= hhigh)).all()))
-        stats["rank_size"].append(float(np.mean(high - low + 1)))
-        stats["rank_size_h"].append(float(np.mean(hhigh - hlow + 1)))
-        stats["rank_larger"].append(float(np.mean((high - low) > (hhigh - hlow))))
+        if not controlled_only:  # the win rates, strengths and rank sets too
+            for r, s in zip(win_rate_rows(data, 0, CONFIDENCE), range(1, k)):
+                shown = np.isfinite(r["ci_low"])
+                stats["win_shown"].append(shown)
+                if shown:
+                    stats["win_cover"].append(r["ci_low"] <= win[s] <= r["ci_high"])
+                    if np.isfinite(r["width_ratio"]):
+                        stats["win_ratio"].append(r["width_ratio"])
+            fit = bradley_terry(data, 0, CONFIDENCE)
+            human = bradley_terry(data, 0, CONFIDENCE, human_only=True)
+            stats["lam"].append(fit.lam)
+            if fit.ok and fit.df >= 1:
+                q = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, fit.df))
+                se = fit.se[1:]
+                shown = np.isfinite(se) & np.isfinite(fit.theta[1:])
+                stats["bt_shown"].extend(shown)
+                stats["bt_cover"].extend((np.abs(fit.theta[1:] - theta[1:]) <= q * se)[shown])
+                if human.ok:
+                    both = shown & np.isfinite(human.se[1:]) & np.isfinite(human.theta[1:])
+                    stats["bt_ratio"].extend((se / human.se[1:])[both])
+            else:
+                stats["bt_shown"].extend([False] * (k - 1))
+            _, low, high = combined_rank_sets(fit, human, CONFIDENCE)
+            _, hlow, hhigh = rank_sets(human.theta, human.cov, rank_df(human), CONFIDENCE)
+            stats["rank_cover"].append(bool(((low <= true_rank) & (true_rank <= high)).all()))
+            stats["rank_cover_h"].append(bool(((hlow <= true_rank) & (true_rank <= hhigh)).all()))
+            stats["rank_size"].append(float(np.mean(high - low + 1)))
+            stats["rank_size_h"].append(float(np.mean(hhigh - hlow + 1)))
+            stats["rank_larger"].append(float(np.mean((high - low) > (hhigh - hlow))))
         for key in covers:
             study[key] += [repetition] * (len(stats[key]) - len(study[key]))
         lab = data.labelled
@@ -280,7 +280,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repetitions", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cells", help="only these rows of the grid, by position from 0 (e.g. 8,12): a row re-run "
-                                        "with more repetitions keeps its seed")
+                                        "with more repetitions keeps its seed (its first studies are the table's)")
+    parser.add_argument("--controlled-only", action="store_true",
+                        help="only the length- and style-controlled win rates (the others' columns nan): faster")
     args = parser.parse_args(argv)
     cells = QUICK if args.quick else FULL
     chosen = range(len(cells)) if args.cells is None else [int(c) for c in args.cells.split(",")]
@@ -288,7 +290,7 @@ def main(argv=None) -> int:
     print(HEADER)
     started = time.perf_counter()
     for index in chosen:
-        result = run_cell(cells[index], repetitions, args.seed + index)
+        result = run_cell(cells[index], repetitions, args.seed + index, args.controlled_only)
         print(line(result), flush=True)
     print(f"({repetitions} repetitions a cell, {CONFIDENCE:.0%} intervals, {time.perf_counter() - started:.0f}s; "
           "width = PPI / human-only interval width, mean where both exist; larger = share of systems whose rank set "
