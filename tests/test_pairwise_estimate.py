@@ -937,3 +937,26 @@ def test_style_control_prints_an_interval_only_with_more_labelled_dialogues_than
     for row in shown:
         assert np.isfinite(row["ci_low"]) == interval, row
         assert ("an interval needs more dialogues than coefficients" in row["interval_note"]) != interval, row
+
+
+def test_style_control_with_a_tuned_lambda_is_never_wider_on_average_than_the_votes_alone():
+    """A judge that votes at random, 20-24 labelled dialogues: lambda tuned on them is noise, and the fit falls back
+    to the votes alone whenever its intercepts' standard errors would be larger on average."""
+    from calibration.study.pairwise import _controlled_fit, against_baseline
+
+    kept = fell_back = 0
+    for seed in range(10):
+        judge, labels = study(seed=seed, dialogues=150, labelled=20 + seed % 5, copy=0.0, extra=0)
+        data = _pairs_of(judge, labels)
+        b = data.systems.index("base")
+        _, system, x, _, _, others = _style_design(data, b, _styles(data, seed))
+        turned = against_baseline(data, b)
+        focus = range(len(others))
+        fit = _controlled_fit(turned, b, x, focus=focus, shared=4)
+        plain = _controlled_fit(turned, b, x, lam=0.0, shared=4)
+        assert fit["ok"] and plain["ok"]
+        assert np.mean(fit["se"][:len(others)] / plain["se"][:len(others)]) <= 1.0 + 1e-9, seed
+        same = np.allclose(fit["theta"], plain["theta"], atol=1e-12)
+        kept += not same
+        fell_back += same
+    assert kept and fell_back  # both branches are exercised
