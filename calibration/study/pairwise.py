@@ -683,7 +683,8 @@ def length_controlled_rows(data: Pairs, baseline: int, confidence: float, length
     d = 0. Fitted as the strengths are (PPI for M-estimation with the votes on the labelled pairs and the judge on
     all, ties 1/2, lambda 0 below 10 labelled dialogues and never wider than the human votes alone, a sandwich
     clustered by dialogue, t quantile); the interval is sigmoid of alpha's. `lengths`: {(dialogue, system): length}.
-    """
+    Known shortfall: with a judge biased towards length and markdown it covered 0.939-0.945 at 20-35 labelled
+    dialogues (human-only 0.949 on the same rows): lambda is tuned in-sample (README, Pairwise studies)."""
     turned = against_baseline(data, baseline)
     rows = []
     for s in (k for k in range(len(data.systems)) if k != baseline):
