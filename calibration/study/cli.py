@@ -163,7 +163,8 @@ def register(sub) -> None:
                                "win rate has its lower bound above 0.5 - M")
     estimate.add_argument("--items", type=Path, metavar="PAIRS.jsonl",
                           help="with --baseline: the pairs `judge compare` judged, with their texts: adds "
-                               "length-controlled win rates (win_rate_length_controlled)")
+                               "length- and style-controlled win rates (win_rate_length_controlled, "
+                               "win_rate_style_controlled)")
     estimate.set_defaults(run=run_estimate)
 
 

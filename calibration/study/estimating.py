@@ -131,7 +131,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     `result.warnings`. With `baseline` (pairwise judgments, as `judge compare` writes them, and pairwise votes
     "A|B" as `judge import` writes them) a PairwiseEstimateResult: win rates, Bradley-Terry strengths and rank sets
     (calibration.study.pairwise); `margin` adds the non-inferiority decision, `items` (the pairs with their texts)
-    length-controlled win rates. `judges` (--judge NAME=FILE: a dict or (name, path or DataFrame) pairs) are more
+    length- and style-controlled win rates. `judges` (--judge NAME=FILE: a dict or (name, path or DataFrame) pairs) are more
     judges, metrics or prompts: with them the judgments and these are combined into one predictor by a cross-fitted
     regression on the labels (calibration.study.predictor).
 

@@ -138,7 +138,8 @@ def read_judgments(judgments, score_column: str | None = None, failure_value: fl
 
 
 def read_items(items) -> pd.DataFrame:
-    """(item_id, system, words) for every candidate of the items: single candidates and both sides of pairs.
+    """(item_id, system, words, text) for every candidate of the items: single candidates and both sides of pairs
+    (the text for pairwise style control's markdown counts).
 
     `words` is the candidate's length in the unit that fits its language (`attrs["length_unit"]`: characters when
     most of the text is Chinese, Japanese or Korean, which put no spaces between words; words otherwise). An empty
@@ -173,11 +174,14 @@ def read_items(items) -> pd.DataFrame:
     rows = []
     for item, texts in loaded:
         if item.is_pair:
-            rows.append((item.id, item.system_1, _length(texts.get("candidate_1"), unit), item.system))
-            rows.append((item.id, item.system_2, _length(texts.get("candidate_2"), unit), item.system))
+            rows.append((item.id, item.system_1, _length(texts.get("candidate_1"), unit), item.system,
+                         texts.get("candidate_1", "")))
+            rows.append((item.id, item.system_2, _length(texts.get("candidate_2"), unit), item.system,
+                         texts.get("candidate_2", "")))
         else:
-            rows.append((item.id, item.system, _length(texts.get("candidate"), unit), item.system))
-    frame = pd.DataFrame(rows, columns=["item_id", "system", "words", "item_system"])
+            rows.append((item.id, item.system, _length(texts.get("candidate"), unit), item.system,
+                         texts.get("candidate", "")))
+    frame = pd.DataFrame(rows, columns=["item_id", "system", "words", "item_system", "text"])
     judged_keys = set(zip(frame["item_id"], frame["item_system"]))
     empty = int(sum(not t.strip() for _, texts in loaded for t in texts.values()))
     frame = frame.drop_duplicates(["item_id", "system"])
