@@ -78,6 +78,7 @@ TESTS = {
                                    "tests/test_screen_power.py", "tests/test_screen.py", "tests/test_study_mutants.py"],
     "calibration/study/cli.py": _STUDY_CLI + ["tests/test_study_mutants.py"],
     "calibration/study/pairwise.py": ["tests/test_pairwise_properties.py", "tests/test_pairwise_estimate.py"],
+    "calibration/study/predictor.py": ["tests/test_estimate_jury.py"],
     "calibration/cascade/__init__.py": ["tests/test_api.py", "tests/test_escalate.py"],
     "calibration/cascade/escalate.py": ["tests/test_escalate_properties.py", "tests/test_cli_properties.py",
                                         "tests/test_escalate.py",
@@ -383,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         print(report(results, equivalent))
         return 0
     mutants = [m for m in all_mutants() if not args.file or any(f in m.file for f in args.file)]
+    unmapped = sorted({m.file for m in mutants} - set(TESTS))
+    if unmapped:  # found before any mutant runs, not as a KeyError midway through a draw
+        parser.error(f"no tests mapped for {', '.join(unmapped)}: add them to TESTS in {Path(__file__).name}")
     if args.list:
         by_file: dict[str, int] = {}
         by_op: dict[str, int] = {}
