@@ -295,6 +295,9 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[str, float,
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return "timeout", time.monotonic() - start, ""
+    except BaseException:  # Ctrl-C or kill: the tests run in their own session and would outlive the run
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     seconds = time.monotonic() - start
     lines = out.strip().splitlines() or [""]
     failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
