@@ -1,0 +1,43 @@
+"""Exact small cases of the pairwise Bradley-Terry fit (calibration.study.pairwise) at the edges the fresh mutation
+draws of benchmarks/mutation.py found unguarded: one labelled dialogue, and a system set apart only once another
+has been (the second round of set_apart)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibration.study.pairwise import Pairs, bradley_terry, set_apart
+
+
+def pairs(systems, rows, judge=None):
+    """rows: (first, second, human vote P(first wins) or NaN, dialogue)."""
+    first, second, human, dialogue = (np.array(c) for c in zip(*rows))
+    human = human.astype(float)
+    return Pairs("q", systems, first, second, dialogue, np.array([f"d{i}" for i in range(dialogue.max() + 1)]),
+                 human.copy() if judge is None else np.asarray(judge, float), human)
+
+
+def test_one_labelled_dialogue_is_fitted_and_has_no_interval():
+    """One labelled dialogue where a and the baseline win one pair each: strength 0, 0 degrees of freedom (no
+    interval), and no "no labelled pair" note; with none labelled, that note."""
+    rows = [(1, 0, 1.0, 0), (0, 1, 1.0, 0), (1, 0, np.nan, 1)]
+    fit = bradley_terry(pairs(["base", "a"], rows, judge=[0.7, 0.4, 0.6]), 0, 0.95)
+    assert fit.ok and fit.n_labelled == 1 and fit.df == 0.0 and fit.theta == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert "no labelled pair" not in fit.note
+    none = bradley_terry(pairs(["base", "a"], [(1, 0, np.nan, 0), (0, 1, np.nan, 1)], judge=[0.7, 0.4]), 0, 0.95)
+    assert not none.ok and none.note == "no labelled pair: no estimate"
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5])
+def test_a_system_that_won_every_pair_but_those_against_one_set_apart_is_set_apart_next(lam):
+    """x wins every pair; y loses only to x (y shown first there), so once x is set apart y has won every pair left
+    and is set apart too (+1), in the second round; z and the baseline split theirs and stay."""
+    rows = [(1, 0, 1.0, 0), (2, 1, 0.0, 1), (1, 3, 1.0, 2), (2, 0, 1.0, 3), (2, 3, 1.0, 4), (3, 0, 1.0, 5),
+            (0, 3, 1.0, 6)]
+    data = pairs(["base", "x", "y", "z"], rows)
+    active, direction = set_apart(data, 0, lam)
+    assert active.tolist() == [True, False, False, True]
+    assert direction.tolist() == [0.0, 1.0, 1.0, 0.0]
+    fit = bradley_terry(data, 0, 0.95, lam=lam)
+    assert fit.ok and fit.theta[1] == fit.theta[2] == np.inf and np.isfinite(fit.theta[3])
