@@ -41,3 +41,16 @@ def test_a_system_that_won_every_pair_but_those_against_one_set_apart_is_set_apa
     assert direction.tolist() == [0.0, 1.0, 1.0, 0.0]
     fit = bradley_terry(data, 0, 0.95, lam=lam)
     assert fit.ok and fit.theta[1] == fit.theta[2] == np.inf and np.isfinite(fit.theta[3])
+
+
+def test_a_judge_whose_gradient_never_varies_gets_lambda_0_and_the_human_only_fit():
+    """Every dialogue the same two pairs, shown the same way, and a judge that calls every pair a tie (one that failed
+    everywhere is read so): its gradient is the same in every dialogue, PPI++'s lambda is 0/0 and must be 0 (the
+    judge carries nothing), so the fit, covariance and degrees of freedom are the human votes' alone."""
+    rng = np.random.default_rng(3)
+    rows = [row for d in range(30) for row in ((1, 0, float(rng.random() < 0.6) if d < 14 else np.nan, d),
+                                               (2, 1, float(rng.random() < 0.5) if d < 14 else np.nan, d))]
+    data = pairs(["base", "a", "c"], rows, judge=[0.5] * len(rows))
+    fit, plain = bradley_terry(data, 0, 0.95), bradley_terry(data, 0, 0.95, lam=0.0)
+    assert fit.ok and fit.lam == 0.0 and fit.df == plain.df == 13
+    assert fit.theta == pytest.approx(plain.theta) and fit.cov == pytest.approx(plain.cov)
