@@ -54,3 +54,51 @@ def test_a_judge_whose_gradient_never_varies_gets_lambda_0_and_the_human_only_fi
     fit, plain = bradley_terry(data, 0, 0.95), bradley_terry(data, 0, 0.95, lam=0.0)
     assert fit.ok and fit.lam == 0.0 and fit.df == plain.df == 13
     assert fit.theta == pytest.approx(plain.theta) and fit.cov == pytest.approx(plain.cov)
+
+
+def _against_base(votes, unlabelled, gaps=None):
+    """System a against the baseline, one pair a dialogue (shown a first on even dialogues): the labelled votes
+    (P(a wins)), then `unlabelled` judged-only pairs; the judge agrees with the votes, says 1/2 elsewhere.
+    Returns the pairs and the lengths (a's text `gaps[d]` words longer; equal lengths without gaps)."""
+    total = len(votes) + unlabelled
+    rows, judge = [], []
+    for d in range(total):
+        vote = votes[d] if d < len(votes) else np.nan
+        a_first = d % 2 == 0
+        rows.append((1, 0, vote, d) if a_first else (0, 1, 1.0 - vote, d))
+        judge.append(0.5 if np.isnan(vote) else rows[-1][2])
+    gaps = np.zeros(total) if gaps is None else gaps
+    lengths = {(f"d{d}", s): 50.0 + (gaps[d] if s == "a" else 0.0) for d in range(total) for s in ("base", "a")}
+    return pairs(["base", "a"], rows, judge=judge), lengths
+
+
+@pytest.mark.parametrize("votes, shown", [((1.0, 0.0), False), ((1.0, 0.0, 1.0), True)])
+def test_the_length_controlled_win_rate_needs_three_labelled_dialogues_for_an_interval(votes, shown):
+    """Equal lengths (no length to control for): the win rate is the votes' share; from 3 labelled dialogues on with
+    an interval, below with the note saying how many there are."""
+    from calibration.study.pairwise import length_controlled_rows
+
+    data, lengths = _against_base(votes, unlabelled=4)
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    assert row["estimate"] == pytest.approx(np.mean(votes), abs=1e-6) and row["n_labelled"] == len(votes)
+    assert np.isfinite(row["ci_low"]) == shown and np.isfinite(row["ci_high"]) == shown
+    assert (row["interval_note"] == "") == shown
+    if not shown:
+        assert row["interval_note"] == ("2 labelled dialogues with a pair against the baseline: an interval needs at "
+                                        "least 3 labelled at random")
+
+
+@pytest.mark.parametrize("lost, converges", [(False, False), (True, True)])
+def test_a_system_that_won_every_labelled_pair_has_no_length_controlled_win_rate_and_says_why(lost, converges):
+    """Lengths on both sides of equal (4 pairs each way): a system that won all 8 labelled pairs has no finite fit
+    (said); one loss among them and it has an estimate."""
+    votes = [1.0] * 8
+    if lost:
+        votes[1] = 0.0  # at a gap of -20, with a win at -35: not separable by length
+    gaps = np.array([30.0, -20.0, 25.0, -35.0, 10.0, -15.0, 40.0, -5.0, 12.0, -8.0])
+    data, lengths = _against_base(votes, unlabelled=2, gaps=gaps)
+    from calibration.study.pairwise import length_controlled_rows
+
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    assert np.isfinite(row["estimate"]) == converges
+    assert ("did not converge" in row["interval_note"]) != converges

@@ -635,8 +635,7 @@ def length_controlled_rows(data: Pairs, baseline: int, confidence: float, length
         human = _controlled_fit(mine_pairs, baseline, x, confidence, lam=0.0)
         n = fit["n"]
         if n < MIN_LABELLED:
-            row["interval_note"] = interval_note("few", n).replace("labelled dialogue", "labelled dialogue with a "
-                                                                   "pair against the baseline", 1)
+            row["interval_note"] = interval_note("few", n).replace(":", " with a pair against the baseline:", 1)
         elif not fit["ok"]:
             row["interval_note"] = ("the length-controlled fit did not converge (the system won or lost every "
                                     "labelled pair): no estimate")
