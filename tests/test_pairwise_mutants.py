@@ -102,3 +102,23 @@ def test_a_system_that_won_every_labelled_pair_has_no_length_controlled_win_rate
     row, = length_controlled_rows(data, 0, 0.95, lengths)
     assert np.isfinite(row["estimate"]) == converges
     assert ("did not converge" in row["interval_note"]) != converges
+
+
+@pytest.mark.parametrize("labelled", [9, 10])
+def test_the_notes_say_how_many_pairs_failed_and_when_the_strengths_are_the_votes_alone(labelled):
+    """Two judgments failed: said, with the count. Below 10 labelled dialogues the strengths are the votes' alone
+    (lambda 0), said with the count; from 10 on the judge is used and nothing is said."""
+    from calibration.study.pairwise import pairwise_estimate
+    from test_pairwise_estimate import study
+    from test_pairwise_properties import prepared
+
+    judge, labels = study(seed=81, dialogues=40, labelled=labelled)
+    judge.loc[[3, 7], ["forward", "swapped", "label"]] = None
+    judge.loc[[3, 7], "status"] = "error"
+    result = pairwise_estimate(judge, prepared(judge, labels), "base")
+    assert ("quality: 2 pair(s) without a usable verdict (failed or abstained): kept with the judge's prediction 1/2"
+            in result.notes)
+    alone = [n for n in result.notes if "the human votes' alone" in n]
+    assert alone == ([f"quality: {labelled} labelled dialogues: the Bradley-Terry strengths are the human votes' "
+                      "alone (lambda = 0); the judge is used from 10 on"] if labelled < 10 else [])
+    assert (result.lambdas["quality"] == 0.0) == (labelled < 10)
