@@ -122,3 +122,13 @@ def test_the_notes_say_how_many_pairs_failed_and_when_the_strengths_are_the_vote
     assert alone == ([f"quality: {labelled} labelled dialogues: the Bradley-Terry strengths are the human votes' "
                       "alone (lambda = 0); the judge is used from 10 on"] if labelled < 10 else [])
     assert (result.lambdas["quality"] == 0.0) == (labelled < 10)
+
+
+@pytest.mark.parametrize("ratio, expected", [(2.0, 2.5), (0.5, 40.0), (1.0, 10.0), (0.0, np.nan), (np.inf, np.nan),
+                                             (np.nan, np.nan), (-1.0, np.nan)])
+def test_effective_labels_are_the_labels_over_the_squared_width_ratio_where_it_is_a_positive_number(ratio, expected):
+    """10 labels at width ratio r are worth 10 / r^2 human labels; a zero, infinite, missing or negative ratio gives
+    none (never a division by zero)."""
+    from calibration.study.pairwise import _effective
+
+    assert _effective(10, ratio) == pytest.approx(expected, nan_ok=True)
