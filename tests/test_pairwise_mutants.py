@@ -86,6 +86,19 @@ def test_the_length_controlled_win_rate_needs_three_labelled_dialogues_for_an_in
     if not shown:
         assert row["interval_note"] == ("2 labelled dialogues with a pair against the baseline: an interval needs at "
                                         "least 3 labelled at random")
+        return
+    # Below 10 labelled dialogues lambda is 0: both intervals are the votes' intercept-only logistic fit, its
+    # cluster sandwich by hand (one pair a dialogue): var = s^2 / (n p^2 (1 - p)^2), t quantile on n - 1 df.
+    from scipy import stats
+
+    h, n = np.array(votes), len(votes)
+    p = h.mean()
+    se = np.sqrt(h.var(ddof=1) / (n * p * p * (1 - p) * (1 - p)))
+    q = stats.t.ppf(0.975, n - 1)
+    expected = [1 / (1 + np.exp(-(np.log(p / (1 - p)) + sign * q * se))) for sign in (-1, 1)]
+    assert [row["ci_low"], row["ci_high"]] == pytest.approx(expected, abs=1e-6)
+    assert [row["human_only_ci_low"], row["human_only_ci_high"]] == pytest.approx(expected, abs=1e-6)
+    assert row["width_ratio"] == pytest.approx(1.0) and row["effective_labels"] == pytest.approx(n)
 
 
 @pytest.mark.parametrize("lost, converges", [(False, False), (True, True)])
