@@ -145,3 +145,37 @@ def test_effective_labels_are_the_labels_over_the_squared_width_ratio_where_it_i
     from calibration.study.pairwise import _effective
 
     assert _effective(10, ratio) == pytest.approx(expected, nan_ok=True)
+
+
+def test_each_strength_without_a_number_says_why():
+    """a beats the baseline and d every time (+infinite); b and d split their pairs but meet the baseline only
+    through a (not connected once a is set apart); c splits with the baseline (strength 0, no note)."""
+    from calibration.study.pairwise import bt_rows
+
+    rows = [(f, s, v, 6 * rep + k) for rep in range(4) for k, (f, s, v) in enumerate(
+        [(1, 0, 1.0), (1, 3, 1.0), (2, 3, 1.0), (3, 2, 1.0), (4, 0, 1.0), (0, 4, 1.0)])]
+    data = pairs(["base", "a", "b", "d", "c"], rows)
+    fit, human = bradley_terry(data, 0, 0.95), bradley_terry(data, 0, 0.95, human_only=True)
+    notes = {r["system"]: r["interval_note"] for r in bt_rows(data, 0, 0.95, fit, human)}
+    cut_off = "not connected to the baseline by the pairs left once the systems with infinite strength are set apart"
+    assert notes == {"a": "a won every pair the fit weighs: its strength is +infinite, no interval (its win rate has "
+                          "one)", "b": cut_off, "d": cut_off, "c": ""}
+
+
+def test_a_system_that_won_every_labelled_pair_but_not_every_judged_one_says_its_human_only_strength_is_infinite():
+    """At lambda 0.5 the judge's pairs count: a, which the judge sees lose on the judged-only dialogues, has a finite
+    strength; the votes alone put it at +infinity, and its row says so."""
+    from calibration.study.pairwise import bt_rows
+
+    rows, judge = [], []
+    for d in range(12):
+        labelled = d < 6
+        for first, second, f in ((1, 0, 1.0 if labelled else 0.0), (2, 0, 1.0), (0, 2, 1.0)):
+            rows.append((first, second, 1.0 if labelled else np.nan, d))
+            judge.append(f)
+    data = pairs(["base", "a", "c"], rows, judge=judge)
+    fit, human = bradley_terry(data, 0, 0.95, lam=0.5), bradley_terry(data, 0, 0.95, human_only=True)
+    assert np.isfinite(fit.theta[1]) and human.theta[1] == np.inf
+    row = {r["system"]: r for r in bt_rows(data, 0, 0.95, fit, human)}["a"]
+    assert np.isnan(row["human_only"]) and np.isfinite(row["estimate"])
+    assert row["interval_note"] == "human-only: a won every labelled pair (strength infinite)"
