@@ -84,7 +84,7 @@ TESTS = {
                                       "tests/test_pairwise_estimate.py"],
     "calibration/study/predictor.py": ["tests/test_estimate_jury.py"],
     "calibration/cascade/__init__.py": ["tests/test_api.py", "tests/test_escalate.py"],
-    "calibration/cascade/escalate.py": ["tests/test_escalate_properties.py", "tests/test_cli_properties.py",
+    "calibration/cascade/escalate.py": ["tests/test_escalate_mutants.py", "tests/test_escalate_properties.py", "tests/test_cli_properties.py",
                                         "tests/test_escalate.py",
                                         "tests/test_escalate_real.py"],
     "calibration/cascade/report.py": ["tests/test_escalate.py", "tests/test_escalate_properties.py"],
