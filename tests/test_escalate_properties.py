@@ -320,7 +320,7 @@ def test_labels_judged_against_human_numbers_are_compared_as_text_and_said_for_t
     assert rows.loc[("c1", "j"), "calibration_decided"] == 30  # the judge agrees everywhere: everything accepted
 
 
-# -- --path-cells: the sample that fixes the path, and the warning for a judge that lacks part of it ---------------------
+# -- --path-cells: the sample that fixes the path, and the warning for a judge lacking part of it -----------------
 
 
 def _rounds(path_cells, judged_path_cells):
@@ -359,8 +359,9 @@ def test_a_judge_lacking_more_than_a_tenth_of_the_path_is_warned_about_and_a_ten
     """100 path cells: lacking 10 (exactly a tenth) is not warned about, lacking 11 is, with the count."""
     _, second = _rounds(100, judged)
     lacking = [w for w in second.warnings if "cells that fix the path" in w]
-    assert lacking == ([f"clarity: large has no verdict on {100 - judged} of the 100 cells that fix the path: its "
-                        "thresholds are set as if it would not accept them (judge them for coverage)"] if warned else [])
+    expected = (f"clarity: large has no verdict on {100 - judged} of the 100 cells that fix the path: its thresholds "
+                "are set as if it would not accept them (judge them for coverage)")
+    assert lacking == ([expected] if warned else [])
     assert len(second.pending[second.pending["judge"] == "large"]) == 100 - judged  # the rest of the path is pending
 
 
