@@ -49,3 +49,55 @@ CASES = [
 @pytest.mark.parametrize("judge_row, verdict, kind, signal, tolerance, jury, expected", CASES)
 def test_each_signal_is_the_share_its_help_describes(judge_row, verdict, kind, signal, tolerance, jury, expected):
     assert _confidence(judge_row, verdict, kind, signal, tolerance, jury) == pytest.approx(expected, nan_ok=True)
+
+
+def test_the_risk_coverage_figure_draws_each_judges_curve_and_the_cascades_point(monkeypatch):
+    """Read back from matplotlib: per criterion, each judge's (coverage, agreement) curve as the risk_coverage table
+    has it, the cascade's chosen point at its unlabelled share and agreement, the 1 - alpha line. Found by the seed-7
+    draw (a figure drawing the other criteria's curves passed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import calibration
+    from calibration.cascade import report
+    from test_escalate import JUDGES, LABELS
+
+    figures = []
+    monkeypatch.setattr(report, "_png", lambda figure: figures.append(figure) or "")
+    result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1)
+    report.risk_coverage_figure(result)
+    axis, = [a for a in figures[0].axes if a.get_title()]
+    curves = result.risk_coverage[result.risk_coverage["criterion"] == axis.get_title()]
+    lines = {line.get_label(): line for line in axis.lines}
+    for judge, rows in curves.groupby("judge"):
+        line = lines[f"{judge} ({rows['signal'].iloc[0]})"]
+        assert line.get_xdata().tolist() == pytest.approx(rows["coverage"].tolist())
+        assert line.get_ydata().tolist() == pytest.approx(rows["agreement"].tolist())
+    cascade = result.thresholds.set_index(["criterion", "judge"]).loc[(axis.get_title(), "cascade")]
+    star = lines["cascade (chosen)"]
+    assert (star.get_xdata()[0], star.get_ydata()[0]) == pytest.approx((cascade["unlabelled_share"],
+                                                                        cascade["agreement"]))
+    assert [line.get_ydata()[0] for line in axis.lines if line.get_linestyle() == "--"] == pytest.approx([0.8])
+    assert axis.get_xlim()[0] == 0.0  # coverage from none accepted
+    plt.close(figures[0])
+
+
+def test_tokens_are_counted_when_a_backend_records_only_one_side_of_the_usage(tmp_path):
+    """A judgment whose usage has prompt tokens and no completion tokens (or the reverse) still costs its tokens; one
+    with neither records none. Found by the seed-7 draw (a rule needing both passed)."""
+    import json
+
+    from calibration.cascade.escalate import _tokens
+    from test_escalate import JUDGES
+
+    lines = JUDGES["small"].read_text(encoding="utf-8").splitlines()[:3]
+    rows = [json.loads(line) for line in lines]
+    for row, usage in zip(rows, ({"prompt_tokens": 300, "completion_tokens": 0},
+                                 {"prompt_tokens": 0, "completion_tokens": 12},
+                                 {"prompt_tokens": 0, "completion_tokens": 0})):
+        row["usage"] = usage
+    path = tmp_path / "judge.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert sorted(_tokens(path).values()) == [12.0, 300.0]
