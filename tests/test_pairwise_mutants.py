@@ -19,11 +19,13 @@ def pairs(systems, rows, judge=None):
 
 
 def test_one_labelled_dialogue_is_fitted_and_has_no_interval():
-    """One labelled dialogue where a and the baseline win one pair each: strength 0, 0 degrees of freedom (no
-    interval), and no "no labelled pair" note; with none labelled, that note."""
-    rows = [(1, 0, 1.0, 0), (0, 1, 1.0, 0), (1, 0, np.nan, 1)]
-    fit = bradley_terry(pairs(["base", "a"], rows, judge=[0.7, 0.4, 0.6]), 0, 0.95)
-    assert fit.ok and fit.n_labelled == 1 and fit.df == 0.0 and fit.theta == pytest.approx([0.0, 0.0], abs=1e-9)
+    """One labelled dialogue where a and c each win one pair against the baseline and lose one: strengths 0, 0
+    degrees of freedom (no interval, a NaN covariance of the right shape), and no "no labelled pair" note; with
+    none labelled, that note."""
+    rows = [(1, 0, 1.0, 0), (0, 1, 1.0, 0), (2, 0, 1.0, 0), (0, 2, 1.0, 0), (1, 0, np.nan, 1), (2, 0, np.nan, 1)]
+    fit = bradley_terry(pairs(["base", "a", "c"], rows, judge=[0.7, 0.4, 0.6, 0.5, 0.6, 0.4]), 0, 0.95)
+    assert fit.ok and fit.n_labelled == 1 and fit.df == 0.0 and fit.theta == pytest.approx([0.0] * 3, abs=1e-9)
+    assert fit.cov.shape == (3, 3) and np.isnan(fit.cov[1:, 1:]).all()
     assert "no labelled pair" not in fit.note
     none = bradley_terry(pairs(["base", "a"], [(1, 0, np.nan, 0), (0, 1, np.nan, 1)], judge=[0.7, 0.4]), 0, 0.95)
     assert not none.ok and none.note == "no labelled pair: no estimate"
