@@ -710,3 +710,13 @@ def test_a_long_score_file_is_read_from_its_score_column_whatever_else_it_has(tm
     from_frames = select(human, judges, bootstrap=100).selection.set_index("judge")
     for name in ("j1", "j2"):
         assert from_files.loc[name, "estimate"] == pytest.approx(from_frames.loc[name, "estimate"])
+
+
+@pytest.mark.parametrize("low, high, printed", [(0.1, 0.2, "[+0.10, +0.20]"), (-0.25, 0.0, "[-0.25, +0.00]"),
+                                                (0.1, np.nan, "[no interval]"), (np.nan, 0.2, "[no interval]"),
+                                                (np.nan, np.nan, "[no interval]"), (-np.inf, 0.2, "[no interval]")])
+def test_an_interval_is_printed_only_when_both_bounds_are_numbers(low, high, printed):
+    """Found by the seed-7 draw (after it): half an interval printed as "[+0.10, nan]" passed."""
+    from calibration.trust.audit import _ci
+
+    assert _ci(low, high) == printed
