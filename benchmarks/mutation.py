@@ -66,23 +66,31 @@ TESTS = {
     "calibration/study/__init__.py": ["tests/test_api.py"],
     "calibration/study/screen.py": ["tests/test_study_properties.py", "tests/test_screen.py",
                                     "tests/test_cli_numbers.py", "tests/test_screen_selection.py",
-                                    "tests/test_study_contract.py", "tests/test_study_mutants.py"],
-    "calibration/study/estimate.py": ["tests/test_study_properties.py", "tests/test_estimate.py",
-                                      "tests/test_cli_numbers.py", "tests/test_estimate_coverage.py",
-                                      "tests/test_study_mutants.py", "tests/test_small_n_coverage.py",
-                                      "tests/test_study_contract.py"],
+                                    "tests/test_study_contract.py", "tests/test_study_mutants.py",
+                                    "tests/test_screen_active.py", "tests/test_estimate_jury.py"],
+    "calibration/study/estimate.py": ["tests/test_study_weighted_mutants.py", "tests/test_study_properties.py",
+                                      "tests/test_estimate.py", "tests/test_cli_numbers.py",
+                                      "tests/test_estimate_coverage.py", "tests/test_study_mutants.py",
+                                      "tests/test_small_n_coverage.py",
+                                      "tests/test_study_contract.py", "tests/test_screen_active.py",
+                                      "tests/test_estimate_jury.py"],
     "calibration/study/estimating.py": ["tests/test_study_properties.py", "tests/test_estimate.py",
                                         "tests/test_cli_numbers.py", "tests/test_study_contract.py",
-                                        "tests/test_study_mutants.py", "tests/test_pairwise_estimate.py"],
+                                        "tests/test_study_mutants.py", "tests/test_pairwise_estimate.py",
+                                        "tests/test_screen_active.py", "tests/test_estimate_jury.py"],
     "calibration/study/power.py": ["tests/test_study_properties.py", "tests/test_power_small_n.py",
-                                   "tests/test_screen_power.py", "tests/test_screen.py", "tests/test_study_mutants.py"],
+                                   "tests/test_screen_power.py", "tests/test_screen.py", "tests/test_study_mutants.py",
+                                   "tests/test_estimate_jury.py"],
     "calibration/study/cli.py": _STUDY_CLI + ["tests/test_study_mutants.py"],
-    "calibration/study/pairwise.py": ["tests/test_pairwise_properties.py", "tests/test_pairwise_estimate.py"],
+    "calibration/study/pairwise.py": ["tests/test_pairwise_mutants.py", "tests/test_pairwise_properties.py",
+                                      "tests/test_pairwise_estimate.py"],
+    "calibration/study/predictor.py": ["tests/test_estimate_jury.py"],
     "calibration/cascade/__init__.py": ["tests/test_api.py", "tests/test_escalate.py"],
-    "calibration/cascade/escalate.py": ["tests/test_escalate_properties.py", "tests/test_cli_properties.py",
-                                        "tests/test_escalate.py",
+    "calibration/cascade/escalate.py": ["tests/test_escalate_mutants.py", "tests/test_escalate_properties.py",
+                                        "tests/test_cli_properties.py", "tests/test_escalate.py",
                                         "tests/test_escalate_real.py"],
-    "calibration/cascade/report.py": ["tests/test_escalate.py", "tests/test_escalate_properties.py"],
+    "calibration/cascade/report.py": ["tests/test_escalate_mutants.py", "tests/test_escalate.py",
+                                      "tests/test_escalate_properties.py"],
     "calibration/cascade/cli.py": ["tests/test_cli_properties.py", "tests/test_escalate.py"],
     "calibration/study/report.py": ["tests/test_report_properties.py", "tests/test_estimate.py",
                                     "tests/test_screen.py", "tests/test_study_report.py",
@@ -294,6 +302,9 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[str, float,
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return "timeout", time.monotonic() - start, ""
+    except BaseException:  # Ctrl-C or kill: the tests run in their own session and would outlive the run
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     seconds = time.monotonic() - start
     lines = out.strip().splitlines() or [""]
     failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
@@ -383,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         print(report(results, equivalent))
         return 0
     mutants = [m for m in all_mutants() if not args.file or any(f in m.file for f in args.file)]
+    unmapped = sorted({m.file for m in mutants} - set(TESTS))
+    if unmapped:  # found before any mutant runs, not as a KeyError midway through a draw
+        parser.error(f"no tests mapped for {', '.join(unmapped)}: add them to TESTS in {Path(__file__).name}")
     if args.list:
         by_file: dict[str, int] = {}
         by_op: dict[str, int] = {}

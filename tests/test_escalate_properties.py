@@ -318,3 +318,59 @@ def test_labels_judged_against_human_numbers_are_compared_as_text_and_said_for_t
     rows = result.thresholds.set_index(["criterion", "judge"])
     assert rows.loc[("c1", "j"), "agreement"] == 1.0 and rows.loc[("c2", "j"), "agreement"] == 1.0
     assert rows.loc[("c1", "j"), "calibration_decided"] == 30  # the judge agrees everywhere: everything accepted
+
+
+# -- --path-cells: the sample that fixes the path, and the warning for a judge lacking part of it -----------------
+
+
+def _rounds(path_cells, judged_path_cells):
+    """The large judge has judged the labelled cells and the first `judged_path_cells` of the path's cells (the ones
+    a first round lists as pending for it); returns the first round's pending cells and the second round's result."""
+    import judge
+
+    frames = {name: judge.judgments_frame(path) for name, path in JUDGES.items()}
+    labels = pd.read_csv(LABELS)
+    have = set(zip(labels["item_id"], labels["system"]))
+    large = frames["large"]
+    cell = list(zip(large["item_id"], large["system"]))
+    first = calibration.escalate(LABELS, {"small": frames["small"], "large": large[[c in have for c in cell]]},
+                                 alpha=0.2, delta=0.1, path_cells=path_cells)
+    path = list(zip(first.pending["item_id"], first.pending["system"]))
+    have |= set(path[:judged_path_cells])
+    second = calibration.escalate(LABELS, {"small": frames["small"], "large": large[[c in have for c in cell]]},
+                                  alpha=0.2, delta=0.1, path_cells=path_cells)
+    return first, second
+
+
+@pytest.mark.parametrize("path_cells", [60, 179, 180, 500])
+def test_path_cells_draws_that_many_distinct_unlabelled_cells(path_cells):
+    """The example has 180 unlabelled cells: --path-cells N fixes the path with N distinct ones (all of them from 180
+    on), and a judge that has judged only the labelled cells is asked for exactly those."""
+    first, _ = _rounds(path_cells, 0)
+    pending = first.pending
+    assert set(pending["judge"]) == {"large"}
+    assert len(pending) == len(set(zip(pending["item_id"], pending["system"]))) == min(path_cells, 180)
+    unlabelled = set(zip(first.decisions["item_id"], first.decisions["system"]))
+    assert set(zip(pending["item_id"], pending["system"])) <= unlabelled
+
+
+@pytest.mark.parametrize("judged, warned", [(90, False), (89, True)])
+def test_a_judge_lacking_more_than_a_tenth_of_the_path_is_warned_about_and_a_tenth_is_not(judged, warned):
+    """100 path cells: lacking 10 (exactly a tenth) is not warned about, lacking 11 is, with the count."""
+    _, second = _rounds(100, judged)
+    lacking = [w for w in second.warnings if "cells that fix the path" in w]
+    expected = (f"clarity: large has no verdict on {100 - judged} of the 100 cells that fix the path: its thresholds "
+                "are set as if it would not accept them (judge them for coverage)")
+    assert lacking == ([expected] if warned else [])
+    assert len(second.pending[second.pending["judge"] == "large"]) == 100 - judged  # the rest of the path is pending
+
+
+@pytest.mark.parametrize("random_dialogues", [30, 59, 60, 61])
+def test_the_plans_random_part_is_that_many_distinct_dialogues(random_dialogues):
+    """The example decides cells of 60 dialogues: a uniform draw of k of them without replacement, all from 60 on."""
+    result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, random_dialogues=random_dialogues, seed=2)
+    dialogues = set(result.decisions["item_id"])
+    assert len(dialogues) == 60
+    drawn = result.plan[result.plan["part"] == "random"]
+    assert drawn["item_id"].is_unique and len(drawn) == min(random_dialogues, 60)
+    assert (drawn["inclusion_probability"] == min(random_dialogues, 60) / 60).all()

@@ -648,8 +648,7 @@ def _fill(row: dict, fit: dict, human: dict, column: int, n: int, confidence: fl
     """A controlled win rate's row from the fits: sigmoid of the system's intercept, its interval sigmoid of the
     intercept's (t quantile); `n` labelled dialogues with a pair of the system against the baseline."""
     if n < MIN_LABELLED:
-        row["interval_note"] = interval_note("few", n).replace("labelled dialogue", "labelled dialogue with a "
-                                                               "pair against the baseline", 1)
+        row["interval_note"] = interval_note("few", n).replace(":", " with a pair against the baseline:", 1)
     elif not fit["ok"]:
         row["interval_note"] = "the controlled fit did not converge (a system won or lost every pair): no estimate"
         return

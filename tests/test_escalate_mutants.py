@@ -1,0 +1,103 @@
+"""Each confidence signal of `judge escalate` (calibration.cascade.escalate._confidence) on exact small cases: what
+the module docstring and --help say each one is, including the cases where a judge recorded nothing usable (then
+the verdict is never accepted on that signal: confidence 0), and a missing verdict (no confidence at all)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from calibration.cascade.escalate import _confidence
+
+
+def row(**fields):
+    return SimpleNamespace(**{"probs": None, "samples": None, "forward": None, "swapped": None, **fields})
+
+
+# (the judge's row, its verdict, kind, signal, tolerance, the other judges' verdicts, the confidence)
+CASES = [
+    (row(), None, "likert", "probs", 0.5, [], np.nan),  # no verdict: no confidence whatever the signal
+    (row(), 3.0, "likert", "none", 0.5, [], 1.0),
+    (row(probs={"2": 0.2, "3": 0.5, "4": 0.3}), 3.0, "likert", "probs", 0.5, [], 0.5),
+    (row(probs={"2": 0.2, "3": 0.5, "4": 0.3}), 3.0, "likert", "probs", 1.0, [], 1.0),  # within 1 point: all three
+    (row(probs={"2": 0.2, "3": 0.5, "x": 0.3}), 2.5, "likert", "probs", 0.5, [], 0.7),  # 2 and 3, not a non-number
+    (row(probs={}), 3.0, "likert", "probs", 0.5, [], 0.0),
+    (row(probs="not a dict"), 3.0, "likert", "probs", 0.5, [], 0.0),
+    (row(probs={"yes": 0.8, "no": 0.2}), "yes", "categorical", "probs", 0.5, [], 0.8),
+    (row(probs={"yes": 0.8, "no": 0.2}), "maybe", "categorical", "probs", 0.5, [], 0.0),
+    (row(samples=[3, 3, 4, 2]), 3.0, "likert", "samples", 0.5, [], 0.5),
+    (row(samples=[3, 3, 4, 2]), 3.0, "likert", "samples", 1.0, [], 1.0),
+    (row(samples=["yes", "no", "yes"]), "yes", "categorical", "samples", 0.5, [], 2 / 3),
+    (row(samples=[3]), 3.0, "likert", "samples", 0.5, [], 0.0),  # one sample is no agreement of re-asks
+    (row(samples=[3, 3]), 3.0, "likert", "samples", 0.5, [], 1.0),  # two are
+    (row(samples=[3, None, 3]), 3.0, "likert", "samples", 0.5, [], 2 / 3),  # an unparsed sample never agrees
+    (row(samples=["yes", None, "no"]), "yes", "categorical", "samples", 0.5, [], 1 / 3),
+    (row(samples=None), 3.0, "likert", "samples", 0.5, [], 0.0),
+    (row(forward="1", swapped="1"), "1", "pairwise", "order", 0.5, [], 1.0),
+    (row(forward="1", swapped="2"), "0", "pairwise", "order", 0.5, [], 0.0),
+    (row(forward="1", swapped=None), "1", "pairwise", "order", 0.5, [], 0.0),
+    (row(forward=np.nan, swapped="1"), "1", "pairwise", "order", 0.5, [], 0.0),
+    (row(), 3.0, "likert", "jury", 0.5, [3.0, 3.5, 4.0, None], 2 / 3),  # an absent juror is not a vote
+    (row(), 3.0, "likert", "jury", 1.0, [3.0, 3.5, 4.0], 1.0),
+    (row(), "yes", "categorical", "jury", 0.5, ["yes", "no"], 0.5),
+    (row(), "yes", "categorical", "jury", 0.5, [None, None], 0.0),
+]
+
+
+@pytest.mark.parametrize("judge_row, verdict, kind, signal, tolerance, jury, expected", CASES)
+def test_each_signal_is_the_share_its_help_describes(judge_row, verdict, kind, signal, tolerance, jury, expected):
+    assert _confidence(judge_row, verdict, kind, signal, tolerance, jury) == pytest.approx(expected, nan_ok=True)
+
+
+def test_the_risk_coverage_figure_draws_each_judges_curve_and_the_cascades_point(monkeypatch):
+    """Read back from matplotlib: per criterion, each judge's (coverage, agreement) curve as the risk_coverage table
+    has it, the cascade's chosen point at its unlabelled share and agreement, the 1 - alpha line. Found by the seed-7
+    draw (a figure drawing the other criteria's curves passed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import calibration
+    from calibration.cascade import report
+    from test_escalate import JUDGES, LABELS
+
+    figures = []
+    monkeypatch.setattr(report, "_png", lambda figure: figures.append(figure) or "")
+    result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1)
+    report.risk_coverage_figure(result)
+    axis, = [a for a in figures[0].axes if a.get_title()]
+    curves = result.risk_coverage[result.risk_coverage["criterion"] == axis.get_title()]
+    lines = {line.get_label(): line for line in axis.lines}
+    for judge, rows in curves.groupby("judge"):
+        line = lines[f"{judge} ({rows['signal'].iloc[0]})"]
+        assert line.get_xdata().tolist() == pytest.approx(rows["coverage"].tolist())
+        assert line.get_ydata().tolist() == pytest.approx(rows["agreement"].tolist())
+    cascade = result.thresholds.set_index(["criterion", "judge"]).loc[(axis.get_title(), "cascade")]
+    star = lines["cascade (chosen)"]
+    assert (star.get_xdata()[0], star.get_ydata()[0]) == pytest.approx((cascade["unlabelled_share"],
+                                                                        cascade["agreement"]))
+    assert [line.get_ydata()[0] for line in axis.lines if line.get_linestyle() == "--"] == pytest.approx([0.8])
+    assert axis.get_xlim()[0] == 0.0  # coverage from none accepted
+    plt.close(figures[0])
+
+
+def test_tokens_are_counted_when_a_backend_records_only_one_side_of_the_usage(tmp_path):
+    """A judgment whose usage has prompt tokens and no completion tokens (or the reverse) still costs its tokens; one
+    with neither records none. Found by the seed-7 draw (a rule needing both passed)."""
+    import json
+
+    from calibration.cascade.escalate import _tokens
+    from test_escalate import JUDGES
+
+    lines = JUDGES["small"].read_text(encoding="utf-8").splitlines()[:3]
+    rows = [json.loads(line) for line in lines]
+    for row, usage in zip(rows, ({"prompt_tokens": 300, "completion_tokens": 0},
+                                 {"prompt_tokens": 0, "completion_tokens": 12},
+                                 {"prompt_tokens": 0, "completion_tokens": 0})):
+        row["usage"] = usage
+    path = tmp_path / "judge.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert sorted(_tokens(path).values()) == [12.0, 300.0]

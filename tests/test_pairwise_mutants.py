@@ -1,0 +1,183 @@
+"""Exact small cases of the pairwise Bradley-Terry fit (calibration.study.pairwise) at the edges the fresh mutation
+draws of benchmarks/mutation.py found unguarded: one labelled dialogue, and a system set apart only once another
+has been (the second round of set_apart)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calibration.study.pairwise import Pairs, bradley_terry, set_apart
+
+
+def pairs(systems, rows, judge=None):
+    """rows: (first, second, human vote P(first wins) or NaN, dialogue)."""
+    first, second, human, dialogue = (np.array(c) for c in zip(*rows))
+    human = human.astype(float)
+    return Pairs("q", systems, first, second, dialogue, np.array([f"d{i}" for i in range(dialogue.max() + 1)]),
+                 human.copy() if judge is None else np.asarray(judge, float), human)
+
+
+def test_one_labelled_dialogue_is_fitted_and_has_no_interval():
+    """One labelled dialogue where a and c each win one pair against the baseline and lose one: strengths 0, 0
+    degrees of freedom (no interval, a NaN covariance of the right shape), and no "no labelled pair" note; with
+    none labelled, that note."""
+    rows = [(1, 0, 1.0, 0), (0, 1, 1.0, 0), (2, 0, 1.0, 0), (0, 2, 1.0, 0), (1, 0, np.nan, 1), (2, 0, np.nan, 1)]
+    fit = bradley_terry(pairs(["base", "a", "c"], rows, judge=[0.7, 0.4, 0.6, 0.5, 0.6, 0.4]), 0, 0.95)
+    assert fit.ok and fit.n_labelled == 1 and fit.df == 0.0 and fit.theta == pytest.approx([0.0] * 3, abs=1e-9)
+    assert fit.cov.shape == (3, 3) and np.isnan(fit.cov[1:, 1:]).all()
+    assert "no labelled pair" not in fit.note
+    none = bradley_terry(pairs(["base", "a"], [(1, 0, np.nan, 0), (0, 1, np.nan, 1)], judge=[0.7, 0.4]), 0, 0.95)
+    assert not none.ok and none.note == "no labelled pair: no estimate"
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.5])
+def test_a_system_that_won_every_pair_but_those_against_one_set_apart_is_set_apart_next(lam):
+    """x wins every pair; y loses only to x (y shown first there), so once x is set apart y has won every pair left
+    and is set apart too (+1), in the second round; z and the baseline split theirs and stay."""
+    rows = [(1, 0, 1.0, 0), (2, 1, 0.0, 1), (1, 3, 1.0, 2), (2, 0, 1.0, 3), (2, 3, 1.0, 4), (3, 0, 1.0, 5),
+            (0, 3, 1.0, 6)]
+    data = pairs(["base", "x", "y", "z"], rows)
+    active, direction = set_apart(data, 0, lam)
+    assert active.tolist() == [True, False, False, True]
+    assert direction.tolist() == [0.0, 1.0, 1.0, 0.0]
+    fit = bradley_terry(data, 0, 0.95, lam=lam)
+    assert fit.ok and fit.theta[1] == fit.theta[2] == np.inf and np.isfinite(fit.theta[3])
+
+
+def test_a_judge_whose_gradient_never_varies_gets_lambda_0_and_the_human_only_fit():
+    """Every dialogue the same two pairs, shown the same way, and a judge that calls every pair a tie (one that failed
+    everywhere is read so): its gradient is the same in every dialogue, PPI++'s lambda is 0/0 and must be 0 (the
+    judge carries nothing), so the fit, covariance and degrees of freedom are the human votes' alone."""
+    rng = np.random.default_rng(3)
+    rows = [row for d in range(30) for row in ((1, 0, float(rng.random() < 0.6) if d < 14 else np.nan, d),
+                                               (2, 1, float(rng.random() < 0.5) if d < 14 else np.nan, d))]
+    data = pairs(["base", "a", "c"], rows, judge=[0.5] * len(rows))
+    fit, plain = bradley_terry(data, 0, 0.95), bradley_terry(data, 0, 0.95, lam=0.0)
+    assert fit.ok and fit.lam == 0.0 and fit.df == plain.df == 13
+    assert fit.theta == pytest.approx(plain.theta) and fit.cov == pytest.approx(plain.cov)
+
+
+def _against_base(votes, unlabelled, gaps=None):
+    """System a against the baseline, one pair a dialogue (shown a first on even dialogues): the labelled votes
+    (P(a wins)), then `unlabelled` judged-only pairs; the judge agrees with the votes, says 1/2 elsewhere.
+    Returns the pairs and the lengths (a's text `gaps[d]` words longer; equal lengths without gaps)."""
+    total = len(votes) + unlabelled
+    rows, judge = [], []
+    for d in range(total):
+        vote = votes[d] if d < len(votes) else np.nan
+        a_first = d % 2 == 0
+        rows.append((1, 0, vote, d) if a_first else (0, 1, 1.0 - vote, d))
+        judge.append(0.5 if np.isnan(vote) else rows[-1][2])
+    gaps = np.zeros(total) if gaps is None else gaps
+    lengths = {(f"d{d}", s): 50.0 + (gaps[d] if s == "a" else 0.0) for d in range(total) for s in ("base", "a")}
+    return pairs(["base", "a"], rows, judge=judge), lengths
+
+
+@pytest.mark.parametrize("votes, shown", [((1.0, 0.0), False), ((1.0, 0.0, 1.0), True)])
+def test_the_length_controlled_win_rate_needs_three_labelled_dialogues_for_an_interval(votes, shown):
+    """Equal lengths (no length to control for): the win rate is the votes' share; from 3 labelled dialogues on with
+    an interval, below with the note saying how many there are."""
+    from calibration.study.pairwise import length_controlled_rows
+
+    data, lengths = _against_base(votes, unlabelled=4)
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    assert row["estimate"] == pytest.approx(np.mean(votes), abs=1e-6) and row["n_labelled"] == len(votes)
+    assert np.isfinite(row["ci_low"]) == shown and np.isfinite(row["ci_high"]) == shown
+    assert (row["interval_note"] == "") == shown
+    if not shown:
+        assert row["interval_note"] == ("2 labelled dialogues with a pair against the baseline: an interval needs at "
+                                        "least 3 labelled at random")
+        return
+    # Below 10 labelled dialogues lambda is 0: both intervals are the votes' intercept-only logistic fit, its
+    # cluster sandwich by hand (one pair a dialogue): var = s^2 / (n p^2 (1 - p)^2), t quantile on n - 1 df.
+    from scipy import stats
+
+    h, n = np.array(votes), len(votes)
+    p = h.mean()
+    se = np.sqrt(h.var(ddof=1) / (n * p * p * (1 - p) * (1 - p)))
+    q = stats.t.ppf(0.975, n - 1)
+    expected = [1 / (1 + np.exp(-(np.log(p / (1 - p)) + sign * q * se))) for sign in (-1, 1)]
+    assert [row["ci_low"], row["ci_high"]] == pytest.approx(expected, abs=1e-6)
+    assert [row["human_only_ci_low"], row["human_only_ci_high"]] == pytest.approx(expected, abs=1e-6)
+    assert row["width_ratio"] == pytest.approx(1.0) and row["effective_labels"] == pytest.approx(n)
+
+
+@pytest.mark.parametrize("lost, converges", [(False, False), (True, True)])
+def test_a_system_that_won_every_labelled_pair_has_no_length_controlled_win_rate_and_says_why(lost, converges):
+    """Lengths on both sides of equal (4 pairs each way): a system that won all 8 labelled pairs has no finite fit
+    (said); one loss among them and it has an estimate."""
+    votes = [1.0] * 8
+    if lost:
+        votes[1] = 0.0  # at a gap of -20, with a win at -35: not separable by length
+    gaps = np.array([30.0, -20.0, 25.0, -35.0, 10.0, -15.0, 40.0, -5.0, 12.0, -8.0])
+    data, lengths = _against_base(votes, unlabelled=2, gaps=gaps)
+    from calibration.study.pairwise import length_controlled_rows
+
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    assert np.isfinite(row["estimate"]) == converges
+    assert ("did not converge" in row["interval_note"]) != converges
+
+
+@pytest.mark.parametrize("labelled", [9, 10])
+def test_the_notes_say_how_many_pairs_failed_and_when_the_strengths_are_the_votes_alone(labelled):
+    """Two judgments failed: said, with the count. Below 10 labelled dialogues the strengths are the votes' alone
+    (lambda 0), said with the count; from 10 on the judge is used and nothing is said."""
+    from calibration.study.pairwise import pairwise_estimate
+    from test_pairwise_estimate import study
+    from test_pairwise_properties import prepared
+
+    judge, labels = study(seed=81, dialogues=40, labelled=labelled)
+    judge.loc[[3, 7], ["forward", "swapped", "label"]] = None
+    judge.loc[[3, 7], "status"] = "error"
+    result = pairwise_estimate(judge, prepared(judge, labels), "base")
+    assert ("quality: 2 pair(s) without a usable verdict (failed or abstained): kept with the judge's prediction 1/2"
+            in result.notes)
+    alone = [n for n in result.notes if "the human votes' alone" in n]
+    assert alone == ([f"quality: {labelled} labelled dialogues: the Bradley-Terry strengths are the human votes' "
+                      "alone (lambda = 0); the judge is used from 10 on"] if labelled < 10 else [])
+    assert (result.lambdas["quality"] == 0.0) == (labelled < 10)
+
+
+@pytest.mark.parametrize("ratio, expected", [(2.0, 2.5), (0.5, 40.0), (1.0, 10.0), (0.0, np.nan), (np.inf, np.nan),
+                                             (np.nan, np.nan), (-1.0, np.nan)])
+def test_effective_labels_are_the_labels_over_the_squared_width_ratio_where_it_is_a_positive_number(ratio, expected):
+    """10 labels at width ratio r are worth 10 / r^2 human labels; a zero, infinite, missing or negative ratio gives
+    none (never a division by zero)."""
+    from calibration.study.pairwise import _effective
+
+    assert _effective(10, ratio) == pytest.approx(expected, nan_ok=True)
+
+
+def test_each_strength_without_a_number_says_why():
+    """a beats the baseline and d every time (+infinite); b and d split their pairs but meet the baseline only
+    through a (not connected once a is set apart); c splits with the baseline (strength 0, no note)."""
+    from calibration.study.pairwise import bt_rows
+
+    rows = [(f, s, v, 6 * rep + k) for rep in range(4) for k, (f, s, v) in enumerate(
+        [(1, 0, 1.0), (1, 3, 1.0), (2, 3, 1.0), (3, 2, 1.0), (4, 0, 1.0), (0, 4, 1.0)])]
+    data = pairs(["base", "a", "b", "d", "c"], rows)
+    fit, human = bradley_terry(data, 0, 0.95), bradley_terry(data, 0, 0.95, human_only=True)
+    notes = {r["system"]: r["interval_note"] for r in bt_rows(data, 0, 0.95, fit, human)}
+    cut_off = "not connected to the baseline by the pairs left once the systems with infinite strength are set apart"
+    assert notes == {"a": "a won every pair the fit weighs: its strength is +infinite, no interval (its win rate has "
+                          "one)", "b": cut_off, "d": cut_off, "c": ""}
+
+
+def test_a_system_that_won_every_labelled_pair_but_not_every_judged_one_says_its_human_only_strength_is_infinite():
+    """At lambda 0.5 the judge's pairs count: a, which the judge sees lose on the judged-only dialogues, has a finite
+    strength; the votes alone put it at +infinity, and its row says so."""
+    from calibration.study.pairwise import bt_rows
+
+    rows, judge = [], []
+    for d in range(12):
+        labelled = d < 6
+        for first, second, f in ((1, 0, 1.0 if labelled else 0.0), (2, 0, 1.0), (0, 2, 1.0)):
+            rows.append((first, second, 1.0 if labelled else np.nan, d))
+            judge.append(f)
+    data = pairs(["base", "a", "c"], rows, judge=judge)
+    fit, human = bradley_terry(data, 0, 0.95, lam=0.5), bradley_terry(data, 0, 0.95, human_only=True)
+    assert np.isfinite(fit.theta[1]) and human.theta[1] == np.inf
+    row = {r["system"]: r for r in bt_rows(data, 0, 0.95, fit, human)}["a"]
+    assert np.isnan(row["human_only"]) and np.isfinite(row["estimate"])
+    assert row["interval_note"] == "human-only: a won every labelled pair (strength infinite)"
