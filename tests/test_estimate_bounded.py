@@ -107,7 +107,7 @@ def test_betting_interval_written_out():
     alpha, n = 0.05, len(x)
 
     def wealth(m):
-        mu, var, up, down = 0.5, 0.25, 1.0, 1.0
+        var, up, down = 0.25, 1.0, 1.0
         total, squares = 0.0, 0.0
         for i, xi in enumerate(x):
             bet = np.sqrt(2 * np.log(2 / alpha) / (n * var))
