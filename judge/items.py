@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import hashlib
 import itertools
 import json
 from pathlib import Path
@@ -223,60 +222,71 @@ def _csv_records(path: Path, lines):
 
 
 def _jsonl_records(path: Path, lines):
+    """(line number, the line's text) of each line with text: parsed and checked in one step by `_item`."""
     # Lines end at "\n" only: U+2028 and friends may stand unescaped inside a JSON string.
     for number, line in lines:
         line = line.removesuffix("\n")  # error columns count in the line as the user sees it
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(record, dict):
-            kind = "a list (a JSON array file must be rewritten one object per line)" if isinstance(record, list) \
-                else _describe(record)
-            raise InputError(f"{path}:{number}: expected one JSON object per line, got {kind}")
-        yield number, record
+        if line.strip():
+            yield number, line
+
+
+def _json_object(path: Path, number: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        kind = "a list (a JSON array file must be rewritten one object per line)" if isinstance(record, list) \
+            else _describe(record)
+        raise InputError(f"{path}:{number}: expected one JSON object per line, got {kind}")
+    return record
+
+
+def _item(path: Path, number: int, record: dict | str) -> Item:
+    """One record (a CSV row's dict, or a JSONL line's text) as an Item; InputError in the file's terms."""
+    if isinstance(record, str):
+        try:  # pydantic-core parses and checks a line in one step; anything it refuses is read again below
+            return Item.model_validate_json(record)
+        except ValidationError:
+            record = _json_object(path, number, record)  # json.loads's reading is the reference, and its messages
+    try:
+        return Item.model_validate(record)
+    except ValidationError as exc:
+        raise InputError(f"{path}:{number}: {_problem(record, exc)}") from None
 
 
 def _records(path: Path):
-    """Yield (line number, raw dict) from a JSONL or CSV file, streaming."""
+    """Yield (line number, a CSV row's dict or a JSONL line's text) from a file, streaming."""
     if path.suffix.lower() in _SPREADSHEETS:
         raise InputError(f"{path}: a spreadsheet or binary table; export it as CSV (UTF-8) or JSONL")
     is_csv = path.suffix.lower() in (".csv", ".tsv")
     yield from (_csv_records if is_csv else _jsonl_records)(path, _lines(path))
 
 
-def _digest(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
-
-
 def iter_items(path: str | Path, required: list[str] | None = None):
     """Items of a file, validated one at a time as they are read: memory does not grow with the file beyond a few
-    dozen bytes per item (the duplicate and same-dialogue checks keep digests, not text)."""
+    dozen bytes per item (the duplicate and same-dialogue checks keep 64-bit hashes, not text: Python's own, as
+    unlikely to collide as a cryptographic digest cut to 64 bits, in a fraction of its time; never written)."""
     path = Path(path)
-    seen: dict[int, int] = {}  # digest of (id, system) -> line
+    seen: dict[int, int] = {}  # hash of (id, system) -> line
     dialogues: dict[str, tuple[int, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
     count = 0
     for number, record in _records(path):
-        try:
-            item = Item.model_validate(record)
-        except ValidationError as exc:
-            raise InputError(f"{path}:{number}: {_problem(record, exc)}") from None
+        item = _item(path, number, record)
         item._line = number
         for name in required or []:
             if name in ("dialogue", "candidate"):
                 continue
             if getattr(item, name, None) in (None, "") and name not in item.extra:
                 raise InputError(f"{path}:{number}: the rubric needs field '{name}', which is missing or empty"
-                                 f"{_typo_hint(record)}")
-        key = _digest(f"{item.id}\x1f{item.system}")
+                                 f"{_typo_hint(item.model_extra or {})}")
+        key = hash((item.id, item.system))
         if key in seen:
             raise InputError(
                 f"{path}:{number}: duplicate item (id={item.id!r}, system={item.system!r}), first on line {seen[key]}"
             )
         seen[key] = number
-        dialogue = _digest(item.dialogue_text)
+        dialogue = hash(item.dialogue_text)
         first = dialogues.setdefault(item.id, (dialogue, number))
         if first[0] != dialogue:
             raise InputError(f"{path}:{number}: item id {item.id!r} has a different dialogue than on line {first[1]}")
