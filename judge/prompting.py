@@ -66,6 +66,7 @@ def _fenced(text: str, kind: str) -> str:
 # `"x" * 10 ** 9`, which would hang or exhaust memory instead of failing.
 MAX_POWER_BITS = 10_000
 MAX_REPEAT = 1_000_000
+_MISSING = object()
 
 
 class _Sandbox(SandboxedEnvironment):
@@ -85,6 +86,14 @@ class _Sandbox(SandboxedEnvironment):
             if obj.__class__ is kind and len(self._safe) < 4096:  # an object posing as another type is asked each time
                 self._safe[kind, attr] = safe
         return safe
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        # Data already found safe for this type (a criterion's name, a scale's values) is read directly; a method
+        # (str.format must be wrapped), a missing attribute or a first read takes Jinja's whole path.
+        if not self._safe.get((type(obj), attribute)):
+            return super().getattr(obj, attribute)
+        value = getattr(obj, attribute, _MISSING)
+        return super().getattr(obj, attribute) if value is _MISSING or callable(value) else value
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's signature (no clash with kwargs)
         # A dict's own methods (`context.items()`) take no context and are never unsafe: called directly, without
