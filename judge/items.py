@@ -221,13 +221,18 @@ def _csv_records(path: Path, lines):
         raise InputError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
 
 
-def _jsonl_records(path: Path, lines):
-    """(line number, the line's text) of each line with text: parsed and checked in one step by `_item`."""
+def _jsonl_lines(lines):
+    """(line number, the line's text) of each line with text."""
     # Lines end at "\n" only: U+2028 and friends may stand unescaped inside a JSON string.
     for number, line in lines:
         line = line.removesuffix("\n")  # error columns count in the line as the user sees it
         if line.strip():
             yield number, line
+
+
+def _jsonl_records(path: Path, lines):
+    for number, line in _jsonl_lines(lines):
+        yield number, _json_object(path, number, line)
 
 
 def _json_object(path: Path, number: int, line: str) -> dict:
@@ -255,12 +260,18 @@ def _item(path: Path, number: int, record: dict | str) -> Item:
         raise InputError(f"{path}:{number}: {_problem(record, exc)}") from None
 
 
-def _records(path: Path):
-    """Yield (line number, a CSV row's dict or a JSONL line's text) from a file, streaming."""
+def _records(path: Path, lines_as_text: bool = False):
+    """Yield (line number, raw dict) from a JSONL or CSV file, streaming; `lines_as_text`: a JSONL line's text
+    instead of its dict, for `_item` to parse and check in one step."""
     if path.suffix.lower() in _SPREADSHEETS:
         raise InputError(f"{path}: a spreadsheet or binary table; export it as CSV (UTF-8) or JSONL")
-    is_csv = path.suffix.lower() in (".csv", ".tsv")
-    yield from (_csv_records if is_csv else _jsonl_records)(path, _lines(path))
+    lines = _lines(path)
+    if path.suffix.lower() in (".csv", ".tsv"):
+        yield from _csv_records(path, lines)
+    elif lines_as_text:
+        yield from _jsonl_lines(lines)
+    else:
+        yield from _jsonl_records(path, lines)
 
 
 def iter_items(path: str | Path, required: list[str] | None = None):
@@ -271,7 +282,7 @@ def iter_items(path: str | Path, required: list[str] | None = None):
     seen: dict[int, int] = {}  # hash of (id, system) -> line
     dialogues: dict[str, tuple[int, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
     count = 0
-    for number, record in _records(path):
+    for number, record in _records(path, lines_as_text=True):
         item = _item(path, number, record)
         item._line = number
         for name in required or []:
