@@ -201,6 +201,7 @@ class ResultsFile:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = self.path.open("ab")
+            self._end = self._handle.seek(0, os.SEEK_END)  # then counted here: no seek (a system call) per judgment
         except OSError as exc:
             raise OutputError(f"{self.path}: cannot be written: {exc.strerror}") from None
 
@@ -229,10 +230,11 @@ class ResultsFile:
 
     def write(self, judgment: Judgment) -> None:
         """Append a judgment and index it (a later pass of the run sees it done)."""
-        offset = self._handle.seek(0, os.SEEK_END)
-        self._handle.write((judgment.to_line() + "\n").encode("utf-8"))
+        data = (judgment.to_line() + "\n").encode("utf-8")
+        self._handle.write(data)
         self._handle.flush()
-        self._add(index_key(judgment.key), offset, judgment)
+        self._add(index_key(judgment.key), self._end, judgment)
+        self._end += len(data)
 
     def close(self) -> None:
         if self._handle is not None:
