@@ -276,10 +276,11 @@ def _records(path: Path, lines_as_text: bool = False):
 
 def iter_items(path: str | Path, required: list[str] | None = None):
     """Items of a file, validated one at a time as they are read: memory does not grow with the file beyond a few
-    dozen bytes per item (the duplicate and same-dialogue checks keep 64-bit hashes, not text: Python's own, as
-    unlikely to collide as a cryptographic digest cut to 64 bits, in a fraction of its time; never written)."""
+    dozen bytes per item (the duplicate and same-dialogue checks keep 64-bit hashes, not text: Python's own, in a
+    fraction of a digest's time; never written). A repeated hash is confirmed by reading the file again up to it,
+    so a collision is never reported as a duplicate."""
     path = Path(path)
-    seen: dict[int, int] = {}  # hash of (id, system) -> line
+    seen: set[int] = set()  # hashes of (id, system)
     dialogues: dict[str, tuple[int, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
     count = 0
     for number, record in _records(path, lines_as_text=True):
@@ -292,11 +293,11 @@ def iter_items(path: str | Path, required: list[str] | None = None):
                 raise InputError(f"{path}:{number}: the rubric needs field '{name}', which is missing or empty"
                                  f"{_typo_hint(item.model_extra or {})}")
         key = hash((item.id, item.system))
-        if key in seen:
+        if key in seen and (first := _first_line(path, item, number)) is not None:
             raise InputError(
-                f"{path}:{number}: duplicate item (id={item.id!r}, system={item.system!r}), first on line {seen[key]}"
+                f"{path}:{number}: duplicate item (id={item.id!r}, system={item.system!r}), first on line {first}"
             )
-        seen[key] = number
+        seen.add(key)
         dialogue = hash(item.dialogue_text)
         first = dialogues.setdefault(item.id, (dialogue, number))
         if first[0] != dialogue:
@@ -305,6 +306,17 @@ def iter_items(path: str | Path, required: list[str] | None = None):
         yield item
     if not count:
         raise InputError(f"{path}: no items")
+
+
+def _first_line(path: Path, item: Item, before: int) -> int | None:
+    """The line before `before` holding an item with the same (id, system) as `item`, or None."""
+    for number, record in _records(path, lines_as_text=True):
+        if number >= before:
+            return None
+        other = _item(path, number, record)
+        if (other.id, other.system) == (item.id, item.system):
+            return number
+    return None
 
 
 class ItemFile:

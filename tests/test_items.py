@@ -186,3 +186,16 @@ def test_files_named_in_the_readme_and_help_exist():
     named = {m for text in texts for m in re.findall(r"examples/[\w.-]+\.\w+", text)}
     assert "examples/items.jsonl" in named
     assert [n for n in sorted(named) if not (ROOT / n).is_file()] == []
+
+
+def test_a_hash_collision_is_not_a_duplicate(tmp_path, monkeypatch):
+    """The duplicate check keeps 64-bit hashes; a repeated hash is confirmed by reading the file again, so two
+    different items whose hashes collide both load, and a true duplicate still names its first line."""
+    import judge.items
+
+    monkeypatch.setattr(judge.items, "hash", lambda value: 0, raising=False)  # every (id, system) collides
+    rows = [GOOD, {**GOOD, "system": "s2"}, {**GOOD, "id": "c2", "dialogue": "other"}]
+    assert [(i.id, i.system) for i in load_items(write_jsonl(tmp_path / "i.jsonl", rows))] == \
+        [("c1", "s1"), ("c1", "s2"), ("c2", "s1")]
+    with pytest.raises(InputError, match=r"i.jsonl:4: duplicate item \(id='c1', system='s2'\), first on line 2"):
+        load_items(write_jsonl(tmp_path / "i.jsonl", [*rows, {**GOOD, "system": "s2"}]))
