@@ -281,7 +281,7 @@ def iter_items(path: str | Path, required: list[str] | None = None):
     so a collision is never reported as a duplicate."""
     path = Path(path)
     seen: set[int] = set()  # hashes of (id, system)
-    dialogues: dict[str, tuple[int, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
+    dialogues: dict[str, int] = {}  # id -> hash of its dialogue: the id names the dialogue (gates, prefixes share it)
     count = 0
     for number, record in _records(path, lines_as_text=True):
         item = _item(path, number, record)
@@ -299,22 +299,23 @@ def iter_items(path: str | Path, required: list[str] | None = None):
             )
         seen.add(key)
         dialogue = hash(item.dialogue_text)
-        first = dialogues.setdefault(item.id, (dialogue, number))
-        if first[0] != dialogue:
-            raise InputError(f"{path}:{number}: item id {item.id!r} has a different dialogue than on line {first[1]}")
+        if dialogues.setdefault(item.id, dialogue) != dialogue:
+            first = _first_line(path, item, number, same=lambda other: other.id == item.id)
+            raise InputError(f"{path}:{number}: item id {item.id!r} has a different dialogue than on line {first}")
         count += 1
         yield item
     if not count:
         raise InputError(f"{path}: no items")
 
 
-def _first_line(path: Path, item: Item, before: int) -> int | None:
-    """The line before `before` holding an item with the same (id, system) as `item`, or None."""
+def _first_line(path: Path, item: Item, before: int, same=None) -> int | None:
+    """The first line before `before` holding an item with the same (id, system) as `item` (or that `same`
+    accepts), or None."""
+    same = same or (lambda other: (other.id, other.system) == (item.id, item.system))
     for number, record in _records(path, lines_as_text=True):
         if number >= before:
             return None
-        other = _item(path, number, record)
-        if (other.id, other.system) == (item.id, item.system):
+        if same(_item(path, number, record)):
             return number
     return None
 
