@@ -116,6 +116,7 @@ class Asker:
         self._inflight: dict[str, asyncio.Future] = {}
         self._encoder = Encoder()
         self._formats: dict[tuple, dict] = {}
+        self._budgets: dict = {}  # answer format -> its max_tokens, asked for at every request
 
     def body(self, messages: list[dict], fmt, sample: int, mode: int | None = None) -> Request:
         """The chat-completions request for one sample, encoded once (judge.cache.Request); `mode` indexes
@@ -125,7 +126,7 @@ class Asker:
             "model": s.model,
             "messages": messages,
             "temperature": s.temperature,
-            "max_tokens": s.max_tokens or token_budget(fmt, self.language),
+            "max_tokens": s.max_tokens or self._budget(fmt),
             "seed": s.seed + sample,
         }
         if s.logprobs and fmt.numeric:
@@ -135,6 +136,14 @@ class Asker:
         if kind != "text":
             body["response_format"] = self._response_format(fmt, kind)
         return self._encoder.request(body)
+
+    def _budget(self, fmt) -> int:
+        budget = self._budgets.get(fmt)
+        if budget is None:
+            if len(self._budgets) >= 64:  # block formats differ by their letters: keep the recent ones
+                self._budgets.clear()
+            budget = self._budgets[fmt] = token_budget(fmt, self.language)
+        return budget
 
     def _response_format(self, fmt, kind: str) -> dict:
         """One object per (format, kind) for the whole run, so its encoding is made once (judge.cache.Encoder)."""

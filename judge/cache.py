@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 from pathlib import Path
 
@@ -50,6 +51,7 @@ class Encoder:
 
     def __init__(self):
         self._shared: dict[int, tuple[object, str]] = {}  # id -> (the object, kept alive so the id stays its, text)
+        self._strings: dict[str, str] = {}  # names, roles, the model: the same few strings in every request
 
     def shared(self, value) -> str:
         """The encoding of a part that the next requests will repeat, the very same object."""
@@ -60,12 +62,27 @@ class Encoder:
             hit = self._shared[id(value)] = (value, _canonical(value))
         return hit[1]
 
+    def scalar(self, value) -> str:
+        """A key's name or a setting's value (model, temperature, seed, max_tokens), as json writes it, without
+        the encoder's per-call setup: a few values repeated in every request."""
+        kind = type(value)
+        if kind is str:
+            text = self._strings.get(value)
+            if text is None:
+                if len(self._strings) >= SHARED_PARTS:
+                    self._strings.clear()
+                text = self._strings[value] = _canonical(value)
+            return text
+        if kind is int or (kind is float and math.isfinite(value)):
+            return repr(value)  # what json writes for an int (not a bool: its type is not int) or a finite float
+        return _canonical(value)
+
     def _message(self, message) -> str:
         content, role = message.get("content"), message.get("role")
         if len(message) != 2 or not isinstance(content, str) or not isinstance(role, str):
             return _canonical(message)
         text = self.shared(content) if role == "system" else _canonical(content)  # system prompts repeat
-        return f'{{"content":{text},"role":{_canonical(role)}}}'
+        return f'{{"content":{text},"role":{self.scalar(role)}}}'
 
     def text(self, body: dict) -> str:
         parts = []
@@ -77,8 +94,8 @@ class Encoder:
             elif name == "response_format" and isinstance(value, dict):
                 encoded = self.shared(value)
             else:
-                encoded = _canonical(value)
-            parts.append(f"{_canonical(name)}:{encoded}")
+                encoded = self.scalar(value)
+            parts.append(f"{self.scalar(name)}:{encoded}")
         return "{" + ",".join(parts) + "}"
 
     def request(self, body: dict) -> Request:

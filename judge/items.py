@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import hashlib
 import itertools
 import json
 from pathlib import Path
@@ -222,68 +221,103 @@ def _csv_records(path: Path, lines):
         raise InputError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
 
 
-def _jsonl_records(path: Path, lines):
+def _jsonl_lines(lines):
+    """(line number, the line's text) of each line with text."""
     # Lines end at "\n" only: U+2028 and friends may stand unescaped inside a JSON string.
     for number, line in lines:
         line = line.removesuffix("\n")  # error columns count in the line as the user sees it
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(record, dict):
-            kind = "a list (a JSON array file must be rewritten one object per line)" if isinstance(record, list) \
-                else _describe(record)
-            raise InputError(f"{path}:{number}: expected one JSON object per line, got {kind}")
-        yield number, record
+        if line.strip():
+            yield number, line
 
 
-def _records(path: Path):
-    """Yield (line number, raw dict) from a JSONL or CSV file, streaming."""
+def _jsonl_records(path: Path, lines):
+    for number, line in _jsonl_lines(lines):
+        yield number, _json_object(path, number, line)
+
+
+def _json_object(path: Path, number: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        kind = "a list (a JSON array file must be rewritten one object per line)" if isinstance(record, list) \
+            else _describe(record)
+        raise InputError(f"{path}:{number}: expected one JSON object per line, got {kind}")
+    return record
+
+
+def _item(path: Path, number: int, record: dict | str) -> Item:
+    """One record (a CSV row's dict, or a JSONL line's text) as an Item; InputError in the file's terms."""
+    if isinstance(record, str):
+        try:  # pydantic-core parses and checks a line in one step; anything it refuses is read again below
+            return Item.model_validate_json(record)
+        except ValidationError:
+            record = _json_object(path, number, record)  # json.loads's reading is the reference, and its messages
+    try:
+        return Item.model_validate(record)
+    except ValidationError as exc:
+        raise InputError(f"{path}:{number}: {_problem(record, exc)}") from None
+
+
+def _records(path: Path, lines_as_text: bool = False):
+    """Yield (line number, raw dict) from a JSONL or CSV file, streaming; `lines_as_text`: a JSONL line's text
+    instead of its dict, for `_item` to parse and check in one step."""
     if path.suffix.lower() in _SPREADSHEETS:
         raise InputError(f"{path}: a spreadsheet or binary table; export it as CSV (UTF-8) or JSONL")
-    is_csv = path.suffix.lower() in (".csv", ".tsv")
-    yield from (_csv_records if is_csv else _jsonl_records)(path, _lines(path))
-
-
-def _digest(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+    lines = _lines(path)
+    if path.suffix.lower() in (".csv", ".tsv"):
+        yield from _csv_records(path, lines)
+    elif lines_as_text:
+        yield from _jsonl_lines(lines)
+    else:
+        yield from _jsonl_records(path, lines)
 
 
 def iter_items(path: str | Path, required: list[str] | None = None):
     """Items of a file, validated one at a time as they are read: memory does not grow with the file beyond a few
-    dozen bytes per item (the duplicate and same-dialogue checks keep digests, not text)."""
+    dozen bytes per item (the duplicate and same-dialogue checks keep 64-bit hashes, not text: Python's own, in a
+    fraction of a digest's time; never written). A repeated hash is confirmed by reading the file again up to it,
+    so a collision is never reported as a duplicate."""
     path = Path(path)
-    seen: dict[int, int] = {}  # digest of (id, system) -> line
-    dialogues: dict[str, tuple[int, int]] = {}  # the id names the dialogue: gates and prefixes are shared by it
+    seen: set[int] = set()  # hashes of (id, system)
+    dialogues: dict[str, int] = {}  # id -> hash of its dialogue: the id names the dialogue (gates, prefixes share it)
     count = 0
-    for number, record in _records(path):
-        try:
-            item = Item.model_validate(record)
-        except ValidationError as exc:
-            raise InputError(f"{path}:{number}: {_problem(record, exc)}") from None
+    for number, record in _records(path, lines_as_text=True):
+        item = _item(path, number, record)
         item._line = number
         for name in required or []:
             if name in ("dialogue", "candidate"):
                 continue
             if getattr(item, name, None) in (None, "") and name not in item.extra:
                 raise InputError(f"{path}:{number}: the rubric needs field '{name}', which is missing or empty"
-                                 f"{_typo_hint(record)}")
-        key = _digest(f"{item.id}\x1f{item.system}")
-        if key in seen:
+                                 f"{_typo_hint(item.model_extra or {})}")
+        key = hash((item.id, item.system))
+        if key in seen and (first := _first_line(path, item, number)) is not None:
             raise InputError(
-                f"{path}:{number}: duplicate item (id={item.id!r}, system={item.system!r}), first on line {seen[key]}"
+                f"{path}:{number}: duplicate item (id={item.id!r}, system={item.system!r}), first on line {first}"
             )
-        seen[key] = number
-        dialogue = _digest(item.dialogue_text)
-        first = dialogues.setdefault(item.id, (dialogue, number))
-        if first[0] != dialogue:
-            raise InputError(f"{path}:{number}: item id {item.id!r} has a different dialogue than on line {first[1]}")
+        seen.add(key)
+        dialogue = hash(item.dialogue_text)
+        if dialogues.setdefault(item.id, dialogue) != dialogue:
+            first = _first_line(path, item, number, same=lambda other: other.id == item.id)
+            raise InputError(f"{path}:{number}: item id {item.id!r} has a different dialogue than on line {first}")
         count += 1
         yield item
     if not count:
         raise InputError(f"{path}: no items")
+
+
+def _first_line(path: Path, item: Item, before: int, same=None) -> int | None:
+    """The first line before `before` holding an item with the same (id, system) as `item` (or that `same`
+    accepts), or None."""
+    same = same or (lambda other: (other.id, other.system) == (item.id, item.system))
+    for number, record in _records(path, lines_as_text=True):
+        if number >= before:
+            return None
+        if same(_item(path, number, record)):
+            return number
+    return None
 
 
 class ItemFile:

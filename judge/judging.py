@@ -67,6 +67,7 @@ class Judge:
         # A criterion's part: its rubric text and the answer it asks for (schema and token budget), so that a new
         # version of the tool that asks differently does not reuse an old line.
         self._rubric_parts = {c.id: digest([header, c.model_dump(), self._answer_spec(c)]) for c in rubric.criteria}
+        self._formats = {c.id: AnswerFormat.for_criterion(c) for c in rubric.criteria}  # asked for at every judgment
 
     # -- fingerprints: what a resumed run compares before reusing a line ------------------------------------
     def _answer_spec(self, criterion: Criterion) -> list:
@@ -190,7 +191,7 @@ class Judge:
             if criterion.per_segment:
                 return await self._per_segment(criterion, item, planned)
             messages = criterion_messages(self.rubric, criterion, item, self.settings.template)
-            fmt = AnswerFormat.for_criterion(criterion)
+            fmt = self._formats[criterion.id]
             answers = await self._samples(messages, fmt)
         except JUDGMENT_FAILURES as exc:
             return self._failure(criterion, item, planned.fingerprints[0], exc)
@@ -202,7 +203,7 @@ class Judge:
     async def _per_segment(self, criterion: Criterion, item: Item, planned) -> Judged:
         """Each topic segment judged on its own; the candidate's score is the mean over segments with a score."""
         segments = await self._segments(item)
-        fmt = AnswerFormat.for_criterion(criterion)
+        fmt = self._formats[criterion.id]
         asked = [criterion_messages(self.rubric, criterion, item, self.settings.template, segment=text,
                                     segment_number=n) for n, text in enumerate(segments, start=1)]
         answered = await asyncio.gather(*(self._samples(m, fmt) for m in asked))
@@ -245,7 +246,7 @@ class Judge:
             shown = block_order(self.settings.seed, group[0].id, shown)
             letters = block_letters(len(shown))
             messages = block_messages(self.rubric, criterion, shown, letters)
-            fmt = BlockFormat(AnswerFormat.for_criterion(criterion), tuple(letters))
+            fmt = BlockFormat(self._formats[criterion.id], tuple(letters))
             answers = await self._samples(messages, fmt)
         except JUDGMENT_FAILURES as exc:
             failed = [i for i in (shown or group) if i.system in todo]
@@ -271,7 +272,7 @@ class Judge:
         if " ".join(item.candidate_1.split()) == " ".join(item.candidate_2.split()):
             return Judged(self._judgment(criterion, item, planned.fingerprints[0], label="0", samples=["0"],
                                          identical=True, rationale="identical candidates tie"), True)
-        fmt = AnswerFormat.for_criterion(criterion)
+        fmt = self._formats[criterion.id]
         template = self.settings.template
         forward = criterion_messages(self.rubric, criterion, item, template)
         swapped = item.model_copy(update={"candidate_1": item.candidate_2, "candidate_2": item.candidate_1})

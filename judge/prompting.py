@@ -19,6 +19,7 @@ import hashlib
 import json
 import operator
 import os
+import types
 import weakref
 from functools import lru_cache
 from pathlib import Path
@@ -46,6 +47,11 @@ def fence(text: Any, kind: str) -> str:
         raise ValueError(f"nothing to fence as {kind!r}: the value is missing (None)")
     if not isinstance(text, str):
         text = json.dumps(text, ensure_ascii=False)
+    return _fenced(text, kind)
+
+
+@lru_cache(maxsize=64)  # a dialogue is fenced again for each of its candidates: hashed and scanned once
+def _fenced(text: str, kind: str) -> str:
     label = kind.upper()
     salt = ""
     while True:
@@ -60,10 +66,43 @@ def fence(text: Any, kind: str) -> str:
 # `"x" * 10 ** 9`, which would hang or exhaust memory instead of failing.
 MAX_POWER_BITS = 10_000
 MAX_REPEAT = 1_000_000
+_MISSING = object()
 
 
 class _Sandbox(SandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**"})
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        # Jinja's rule for an attribute depends on the object's type and the attribute's name only (isinstance
+        # checks): decided once per pair instead of at each of the few attributes every prompt reads.
+        self._safe: dict[tuple[type, str], bool] = {}
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        kind = type(obj)
+        safe = self._safe.get((kind, attr))
+        if safe is None:
+            safe = super().is_safe_attribute(obj, attr, value)
+            if obj.__class__ is kind and len(self._safe) < 4096:  # an object posing as another type is asked each time
+                self._safe[kind, attr] = safe
+        return safe
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        # Data already found safe for this type (a criterion's name, a scale's values) is read directly; a method
+        # (str.format must be wrapped), a missing attribute or a first read takes Jinja's whole path.
+        if not self._safe.get((type(obj), attribute)):
+            return super().getattr(obj, attribute)
+        value = getattr(obj, attribute, _MISSING)
+        return super().getattr(obj, attribute) if value is _MISSING or callable(value) else value
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's signature (no clash with kwargs)
+        # A dict's own methods (`context.items()`) take no context and are never unsafe: called directly, without
+        # Jinja's probing for pass_context markers (two failed attribute lookups, half the cost of such a call).
+        if type(__obj) is types.BuiltinMethodType and type(__obj.__self__) is dict:
+            kwargs.pop("_block_vars", None)
+            kwargs.pop("_loop_vars", None)
+            return __obj(*args, **kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
 
     def make_globals(self, d):
         # A plain dict, not Jinja's ChainMap over the environment's globals (which this module never changes once
@@ -92,6 +131,7 @@ def _environment() -> SandboxedEnvironment:
         lstrip_blocks=True,
         keep_trailing_newline=False,
         auto_reload=False,  # no stat of every included file at each render: bundled templates do not change mid-run
+        cache_size=-1,  # a plain dict (never evicted): it holds the bundled templates only, looked up at each include
     )
     env.filters["fence"] = fence
     return env

@@ -43,11 +43,25 @@ def print_digest(fingerprint: dict | None) -> int:
     if fingerprint is None:
         return 0
     try:
-        return hash(frozenset(fingerprint.items()))
+        return hash(frozenset(fingerprint.items())) & _DIGEST
     except TypeError:  # a list or an object inside (this version digests them; a file may hold anything)
         flat = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in fingerprint.items()}
         text = json.dumps(flat, sort_keys=True, ensure_ascii=False, default=str)
         return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+_DIGEST = (1 << 64) - 1  # a fingerprint's digest: 64 bits
+_FLAGS = (1 << 32) - 1  # judge number << 2 | failed << 1 | from the answer cache
+
+
+def _entry(offset: int, digest: int, flags: int) -> int:
+    """A resume-index entry as one int (offset, digest, flags): a tuple of three ints cost 90 bytes more a judgment,
+    the index's largest part at a million judgments."""
+    return (offset << 96) | (digest << 32) | flags
+
+
+def _fields(entry: int) -> tuple[int, int, int]:
+    return entry >> 96, (entry >> 32) & _DIGEST, entry & _FLAGS
 
 
 @dataclass
@@ -68,8 +82,9 @@ class Check:
 class ResultsFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        # finished judgments (and those this run failed): index key -> (offset of its line, fingerprint digest, flags)
-        self._index: dict[str, tuple[int, int, int]] = {}
+        # finished judgments (and those this run failed): index key -> _entry(offset of its line, fingerprint digest,
+        # flags)
+        self._index: dict[str, int] = {}
         # (rubric, model) of the indexed judgments -> its number; flags >> 2 is that number
         self._judges: dict[tuple[str, str], int] = {}
         self._lines = 0  # judgment lines read, failed ones included
@@ -144,7 +159,7 @@ class ResultsFile:
         not ask it again: the next run retries it."""
         judge = self._judges.setdefault((judgment.rubric, judgment.model), len(self._judges))
         flags = (judge << 2) | (judgment.failed << 1) | bool(judgment.from_cache)
-        self._index[key] = (offset, print_digest(judgment.fingerprint), flags)
+        self._index[key] = _entry(offset, print_digest(judgment.fingerprint), flags)
 
     def _read(self, offset: int) -> Judgment:
         with self.path.open("rb") as handle:
@@ -156,6 +171,9 @@ class ResultsFile:
         a judgment found here): how many are done, which finished ones this run would make differently (stale: key
         -> what changed) and which came from the answer cache. `keys`: list every planned key (Check.keys)."""
         out, index = Check(), self._index
+        if not index and not keys:  # a new results file: only count (the walk still reads and checks every item)
+            out.planned = sum(len(unit.items) for unit in units)
+            return out
         for unit in units:
             for n, key in enumerate(unit.keys()):
                 out.planned += 1
@@ -165,12 +183,13 @@ class ResultsFile:
                 if entry is None:
                     continue
                 fingerprint = unit.fingerprints[n]
-                if entry[1] != print_digest(fingerprint):
+                offset, found, flags = _fields(entry)
+                if found != print_digest(fingerprint):
                     explained = len(out.stale) < EXPLAINED
-                    out.stale[key] = changes(self._read(entry[0]).fingerprint, fingerprint) if explained else []
+                    out.stale[key] = changes(self._read(offset).fingerprint, fingerprint) if explained else []
                     continue
                 out.done += 1
-                if entry[2] & 1:
+                if flags & 1:
                     out.cached.add(key)
         return out
 
@@ -181,7 +200,8 @@ class ResultsFile:
         if all(judge == (rubric, model) for judge in self._judges):
             return None
         replaced, judges = {index_key(k) for k in replaced}, list(self._judges)
-        for key, (offset, _, flags) in self._index.items():
+        for key, entry in self._index.items():
+            offset, _, flags = _fields(entry)
             if key not in replaced and judges[flags >> 2] != (rubric, model):
                 judgment = self._read(offset)
                 return (f"{self.path}: holds judgments of rubric {judgment.rubric or '?'} with model "
@@ -201,12 +221,13 @@ class ResultsFile:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = self.path.open("ab")
+            self._end = self._handle.seek(0, os.SEEK_END)  # then counted here: no seek (a system call) per judgment
         except OSError as exc:
             raise OutputError(f"{self.path}: cannot be written: {exc.strerror}") from None
 
     def _keep_only_indexed(self) -> None:
         """Rewrite the file with the indexed lines only (one per finished key, the latest), streaming."""
-        kept = {entry[0] for entry in self._index.values()}
+        kept = {_fields(entry)[0] for entry in self._index.values()}
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as out, self.path.open("rb") as src:
@@ -224,15 +245,18 @@ class ResultsFile:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._index = {k: (index[o], d, f) for k, (o, d, f) in self._index.items()}
+        for key, entry in self._index.items():
+            offset, digest, flags = _fields(entry)
+            self._index[key] = _entry(index[offset], digest, flags)
         self._rewrite = False
 
     def write(self, judgment: Judgment) -> None:
         """Append a judgment and index it (a later pass of the run sees it done)."""
-        offset = self._handle.seek(0, os.SEEK_END)
-        self._handle.write((judgment.to_line() + "\n").encode("utf-8"))
+        data = (judgment.to_line() + "\n").encode("utf-8")
+        self._handle.write(data)
         self._handle.flush()
-        self._add(index_key(judgment.key), offset, judgment)
+        self._add(index_key(judgment.key), self._end, judgment)
+        self._end += len(data)
 
     def close(self) -> None:
         if self._handle is not None:

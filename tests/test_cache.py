@@ -49,6 +49,12 @@ ENCODED = [  # (case, body): every shape a request takes, and what a user's text
     ("a number as content", {**BODY, "messages": [{"role": "system", "content": 3}]}),
     ("no messages", {"model": "m"}),
     ("floats and None", {**BODY, "temperature": 0.1 + 0.2, "seed": None}),
+    # Settings are encoded from the encoder's memory of strings and from repr: a bool is not an int, -0.0 is not 0.0,
+    # a whole float keeps its ".0", a huge or a non-finite float is written as json writes it.
+    ("a bool beside ints", {**BODY, "logprobs": True, "top_logprobs": 1, "seed": False}),
+    ("signed zero and whole floats", {**BODY, "temperature": -0.0, "top_p": 1.0, "seed": 10**30}),
+    ("non-finite floats", {**BODY, "temperature": float("nan"), "top_p": float("inf"), "seed": -float("inf")}),
+    ("tiny and huge floats", {**BODY, "temperature": 1e-300, "top_p": 1.7976931348623157e308}),
 ]
 
 

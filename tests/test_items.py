@@ -94,6 +94,24 @@ def test_jsonl_keeps_unicode_line_separators_inside_strings(tmp_path):
     assert item.candidate == "one\u2028two" and item.line == 1
 
 
+
+@pytest.mark.parametrize("line,field,expected", [
+    # pydantic-core parses a line and checks it in one step; what it refuses and json.loads reads is read again
+    # by json.loads, so a file that loaded before still loads, with the same values.
+    ('{"id": "c1", "dialogue": "d", "candidate": "x", "note": "\\ud800"}', "note", "\ud800"),  # a lone surrogate
+    ('{"id": "c1", "dialogue": "d", "candidate": "x", "weight": NaN}', "weight", "nan"),
+    ('{"id": "c1", "dialogue": "d", "candidate": "x", "weight": Infinity}', "weight", "inf"),
+    ('{"id": "c1", "id": "c2", "dialogue": "d", "candidate": "x"}', "id", "c2"),  # a repeated key: the last one
+    ('{"id": 7, "system_1": "a", "system_2": 3, "dialogue": "d", "candidate_1": "x", "candidate_2": "y"}',
+     "system", "a|3"),
+])
+def test_a_line_reads_as_json_loads_reads_it(tmp_path, line, field, expected):
+    path = tmp_path / "i.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    [item] = load_items(path)
+    value = item.fields[field] if field in item.fields else item.extra[field]
+    assert (str(value) if isinstance(value, float) else value) == expected and item.line == 1
+
 def test_oversized_names_line_id_system_and_size(tmp_path):
     from judge.items import oversized
 
@@ -168,3 +186,16 @@ def test_files_named_in_the_readme_and_help_exist():
     named = {m for text in texts for m in re.findall(r"examples/[\w.-]+\.\w+", text)}
     assert "examples/items.jsonl" in named
     assert [n for n in sorted(named) if not (ROOT / n).is_file()] == []
+
+
+def test_a_hash_collision_is_not_a_duplicate(tmp_path, monkeypatch):
+    """The duplicate check keeps 64-bit hashes; a repeated hash is confirmed by reading the file again, so two
+    different items whose hashes collide both load, and a true duplicate still names its first line."""
+    import judge.items
+
+    monkeypatch.setattr(judge.items, "hash", lambda value: 0, raising=False)  # every (id, system) collides
+    rows = [GOOD, {**GOOD, "system": "s2"}, {**GOOD, "id": "c2", "dialogue": "other"}]
+    assert [(i.id, i.system) for i in load_items(write_jsonl(tmp_path / "i.jsonl", rows))] == \
+        [("c1", "s1"), ("c1", "s2"), ("c2", "s1")]
+    with pytest.raises(InputError, match=r"i.jsonl:4: duplicate item \(id='c1', system='s2'\), first on line 2"):
+        load_items(write_jsonl(tmp_path / "i.jsonl", [*rows, {**GOOD, "system": "s2"}]))

@@ -81,6 +81,23 @@ def test_user_template_runs_sandboxed(tmp_path):
         render_messages(str(evil), {})
 
 
+@pytest.mark.parametrize("expression", [
+    "''.__class__",  # an internal attribute
+    "'{0.__class__}'.format(criterion)",  # str.format reaching one: the sandbox wraps the method it reads
+    "criterion.__class__.mro()",
+])
+def test_sandbox_refuses_the_same_on_every_render(tmp_path, expression):
+    # The sandbox decides an attribute once per (type, name) and reads known-safe ones directly: an allowed read
+    # first (criterion.name, ''.format) must not let the refused one through on the same or a later render.
+    template = tmp_path / "probe.j2"
+    template.write_text("{% block system %}{{ criterion.name }}{{ ''.format() }}{% endblock %}"
+                        f"{{% block user %}}{{{{ {expression} }}}}{{% endblock %}}")
+    rubric = load_rubric("dialsummeval")
+    for _ in range(3):
+        with pytest.raises(TemplateError, match="sandbox forbids"):
+            render_messages(str(template), {"criterion": rubric.criterion("fluency")})
+
+
 def test_template_undefined_variable_and_missing_block(tmp_path):
     typo = tmp_path / "typo.j2"
     typo.write_text("{% block system %}{{ dialog }}{% endblock %}{% block user %}x{% endblock %}")

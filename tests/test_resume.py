@@ -212,3 +212,14 @@ def test_the_resume_index_tells_the_same_question_from_another(case, found, plan
 
     assert (print_digest(found) == print_digest(planned)) is same
     assert print_digest(planned) == print_digest(dict(reversed(list(planned.items()))))
+
+
+@pytest.mark.parametrize("offset,digest,flags", [
+    (0, 0, 0), (2**40 + 3, 2**64 - 1, 1), (1, 2**63, (7 << 2) | 0b11), (2**63, 12345, 2**32 - 1)])
+def test_an_index_entry_keeps_its_offset_digest_and_flags(offset, digest, flags):
+    """The resume index packs each judgment's (line offset, fingerprint digest, flags) into one int; none of the three
+    may spill into another, whatever the sizes (a digest is 64 bits; Python's hash is negative half the time)."""
+    from judge.results import _entry, _fields, print_digest
+
+    assert _fields(_entry(offset, digest, flags)) == (offset, digest, flags)
+    assert all(0 <= print_digest({"seed": s}) < 2**64 for s in range(200))

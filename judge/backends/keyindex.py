@@ -43,6 +43,8 @@ class KeyIndex:
             self._merge()
 
     def rows(self, key: str) -> list[tuple[int, ...]]:
+        if not self:  # a fresh run's indexes are empty: each request asks several
+            return []
         hi, lo = split(key)
         found = []
         start = bisect.bisect_left(self._hi, hi)
@@ -53,6 +55,8 @@ class KeyIndex:
         return found + self._tail.get((hi, lo), [])
 
     def __contains__(self, key: str) -> bool:
+        if not self:
+            return False
         hi, lo = split(key)
         if (hi, lo) in self._tail:
             return True
