@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate import ppi_mean  # noqa: E402
+from calibration.study.estimate import effective_labels, ppi_mean  # noqa: E402
 from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda  # noqa: E402
 
 WEIGHTS = np.array([1.0, 0.8, 0.5, 0.0])  # each judge's correlation, as a share of rho
@@ -98,9 +98,9 @@ def measure(human, judge, truth, combined: bool, bounds=None) -> dict:
     n = result.n_labelled
     return {"covered": (covered & shown).sum(axis=axes), "shown": shown.sum(axis=axes),
             "width": np.nanmean(width), "human_width": np.nanmean(human_width),
-            # what the estimate is worth in labels: printed (n / width_ratio^2) and true (n x the human-only
+            # what the estimate is worth in labels: printed (effective_labels) and true (n x the human-only
             # estimate's squared error over the estimate's, summed over the repetitions)
-            "effective": np.nansum(n * (human_width / width) ** 2), "rows": int(shown.sum()),
+            "effective": np.nansum(np.where(shown, effective_labels(result), np.nan)), "rows": int(shown.sum()),
             "error2": ((result.estimate - truth) ** 2).sum(axis=axes),
             "human_error2": (n * (result.human_only - truth) ** 2).sum(axis=axes)}
 

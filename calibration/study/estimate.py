@@ -79,6 +79,7 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
+from scipy.special import roots_genlaguerre
 
 from ..alignment import expand_all_criteria
 from ..errors import CalibrationError
@@ -113,6 +114,9 @@ class PPIResult:
     # Why no interval is given ("few": under MIN_LABELLED labels; "flat": the labels do not vary), or why it is the
     # bounded-scale one ("bounded": bounded_scale), "" otherwise.
     no_interval: np.ndarray = field(repr=False, default=None)
+    # How far n / width_ratio^2 overstates on average (_jensen), which effective_labels divides out; None (the
+    # weighted estimator): not corrected.
+    jensen: np.ndarray = field(repr=False, default=None)
 
     @property
     def width_ratio(self) -> np.ndarray:
@@ -222,13 +226,44 @@ def _ppi_mean(human, judge, confidence: float, lam) -> PPIResult:
         se = np.sqrt(var_unlabelled + var_residual)
         human_only_se = np.sqrt(np.maximum(var_y, 0.0) / n)
         mean_y = sy / n
+        s_yr = (np.sum(y0 * rectified, -1, keepdims=True) - sy * sr / n) / (n - 1)
+        s_r2 = np.maximum(srr - sr * sr / n, 0.0) / (n - 1)
+        share = np.where(var_residual > 0, var_residual / (var_unlabelled + var_residual), 0.0)
+        jensen = _jensen(share, s_yr * s_yr / (var_y * s_r2), df)
     # The (..., 1) sums back to one value per row, the centring undone.
-    n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df = (
-        a[..., 0] for a in (n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df))
+    n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen = (
+        a[..., 0] for a in (n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen))
     estimate, mean_y = estimate[..., 0] + offset, mean_y[..., 0] + offset
     quantile, human_quantile = t_quantile(confidence, df), t_quantile(confidence, n - 1)
-    return _result(estimate, se, quantile, mean_y, human_only_se, human_quantile, var_y, n, m, lam_bar,
-                   var_unlabelled, var_residual)
+    return replace(_result(estimate, se, quantile, mean_y, human_only_se, human_quantile, var_y, n, m, lam_bar,
+                           var_unlabelled, var_residual), jensen=jensen)
+
+
+def _jensen(share, rho2, df):
+    """How far the per-row ratio var(human-only) / se^2, which effective_labels prints, overstates on average:
+    E[X / Y] / (E X / E Y) for X = s_y^2 and Y = n se^2 = n var_unlabelled + s_r^2, under normal labels. Only s_r^2
+    is noisy (var_unlabelled comes from all N judged dialogues): s_r^2 = sigma_r^2 W, W ~ chi^2_df / df. Given the
+    residuals, y = b r + e with e independent of them, so E[s_y^2 | r] = b^2 s_r^2 + sigma_e^2 and exactly
+
+        E[X / Y] / (E X / E Y) = 1 + (g - 1) (1 - rho^2 / share),   g = E[(c + 1) / (c + W)], c = 1 / share - 1
+
+    (share: the residual part's share of se^2; rho: the labels' correlation with their residuals). g is the F
+    distribution's mean df / (df - 2) when share = 1 and X, Y independent; here they share the labels, which
+    removes the rho^2 / share part of the bias (a good judge's residual tracks y's own spread). The second-order
+    (delta-method) version, 1 + 2 share (share - rho^2) / df, drops the 1 / df^2 terms, which are half the
+    bias at n = 10. Rows where it is below 1 keep 1: never raised above the plug-in."""
+    share, rho2, df = np.broadcast_arrays(share, rho2, df)
+    g = np.ones(share.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = 1.0 / share - 1.0
+        for value in np.unique(df[np.isfinite(df) & (df > 2)]):
+            # E[1 / (c + W)] by generalised Gauss-Laguerre quadrature over chi^2_df / 2 = x (density x^(df/2-1) e^-x).
+            x, w = roots_genlaguerre(40, value / 2.0 - 1.0)
+            at = (df == value) & (share > 0)
+            ca = c[at][:, None]
+            g[at] = (ca[:, 0] + 1.0) * (w / (ca + 2.0 * x / value)).sum(-1) / w.sum()
+        factor = 1.0 + (g - 1.0) * (1.0 - np.clip(rho2, 0.0, 1.0) / share)
+    return np.where(np.isfinite(factor), np.maximum(factor, 1.0), 1.0)
 
 
 def unseen_pull(human, judge, bounds, confidence: float = 0.95) -> np.ndarray:
@@ -520,11 +555,21 @@ def interval_note(code: str, n: int) -> str:
     return ""
 
 
+def effective_labels(result: PPIResult) -> np.ndarray:
+    """What each row's estimate is worth in human-only labels: n / width_ratio^2 (the n that would give the
+    human-only interval this width; t quantiles included, so a tuned lambda's lost degree of freedom counts),
+    divided on t rows by the plug-in ratio's own upward bias (`jensen`, see _jensen): a ratio of two noisy
+    variances overstates on average (E[1/X] > 1/E[X])."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = (result.ci_high - result.ci_low) / (result.human_only_ci_high - result.human_only_ci_low)
+        jensen = 1.0 if result.jensen is None else np.where(result.no_interval == "", result.jensen, 1.0)
+        return np.where(ratio > 0, result.n_labelled / ratio ** 2 / jensen, np.nan)
+
+
 def _rows(result: PPIResult, index: int) -> dict:
     width = float(result.ci_high[index] - result.ci_low[index])
     human_width = float(result.human_only_ci_high[index] - result.human_only_ci_low[index])
-    # Ratio of the printed intervals (t quantiles included: a tuned lambda's lost degree of freedom counts), and
-    # what the estimate is worth in human-only labels: the n that would give the human-only interval this width.
+    # Ratio of the printed intervals (t quantiles included), and what the estimate is worth (effective_labels).
     ratio = width / human_width if human_width > 0 else float("nan")
     n = int(result.n_labelled[index])
     return {"interval_note": interval_note(str(result.no_interval[index]), n),
@@ -532,7 +577,7 @@ def _rows(result: PPIResult, index: int) -> dict:
             "ci_high": float(result.ci_high[index]), "human_only": float(result.human_only[index]),
             "human_only_ci_low": float(result.human_only_ci_low[index]),
             "human_only_ci_high": float(result.human_only_ci_high[index]),
-            "n_labelled": n, "width_ratio": ratio, "effective_labels": n / ratio ** 2 if ratio > 0 else float("nan"),
+            "n_labelled": n, "width_ratio": ratio, "effective_labels": float(effective_labels(result)[index]),
             "lambda": float(result.lam[index])}
 
 
