@@ -229,7 +229,9 @@ def _ppi_mean(human, judge, confidence: float, lam) -> PPIResult:
         s_yr = (np.sum(y0 * rectified, -1, keepdims=True) - sy * sr / n) / (n - 1)
         s_r2 = np.maximum(srr - sr * sr / n, 0.0) / (n - 1)
         share = np.where(var_residual > 0, var_residual / (var_unlabelled + var_residual), 0.0)
-        jensen = _jensen(share, s_yr * s_yr / (var_y * s_r2), df)
+        # Rows whose lambda is fitted on their own labels couple X and Y beyond _jensen's model (s_r^2 = s_y^2
+        # (1 - r^2)); there the plug-in's overstatement measured 0-5% and _jensen's correction overshot: kept.
+        jensen = np.where(fitted, 1.0, _jensen(share, s_yr * s_yr / (var_y * s_r2), n))
     # The (..., 1) sums back to one value per row, the centring undone.
     n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen = (
         a[..., 0] for a in (n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen))
@@ -239,7 +241,7 @@ def _ppi_mean(human, judge, confidence: float, lam) -> PPIResult:
                            var_unlabelled, var_residual), jensen=jensen)
 
 
-def _jensen(share, rho2, df):
+def _jensen(share, rho2, n):
     """How far the per-row ratio var(human-only) / se^2, which effective_labels prints, overstates on average:
     E[X / Y] / (E X / E Y) for X = s_y^2 and Y = n se^2 = n var_unlabelled + s_r^2, under normal labels. Only s_r^2
     is noisy (var_unlabelled comes from all N judged dialogues): s_r^2 = sigma_r^2 W, W ~ chi^2_df / df. Given the
@@ -252,7 +254,8 @@ def _jensen(share, rho2, df):
     removes the rho^2 / share part of the bias (a good judge's residual tracks y's own spread). The second-order
     (delta-method) version, 1 + 2 share (share - rho^2) / df, drops the 1 / df^2 terms, which are half the
     bias at n = 10. Rows where it is below 1 keep 1: never raised above the plug-in."""
-    share, rho2, df = np.broadcast_arrays(share, rho2, df)
+    share, rho2, n = np.broadcast_arrays(share, rho2, n)
+    df = n - 1.0  # s_r^2's degrees of freedom: lambda is not fitted on these labels
     g = np.ones(share.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         c = 1.0 / share - 1.0
@@ -262,6 +265,8 @@ def _jensen(share, rho2, df):
             at = (df == value) & (share > 0)
             ca = c[at][:, None]
             g[at] = (ca[:, 0] + 1.0) * (w / (ca + 2.0 * x / value)).sum(-1) / w.sum()
+        # The sample rho^2 is biased upward (by about (1 - rho^2) / (n - 2)): the adjusted one.
+        rho2 = 1.0 - (1.0 - np.clip(rho2, 0.0, 1.0)) * (df + 1.0) / df
         factor = 1.0 + (g - 1.0) * (1.0 - np.clip(rho2, 0.0, 1.0) / share)
     return np.where(np.isfinite(factor), np.maximum(factor, 1.0), 1.0)
 
