@@ -231,7 +231,9 @@ def _ppi_mean(human, judge, confidence: float, lam) -> PPIResult:
         share = np.where(var_residual > 0, var_residual / (var_unlabelled + var_residual), 0.0)
         # Rows whose lambda is fitted on their own labels couple X and Y beyond _jensen's model (s_r^2 = s_y^2
         # (1 - r^2)); there the plug-in's overstatement measured 0-5% and _jensen's correction overshot: kept.
-        jensen = np.where(fitted, 1.0, _jensen(share, s_yr * s_yr / (var_y * s_r2), n))
+        # The sample rho^2 is biased upward (by about (1 - rho^2) / (n - 2)): the adjusted one.
+        rho2 = 1.0 - (1.0 - np.clip(s_yr * s_yr / (var_y * s_r2), 0.0, 1.0)) * (n - 1.0) / (n - 2.0)
+        jensen = np.where(fitted, 1.0, _jensen(share, rho2, n))
     # The (..., 1) sums back to one value per row, the centring undone.
     n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen = (
         a[..., 0] for a in (n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen))
@@ -265,8 +267,6 @@ def _jensen(share, rho2, n):
             at = (df == value) & (share > 0)
             ca = c[at][:, None]
             g[at] = (ca[:, 0] + 1.0) * (w / (ca + 2.0 * x / value)).sum(-1) / w.sum()
-        # The sample rho^2 is biased upward (by about (1 - rho^2) / (n - 2)): the adjusted one.
-        rho2 = 1.0 - (1.0 - np.clip(rho2, 0.0, 1.0)) * (df + 1.0) / df
         factor = 1.0 + (g - 1.0) * (1.0 - np.clip(rho2, 0.0, 1.0) / share)
     return np.where(np.isfinite(factor), np.maximum(factor, 1.0), 1.0)
 
