@@ -84,7 +84,7 @@ def intervals(human, judge, combined: bool, bounds=None):
     """ppi_mean as `judge estimate` runs it: the judge's PPI++ lambda, or the jury's m / (n + m); `bounds`: the
     scale (Likert), for the bounded-scale check."""
     if combined:
-        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge), bounds=bounds)
+        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge), bounds=bounds, fitted_judge=True)
     return ppi_mean(human, judge, bounds=bounds)
 
 
