@@ -232,13 +232,15 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False) 
         s_yr = (np.sum(y0 * rectified, -1, keepdims=True) - sy * sr / n) / (n - 1)
         s_r2 = np.maximum(srr - sr * sr / n, 0.0) / (n - 1)
         share = np.where(var_residual > 0, var_residual / (var_unlabelled + var_residual), 0.0)
-        # Rows whose lambda is fitted on their own labels couple X and Y beyond _jensen's model (s_r^2 = s_y^2
-        # (1 - r^2)); there the plug-in's overstatement measured 0-5% and _jensen's correction overshot: kept.
-        # The sample rho^2 is biased upward (by about (1 - rho^2) / (n - 2)): the adjusted one.
+        # effective_labels' correction (_jensen). The sample rho^2 is biased upward (by about (1 - rho^2) /
+        # (n - 2)): the adjusted one.
         rho2 = 1.0 - (1.0 - np.clip(s_yr * s_yr / (var_y * s_r2), 0.0, 1.0)) * (n - 1.0) / (n - 2.0)
         # A jury fitted on these labels: its spread var_f is as noisy as the residuals, so all of se^2 counts as
         # noisy (measured on the jury: the factor then tracks the plug-in's overstatement within 0.01-0.02).
         noisy = np.ones_like(share) if fitted_judge else share
+        # Rows whose lambda is fitted on their own labels couple X and Y beyond _jensen's model (s_r^2 = s_y^2
+        # (1 - r^2)); there the plug-in overstated by 1-5% (n = 10, rho 0.5-0.9) and the correction overshot to
+        # 0.95: left uncorrected.
         jensen = np.where(fitted, 1.0, _jensen(noisy, rho2, n))
     # The (..., 1) sums back to one value per row, the centring undone.
     n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen = (
