@@ -327,8 +327,8 @@ def test_spread_is_read_against_half_of_each_criterions_own_range():
 
 
 def test_effective_labels_are_the_labels_over_the_squared_width_ratio_in_every_table():
-    """Found by the seed-5 draw: effective_labels = n_labelled / width_ratio^2 in the system and difference tables,
-    where a tuned judge makes the ratio < 1."""
+    """Found by the seed-5 draw: effective_labels = n_labelled / width_ratio^2 (bias-corrected) in the system and
+    difference tables, where a tuned judge makes the ratio < 1."""
     import calibration
 
     rng = np.random.default_rng(9)
@@ -344,8 +344,10 @@ def test_effective_labels_are_the_labels_over_the_squared_width_ratio_in_every_t
     result = calibration.estimate(pd.DataFrame(rows), pd.DataFrame(labels), scale=(-10, 20))
     for table in (result.estimates, result.differences):
         assert (table["width_ratio"] < 1).all()
-        assert table["effective_labels"].to_numpy() == pytest.approx(
-            (table["n_labelled"] / table["width_ratio"] ** 2).to_numpy())
+        # n / width_ratio^2 divided by the ratio's own small-sample bias (>= 1, a few % at most at 30 labels).
+        plug_in = (table["n_labelled"] / table["width_ratio"] ** 2).to_numpy()
+        assert (table["effective_labels"].to_numpy() <= plug_in * (1 + 1e-9)).all()
+        assert (table["effective_labels"].to_numpy() >= plug_in / 1.05).all()
 
 
 def test_a_judge_exactly_linear_in_the_labels_gets_the_unshrunk_lambda():
