@@ -341,7 +341,9 @@ def test_effective_labels_are_the_labels_over_the_squared_width_ratio_in_every_t
             if d < 30:
                 labels.append({"item_id": f"d{d:02d}", "system": s, "annotator": "x", "criterion": "q",
                                "score": quality})
-    result = calibration.estimate(pd.DataFrame(rows), pd.DataFrame(labels), scale=(-10, 20))
+    # Labels around the scale's middle: at one end (3 on -10..20) the bounded-scale check rightly takes over (ratio 1).
+    result = calibration.estimate(pd.DataFrame(rows), pd.DataFrame(labels), scale=(-4, 10))
+    assert (result.estimates["interval_note"] == "").all()
     for table in (result.estimates, result.differences):
         assert (table["width_ratio"] < 1).all()
         # n / width_ratio^2 divided by the ratio's own small-sample bias (>= 1, a few % at most at 30 labels).
