@@ -1,0 +1,130 @@
+"""Narrow rules that fresh draws of benchmarks/mutation.py (seeds 7 and 8) let through, each checked as a property
+against an independent computation: the jury's power (scipy's noncentral t), the cross-fitted predictor's
+centring and degrees of freedom (its invariances, and the two-system case against the level fit), the active
+design's leverage (the estimate's invariance to the judge's units), the audit's t interval on an infinite standard
+error and drift's changed-share rule when the excess is exactly 0."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from calibration.study.estimate import MIN_LABELLED, ppi_mean_weighted
+from calibration.study.power import dialogues_needed
+from calibration.study.predictor import cross_fitted_prediction
+from calibration.trust import drift as drift_module
+from calibration.trust.audit import Dialogues
+
+
+# -- power: the jury's variance share --------------------------------------------------------------------------------
+
+def _smallest_n(effect, power, alpha, rho, judged):
+    """The smallest n from MIN_LABELLED whose paired t test, with variance share 1 - rho^2 (N - n) / N, reaches
+    `power`: scipy's noncentral t, counted one n at a time."""
+    for n in range(MIN_LABELLED, judged + 1):
+        share = 1.0 - rho ** 2 * (judged - n) / judged
+        critical = stats.t.ppf(1 - alpha / 2, n - 1)
+        nc = abs(effect) * math.sqrt(n / share)
+        if stats.nct.sf(critical, n - 1, nc) + stats.nct.cdf(-critical, n - 1, nc) >= power:
+            return n
+    return None
+
+
+@pytest.mark.parametrize("effect, rho, judged", [(0.4, 0.5, 300), (0.3, 0.8, 500), (0.6, 0.3, 200), (0.5, 0.0, 100)])
+def test_a_jurys_dialogues_needed_is_the_noncentral_t_count_with_rho_squared_removed(effect, rho, judged):
+    expected = _smallest_n(effect, 0.8, 0.05, rho, judged)
+    assert dialogues_needed(effect, 0.8, 0.05, rho=rho, n_judged=judged, combined=True) == expected
+    # A better jury needs no more labels (and a correlation's sign does not matter: rho enters squared).
+    assert dialogues_needed(effect, 0.8, 0.05, rho=-rho, n_judged=judged, combined=True) == expected
+
+
+# -- the cross-fitted predictor -------------------------------------------------------------------------------------
+
+def _jury(dialogues=14, systems=3, predictors=2, seed=0):
+    rng = np.random.default_rng(seed)
+    quality = rng.normal(0, 1, (dialogues, systems))
+    x = quality[..., None] + rng.normal(0, 0.5, (dialogues, systems, predictors))
+    y = 3 + quality + rng.normal(0, 0.3, (dialogues, systems))
+    return x, y
+
+
+def test_a_systems_level_is_not_what_the_predictor_learns_even_from_one_training_row():
+    """The regression is within systems: adding a constant to one system's labels changes no prediction. Here
+    system 2 is labelled on two dialogues only, so the fold holding one of them out trains on a single row of it,
+    whose own label is its system's mean (its centred label is 0, whatever the constant)."""
+    x, y = _jury()
+    y[2:, 2] = np.nan
+    base = cross_fitted_prediction(x, y)
+    for constant in (5.0, -2.5):
+        shifted = y.copy()
+        shifted[:, 2] += constant
+        np.testing.assert_allclose(cross_fitted_prediction(x, shifted), base, rtol=1e-9, atol=1e-9)
+    assert np.std(base[:, :2]) > 0.1  # the jury is used, so a leak of the constant would move it
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_with_two_systems_the_predictor_of_differences_is_the_level_fit_of_half_the_difference(seed):
+    """Two systems, centred on each dialogue: each dialogue gives +d/2 and -d/2, one row of information and one
+    system mean. So the contrasts fit of system 1 is the ordinary (level) fit of a single system whose label is
+    (y1 - y2) / 2 and whose predictors are (x1 - x2) / 2, and system 2's is its negative."""
+    x, y = _jury(dialogues=12, systems=2, predictors=4, seed=seed)
+    y[9:] = np.nan  # 9 labelled dialogues: few enough that the degrees of freedom steer the ridge penalty
+    contrasts = cross_fitted_prediction(x, y, contrasts=True)
+    level = cross_fitted_prediction((x[:, :1] - x[:, 1:]) / 2, (y[:, :1] - y[:, 1:]) / 2)
+    np.testing.assert_allclose(contrasts[:, 0], level[:, 0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(contrasts[:, 1], -level[:, 0], rtol=1e-9, atol=1e-12)
+
+
+# -- the active design's PPI++: the judge's units do not matter -----------------------------------------------------
+
+@pytest.mark.parametrize("scale, shift", [(10.0, 0.0), (0.1, 3.0), (-2.0, 1.0)])
+def test_the_active_estimate_and_its_interval_do_not_depend_on_the_judges_units(scale, shift):
+    """lambda rescales with the judge, so the estimate and every variance term (the leverage of the unlabelled mean
+    among them: a squared distance over a variance) are the same for a x f + b."""
+    rng = np.random.default_rng(5)
+    dialogues = 300
+    f = rng.normal(3, 1, dialogues)
+    y = f + rng.normal(0, 0.6, dialogues)
+    inclusion = np.clip(0.05 + 0.1 * np.abs(f - 3), 0.05, 0.5)
+    labelled = rng.random(dialogues) < inclusion
+    human = np.where(labelled, y, np.nan)
+    base = ppi_mean_weighted(human, f, inclusion)
+    moved = ppi_mean_weighted(human, scale * f + shift, inclusion)
+    assert base.lam != 0  # the judge is used: the leverage term is in the interval
+    assert moved.estimate == pytest.approx(base.estimate, rel=1e-9)
+    assert moved.se == pytest.approx(base.se, rel=1e-9)
+    assert moved.var_residual == pytest.approx(base.var_residual, rel=1e-9)
+
+
+# -- the audit's t interval ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("estimate, se", [(0.2, math.inf), (math.inf, 0.1), (0.2, math.nan), (math.nan, 0.1)])
+def test_no_t_interval_from_an_infinite_or_undefined_estimate_or_error(estimate, se):
+    low, high = Dialogues([f"d{i}" for i in range(10)], 200, 0).t_interval(estimate, se)
+    assert math.isnan(low) and math.isnan(high)
+
+
+def test_the_t_interval_is_the_expanded_t_over_dialogues():
+    ids = [f"d{i}" for i in range(10)]
+    low, high = Dialogues(ids, 200, 0).t_interval(0.2, 0.1)
+    half = math.sqrt(10 / 9) * stats.t.ppf(0.975, 9) * 0.1
+    assert (low, high) == pytest.approx((0.2 - half, 0.2 + half))
+
+
+# -- drift: the changed share at exactly its re-ask noise ----------------------------------------------------------
+
+def test_a_change_exactly_at_the_reask_noise_is_not_drift():
+    """Every dialogue changes one of its two verdicts between runs, and each verdict's own re-asks disagree half the
+    time: the excess over the noise is 0 in every dialogue and every resample (its lower bound is exactly 0), and the
+    scores move symmetrically (mean shift 0). Nothing is beyond the noise: not DRIFT."""
+    rows = [{"item_id": f"d{i:02d}", "system": s, "criterion": "c", "status_ref": "ok", "status_new": "ok",
+             "score_ref": 3.0, "score_new": 3.0 + (1.0 if (s == "a") == (i % 2 == 0) else 0.0) - 0.5,
+             "changed": float(s == "a"), "noise": 0.5} for i in range(30) for s in ("a", "b")]
+    part = pd.DataFrame(rows)
+    row = drift_module._criterion_row(part, None, 0.5, 0.25, 0.1, 1000, 0, 0.95)
+    assert row["changed_share"] == pytest.approx(0.5)
+    assert row["verdict"] != "drift"
