@@ -118,13 +118,22 @@ def test_the_t_interval_is_the_expanded_t_over_dialogues():
 # -- drift: the changed share at exactly its re-ask noise ----------------------------------------------------------
 
 def test_a_change_exactly_at_the_reask_noise_is_not_drift():
-    """Every dialogue changes one of its two verdicts between runs, and each verdict's own re-asks disagree half the
-    time: the excess over the noise is 0 in every dialogue and every resample (its lower bound is exactly 0), and the
-    scores move symmetrically (mean shift 0). Nothing is beyond the noise: not DRIFT."""
+    """Each verdict changes between runs exactly as often as its own re-asks disagree (0.5 and 0.5): the excess
+    over the noise is 0 in every dialogue and every resample, so its lower bound is exactly 0 and the share rule
+    does not fire. The scores move a lot both ways (mean shift near 0, interval too wide to call them equivalent):
+    the shift rule decides nothing either, so the verdict is inconclusive, not DRIFT."""
+    rng = np.random.default_rng(2)
     rows = [{"item_id": f"d{i:02d}", "system": s, "criterion": "c", "status_ref": "ok", "status_new": "ok",
-             "score_ref": 3.0, "score_new": 3.0 + (1.0 if (s == "a") == (i % 2 == 0) else 0.0) - 0.5,
-             "changed": float(s == "a"), "noise": 0.5} for i in range(30) for s in ("a", "b")]
-    part = pd.DataFrame(rows)
-    row = drift_module._criterion_row(part, None, 0.5, 0.25, 0.1, 1000, 0, 0.95)
-    assert row["changed_share"] == pytest.approx(0.5)
-    assert row["verdict"] != "drift"
+             "score_ref": 3.0, "score_new": 3.0 + rng.normal(0, 2), "changed": 0.5, "noise": 0.5}
+            for i in range(30) for s in ("a", "b")]
+    row = drift_module._criterion_row(pd.DataFrame(rows), None, 0.5, 0.25, 0.1, 1000, 0, 0.95)
+    assert row["ci_low"] < 0 < row["ci_high"]  # the shift rule alone does not call it drift
+    assert not (-0.25 < row["tost_low"] and row["tost_high"] < 0.25)  # nor equivalent
+    assert row["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("judged", [None, 0, 1, 2])
+def test_a_judge_without_enough_judged_dialogues_needs_no_count(judged):
+    """PPI needs the judged set (and an interval needs MIN_LABELLED labels of it): no answer, not an error."""
+    assert dialogues_needed(0.5, rho=0.7, n_judged=judged) is None
+    assert dialogues_needed(0.5, rho=0.7, n_judged=judged, combined=True) is None
