@@ -137,3 +137,25 @@ def test_a_judge_without_enough_judged_dialogues_needs_no_count(judged):
     """PPI needs the judged set (and an interval needs MIN_LABELLED labels of it): no answer, not an error."""
     assert dialogues_needed(0.5, rho=0.7, n_judged=judged) is None
     assert dialogues_needed(0.5, rho=0.7, n_judged=judged, combined=True) is None
+
+
+# -- pairwise: the fallback when the PPI fit cannot converge ----------------------------------------------------------
+
+def test_a_ppi_fit_the_judge_pushes_past_separation_falls_back_to_the_humans_strength():
+    """Two systems, one pair per dialogue. Humans say b loses 11 of 12 labelled pairs; the judge says b wins every
+    labelled pair and loses every unlabelled one. The PPI mean vote, mean_L(h) + lambda (mean_U(f) - mean_L(f)), is
+    then above 1 for every lambda from 1/12 on: no finite strength (Newton diverges). The fit must fall back along
+    lambda / 2, lambda / 4, 0 to the human-only one, whose strength is the log-odds of the votes: -log(11)."""
+    from calibration.study.pairwise import Pairs, bradley_terry
+
+    dialogues, labelled = 30, 12
+    human = np.full(dialogues, np.nan)
+    human[:labelled] = 1.0  # P(first = a wins)
+    human[0] = 0.0
+    judge = np.where(np.arange(dialogues) < labelled, 0.0, 1.0)
+    data = Pairs("q", ["a", "b"], np.zeros(dialogues, int), np.ones(dialogues, int), np.arange(dialogues),
+                 np.array([f"d{i}" for i in range(dialogues)]), judge, human)
+    fit = bradley_terry(data, 0, 0.95)
+    assert fit.ok and fit.lam == 0.0
+    assert fit.theta[1] == pytest.approx(-math.log(11.0), rel=1e-8)
+    assert fit.theta == pytest.approx(bradley_terry(data, 0, 0.95, human_only=True).theta)
