@@ -159,3 +159,24 @@ def test_a_ppi_fit_the_judge_pushes_past_separation_falls_back_to_the_humans_str
     assert fit.ok and fit.lam == 0.0
     assert fit.theta[1] == pytest.approx(-math.log(11.0), rel=1e-8)
     assert fit.theta == pytest.approx(bradley_terry(data, 0, 0.95, human_only=True).theta)
+
+
+# -- the cascade: a path whose first step is the one chosen -----------------------------------------------------------
+
+def test_a_cascade_that_rejects_only_its_first_step_uses_that_steps_threshold():
+    """Two steps (q = 1/2, 1): the judge is right above confidence 0.5 and mostly wrong below, so only the first
+    step's disagreement rate is shown below alpha. Its threshold is the pool's confidence that half the pool reaches
+    (the m/2-th largest), and its p-value the binomial tail of its disagreements (scipy)."""
+    from calibration.cascade.escalate import fit_cascade
+
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0, 1, (400, 1))
+    agree = (conf[:, 0] > 0.5) | (rng.random(400) < 0.3)
+    pool = rng.uniform(0, 1, (2000, 1))
+    fit = fit_cascade(conf, agree[:, None], pool, 0.1, 0.1, steps=2)
+    threshold = np.sort(pool[:, 0])[::-1][1000 - 1]
+    assert fit.chosen == 0 and list(fit.path["rejected"]) == [True, False]
+    assert fit.thresholds[0] == pytest.approx(threshold)
+    accepted = conf[:, 0] >= threshold
+    errors = int((accepted & ~agree).sum())
+    assert fit.path["p_value"].iloc[0] == pytest.approx(stats.binom.cdf(errors, int(accepted.sum()), 0.1))
