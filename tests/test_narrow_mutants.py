@@ -2,7 +2,8 @@
 against an independent computation: the jury's power (scipy's noncentral t), the cross-fitted predictor's
 centring and degrees of freedom (its invariances, and the two-system case against the level fit), the active
 design's leverage (the estimate's invariance to the judge's units), the audit's t interval on an infinite standard
-error and drift's changed-share rule when the excess is exactly 0."""
+error, drift's changed-share rule when the excess is exactly 0, the pairwise fit's fallback past separation, and
+(from the seed-9 draw) a cascade that chooses its first step and the CSVs escalate writes."""
 
 from __future__ import annotations
 
@@ -180,3 +181,25 @@ def test_a_cascade_that_rejects_only_its_first_step_uses_that_steps_threshold():
     accepted = conf[:, 0] >= threshold
     errors = int((accepted & ~agree).sum())
     assert fit.path["p_value"].iloc[0] == pytest.approx(stats.binom.cdf(errors, int(accepted.sum()), 0.1))
+
+
+def test_every_csv_escalate_writes_is_its_table_without_an_index_column():
+    """Each CSV read back is the table it was written from: its columns, no unnamed index column in front."""
+    import io
+
+    import calibration
+
+    rng = np.random.default_rng(8)
+    truth = rng.integers(1, 6, 200)
+    judge = pd.DataFrame({"item_id": [f"i{i}" for i in range(200)], "system": "s", "criterion": "c",
+                          "score": np.where(rng.random(200) < 0.8, truth, rng.integers(1, 6, 200)).astype(float)})
+    labels = pd.DataFrame({"item_id": [f"i{i}" for i in range(100)], "system": "s", "annotator": "h",
+                           "criterion": "c", "score": truth[:100]})
+    result = calibration.escalate(labels, {"one": judge}, alpha=0.2, delta=0.1)
+    tables = {"thresholds.csv": result.thresholds, "path.csv": result.path, "risk_coverage.csv": result.risk_coverage,
+              "signals.csv": result.signals, "cost.csv": result.cost, "pending.csv": result.pending}
+    files = result.files()
+    for name, table in tables.items():
+        read = pd.read_csv(io.StringIO(files[name])) if files[name].strip() else pd.DataFrame()
+        assert list(read.columns) == [str(c) for c in table.columns], name
+        assert len(read) == len(table), name
