@@ -203,3 +203,16 @@ def test_every_csv_escalate_writes_is_its_table_without_an_index_column():
         read = pd.read_csv(io.StringIO(files[name])) if files[name].strip() else pd.DataFrame()
         assert list(read.columns) == [str(c) for c in table.columns], name
         assert len(read) == len(table), name
+
+
+@pytest.mark.parametrize("confidence, accepted", [(0.5, True), (0.52, True), (0.99, True), (0.49, False),
+                                                  (1.0, False)])
+def test_drift_takes_every_confidence_its_message_promises(confidence, accepted):
+    """Seed-9 survivor (drift.py, 0.5 -> 0.55): the refusal says "between 0.5 and 1", so 0.5 itself and 0.52 run."""
+    from calibration.errors import CalibrationError
+
+    if accepted:
+        drift_module._check_options(0.25, 0.1, 1000, confidence)
+    else:
+        with pytest.raises(CalibrationError, match="--confidence must be between 0.5 and 1"):
+            drift_module._check_options(0.25, 0.1, 1000, confidence)
