@@ -150,7 +150,8 @@ def _loss_minimiser(x, h, f, lab, unl, lam):
                 + lam_u * ell(theta, x[unl], f[unl]).sum() / m)
 
     def jac(theta):
-        return (grad(theta, x[lab], h[lab]) / n - (x[lab] * (lam_l * (sigmoid(x[lab] @ theta) - f[lab]))[:, None]).sum(0) / n
+        judge_l = x[lab].T @ (lam_l * (sigmoid(x[lab] @ theta) - f[lab]))
+        return (grad(theta, x[lab], h[lab]) / n - judge_l / n
                 + lam_u * grad(theta, x[unl], f[unl]) / m)
 
     return minimize(loss, np.zeros(x.shape[1]), jac=jac, method="BFGS", options={"gtol": 1e-12}).x

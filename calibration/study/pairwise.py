@@ -751,8 +751,8 @@ def style_controlled_rows(data: Pairs, baseline: int, confidence: float, styles:
     (s - b) / (s + b + 1) as Arena takes them, scaled by its root mean square but not centred, so that z = 0 is
     equal style), gamma shared by all systems; the estimate is sigmoid(alpha_s). Fitted by the same PPI as the
     length-controlled win rate (lambda tuned for the mean of the alphas, cross-fitted from 20 labelled dialogues
-    on; never wider on average over the alphas than the votes alone). A feature the labelled pairs show on fewer than 3 pairs is left out (nothing to learn its effect
-    from: markdown in plain summaries); when a feature's labelled gaps lie on one side of 0 (fewer than 3 on the
+    on; never wider on average over the alphas than the votes alone). A feature the labelled pairs show on fewer
+    than 3 pairs is left out (nothing to learn its effect from: markdown in plain summaries); when a feature's labelled gaps lie on one side of 0 (fewer than 3 on the
     other), equal style is an extrapolation and nothing is estimated. A system without every text's style, or
     that won or lost every labelled pair (its alpha infinite), is left out of the fit with a note. `styles`:
     {(dialogue, system): [length, headers, list items, bold]}. Returns (rows, which features were fitted)."""
