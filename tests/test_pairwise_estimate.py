@@ -199,6 +199,17 @@ def test_ppi_bradley_terry_agrees_with_ppi_py_logistic_on_binary_votes():
     assert ours == pytest.approx((high - low) / 2, rel=0.03)  # theirs: z and 1/n covariances; ours: n - 1
 
 
+def _votes_glm(x, votes):
+    """statsmodels' logistic GLM of the votes on x, a tie (0.5) entered as half a win and half a loss."""
+    import statsmodels.api as sm
+
+    tie = votes == 0.5
+    xx = np.vstack([x[~tie], x[tie], x[tie]])
+    yy = np.concatenate([votes[~tie], np.ones(tie.sum()), np.zeros(tie.sum())])
+    ww = np.concatenate([np.ones((~tie).sum()), np.full(tie.sum(), 0.5), np.full(tie.sum(), 0.5)])
+    return sm.GLM(yy, xx, family=sm.families.Binomial(), freq_weights=ww).fit(tol=1e-14)
+
+
 def _lengths(data, seed):
     """Invented text lengths per (dialogue, system): the system's typical length plus the dialogue's own."""
     rng = np.random.default_rng(seed)
@@ -218,8 +229,6 @@ def _against_baseline(data, b, system, lengths):
 
 
 def test_length_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimises_its_loss():
-    import statsmodels.api as sm
-
     from calibration.study.pairwise import _controlled_fit, length_controlled_rows
 
     data, b, _ = _single_pairs(seed=6, dialogues=600, labelled=150, copy=0.6)
@@ -229,11 +238,7 @@ def test_length_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimi
     for system in SYSTEMS[1:]:
         mine, x, h, f = _against_baseline(data, b, system, lengths)
         lab = ~np.isnan(h)
-        tie = h[lab] == 0.5  # a tie: half a win and half a loss
-        xx = np.vstack([x[lab][~tie], x[lab][tie], x[lab][tie]])
-        yy = np.concatenate([h[lab][~tie], np.ones(tie.sum()), np.zeros(tie.sum())])
-        ww = np.concatenate([np.ones((~tie).sum()), np.full(tie.sum(), 0.5), np.full(tie.sum(), 0.5)])
-        glm = sm.GLM(yy, xx, family=sm.families.Binomial(), freq_weights=ww).fit(tol=1e-14)
+        glm = _votes_glm(x[lab], h[lab])
         assert rows[system]["human_only"] == pytest.approx(sigmoid(glm.params[0]), abs=1e-6)
         assert rows[system]["n_labelled"] == lab.sum() and rows[system]["n_judged"] == mine.sum()
         assert rows[system]["ci_low"] < rows[system]["estimate"] < rows[system]["ci_high"]
@@ -339,8 +344,6 @@ def _style_design(data, b, styles):
 
 
 def test_style_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimises_its_loss():
-    import statsmodels.api as sm
-
     from calibration.study.pairwise import _controlled_fit, against_baseline, style_controlled_rows
 
     data, b, _ = _single_pairs(seed=7, dialogues=600, labelled=150, copy=0.6)
@@ -351,11 +354,7 @@ def test_style_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimis
     assert set(rows) == set(SYSTEMS[1:]) and all(r["quantity"] == "win_rate_style_controlled" for r in rows.values())
     mine, system, x, h, f, others = _style_design(data, b, styles)
     lab = ~np.isnan(h)
-    tie = h[lab] == 0.5  # a tie: half a win and half a loss
-    xx = np.vstack([x[lab][~tie], x[lab][tie], x[lab][tie]])
-    yy = np.concatenate([h[lab][~tie], np.ones(tie.sum()), np.zeros(tie.sum())])
-    ww = np.concatenate([np.ones((~tie).sum()), np.full(tie.sum(), 0.5), np.full(tie.sum(), 0.5)])
-    glm = sm.GLM(yy, xx, family=sm.families.Binomial(), freq_weights=ww).fit(tol=1e-14)
+    glm = _votes_glm(x[lab], h[lab])
     for column, s in enumerate(others):
         row = rows[data.systems[s]]
         assert row["human_only"] == pytest.approx(sigmoid(glm.params[column]), abs=1e-6)
