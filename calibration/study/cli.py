@@ -62,8 +62,8 @@ no interval below 3 labels or on labels that do not vary (interval_note says why
 one end of the scale takes, on the other side, the betting bound valid for any scores on the scale (interval_note
 says so: a share of failures none of its labels drew could lie there). width_ratio = PPI interval /
 human-only interval from the same labels; effective_labels = n_labelled / width_ratio^2 (divided by that ratio's
-own upward bias at small n), the labels the human-only estimate would need for an interval this narrow (what the
-judge was worth). With --judge, the judgments and
+own upward bias at small n), the labels the human-only estimate would need for an interval this narrow (the
+judge's worth in labels). With --judge, the judgments and
 every --judge are one predictor: a ridge regression on the labels, pooled over systems and cross-fitted over
 folds of labelled dialogues, weighted by the unlabelled share m/(n+m): no degree of freedom spent, from 3 labels on.
 A --plan from `judge screen --design active` records each random dialogue's inclusion probability p: every labelled
