@@ -74,7 +74,7 @@ class SelectResult(Result):
             return "95% percentile bootstrap CI"
         method = ("Fisher's z over the systems' means" if self.statistic == "pearson" else
                   "percentile bootstrap over dialogues and systems")
-        return f"95% CI for the population of systems these are drawn from ({method})"
+        return f"95% CI for the population of systems these are drawn from ({method}, widened for the means' noise)"
 
     def text(self) -> str:
         lines = [f"Agreement with humans: {self.statistic} at {self.level} level, {self.interval_method()} "
