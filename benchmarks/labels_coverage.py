@@ -391,22 +391,13 @@ def main(argv=None) -> int:
                         help="only these cells (repeatable), e.g. likert,0.3,2,20: re-run a cell with more studies")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    if args.rare:
-        rare(args.repetitions or 2000, args.seed)
-        print(f"({time.perf_counter() - started:.0f}s)")
-        return 0
-    if args.decoda:
-        decoda(args.repetitions or 1000, args.seed)
-        print(f"({time.perf_counter() - started:.0f}s)")
-        return 0
-    if args.real_scale:
-        real_scale(args.repetitions or 1000, args.seed)
-        print(f"({time.perf_counter() - started:.0f}s)")
-        return 0
-    if args.real:
-        real(args.repetitions or 200, args.seed)
-        print(f"({time.perf_counter() - started:.0f}s)")
-        return 0
+    # The other tables, each with its default number of repetitions; the first flag given wins.
+    for chosen, table, default in ((args.rare, rare, 2000), (args.decoda, decoda, 1000),
+                                   (args.real_scale, real_scale, 1000), (args.real, real, 200)):
+        if chosen:
+            table(args.repetitions or default, args.seed)
+            print(f"({time.perf_counter() - started:.0f}s)")
+            return 0
     reps = args.repetitions or (200 if args.quick else 400)
     if args.cell:
         print(HEADER)
