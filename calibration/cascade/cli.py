@@ -60,8 +60,12 @@ def register(sub) -> None:
                     "that the accepted verdicts agree with humans at >= 1 - alpha with probability >= 1 - delta.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--judge", required=True, action="append", type=judge_spec_type, metavar="NAME=FILE",
-                        help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME); "
-                             "repeat, cheapest first")
+                        help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME), or "
+                             "the run options of one escalate runs itself (OPTIONS.toml or .json: the keys are "
+                             "judge score's flags); repeat, cheapest first")
+    parser.add_argument("--base-url", action="append", metavar="URL",
+                        help="the server of the judges given as run options that name none (as judge score's "
+                             "--base-url; default $JUDGE_BASE_URLS, else the embedded model); repeat for several")
     parser.add_argument("--human", required=True, type=Path, metavar="CALIB.csv",
                         help="human labels of a random sample of the judged cells (long CSV): the calibration set")
     parser.add_argument("--alpha", required=True, type=_share, metavar="A",
@@ -91,7 +95,9 @@ def register(sub) -> None:
     parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human labels' scale, when no judge names a rubric (CSVs of scores)")
     parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
-    parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables and the plan here")
+    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+                        help="write the tables and the plan here, and the judgments of the judges given as run "
+                             "options (DIR/NAME.jsonl; a rerun resumes them)")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the curves")
     parser.set_defaults(run=run_escalate)
 
@@ -103,24 +109,35 @@ def run_escalate(args) -> int:
     from judge.errors import JudgeError
     from judge.outputs import check_writable, write_files
 
+    from judge.outputs import check_folder
+
     from ..result import run_verb
-    from .escalate import escalate
+    from .escalate import TABLE_FILES, escalate
+    from .runs import RunStopped
 
     inputs = [args.human, *(Path(p) for _, p in args.judge)]
     signal = ",".join(args.signal) if args.signal else None
     written = {}
 
     def compute():
-        # --output is checked before any work, and written by run_verb's caller only once every check passed
+        # --output and --output-dir are checked before any work (a judge may run for hours), and --output written
+        # by run_verb's caller only once every check passed
         check_writable(args.output, inputs=inputs, what="--output", page=False)
+        if args.output_dir is not None:
+            check_folder(args.output_dir, TABLE_FILES, inputs=inputs)
         result = escalate(args.human, list(args.judge), alpha=args.alpha, delta=args.delta, criteria=args.criteria,
                           tolerance=args.tolerance, signal=signal, units=args.units, scale=args.scale,
-                          failure_value=args.failure_value,
-                          steps=args.steps, path_cells=args.path_cells, random_dialogues=args.random_dialogues, seed=args.seed)
+                          failure_value=args.failure_value, steps=args.steps, path_cells=args.path_cells,
+                          random_dialogues=args.random_dialogues, seed=args.seed, judgments_dir=args.output_dir,
+                          base_url=args.base_url)
         written["result"] = result
         return result
 
-    code = run_verb("escalate", compute, output_dir=args.output_dir, report=args.report, inputs=inputs)
+    try:
+        code = run_verb("escalate", compute, output_dir=args.output_dir, report=args.report, inputs=inputs)
+    except RunStopped as stopped:  # a judge escalate runs failed or waits for batch answers: nothing decided
+        print(f"judge escalate: {stopped}", file=sys.stderr)
+        return stopped.exit_code
     if code != 0 or "result" not in written:
         return code
     try:

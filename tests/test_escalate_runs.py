@@ -1,0 +1,234 @@
+"""`judge escalate` running its later judges itself: a judge given as run options is judged through `judge.run`
+against the project's stub server (tests/stub_server.py, through the real OpenAI SDK), on the cells the cascade needs
+from it only; the decisions, thresholds and path are those of a run where it judged every cell; its outcome is
+checked (failed: exit 1, interrupted: 130, batch pending: 3) and nothing is decided on a fragment.
+
+The study is synthetic and small: 80 dialogues x 3 systems, one criterion; a cheap judge (a JSONL of 3 samples per
+verdict) right and unanimous on about 60% of the cells, hesitant and wrong on the rest; half the cells labelled,
+drawn one by one; the strong judge is the stub (logprobs; it always answers the scale's first value).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import calibration
+from calibration.cascade.escalate import path_sample
+from calibration.cascade.runs import RunStopped
+from judge.cli import main
+from judge.errors import JudgeError
+from judge.options import RunOptions
+from judge.run import run
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "escalate"
+DIALOGUES, SYSTEMS, PATH_CELLS = 80, ("alpha", "beta", "gamma"), 40
+OPTIONS = dict(alpha=0.2, delta=0.1, units="cells", path_cells=PATH_CELLS)
+
+
+@pytest.fixture
+def study(tmp_path):
+    """items.jsonl, toy.yaml, small.jsonl (the cheap judge) and labels.csv in tmp_path; returns tmp_path."""
+    rng = np.random.default_rng(5)
+    shutil.copy(EXAMPLE / "toy.yaml", tmp_path / "toy.yaml")
+    items, small, labels = [], [], []
+    for d in range(DIALOGUES):
+        item = f"d{d:03d}"
+        for system in SYSTEMS:
+            items.append({"id": item, "system": system, "candidate": f"summary {system} of chat {d}",
+                          "dialogue": [{"speaker": "customer", "text": f"question number {d}"},
+                                       {"speaker": "agent", "text": f"answer to {d}"}]})
+            truth = int(rng.integers(1, 6))
+            wrong = truth + 2 if truth <= 3 else truth - 2
+            samples = [truth] * 3 if rng.random() < 0.6 else [wrong, wrong, truth]
+            small.append({"id": item, "system": system, "criterion": "clarity", "score": float(np.mean(samples)),
+                          "samples": samples, "rubric": "toy@1", "model": "small-model", "backend": "openai",
+                          "usage": {"prompt_tokens": 100, "completion_tokens": 5}})
+            if rng.random() < 0.5:
+                labels.append({"item_id": item, "system": system, "annotator": "a1", "criterion": "clarity",
+                               "score": truth})
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    (tmp_path / "small.jsonl").write_text("".join(json.dumps(s) + "\n" for s in small), encoding="utf-8")
+    pd.DataFrame(labels).to_csv(tmp_path / "labels.csv", index=False)
+    return tmp_path
+
+
+def large_options(study: Path, url: str, **more) -> dict:
+    return {"rubric": str(study / "toy.yaml"), "input": str(study / "items.jsonl"), "backend": "openai",
+            "base_url": url, "model": "stub-large", "logprobs": True, "cache": str(study / "cache"),
+            "progress": False, **more}
+
+
+def cells_of(path: Path) -> set:
+    return {(r["id"], r["system"]) for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+
+
+def test_a_run_judge_decides_as_if_it_had_judged_every_cell_and_judges_only_what_the_cascade_needs(study,
+                                                                                                     stub_server):
+    """The guarantee's statistics are unchanged: the path is fixed from cells every judge sees (the labelled ones
+    and the seeded path sample), so the thresholds, the tested path and every decision equal those of a cascade
+    whose strong judge judged all 240 cells; it was asked for exactly the labelled cells, the path's cells and the
+    cells the cheap judge escalated, and the saving is in cost.csv."""
+    result = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl",
+                                                         "large": large_options(study, stub_server.base_url)},
+                                  judgments_dir=study / "out", **OPTIONS)
+    assert result.pending.empty
+    full = run(RunOptions(**large_options(study, stub_server.base_url), output=str(study / "full.jsonl"),
+                           criteria=["clarity"]))
+    assert full.status == "complete" and len(cells_of(study / "full.jsonl")) == DIALOGUES * len(SYSTEMS)
+    every = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl", "large": study / "full.jsonl"},
+                                 **OPTIONS)
+    assert result.decisions_csv() == every.decisions_csv()
+    pd.testing.assert_frame_equal(result.thresholds, every.thresholds)
+    pd.testing.assert_frame_equal(result.path, every.path)
+
+    # exactly what the cascade needs from it, recomputed here from the files
+    cells = sorted({(r["id"], r["system"]) for r in map(json.loads, (study / "small.jsonl").open())})
+    labels = pd.read_csv(study / "labels.csv")
+    labelled = set(zip(labels["item_id"], labels["system"]))
+    pool = np.array([c not in labelled for c in cells])
+    path = {cells[i] for i in path_sample(pool, PATH_CELLS, 0)}
+    kept_by_small = set(zip(*[every.decisions.loc[every.decisions["decided_by"] == "small", c]
+                              for c in ("item_id", "system")]))
+    escalated = {c for c in cells if c not in labelled and c not in kept_by_small}
+    judged = cells_of(study / "out" / "large.jsonl")
+    assert judged == labelled | path | escalated
+    assert len(kept_by_small - path) > 20  # the cheap judge kept cells the strong one never saw
+
+    cost = result.cost.set_index("what")
+    assert cost.loc["judge large", "judged"] == len(judged)
+    assert cost.loc["judge large", "spared"] == len(cells) - len(judged) == len(kept_by_small - path)
+    assert cost.loc["judge small", "spared"] == 0
+    assert every.cost.set_index("what").loc["judge large", "spared"] == 0
+    assert f"{len(cells) - len(judged):,} judgments spared" in result.text()
+
+
+def test_a_rerun_asks_nothing_and_decides_the_same(study, stub_server):
+    """Resumable: a second escalate finds every judgment in DIR/large.jsonl and sends no request; a run whose
+    options changed (another model) is refused by the run (its file is another judge's), naming the judge."""
+    judges = {"small": study / "small.jsonl", "large": large_options(study, stub_server.base_url)}
+    first = calibration.escalate(study / "labels.csv", judges, judgments_dir=study / "out", **OPTIONS)
+    asked = stub_server.stats.total
+    again = calibration.escalate(study / "labels.csv", judges, judgments_dir=study / "out", **OPTIONS)
+    assert stub_server.stats.total == asked and again.decisions_csv() == first.decisions_csv()
+    lines = (study / "out" / "large.jsonl").read_bytes()
+    judges["large"] = large_options(study, stub_server.base_url, model="another-model")
+    with pytest.raises(JudgeError, match=r"judge large \(options\): .* made differently .* redo_changed = true"):
+        calibration.escalate(study / "labels.csv", judges, judgments_dir=study / "out", **OPTIONS)
+    assert (study / "out" / "large.jsonl").read_bytes() == lines and stub_server.stats.total == asked
+
+
+def test_the_cheapest_judge_given_as_run_options_judges_every_item(study, stub_server):
+    """A first judge that is a run judges every cell of its input (each passes it first); the one after it the
+    cells the cascade needs; both files are the run's own."""
+    cheap = large_options(study, stub_server.base_url, model="stub-cheap", logprobs=False, samples=3)
+    result = calibration.escalate(study / "labels.csv", {"cheap": cheap,
+                                                         "large": large_options(study, stub_server.base_url)},
+                                  judgments_dir=study / "out", criteria="clarity", **OPTIONS)
+    assert len(cells_of(study / "out" / "cheap.jsonl")) == DIALOGUES * len(SYSTEMS)
+    assert result.pending.empty and set(result.judges) == {"cheap", "large"}
+    assert cells_of(study / "out" / "large.jsonl") <= cells_of(study / "out" / "cheap.jsonl")
+
+
+def test_the_cli_runs_the_judge_from_a_toml_file_and_prints_the_saving(study, stub_server, capsys):
+    toml = "\n".join(f"{k} = {json.dumps(v)}" for k, v in large_options(study, stub_server.base_url).items()
+                     if k not in ("base_url", "rubric", "input", "cache"))
+    (study / "large.toml").write_text(toml + '\nrubric = "toy.yaml"\ninput = "items.jsonl"\n', encoding="utf-8")
+    code = main(["escalate", "--judge", f"small={study / 'small.jsonl'}", "--judge", f"large={study / 'large.toml'}",
+                 "--base-url", stub_server.base_url, "--human", str(study / "labels.csv"), "--alpha", "0.2",
+                 "--delta", "0.1", "--units", "cells", "--path-cells", str(PATH_CELLS),
+                 "--output", str(study / "decisions.csv"), "--output-dir", str(study / "out")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    cost = pd.read_csv(study / "out" / "cost.csv").set_index("what")
+    spared = int(cost.loc["judge large", "spared"])
+    assert spared > 20 and f"{spared:,} judgments spared" in captured.out
+    assert cost.loc["judge large", "judged"] == len(cells_of(study / "out" / "large.jsonl"))
+    assert pd.read_csv(study / "out" / "pending.csv").empty
+
+
+# -- bad input: (what the user gives, the message, the exit code); nothing is decided or written -----------------
+
+def _toml(study, text: str) -> str:
+    (study / "large.toml").write_text(text, encoding="utf-8")
+    return f"large={study / 'large.toml'}"
+
+
+GOOD = 'rubric = "toy.yaml"\ninput = "items.jsonl"\nmodel = "stub-large"\nlogprobs = true\nprogress = false\n'
+BAD_RUNS = [
+    ("samples zero", GOOD + "samples = 0\n", "--samples must be at least 1, got 0", 2),
+    ("misspelt option", GOOD + 'samplez = 3\n', "unknown option 'samplez'; did you mean samples?", 2),
+    ("not a number", GOOD + 'temperature = "hot"\n', "--temperature must be a number, got 'hot'", 2),
+    ("output chosen", GOOD + 'output = "mine.jsonl"\n', "'output' is escalate's to choose", 2),
+    ("criteria chosen", GOOD + 'criteria = ["clarity"]\n', "'criteria' is escalate's to choose", 2),
+    ("block mode", GOOD + 'mode = "block"\n', "a cascade asks for single cells", 2),
+    ("no input", 'rubric = "toy.yaml"\nmodel = "m"\n', "'input' is required", 2),
+    ("toml syntax", GOOD + "samples = \n", "not valid TOML", 2),
+    ("not the judged items", GOOD.replace("items.jsonl", "few.jsonl"), "has no item id", 2),
+    ("no output dir", GOOD, "its judgments need a folder (--output-dir DIR", 2),
+    ("judge fails", GOOD, "judge large: some judgments failed", 1),
+]
+
+
+@pytest.mark.parametrize("case, text, message, code", BAD_RUNS, ids=[r[0] for r in BAD_RUNS])
+def test_bad_run_judges_are_refused_naming_the_judge_and_nothing_is_decided(study, stub_server, capsys, monkeypatch,
+                                                                            case, text, message, code):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(study / "cache"))
+    (study / "few.jsonl").write_text((study / "items.jsonl").read_text().splitlines()[0] + "\n", encoding="utf-8")
+    if case == "judge fails":
+        stub_server.configure(faults=[("429", -1)], retry_after="0.01")
+    out = [] if case == "no output dir" else ["--output-dir", str(study / "out")]
+    argv = ["escalate", "--judge", f"small={study / 'small.jsonl'}", "--judge", _toml(study, text),
+            "--base-url", stub_server.base_url, "--human", str(study / "labels.csv"), "--alpha", "0.2",
+            "--delta", "0.1", "--units", "cells", "--path-cells", str(PATH_CELLS),
+            "--output", str(study / "decisions.csv"), *out]
+    before = {p: p.read_bytes() for p in study.iterdir() if p.is_file()}
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert message in err and "large" in err and "Traceback" not in err
+    assert not (study / "decisions.csv").exists() and not (study / "out" / "decisions.csv").exists()
+    assert {p: p.read_bytes() for p in study.iterdir() if p.is_file() and p in before} == before
+    if case == "judge fails":  # the failures are kept in the judge's own file, for the same command to retry
+        assert all(json.loads(line)["error"] for line in (study / "out" / "large.jsonl").open())
+
+
+def test_an_interrupted_judge_exits_130_and_decides_nothing(study, stub_server, monkeypatch, capsys):
+    """Ctrl-C during the strong judge's run: the finished judgments are kept in its file, no table is written,
+    and the same command resumes and decides."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(study / "cache"))
+    import judge.run as judge_run
+
+    real = judge_run._run
+    calls = []
+
+    def interrupted_after_a_few(options, rubric, criteria, items, mode, keys):
+        calls.append(options.output)
+        return real(options, rubric, criteria, list(items)[:5], mode, keys).__class__("interrupted",
+                                                                                      Path(options.output))
+
+    monkeypatch.setattr(judge_run, "_run", interrupted_after_a_few)
+    argv = ["escalate", "--judge", f"small={study / 'small.jsonl'}", "--judge", _toml(study, GOOD),
+            "--base-url", stub_server.base_url, "--human", str(study / "labels.csv"), "--alpha", "0.2",
+            "--delta", "0.1", "--units", "cells", "--path-cells", str(PATH_CELLS),
+            "--output", str(study / "decisions.csv"), "--output-dir", str(study / "out")]
+    assert main(argv) == 130
+    assert len(calls) == 1 and len(cells_of(study / "out" / "large.jsonl")) == 5
+    assert not (study / "decisions.csv").exists() and not (study / "out" / "decisions.csv").exists()
+    monkeypatch.setattr(judge_run, "_run", real)
+    capsys.readouterr()
+    assert main(argv) == 0 and (study / "decisions.csv").exists()
+
+
+def test_the_python_api_raises_what_stopped_the_judge(study, stub_server):
+    stub_server.configure(faults=[("429", -1)], retry_after="0.01")
+    with pytest.raises(RunStopped, match="judge large: some judgments failed") as stopped:
+        calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl",
+                                                    "large": RunOptions(**large_options(study, stub_server.base_url))},
+                             judgments_dir=study / "out", **OPTIONS)
+    assert stopped.value.exit_code == 1 and stopped.value.judge == "large"
