@@ -232,3 +232,39 @@ def test_the_python_api_raises_what_stopped_the_judge(study, stub_server):
                                                     "large": RunOptions(**large_options(study, stub_server.base_url))},
                              judgments_dir=study / "out", **OPTIONS)
     assert stopped.value.exit_code == 1 and stopped.value.judge == "large"
+
+
+def test_a_judge_on_batch_files_exits_3_until_its_answers_are_in_and_the_same_command_carries_on(study, capsys):
+    """A strong judge whose options write batch files for a runner (batch_dir): escalate says what to run and exits
+    3 like `judge score`, decides nothing meanwhile, and the same command reads the answers and goes on (a second
+    request set, the escalated cells, gets folders of its own); the decisions are those of the judge asked online."""
+    from batch_server import BatchServer
+    from test_batch import run_through
+
+    server = BatchServer().start()
+    try:
+        toml = GOOD + f'backend = "openai"\nbase_url = "{server.base_url}"\ncache = "cache"\nbatch_dir = "batches"\n'
+        argv = ["escalate", "--judge", f"small={study / 'small.jsonl'}", "--judge", _toml(study, toml),
+                "--human", str(study / "labels.csv"), "--alpha", "0.2", "--delta", "0.1", "--units", "cells",
+                "--path-cells", str(PATH_CELLS), "--output", str(study / "decisions.csv"),
+                "--output-dir", str(study / "out")]
+        codes = []
+        for _ in range(4):
+            code = main(argv)
+            codes.append(code)
+            err = capsys.readouterr().err
+            if code != 3:
+                break
+            assert "judge large waits for batch answers" in err and "run the same `judge escalate` command" in err
+            assert not (study / "decisions.csv").exists() and not (study / "out" / "decisions.csv").exists()
+            waiting = [p for p in (study / "batches").rglob("*.jsonl") if not p.name.endswith(".out.jsonl")
+                       and not p.with_name(p.name.removesuffix(".jsonl") + ".out.jsonl").exists()]
+            assert waiting and all(p.name in err or str(p) in err or p.parent.name in err for p in waiting)
+            run_through(server, waiting)
+        assert codes == [3, 3, 0]  # the path and labelled cells, then the escalated ones
+        online = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl", "large": large_options(
+            study, server.base_url, cache=str(study / "cache-online"))}, judgments_dir=study / "online", **OPTIONS)
+        assert (study / "decisions.csv").read_text() == online.decisions_csv()
+        assert cells_of(study / "out" / "large.jsonl") == cells_of(study / "online" / "large.jsonl")
+    finally:
+        server.stop()

@@ -22,6 +22,13 @@ examples:
   judge escalate --judge small={EXAMPLES}/small.jsonl --judge large={EXAMPLES}/large.jsonl \\
       --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 --output decisions.csv --output-dir out/escalate
 
+  # the strong judge run by escalate itself from its run options (large.toml: rubric, items, model, logprobs),
+  # only on the labelled cells, 60 cells that fix the path and the cells the cheap judge escalates; its judgments
+  # go to out/escalate-run/large.jsonl (a rerun resumes them); cost.csv says how many judgments it was spared
+  judge escalate --judge small={EXAMPLES}/small.jsonl --judge large={EXAMPLES}/large.toml \\
+      --base-url http://127.0.0.1:8000/v1 --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 --path-cells 60 \\
+      --output decisions-run.csv --output-dir out/escalate-run
+
   # one judge alone, a report, and 10 dialogues drawn at random in the plan (the part `judge estimate` takes) for
   # `judge export --plan out/escalate-large`
   judge escalate --judge large={EXAMPLES}/large.jsonl --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 \\
@@ -36,16 +43,23 @@ of them accepts at most its q most confident share), so the guarantee holds for 
 binomial test over cells, or a betting test over dialogues when labels come in whole dialogues (--units; cells of
 one dialogue are not independent). Too few labels for alpha and delta (even no disagreement could not pass):
 refused, saying how many.
+a judge given as run options (NAME=OPTIONS.toml or .json; the keys are judge score's flags, underscored or not;
+paths read from the file's folder; output, criteria and block mode are escalate's to choose) is run by escalate
+itself through the run API, on the cells the cascade needs from it only: the labelled cells and the cells that fix
+the path first, then those every judge before it escalated (a first judge: every item of its input). Its judgments
+go to DIR/NAME.jsonl (--output-dir; a rerun resumes them and refuses judgments its options would now ask
+differently). Without --path-cells every unlabelled cell fixes the path, so a later judge is spared nothing.
 agreement: Likert, within --tolerance points of the human mean (default 0.5); categorical, the human majority label;
 pairwise, the human majority verdict (ties and abstentions are verdicts, and can be wrong).
 confidence (--signal, default: the first the file records): probs (the verdict's probability, --logprobs), samples
 (share of --samples agreeing), order (pairwise: both orders agree), jury (share of the other judges agreeing), none.
 writes: --output DECISIONS.csv item_id,system,criterion,decided_by,verdict,confidence (one row per unlabelled cell;
 decided_by = a judge NAME or human); with --output-dir: decisions.csv, thresholds.csv, path.csv (every step tested),
-risk_coverage.csv, signals.csv, cost.csv, pending.csv (cells a judge must still judge: a cascade in rounds),
-and plan.csv + plan.json (the dialogues with a cell for humans, part
-targeted; --random-dialogues N adds a uniform random part) for `judge export --plan DIR`.
-exit: 0 done, 2 bad input (nothing written).
+risk_coverage.csv, signals.csv, cost.csv (cells run, tokens, cells judged and spared per judge), pending.csv (cells
+a judge given as a file must still judge: a cascade in rounds), and plan.csv + plan.json (the dialogues with a cell
+for humans, part targeted; --random-dialogues N adds a uniform random part) for `judge export --plan DIR`.
+exit: 0 done, 1 a judge run by escalate failed, 2 bad input, 3 a judge run by escalate waits for batch answers
+(it says what to run; the same command carries on), 130 interrupted; on all but 0 no decision is written.
 """
 
 
