@@ -11,7 +11,6 @@ drawn one by one; the strong judge is the stub (logprobs; it always answers the 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,53 +19,21 @@ import pytest
 
 import calibration
 from calibration.cascade.escalate import path_sample
+from cascade_sim import SYSTEMS, judged_cells, strong_options, write_study
 from calibration.cascade.runs import RunStopped
 from judge.cli import main
 from judge.errors import JudgeError
 from judge.options import RunOptions
 from judge.run import run
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "escalate"
-DIALOGUES, SYSTEMS, PATH_CELLS = 80, ("alpha", "beta", "gamma"), 40
+DIALOGUES, PATH_CELLS = 80, 40
 OPTIONS = dict(alpha=0.2, delta=0.1, units="cells", path_cells=PATH_CELLS)
 
 
 @pytest.fixture
 def study(tmp_path):
     """items.jsonl, toy.yaml, small.jsonl (the cheap judge) and labels.csv in tmp_path; returns tmp_path."""
-    rng = np.random.default_rng(5)
-    shutil.copy(EXAMPLE / "toy.yaml", tmp_path / "toy.yaml")
-    items, small, labels = [], [], []
-    for d in range(DIALOGUES):
-        item = f"d{d:03d}"
-        for system in SYSTEMS:
-            items.append({"id": item, "system": system, "candidate": f"summary {system} of chat {d}",
-                          "dialogue": [{"speaker": "customer", "text": f"question number {d}"},
-                                       {"speaker": "agent", "text": f"answer to {d}"}]})
-            truth = int(rng.integers(1, 6))
-            wrong = truth + 2 if truth <= 3 else truth - 2
-            samples = [truth] * 3 if rng.random() < 0.6 else [wrong, wrong, truth]
-            small.append({"id": item, "system": system, "criterion": "clarity", "score": float(np.mean(samples)),
-                          "samples": samples, "rubric": "toy@1", "model": "small-model", "backend": "openai",
-                          "usage": {"prompt_tokens": 100, "completion_tokens": 5}})
-            if rng.random() < 0.5:
-                labels.append({"item_id": item, "system": system, "annotator": "a1", "criterion": "clarity",
-                               "score": truth})
-    (tmp_path / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
-    (tmp_path / "small.jsonl").write_text("".join(json.dumps(s) + "\n" for s in small), encoding="utf-8")
-    pd.DataFrame(labels).to_csv(tmp_path / "labels.csv", index=False)
-    return tmp_path
-
-
-def large_options(study: Path, url: str, **more) -> dict:
-    return {"rubric": str(study / "toy.yaml"), "input": str(study / "items.jsonl"), "backend": "openai",
-            "base_url": url, "model": "stub-large", "logprobs": True, "cache": str(study / "cache"),
-            "progress": False, **more}
-
-
-def cells_of(path: Path) -> set:
-    return {(r["id"], r["system"]) for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
+    return write_study(tmp_path, DIALOGUES)
 
 
 def test_a_run_judge_decides_as_if_it_had_judged_every_cell_and_judges_only_what_the_cascade_needs(study,
@@ -76,12 +43,12 @@ def test_a_run_judge_decides_as_if_it_had_judged_every_cell_and_judges_only_what
     whose strong judge judged all 240 cells; it was asked for exactly the labelled cells, the path's cells and the
     cells the cheap judge escalated, and the saving is in cost.csv."""
     result = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl",
-                                                         "large": large_options(study, stub_server.base_url)},
+                                                         "large": strong_options(study, stub_server.base_url)},
                                   judgments_dir=study / "out", **OPTIONS)
     assert result.pending.empty
-    full = run(RunOptions(**large_options(study, stub_server.base_url), output=str(study / "full.jsonl"),
+    full = run(RunOptions(**strong_options(study, stub_server.base_url), output=str(study / "full.jsonl"),
                            criteria=["clarity"]))
-    assert full.status == "complete" and len(cells_of(study / "full.jsonl")) == DIALOGUES * len(SYSTEMS)
+    assert full.status == "complete" and len(judged_cells(study / "full.jsonl")) == DIALOGUES * len(SYSTEMS)
     every = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl", "large": study / "full.jsonl"},
                                  **OPTIONS)
     assert result.decisions_csv() == every.decisions_csv()
@@ -97,7 +64,7 @@ def test_a_run_judge_decides_as_if_it_had_judged_every_cell_and_judges_only_what
     kept_by_small = set(zip(*[every.decisions.loc[every.decisions["decided_by"] == "small", c]
                               for c in ("item_id", "system")]))
     escalated = {c for c in cells if c not in labelled and c not in kept_by_small}
-    judged = cells_of(study / "out" / "large.jsonl")
+    judged = judged_cells(study / "out" / "large.jsonl")
     assert judged == labelled | path | escalated
     assert len(kept_by_small - path) > 20  # the cheap judge kept cells the strong one never saw
 
@@ -112,13 +79,13 @@ def test_a_run_judge_decides_as_if_it_had_judged_every_cell_and_judges_only_what
 def test_a_rerun_asks_nothing_and_decides_the_same(study, stub_server):
     """Resumable: a second escalate finds every judgment in DIR/large.jsonl and sends no request; a run whose
     options changed (another model) is refused by the run (its file is another judge's), naming the judge."""
-    judges = {"small": study / "small.jsonl", "large": large_options(study, stub_server.base_url)}
+    judges = {"small": study / "small.jsonl", "large": strong_options(study, stub_server.base_url)}
     first = calibration.escalate(study / "labels.csv", judges, judgments_dir=study / "out", **OPTIONS)
     asked = stub_server.stats.total
     again = calibration.escalate(study / "labels.csv", judges, judgments_dir=study / "out", **OPTIONS)
     assert stub_server.stats.total == asked and again.decisions_csv() == first.decisions_csv()
     lines = (study / "out" / "large.jsonl").read_bytes()
-    judges["large"] = large_options(study, stub_server.base_url, model="another-model")
+    judges["large"] = strong_options(study, stub_server.base_url, model="another-model")
     with pytest.raises(JudgeError, match=r"judge large \(options\): .* made differently .* redo_changed = true"):
         calibration.escalate(study / "labels.csv", judges, judgments_dir=study / "out", **OPTIONS)
     assert (study / "out" / "large.jsonl").read_bytes() == lines and stub_server.stats.total == asked
@@ -127,17 +94,17 @@ def test_a_rerun_asks_nothing_and_decides_the_same(study, stub_server):
 def test_the_cheapest_judge_given_as_run_options_judges_every_item(study, stub_server):
     """A first judge that is a run judges every cell of its input (each passes it first); the one after it the
     cells the cascade needs; both files are the run's own."""
-    cheap = large_options(study, stub_server.base_url, model="stub-cheap", logprobs=False, samples=3)
+    cheap = strong_options(study, stub_server.base_url, model="stub-cheap", logprobs=False, samples=3)
     result = calibration.escalate(study / "labels.csv", {"cheap": cheap,
-                                                         "large": large_options(study, stub_server.base_url)},
+                                                         "large": strong_options(study, stub_server.base_url)},
                                   judgments_dir=study / "out", criteria="clarity", **OPTIONS)
-    assert len(cells_of(study / "out" / "cheap.jsonl")) == DIALOGUES * len(SYSTEMS)
+    assert len(judged_cells(study / "out" / "cheap.jsonl")) == DIALOGUES * len(SYSTEMS)
     assert result.pending.empty and set(result.judges) == {"cheap", "large"}
-    assert cells_of(study / "out" / "large.jsonl") <= cells_of(study / "out" / "cheap.jsonl")
+    assert judged_cells(study / "out" / "large.jsonl") <= judged_cells(study / "out" / "cheap.jsonl")
 
 
 def test_the_cli_runs_the_judge_from_a_toml_file_and_prints_the_saving(study, stub_server, capsys):
-    toml = "\n".join(f"{k} = {json.dumps(v)}" for k, v in large_options(study, stub_server.base_url).items()
+    toml = "\n".join(f"{k} = {json.dumps(v)}" for k, v in strong_options(study, stub_server.base_url).items()
                      if k not in ("base_url", "rubric", "input", "cache"))
     (study / "large.toml").write_text(toml + '\nrubric = "toy.yaml"\ninput = "items.jsonl"\n', encoding="utf-8")
     code = main(["escalate", "--judge", f"small={study / 'small.jsonl'}", "--judge", f"large={study / 'large.toml'}",
@@ -149,7 +116,7 @@ def test_the_cli_runs_the_judge_from_a_toml_file_and_prints_the_saving(study, st
     cost = pd.read_csv(study / "out" / "cost.csv").set_index("what")
     spared = int(cost.loc["judge large", "spared"])
     assert spared > 20 and f"{spared:,} judgments spared" in captured.out
-    assert cost.loc["judge large", "judged"] == len(cells_of(study / "out" / "large.jsonl"))
+    assert cost.loc["judge large", "judged"] == len(judged_cells(study / "out" / "large.jsonl"))
     assert pd.read_csv(study / "out" / "pending.csv").empty
 
 
@@ -218,7 +185,7 @@ def test_an_interrupted_judge_exits_130_and_decides_nothing(study, stub_server, 
             "--delta", "0.1", "--units", "cells", "--path-cells", str(PATH_CELLS),
             "--output", str(study / "decisions.csv"), "--output-dir", str(study / "out")]
     assert main(argv) == 130
-    assert len(calls) == 1 and len(cells_of(study / "out" / "large.jsonl")) == 5
+    assert len(calls) == 1 and len(judged_cells(study / "out" / "large.jsonl")) == 5
     assert not (study / "decisions.csv").exists() and not (study / "out" / "decisions.csv").exists()
     monkeypatch.setattr(judge_run, "_run", real)
     capsys.readouterr()
@@ -229,7 +196,7 @@ def test_the_python_api_raises_what_stopped_the_judge(study, stub_server):
     stub_server.configure(faults=[("429", -1)], retry_after="0.01")
     with pytest.raises(RunStopped, match="judge large: some judgments failed") as stopped:
         calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl",
-                                                    "large": RunOptions(**large_options(study, stub_server.base_url))},
+                                                    "large": RunOptions(**strong_options(study, stub_server.base_url))},
                              judgments_dir=study / "out", **OPTIONS)
     assert stopped.value.exit_code == 1 and stopped.value.judge == "large"
 
@@ -262,9 +229,9 @@ def test_a_judge_on_batch_files_exits_3_until_its_answers_are_in_and_the_same_co
             assert waiting and all(p.name in err or str(p) in err or p.parent.name in err for p in waiting)
             run_through(server, waiting)
         assert codes == [3, 3, 0]  # the path and labelled cells, then the escalated ones
-        online = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl", "large": large_options(
+        online = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl", "large": strong_options(
             study, server.base_url, cache=str(study / "cache-online"))}, judgments_dir=study / "online", **OPTIONS)
         assert (study / "decisions.csv").read_text() == online.decisions_csv()
-        assert cells_of(study / "out" / "large.jsonl") == cells_of(study / "online" / "large.jsonl")
+        assert judged_cells(study / "out" / "large.jsonl") == judged_cells(study / "online" / "large.jsonl")
     finally:
         server.stop()
