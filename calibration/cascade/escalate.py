@@ -543,6 +543,8 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     >>> sorted(set(result.decisions["decided_by"])) <= ["human", "large", "small"]
     True
     """
+    from pathlib import Path
+
     from .runs import is_run_judge, judge_cells, judgments_path, load_run_judge
 
     options = _checked_options(alpha=alpha, delta=delta, criteria=criteria, tolerance=tolerance, signal=signal,
@@ -555,6 +557,12 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
         raise CalibrationError(f"judge {next(iter(runs))} is given as run options: its judgments need a folder "
                                "(--output-dir DIR; judgments_dir= in Python), where a rerun resumes them")
     files = {n: judgments_path(judgments_dir, n) for n in runs}
+    given = [Path(str(s)) for n, s in listed if n not in runs and isinstance(s, (str, Path))] + \
+        ([Path(str(human))] if isinstance(human, (str, Path)) else [])
+    for name, path in files.items():
+        if any(g.exists() and path.exists() and g.samefile(path) for g in given):
+            raise CalibrationError(f"judge {name}'s judgments would go to {path}, which is an input of this run: "
+                                   "choose another --output-dir or another NAME")
     first = listed[0][0]
     if first in runs:
         # every cell passes the cheapest judge first: it judges every item of its input, and its cells are the
