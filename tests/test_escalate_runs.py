@@ -126,47 +126,64 @@ def test_the_cli_runs_the_judge_from_a_toml_file_and_prints_the_saving(study, st
 
 # -- bad input: (what the user gives, the message, the exit code); nothing is decided or written -----------------
 
-def _toml(study, text: str) -> str:
-    (study / "large.toml").write_text(text, encoding="utf-8")
-    return f"large={study / 'large.toml'}"
+def _toml(study, text: str, name: str = "large.toml") -> str:
+    (study / name).write_text(text, encoding="utf-8")
+    return f"large={study / name}"
 
 
 GOOD = 'rubric = "toy.yaml"\ninput = "items.jsonl"\nmodel = "stub-large"\nlogprobs = true\nprogress = false\n'
+GOOD_JSON = '{"rubric": "toy.yaml", "input": "items.jsonl", "model": "stub-large", "progress": false'
+# (case, the options file's name and text, what the message says, the exit code)
 BAD_RUNS = [
-    ("samples zero", GOOD + "samples = 0\n", "--samples must be at least 1, got 0", 2),
-    ("misspelt option", GOOD + 'samplez = 3\n', "unknown option 'samplez'; did you mean samples?", 2),
-    ("not a number", GOOD + 'temperature = "hot"\n', "--temperature must be a number, got 'hot'", 2),
-    ("output chosen", GOOD + 'output = "mine.jsonl"\n', "'output' is escalate's to choose", 2),
-    ("criteria chosen", GOOD + 'criteria = ["clarity"]\n', "'criteria' is escalate's to choose", 2),
-    ("block mode", GOOD + 'mode = "block"\n', "a cascade asks for single cells", 2),
-    ("no input", 'rubric = "toy.yaml"\nmodel = "m"\n', "'input' is required", 2),
-    ("toml syntax", GOOD + "samples = \n", "not valid TOML", 2),
-    ("not the judged items", GOOD.replace("items.jsonl", "few.jsonl"), "has no item id", 2),
-    ("no output dir", GOOD, "its judgments need a folder (--output-dir DIR", 2),
-    ("judge fails", GOOD, "judge large: some judgments failed", 1),
+    ("samples zero", "large.toml", GOOD + "samples = 0\n", "--samples must be at least 1, got 0", 2),
+    ("misspelt option", "large.toml", GOOD + "samplez = 3\n", "unknown option 'samplez'; did you mean samples?", 2),
+    ("not a number", "large.toml", GOOD + 'temperature = "hot"\n', "--temperature must be a number, got 'hot'", 2),
+    ("unknown backend", "large.toml", GOOD + 'backend = "gpt"\n',
+     "--backend must be one of local, openai, vllm, got 'gpt'", 2),
+    ("not a server", "large.toml", GOOD + 'base_url = "ftp://host"\n', "--base-url ftp://host: not a server URL", 2),
+    ("output chosen", "large.toml", GOOD + 'output = "mine.jsonl"\n', "'output' is escalate's to choose", 2),
+    ("criteria chosen", "large.toml", GOOD + 'criteria = ["clarity"]\n', "'criteria' is escalate's to choose", 2),
+    ("block mode", "large.toml", GOOD + 'mode = "block"\n', "a cascade asks for single cells", 2),
+    ("no input", "large.toml", 'rubric = "toy.yaml"\nmodel = "m"\n', "'input' is required", 2),
+    ("toml syntax", "large.toml", GOOD + "samples = \n", "large.toml: not valid TOML", 2),
+    ("json syntax", "large.json", GOOD_JSON + ",\n}", "large.json:2: not valid JSON", 2),
+    ("json list", "large.json", "[1, 2]", "run options must be a table of option = value", 2),
+    ("no such file", "elsewhere.toml", GOOD, "missing.toml: no such file", 2),
+    ("not the judged items", "large.toml", GOOD.replace("items.jsonl", "few.jsonl"), "has no item id 'd0000'", 2),
+    ("no output dir", "large.toml", GOOD, "its judgments need a folder (--output-dir DIR", 2),
+    ("onto an input", "large.toml", GOOD, "which is an input of this run", 2),
+    ("judge fails", "large.toml", GOOD, "judge large: some judgments failed", 1),
 ]
 
 
-@pytest.mark.parametrize("case, text, message, code", BAD_RUNS, ids=[r[0] for r in BAD_RUNS])
+@pytest.mark.parametrize("case, name, text, message, code", BAD_RUNS, ids=[r[0] for r in BAD_RUNS])
 def test_bad_run_judges_are_refused_naming_the_judge_and_nothing_is_decided(study, stub_server, capsys, monkeypatch,
-                                                                            case, text, message, code):
+                                                                            case, name, text, message, code):
     monkeypatch.setenv("XDG_CACHE_HOME", str(study / "cache"))
-    (study / "few.jsonl").write_text((study / "items.jsonl").read_text().splitlines()[0] + "\n", encoding="utf-8")
+    (study / "few.jsonl").write_text((study / "items.jsonl").read_text().splitlines()[-1] + "\n", encoding="utf-8")
     if case == "judge fails":
         stub_server.configure(faults=[("429", -1)], retry_after="0.01")
+    small = study / "small.jsonl"
+    if case == "onto an input":  # the cheap judge's file is where the strong judge's judgments would go
+        (study / "out").mkdir()
+        small = study / "out" / "large.jsonl"
+        small.write_bytes((study / "small.jsonl").read_bytes())
     out = [] if case == "no output dir" else ["--output-dir", str(study / "out")]
-    argv = ["escalate", "--judge", f"small={study / 'small.jsonl'}", "--judge", _toml(study, text),
+    judge = _toml(study, text, name) if case != "no such file" else f"large={study / 'missing.toml'}"
+    argv = ["escalate", "--judge", f"small={small}", "--judge", judge,
             "--base-url", stub_server.base_url, "--human", str(study / "labels.csv"), "--alpha", "0.2",
             "--delta", "0.1", "--units", "cells", "--path-cells", str(PATH_CELLS),
             "--output", str(study / "decisions.csv"), *out]
-    before = {p: p.read_bytes() for p in study.iterdir() if p.is_file()}
+    before = {p: p.read_bytes() for p in study.rglob("*") if p.is_file()}
     assert main(argv) == code
     err = capsys.readouterr().err
     assert message in err and "large" in err and "Traceback" not in err
     assert not (study / "decisions.csv").exists() and not (study / "out" / "decisions.csv").exists()
-    assert {p: p.read_bytes() for p in study.iterdir() if p.is_file() and p in before} == before
+    assert {p: p.read_bytes() for p in study.rglob("*") if p.is_file() and p in before} == before
     if case == "judge fails":  # the failures are kept in the judge's own file, for the same command to retry
         assert all(json.loads(line)["error"] for line in (study / "out" / "large.jsonl").open())
+    elif case != "onto an input":
+        assert not (study / "out").exists()  # refused before any judge ran
 
 
 @pytest.fixture
