@@ -30,6 +30,8 @@ from judge.errors import JudgeError
 from judge.options import RunOptions
 from judge.run import run
 
+ROOT = Path(__file__).resolve().parents[1]
+
 DIALOGUES, PATH_CELLS = 80, 40
 OPTIONS = dict(alpha=0.2, delta=0.1, units="cells", path_cells=PATH_CELLS)
 
@@ -267,3 +269,24 @@ def test_a_judge_on_batch_files_exits_3_until_its_answers_are_in_and_the_same_co
         assert judged_cells(study / "out" / "large.jsonl") == judged_cells(study / "online" / "large.jsonl")
     finally:
         server.stop()
+
+
+def test_a_pairwise_judge_is_run_with_judge_compare_on_the_pairs_the_cascade_needs(stub_server, tmp_path):
+    """Pairs are cells too (item, "a|b"): a strong judge given as `judge compare` options judges the labelled pairs,
+    the path's and the escalated ones only, and the decisions are those of it judging every pair."""
+    pairs = ROOT / "examples" / "pairwise"
+    strong = {"command": "compare", "rubric": "pairwise_summary", "input": str(pairs / "pairs.jsonl"),
+              "backend": "openai", "base_url": stub_server.base_url, "model": "stub", "samples": 3,
+              "cache": str(tmp_path / "cache"), "progress": False}
+    options = dict(alpha=0.3, delta=0.2, units="cells", path_cells=15)
+    result = calibration.escalate(pairs / "labels.csv", {"weak": pairs / "judgments.jsonl", "strong": strong},
+                                  judgments_dir=tmp_path / "out", **options)
+    assert run(RunOptions(**strong, output=str(tmp_path / "every.jsonl"),
+                          criteria=["faithfulness", "informativeness"])).status == "complete"
+    every = calibration.escalate(pairs / "labels.csv", {"weak": pairs / "judgments.jsonl",
+                                                        "strong": tmp_path / "every.jsonl"}, **options)
+    assert result.decisions_csv() == every.decisions_csv()
+    pd.testing.assert_frame_equal(result.thresholds, every.thresholds)
+    lines = (tmp_path / "out" / "strong.jsonl").read_text().splitlines()
+    spared = result.cost.set_index("what").loc["judge strong", "spared"]
+    assert spared > 0 and len(lines) == len((tmp_path / "every.jsonl").read_text().splitlines()) - spared
