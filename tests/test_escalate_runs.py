@@ -209,7 +209,8 @@ def test_an_interrupted_judge_exits_130_and_decides_nothing(study, stub_server, 
             time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGINT)
 
-    argv = ["escalate", "--judge", f"small={study / 'small.jsonl'}", "--judge", _toml(study, GOOD + "concurrency = 1\n"),
+    judge = _toml(study, GOOD + "concurrency = 1\n")
+    argv = ["escalate", "--judge", f"small={study / 'small.jsonl'}", "--judge", judge,
             "--base-url", stub_server.base_url, "--human", str(study / "labels.csv"), "--alpha", "0.2",
             "--delta", "0.1", "--units", "cells", "--path-cells", str(PATH_CELLS),
             "--output", str(study / "decisions.csv"), "--output-dir", str(study / "out")]
@@ -290,3 +291,12 @@ def test_a_pairwise_judge_is_run_with_judge_compare_on_the_pairs_the_cascade_nee
     lines = (tmp_path / "out" / "strong.jsonl").read_text().splitlines()
     spared = result.cost.set_index("what").loc["judge strong", "spared"]
     assert spared > 0 and len(lines) == len((tmp_path / "every.jsonl").read_text().splitlines()) - spared
+
+
+def test_a_base_url_without_a_judge_to_run_is_said_to_be_unused(study, capsys):
+    argv = ["escalate", "--judge", f"small={study / 'small.jsonl'}", "--base-url", "http://127.0.0.1:9/v1",
+            "--human", str(study / "labels.csv"), "--alpha", "0.2", "--delta", "0.1", "--units", "cells",
+            "--output", str(study / "decisions.csv")]
+    assert main(argv) == 0
+    assert "warning: --base-url is the server of the judges given as run options, and no --judge is" in \
+        capsys.readouterr().err

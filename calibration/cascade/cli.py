@@ -121,9 +121,7 @@ def run_escalate(args) -> int:
     from pathlib import Path
 
     from judge.errors import JudgeError
-    from judge.outputs import check_writable, write_files
-
-    from judge.outputs import check_folder
+    from judge.outputs import check_folder, check_writable, write_files
 
     from ..result import run_verb
     from .escalate import TABLE_FILES, escalate

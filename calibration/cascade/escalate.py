@@ -552,6 +552,8 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                                path_cells=path_cells, random_dialogues=random_dialogues, seed=seed)
     listed = judges_option(judges, "escalate", 1, reserved=(HUMAN, "cascade"))
     _signal_map(signal, [n for n, _ in listed])  # refused before any judge runs
+    if isinstance(base_url, (str, Path)):
+        base_url = [str(base_url)]
     runs = {n: load_run_judge(n, s, base_url) for n, s in listed if is_run_judge(s)}
     if runs and judgments_dir is None:
         raise CalibrationError(f"judge {next(iter(runs))} is given as run options: its judgments need a folder "
@@ -597,6 +599,9 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                                        "lacks some of them: is its input the items the other judges judged?")
             asked_before.add(request)
             judge_cells(name, runs[name], cells, files[name])
+    if base_url and not runs:  # said, not refused: a script may pass its server to every escalate it runs
+        result.warnings.append("--base-url is the server of the judges given as run options, and no --judge is "
+                               "(NAME=OPTIONS.toml or .json): it was not used")
     return result
 
 
