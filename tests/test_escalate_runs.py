@@ -155,6 +155,8 @@ BAD_RUNS = [
     ("no output dir", "large.toml", GOOD, "its judgments need a folder (--output-dir DIR", 2),
     ("onto an input", "large.toml", GOOD, "which is an input of this run", 2),
     ("judge fails", "large.toml", GOOD, "judge large: some judgments failed", 1),
+    ("a file not ours", "large.toml", GOOD, "judge large's judgments file is not one this tool wrote", 2),
+    ("a name with a folder", "large.toml", GOOD, "NAME names its judgments file, DIR/NAME.jsonl", 2),
 ]
 
 
@@ -170,8 +172,13 @@ def test_bad_run_judges_are_refused_naming_the_judge_and_nothing_is_decided(stud
         (study / "out").mkdir()
         small = study / "out" / "large.jsonl"
         small.write_bytes((study / "small.jsonl").read_bytes())
+    if case == "a file not ours":  # the user's own notes where the judge's judgments would go
+        (study / "out").mkdir()
+        (study / "out" / "large.jsonl").write_text("my notes\n", encoding="utf-8")
     out = [] if case == "no output dir" else ["--output-dir", str(study / "out")]
     judge = _toml(study, text, name) if case != "no such file" else f"large={study / 'missing.toml'}"
+    if case == "a name with a folder":
+        judge = "../large" + judge.removeprefix("large")
     argv = ["escalate", "--judge", f"small={small}", "--judge", judge,
             "--base-url", stub_server.base_url, "--human", str(study / "labels.csv"), "--alpha", "0.2",
             "--delta", "0.1", "--units", "cells", "--path-cells", str(PATH_CELLS),
@@ -184,8 +191,10 @@ def test_bad_run_judges_are_refused_naming_the_judge_and_nothing_is_decided(stud
     assert {p: p.read_bytes() for p in study.rglob("*") if p.is_file() and p in before} == before
     if case == "judge fails":  # the failures are kept in the judge's own file, for the same command to retry
         assert all(json.loads(line)["error"] for line in (study / "out" / "large.jsonl").open())
-    elif case != "onto an input":
-        assert not (study / "out").exists()  # refused before any judge ran
+    elif case in ("onto an input", "a file not ours"):
+        assert (study / "out" / "large.jsonl").read_bytes() == before[study / "out" / "large.jsonl"]
+    else:
+        assert not (study / "out").exists() and not (study / "large.jsonl").exists()  # refused before any run
 
 
 @pytest.fixture

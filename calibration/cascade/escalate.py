@@ -577,7 +577,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     # --redo-changed) before any decision uses them; a run with nothing to do starts no server.
     unchecked = {n for n in later if files[n].is_file()}
     while True:
-        sources = [(n, _run_source(files[n], runs[n]) if n in runs else s) for n, s in listed]
+        sources = [(n, _run_source(n, files[n], runs[n]) if n in runs else s) for n, s in listed]
         result = _cascade(human, sources, later=later, **options)
         wanted = result.pending[result.pending["judge"].isin(later)]
         due = set(wanted["judge"]) | unchecked
@@ -624,7 +624,7 @@ def _checked_options(*, alpha, delta, criteria, tolerance, signal, units, scale,
                 random_dialogues=random_dialogues, seed=seed_option(seed))
 
 
-def _run_source(path, judge) -> pd.DataFrame:
+def _run_source(name: str, path, judge) -> pd.DataFrame:
     """What a run judge has judged so far (its judgments file, or no judgment yet), naming the file and the rubric
     it judges with (the scale the human labels are checked against)."""
     from judge.rubric import resolve_rubric_path
@@ -632,8 +632,13 @@ def _run_source(path, judge) -> pd.DataFrame:
 
     from ..io import load_judge_scores
 
-    frame = load_judge_scores(path) if path.is_file() and path.stat().st_size > 0 else \
-        pd.DataFrame(columns=TABLE_COLUMNS)
+    frame = pd.DataFrame(columns=TABLE_COLUMNS)
+    if path.is_file() and path.stat().st_size > 0:
+        try:
+            frame = load_judge_scores(path)
+        except CalibrationError as exc:
+            raise CalibrationError(f"judge {name}'s judgments file is not one this tool wrote ({exc}): it is left "
+                                   "untouched; move it away or choose another --output-dir") from None
     frame.attrs.update(path=str(path), rubric_file=str(resolve_rubric_path(judge.options.rubric)),
                        tokens_from=str(path))
     return frame

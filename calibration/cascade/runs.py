@@ -87,6 +87,9 @@ def load_run_judge(name: str, source, base_url: list[str] | None = None) -> RunJ
     from judge.options import RunOptions
 
     where = str(source) if isinstance(source, (str, Path)) else "options"
+    if Path(name).name != name or name.startswith("."):
+        raise JudgeError(f"--judge {name}={where}: NAME names its judgments file, DIR/NAME.jsonl: give a plain name "
+                         "(no folder, not starting with a dot)")
     try:
         if isinstance(source, RunOptions):
             values = source.model_dump(exclude_unset=True)
