@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import calibration
-from calibration.cascade.escalate import path_sample
+from calibration.cascade.escalate import TABLE_FILES, path_sample
 from cascade_sim import SYSTEMS, judged_cells, strong_options, write_study
 from calibration.cascade.runs import RunStopped
 from judge.cli import main
@@ -80,6 +80,14 @@ def test_a_run_judge_decides_as_if_it_had_judged_every_cell_and_judges_only_what
     assert cost.loc["judge small", "spared"] == 0
     assert every.cost.set_index("what").loc["judge large", "spared"] == 0
     assert f"{len(cells) - len(judged):,} judgments spared" in result.text()
+    assert set(result.files()) <= set(TABLE_FILES)  # what the CLI checks before the judge runs
+
+
+def test_the_tables_checked_before_a_judge_runs_are_every_table_escalate_writes():
+    from test_escalate import JUDGES, LABELS
+
+    result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, random_dialogues=5)
+    assert set(result.files()) == set(TABLE_FILES)
 
 
 def test_a_rerun_asks_nothing_and_decides_the_same(study, stub_server):
