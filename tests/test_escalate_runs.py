@@ -103,6 +103,11 @@ def test_a_rerun_asks_nothing_and_decides_the_same(study, stub_server):
     with pytest.raises(JudgeError, match=r"judge large \(options\): .* made differently .* redo_changed = true"):
         calibration.escalate(study / "labels.csv", judges, judgments_dir=study / "out", **OPTIONS)
     assert (study / "out" / "large.jsonl").read_bytes() == lines and stub_server.stats.total == asked
+    judges["large"] = strong_options(study, stub_server.base_url, model="another-model", redo_changed=True)
+    redone = calibration.escalate(study / "labels.csv", judges, judgments_dir=study / "out", **OPTIONS)
+    records = [json.loads(line) for line in (study / "out" / "large.jsonl").read_text().splitlines()]
+    assert {r["model"] for r in records} == {"another-model"} and len(records) == len(judged_cells(
+        study / "out" / "large.jsonl")) == redone.cost.set_index("what").loc["judge large", "judged"]
 
 
 def test_the_cheapest_judge_given_as_run_options_judges_every_item(study, stub_server):
