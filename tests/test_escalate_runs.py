@@ -116,8 +116,10 @@ def test_the_cheapest_judge_given_as_run_options_judges_every_item(study, stub_s
     cheap = strong_options(study, stub_server.base_url, model="stub-cheap", logprobs=False, samples=3)
     result = calibration.escalate(study / "labels.csv", {"cheap": cheap,
                                                          "large": strong_options(study, stub_server.base_url)},
-                                  judgments_dir=study / "out", criteria="clarity", **OPTIONS)
+                                  judgments_dir=study / "out", **OPTIONS)
+    # every item, on the criteria the labels have (the toy rubric's accuracy has none: not paid for)
     assert len(judged_cells(study / "out" / "cheap.jsonl")) == DIALOGUES * len(SYSTEMS)
+    assert {json.loads(line)["criterion"] for line in (study / "out" / "cheap.jsonl").open()} == {"clarity"}
     assert result.pending.empty and set(result.judges) == {"cheap", "large"}
     assert judged_cells(study / "out" / "large.jsonl") <= judged_cells(study / "out" / "cheap.jsonl")
 

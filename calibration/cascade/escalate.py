@@ -569,7 +569,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     if first in runs:
         # every cell passes the cheapest judge first: it judges every item of its input, and its cells are the
         # cascade's cells (the later judges are asked for some of them only)
-        judge_cells(first, runs[first], _every_cell(runs[first], options["criteria"]), files[first])
+        judge_cells(first, runs[first], _every_cell(runs[first], options["criteria"], human), files[first])
     later = set(runs) - {first}
     asked_before = set()
     # Each later judge runs at least once per call, on what its file holds at least: the run checks those
@@ -644,14 +644,24 @@ def _run_source(name: str, path, judge) -> pd.DataFrame:
     return frame
 
 
-def _every_cell(judge, criteria) -> dict[str, set]:
-    """Every (item, system) of a run judge's input, for escalate's criteria (default: all of its rubric's)."""
+def _every_cell(judge, criteria, human) -> dict[str, set]:
+    """Every (item, system) of a run judge's input, for escalate's criteria (default: those of its rubric's that
+    the human labels have: a criterion without labels cannot be decided, so it is not paid for)."""
     from judge.items import ItemFile
     from judge.rubric import load_rubric
 
     rubric = load_rubric(judge.options.rubric)
+    chosen = rubric.select(criteria)
+    labels = human if isinstance(human, pd.DataFrame) else pd.read_csv(human, dtype=str, encoding="utf-8-sig")
+    labels = labels.rename(columns=lambda c: str(c).strip())
+    if criteria is None and "criterion" in labels:  # else the labels' reader says what is wrong, after the run
+        labelled = set(labels["criterion"].dropna().astype(str).str.strip())
+        chosen = [c for c in chosen if c.id in labelled]
+        if not chosen:
+            raise CalibrationError(f"the human labels name no criterion of rubric {rubric.name!r} "
+                                   f"({', '.join(c.id for c in rubric.criteria)}), which the first judge judges with")
     keys = {(item.id, item.system) for item in ItemFile(judge.options.input, rubric.inputs)}
-    return {c.id: keys for c in rubric.select(criteria)}
+    return {c.id: keys for c in chosen}
 
 
 def _cascade(human, listed, *, alpha: float, delta: float, criteria, tolerance: float, signal, units: str, scale,
