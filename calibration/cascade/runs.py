@@ -122,12 +122,12 @@ def judgments_path(directory, name: str) -> Path:
     return Path(directory) / f"{name}.jsonl"
 
 
-def judge_cells(name: str, judge: RunJudge, wanted: dict[str, set], output: Path) -> int:
-    """Run judge `name` on the `wanted` cells (criterion -> {(item_id, system)}) into `output`; the cells already
-    there are planned too, so the run checks they were made as these options would make them (else it refuses,
-    naming --redo-changed) and skips them. One run per set of criteria asking the same items. Returns the number
-    of cells planned. Raises RunStopped (failed, pending) or KeyboardInterrupt (interrupted): nothing after a run
-    that did not complete may use its file."""
+def judge_cells(name: str, judge: RunJudge, wanted: dict[str, set], output: Path) -> None:
+    """Run judge `name` on the `wanted` cells (criterion -> {(item_id, system)}) into `output`, one run per set of
+    criteria asking the same items. The caller includes the cells `output` holds already: the run checks they were
+    made as these options would make them (else it refuses, naming --redo-changed) and skips them. Raises
+    RunStopped (failed, pending) or KeyboardInterrupt (interrupted): nothing may use a run's file unless it
+    completed."""
     from judge.items import ItemFile
     from judge.rubric import load_rubric
     from judge.run import EXIT_FAILED, run
@@ -156,7 +156,7 @@ def judge_cells(name: str, judge: RunJudge, wanted: dict[str, set], output: Path
     for cells, criteria in groups.items():
         update = {"output": str(output)}
         if options.batch_dir is not None:  # each request set its own batch files: a rerun finds them again
-            digest = hashlib.sha256(json.dumps(sorted([sorted(criteria), *map(list, cells)])).encode()).hexdigest()
+            digest = hashlib.sha256(json.dumps([sorted(criteria), sorted(map(list, cells))]).encode()).hexdigest()
             update["batch_dir"] = str(Path(options.batch_dir) / f"{name}-{digest[:12]}")
         print(f"judge {name}: {len(cells)} cells x {len(criteria)} criteria ({', '.join(criteria)}) into {output}",
               file=sys.stderr)
@@ -165,7 +165,7 @@ def judge_cells(name: str, judge: RunJudge, wanted: dict[str, set], output: Path
                           criteria=rubric.select(criteria))
         except JudgeError as exc:  # refused before asking anything (a stale file, a bad server...): say whose
             flag = " (in its run options: redo_changed = true)" if "--redo-changed" in str(exc) else ""
-            raise type(exc)(f"judge {name} ({judge.where}): {exc}{flag}") from None
+            raise JudgeError(f"judge {name} ({judge.where}): {exc}{flag}") from None
         for line in outcome.messages():
             print(f"judge {name}: {line}", file=sys.stderr)
         if outcome.status == "interrupted":
@@ -177,4 +177,3 @@ def judge_cells(name: str, judge: RunJudge, wanted: dict[str, set], output: Path
         if outcome.status != "complete":
             raise RunStopped(f"judge {name}: some judgments failed (see above); {output} keeps the finished ones: "
                              "run the same command to retry them; no decision was made", EXIT_FAILED, name)
-    return sum(len(c) * len(k) for c, k in groups.items())
