@@ -530,7 +530,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     whose accepted verdicts agree with the human labels (`human`: the calibration set) at >= 1 - alpha with
     probability >= 1 - delta.
 
-    A judge may also be given as run options (a `judge.RunOptions`, a dict of them, or a .json / .toml file of
+    A judge may also be given as run options (a `judge.options.RunOptions`, a dict of them, or a .json / .toml file of
     them: see calibration/cascade/runs.py): escalate then runs it itself, through `judge.run`, on the cells the
     cascade needs from it only (the labelled cells, the cells that fix the path, and those every judge before it
     escalated), into `judgments_dir`/NAME.jsonl, and carries on down the cascade once its run is complete.
