@@ -33,6 +33,12 @@ Agreement per scale: a Likert verdict agrees when it lies within `tolerance` poi
 verdict when it is the human majority label (on a tie among annotators, one of the tied labels); a pairwise verdict
 (1 / 2 / 0 = tie) when it is the human majority verdict for the pair (or the one the human means give). Abstentions
 and ties are verdicts, and can be wrong. A failed judgment is never accepted.
+
+A judge given as run options is judged by the cascade itself (`runs.py`, through `judge.run`), round by round as a
+user would: the labelled cells and the cells that fix the path first, then the cells every judge before it
+escalated. The thresholds depend on those first cells only (the path's sample is drawn from the cells and the seed,
+never from a confidence or a label), so the statistics are those of the judge run on every cell; the cells it never
+judged are what `cost.csv` counts as spared.
 """
 
 from __future__ import annotations
