@@ -324,3 +324,20 @@ def test_a_base_url_without_a_judge_to_run_is_said_to_be_unused(study, capsys):
     assert main(argv) == 0
     assert "warning: --base-url is the server of the judges given as run options, and no --judge is" in \
         capsys.readouterr().err
+
+
+def test_a_jury_signal_needs_the_strong_judge_on_every_cell_and_decides_the_same(study, stub_server):
+    """The cheap judge's confidence is the share of the other judges agreeing: on a cell the strong judge has not
+    judged it is nothing, so the cascade asks the strong judge for every cell; the decisions are those of the full
+    run, and nothing is spared."""
+    options = dict(OPTIONS, signal="small=jury")
+    result = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl",
+                                                         "large": strong_options(study, stub_server.base_url)},
+                                  judgments_dir=study / "out", **options)
+    assert run(RunOptions(**strong_options(study, stub_server.base_url), output=str(study / "full.jsonl"),
+                          criteria=["clarity"])).status == "complete"
+    every = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl", "large": study / "full.jsonl"},
+                                 **options)
+    assert result.decisions_csv() == every.decisions_csv() and result.thresholds.equals(every.thresholds)
+    assert result.cost.set_index("what").loc["judge large", "spared"] == 0
+    assert judged_cells(study / "out" / "large.jsonl") == judged_cells(study / "full.jsonl")
