@@ -341,3 +341,14 @@ def test_a_jury_signal_needs_the_strong_judge_on_every_cell_and_decides_the_same
     assert result.decisions_csv() == every.decisions_csv() and result.thresholds.equals(every.thresholds)
     assert result.cost.set_index("what").loc["judge large", "spared"] == 0
     assert judged_cells(study / "out" / "large.jsonl") == judged_cells(study / "full.jsonl")
+
+
+def test_without_path_cells_the_later_judge_judges_every_cell_and_is_told_how_to_be_spared(study, stub_server):
+    options = {k: v for k, v in OPTIONS.items() if k != "path_cells"}
+    result = calibration.escalate(study / "labels.csv", {"small": study / "small.jsonl",
+                                                         "large": strong_options(study, stub_server.base_url)},
+                                  judgments_dir=study / "out", **options)
+    assert len(judged_cells(study / "out" / "large.jsonl")) == DIALOGUES * len(SYSTEMS)
+    assert result.cost.set_index("what").loc["judge large", "spared"] == 0
+    assert any("without --path-cells every unlabelled cell fixes the path, so large judged every cell" in w
+               for w in result.warnings)

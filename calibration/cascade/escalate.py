@@ -605,6 +605,10 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                                        "lacks some of them: is its input the items the other judges judged?")
             asked_before.add(request)
             judge_cells(name, runs[name], cells, files[name])
+    if later and options["path_cells"] is None:
+        result.warnings.append("without --path-cells every unlabelled cell fixes the path, so "
+                               f"{', '.join(sorted(later))} judged every cell: --path-cells N (e.g. a few hundred) "
+                               "spares a later judge the cells the judges before it keep")
     if base_url and not runs:  # said, not refused: a script may pass its server to every escalate it runs
         result.warnings.append("--base-url is the server of the judges given as run options, and no --judge is "
                                "(NAME=OPTIONS.toml or .json): it was not used")
