@@ -48,9 +48,9 @@ def write_study(folder: Path, dialogues: int, labelled: float = 0.5, confident: 
 
 
 def strong_options(folder: Path, url: str, **more) -> dict:
-    """The strong judge's run options: the stub server, with logprobs (its confidence)."""
+    """The strong judge's run options: the stub server through the OpenAI SDK, with logprobs (its confidence)."""
     return {"rubric": str(folder / "toy.yaml"), "input": str(folder / "items.jsonl"), "backend": "openai",
-            "base_url": url, "model": "stub-large", "logprobs": True, "cache": str(folder / "cache"),
+            "base_url": url, "client": "sdk", "model": "stub-large", "logprobs": True, "cache": str(folder / "cache"),
             "progress": False, **more}
 
 

@@ -148,7 +148,8 @@ def _toml(study, text: str, name: str = "large.toml") -> str:
     return f"large={study / name}"
 
 
-GOOD = 'rubric = "toy.yaml"\ninput = "items.jsonl"\nmodel = "stub-large"\nlogprobs = true\nprogress = false\n'
+GOOD = ('rubric = "toy.yaml"\ninput = "items.jsonl"\nmodel = "stub-large"\nlogprobs = true\nprogress = false\n'
+        'client = "sdk"\n')
 GOOD_JSON = '{"rubric": "toy.yaml", "input": "items.jsonl", "model": "stub-large", "progress": false'
 # (case, the options file's name and text, what the message says, the exit code)
 BAD_RUNS = [
@@ -301,7 +302,7 @@ def test_a_pairwise_judge_is_run_with_judge_compare_on_the_pairs_the_cascade_nee
     the path's and the escalated ones only, and the decisions are those of it judging every pair."""
     pairs = ROOT / "examples" / "pairwise"
     strong = {"command": "compare", "rubric": "pairwise_summary", "input": str(pairs / "pairs.jsonl"),
-              "backend": "openai", "base_url": stub_server.base_url, "model": "stub", "samples": 3,
+              "backend": "openai", "base_url": stub_server.base_url, "client": "sdk", "model": "stub", "samples": 3,
               "cache": str(tmp_path / "cache"), "progress": False}
     options = dict(alpha=0.3, delta=0.2, units="cells", path_cells=15)
     result = calibration.escalate(pairs / "labels.csv", {"weak": pairs / "judgments.jsonl", "strong": strong},
