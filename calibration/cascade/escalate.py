@@ -820,16 +820,16 @@ def _cascade(human, listed, *, alpha: float, delta: float, criteria, tolerance: 
                                 "categorical": "the human majority label (on a tie, one of the tied labels)",
                                 "pairwise": "the human majority verdict for the pair, tie (0) included, or the one "
                                             "the human means give"}[kind]
-        # A cascade run in rounds: each judge must judge the labelled cells and the cells that fix the path (first),
-        # then the cells every
-        # judge before it escalated; what it has not judged yet is pending (run it on them, then escalate again: the
-        # thresholds depend on the labelled and the path's cells only, so they settle once those are judged).
+        # A cascade run in rounds: each judge must judge the labelled cells and the cells that fix the path first,
+        # then the cells every judge before it escalated; what it has not judged yet is pending (run it on them, then
+        # escalate again: the thresholds depend on the labelled and the path's cells only, so they settle once those
+        # are judged).
         judged = np.column_stack([rows[n]["status"].notna().to_numpy() for n in names])
         waiting = set()
         fixing = np.union1d(path_pool, np.flatnonzero(is_cal))  # the thresholds depend on these cells only
         for j, n in enumerate(names):
             waiting |= {(i, n) for i in fixing if not judged[i, j]}
-        if not waiting:  # the thresholds are final only once every judge has judged the path's cells
+        if not waiting:  # the thresholds are final only once every judge has judged those cells
             for i in np.nonzero(pool)[0]:
                 if first[i] < 0:
                     j = next((j for j in range(len(names)) if not judged[i, j]), None)
