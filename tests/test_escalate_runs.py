@@ -353,3 +353,19 @@ def test_without_path_cells_the_later_judge_judges_every_cell_and_is_told_how_to
     assert result.cost.set_index("what").loc["judge large", "spared"] == 0
     assert any("without --path-cells every unlabelled cell fixes the path, so large judged every cell" in w
                for w in result.warnings)
+
+
+def test_pending_lists_the_labelled_cells_a_later_judge_given_as_a_file_lacks():
+    """The thresholds depend on the labelled cells too: a later judge's file without them has them pending (with
+    the path's), so a cascade run by hand in rounds asks for what a run judge is asked for."""
+    import judge
+    from test_escalate import JUDGES, LABELS
+
+    large = judge.judgments_frame(JUDGES["large"])
+    labels = pd.read_csv(LABELS)
+    labelled = set(zip(labels["item_id"], labels["system"]))
+    some = large[[c not in labelled for c in zip(large["item_id"], large["system"])]]  # no labelled cell
+    result = calibration.escalate(LABELS, {"small": JUDGES["small"], "large": some}, alpha=0.2, delta=0.1,
+                                  path_cells=60)
+    pending = set(zip(result.pending["item_id"], result.pending["system"]))
+    assert set(result.pending["judge"]) == {"large"} and pending == labelled
