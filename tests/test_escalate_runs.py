@@ -369,3 +369,13 @@ def test_pending_lists_the_labelled_cells_a_later_judge_given_as_a_file_lacks():
                                   path_cells=60)
     pending = set(zip(result.pending["item_id"], result.pending["system"]))
     assert set(result.pending["judge"]) == {"large"} and pending == labelled
+
+
+def test_a_bad_label_is_refused_before_the_cheapest_run_judge_judges_anything(study, stub_server):
+    labels = (study / "labels.csv").read_text().splitlines()
+    first = labels[1].rsplit(",", 1)[0]
+    (study / "labels.csv").write_text("\n".join([labels[0], f"{first},9", *labels[2:]]) + "\n", encoding="utf-8")
+    cheap = strong_options(study, stub_server.base_url, model="stub-cheap")
+    with pytest.raises(JudgeError, match="labels.csv:2"):  # the line of the bad label
+        calibration.escalate(study / "labels.csv", {"cheap": cheap}, judgments_dir=study / "out", **OPTIONS)
+    assert stub_server.stats.total == 0 and not (study / "out").exists()

@@ -575,7 +575,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     if first in runs:
         # every cell passes the cheapest judge first: it judges every item of its input, and its cells are the
         # cascade's cells (the later judges are asked for some of them only)
-        judge_cells(first, runs[first], _every_cell(runs[first], options["criteria"], human), files[first])
+        judge_cells(first, runs[first], _every_cell(runs[first], options["criteria"], human, options["scale"]), files[first])
     later = set(runs) - {first}
     asked_before = set()
     # Each later judge runs at least once per call, on what its file holds at least: the run checks those
@@ -654,18 +654,23 @@ def _run_source(name: str, path, judge) -> pd.DataFrame:
     return frame
 
 
-def _every_cell(judge, criteria, human) -> dict[str, set]:
+def _every_cell(judge, criteria, human, scale) -> dict[str, set]:
     """Every (item, system) of a run judge's input, for escalate's criteria (default: those of its rubric's that
-    the human labels have: a criterion without labels cannot be decided, so it is not paid for)."""
+    the human labels have: a criterion without labels cannot be decided, so it is not paid for). The labels are read
+    and checked against the rubric's scales first: a bad label is refused before the judge runs, not after."""
     from judge.items import ItemFile
-    from judge.rubric import load_rubric
+    from judge.rubric import load_rubric, resolve_rubric_path
+
+    from ..io import judge_scales, read_human_labels
+    from ..options import scale_option
 
     rubric = load_rubric(judge.options.rubric)
+    named = pd.DataFrame({"rubric": [rubric.ref]})
+    named.attrs["rubric_file"] = str(resolve_rubric_path(judge.options.rubric))
+    labels = read_human_labels(human, judge_scales(named, scale_option(scale), named)[0])
     chosen = rubric.select(criteria)
-    labels = human if isinstance(human, pd.DataFrame) else pd.read_csv(human, dtype=str, encoding="utf-8-sig")
-    labels = labels.rename(columns=lambda c: str(c).strip())
-    if criteria is None and "criterion" in labels:  # else the labels' reader says what is wrong, after the run
-        labelled = set(labels["criterion"].dropna().astype(str).str.strip())
+    if criteria is None:
+        labelled = set(labels["criterion"].astype(str))
         chosen = [c for c in chosen if c.id in labelled]
         if not chosen:
             raise CalibrationError(f"the human labels name no criterion of rubric {rubric.name!r} "
