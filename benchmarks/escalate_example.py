@@ -33,8 +33,8 @@ def _judgment(item, system, score, samples, probs, tokens, model):
 LARGE_TOML = """\
 # The strong judge of the cascade as the options of a `judge score` run (the keys are its flags, underscored or
 # not): `judge escalate --judge large=examples/escalate/large.toml` runs it itself, on the cells the cascade needs
-# from it only, into OUTPUT_DIR/large.jsonl. Paths are read from this file's folder. No server is named: escalate's
-# --base-url (or $JUDGE_BASE_URLS) gives one, else the embedded model judges.
+# from it only, into OUTPUT_DIR/large.jsonl. Paths are read from this file's folder. No server is named: give it
+# with escalate's --base-url (or $JUDGE_BASE_URLS); without model, the embedded model would judge.
 rubric = "toy.yaml"
 input = "items.jsonl"
 model = "large-model"
