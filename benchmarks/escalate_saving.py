@@ -24,6 +24,8 @@ SETTINGS = [(80, 0.5, 40), (400, 0.1, 100), (400, 0.1, 300), (1000, 0.05, 200)]
 
 
 def one(folder: Path, url: str, dialogues: int, labelled: float, path_cells: int) -> dict:
+    import pandas as pd
+
     import calibration
     from cascade_sim import judged_cells, strong_options, write_study
     from judge.options import RunOptions
@@ -44,7 +46,7 @@ def one(folder: Path, url: str, dialogues: int, labelled: float, path_cells: int
             and result.path.equals(every.path))
     cost = result.cost.set_index("what").loc["judge large"]
     cells = dialogues * 3
-    return {"cells": cells, "labelled": int(len(__import__("pandas").read_csv(folder / "labels.csv"))),
+    return {"cells": cells, "labelled": len(pd.read_csv(folder / "labels.csv")),
             "path_cells": path_cells, "kept_by_cheap": int((result.decisions["decided_by"] == "small").sum()),
             "judged": int(cost["judged"]), "spared": int(cost["spared"]),
             "spared_share": cost["spared"] / cells, "file_lines": len(judged_cells(folder / "out" / "large.jsonl")),

@@ -1,11 +1,12 @@
 """`judge escalate` running its later judges itself: a judge given as run options is judged through `judge.run`
-against the project's stub server (tests/stub_server.py, through the real OpenAI SDK), on the cells the cascade needs
-from it only; the decisions, thresholds and path are those of a run where it judged every cell; its outcome is
-checked (failed: exit 1, interrupted: 130, batch pending: 3) and nothing is decided on a fragment.
+against the project's stub server (tests/stub_server.py, through the real OpenAI SDK: client sdk), on the cells the
+cascade needs from it only; the decisions, thresholds and path are those of a run where it judged every cell; its
+outcome is checked (failed: exit 1, interrupted: 130, batch pending: 3) and nothing is decided on a fragment.
 
-The study is synthetic and small: 80 dialogues x 3 systems, one criterion; a cheap judge (a JSONL of 3 samples per
-verdict) right and unanimous on about 60% of the cells, hesitant and wrong on the rest; half the cells labelled,
-drawn one by one; the strong judge is the stub (logprobs; it always answers the scale's first value).
+The study (tests/cascade_sim.py) is synthetic and small: 80 dialogues x 3 systems, one criterion; a cheap judge (a
+JSONL of 3 samples per verdict) right and unanimous on about 60% of the cells, hesitant and wrong on the rest; half
+the cells labelled, drawn one by one; the strong judge is the stub (logprobs; it always answers the scale's first
+value).
 """
 
 from __future__ import annotations
