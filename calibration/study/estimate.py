@@ -400,10 +400,10 @@ def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95) -> PPIR
     (r centred; k = 2 with lambda tuned, 1 without). lambda minimises that variance, so under an active design
     it leans on the judge where the labels went (1/pi^2-weighted least squares, not the population slope); it is
     tuned from MIN_TUNED labels on where the labelled judge scores spread (0 below), and its own error is added as
-    for a regression prediction. t quantile on n_eff - k degrees of freedom, n_eff = 1 / sum a^2 (Kish's effective
-    number of labels: n when every pi is equal). With every pi equal this is the in-sample
-    PPI++ of ppi_mean with the judged mean of f over all N dialogues. human_only: the Hajek mean of the labels
-    with its own se (n - 1 df)."""
+    for a regression prediction. t quantile on weighted_df's degrees of freedom (with lambda tuned, Satterthwaite's
+    on the terms a_i^2 r_i^2, between Kish's n_eff - 2 and n - 2; n_eff = 1 / sum a^2, n when every pi is equal).
+    With every pi equal this is the in-sample PPI++ of ppi_mean with the judged mean of f over all N dialogues.
+    human_only: the Hajek mean of the labels with its own se (n_eff - 1 df)."""
     y, f, pi = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float),
                                    np.asarray(inclusion, dtype=float))
     y, f, offset = _centred(y, f)
@@ -439,14 +439,40 @@ def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95) -> PPIR
         human_se = np.sqrt((a * a * dy * dy).sum(-1, keepdims=True) * n / (n - 1))
         var_y = (a * dy * dy).sum(-1, keepdims=True) * n / (n - 1)
         kish = a2.sum(-1, keepdims=True)
+        components = a2 * r * r  # the residual variance's terms, one per label (weighted_df)
     n, big_n, se, human_se, lam, k, var_unlabelled, var_residual, var_y = (
         v[..., 0] for v in (n, big_n, se, human_se, lam, k, var_unlabelled, var_residual, var_y))
     estimate, mean_y = estimate[..., 0] + offset, y_a[..., 0] + offset
-    # Unequal weights leave fewer degrees of freedom than labels: Kish's effective n, 1 / sum a^2 (n when equal).
     effective = np.floor(1.0 / np.maximum(kish[..., 0], 1e-12) + 1e-9)
-    quantile, human_quantile = t_quantile(confidence, effective - k), t_quantile(confidence, effective - 1)
+    quantile = t_quantile(confidence, weighted_df(components, n, k, effective))
+    human_quantile = t_quantile(confidence, effective - 1)
     return _result(estimate, se, quantile, mean_y, human_se, human_quantile, var_y, n, big_n - n, lam,
                    var_unlabelled, var_residual)
+
+
+def weighted_df(components, n, k, kish) -> np.ndarray:
+    """Degrees of freedom of the weighted PPI interval (ppi_mean_weighted). `components`: (..., N) the residual
+    variance's terms a_i^2 r_i^2 (0 where unlabelled); n, k (parameters fitted: 2 with lambda tuned, 1 without),
+    kish (1 / sum a^2): (...).
+
+    With lambda tuned, Satterthwaite's df of a sum of independent variance components (Satterthwaite 1946), each
+    a_i^2 r_i^2 a one-degree-of-freedom component whose squared variance is estimated without bias by
+    (a_i^2 r_i^2)^2 / 3 (the fourth-moment correction of von Davier 2024, arXiv 2409.14606; Johnson & Rust 1992):
+    3 (sum a^2 r^2)^2 / sum (a^2 r^2)^2, times (n - k) / n for the fitted parameters; kept between Kish's effective
+    n minus k (what equal components give: von Davier shows Kish's formula is that special case) and n - k (equal
+    weights). An informative active design draws the dialogues where the judge errs more often and weighs them
+    less, which evens out the components, so the df rises from Kish's toward n - k; residuals with heavy tails
+    (a useless signal, a rare failure drawn) give uneven components and keep Kish's. Measured
+    (benchmarks/active_design.py): 2-5 more points of labels saved at n = 20 than Kish's, coverage unchanged.
+    Without lambda (fewer than MIN_TUNED labels, or a judge that cannot be used): Kish's effective n - 1. The
+    plug-in fourth moments of 5-9 components are too noisy: with the Satterthwaite df the Hajek mean of 5-7
+    active labels covered 0.924-0.939 (Kish's: 0.940-0.965; 3,000 studies a cell)."""
+    components = np.asarray(components, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        total, squares = components.sum(-1), (components * components).sum(-1)
+        satterthwaite = np.where(squares > 0, 3.0 * total * total / squares, n) * (n - k) / n
+    tuned = k == 2
+    return np.where(tuned, np.clip(np.nan_to_num(satterthwaite, nan=0.0), kish - k, n - k), kish - 1)
 
 
 def t_quantile(confidence: float, df) -> np.ndarray:
