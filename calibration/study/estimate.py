@@ -114,8 +114,8 @@ class PPIResult:
     # Why no interval is given ("few": under MIN_LABELLED labels; "flat": the labels do not vary), or why it is the
     # bounded-scale one ("bounded": bounded_scale), "" otherwise.
     no_interval: np.ndarray = field(repr=False, default=None)
-    # How far n / width_ratio^2 overstates on average (_jensen), which effective_labels divides out; None (the
-    # weighted estimator): not corrected.
+    # How far n / width_ratio^2 overstates on average (_jensen; for the weighted estimator also the Hajek interval's
+    # design effect), which effective_labels divides out; None: not corrected.
     jensen: np.ndarray = field(repr=False, default=None)
 
     @property
@@ -440,14 +440,28 @@ def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95) -> PPIR
         var_y = (a * dy * dy).sum(-1, keepdims=True) * n / (n - 1)
         kish = a2.sum(-1, keepdims=True)
         components = a2 * r * r  # the residual variance's terms, one per label (weighted_df)
+        s_yr, s_rr = (a * dy * r).sum(-1, keepdims=True), (a * r * r).sum(-1, keepdims=True)
     n, big_n, se, human_se, lam, k, var_unlabelled, var_residual, var_y = (
         v[..., 0] for v in (n, big_n, se, human_se, lam, k, var_unlabelled, var_residual, var_y))
     estimate, mean_y = estimate[..., 0] + offset, y_a[..., 0] + offset
     effective = np.floor(1.0 / np.maximum(kish[..., 0], 1e-12) + 1e-9)
     quantile = t_quantile(confidence, weighted_df(components, n, k, effective))
     human_quantile = t_quantile(confidence, effective - 1)
-    return _result(estimate, se, quantile, mean_y, human_se, human_quantile, var_y, n, big_n - n, lam,
-                   var_unlabelled, var_residual)
+    result = _result(estimate, se, quantile, mean_y, human_se, human_quantile, var_y, n, big_n - n, lam,
+                     var_unlabelled, var_residual)
+    # effective_labels counts labels of a uniform draw, whose human-only interval is 2 t_{n-1} sqrt(var_y / n), not
+    # the Hajek interval printed beside the estimate (wider by the weights' design effect): `jensen` converts.
+    uniform_width = 2.0 * t_quantile(confidence, n - 1) * np.sqrt(np.maximum(var_y, 0.0) / n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        design_effect = ((result.human_only_ci_high - result.human_only_ci_low) / uniform_width) ** 2
+        design_effect = np.where(np.isfinite(design_effect) & (design_effect > 0), design_effect, 1.0)
+        # ... and, as for ppi_mean (_jensen), the ratio's own upward bias, on the residual terms' Satterthwaite df
+        # (unbounded: uneven terms, a heavy-tailed residual drawn or not, make se^2 noisy and the ratio high).
+        share = np.clip(var_residual / (var_unlabelled + var_residual), 0.0, 1.0)
+        rho2 = 1.0 - (1.0 - np.clip(s_yr[..., 0] ** 2 / (var_y * s_rr[..., 0]), 0.0, 1.0)) * (n - 1.0) / (n - 2.0)
+        df = np.round(2.0 * satterthwaite(components, n, k)) / 2.0
+    bias = _jensen(np.where(np.isfinite(share), share, 0.0), np.nan_to_num(rho2), df + 1.0)
+    return replace(result, jensen=design_effect * bias)
 
 
 def weighted_df(components, n, k, kish) -> np.ndarray:
@@ -467,12 +481,17 @@ def weighted_df(components, n, k, kish) -> np.ndarray:
     Without lambda (fewer than MIN_TUNED labels, or a judge that cannot be used): Kish's effective n - 1. The
     plug-in fourth moments of 5-9 components are too noisy: with the Satterthwaite df the Hajek mean of 5-7
     active labels covered 0.924-0.939 (Kish's: 0.940-0.965; 3,000 studies a cell)."""
+    tuned = k == 2
+    return np.where(tuned, np.clip(satterthwaite(components, n, k), kish - k, n - k), kish - 1)
+
+
+def satterthwaite(components, n, k) -> np.ndarray:
+    """3 (sum c)^2 / sum c^2 (n - k) / n over the last axis: weighted_df's estimate before it is bounded."""
     components = np.asarray(components, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         total, squares = components.sum(-1), (components * components).sum(-1)
-        satterthwaite = np.where(squares > 0, 3.0 * total * total / squares, n) * (n - k) / n
-    tuned = k == 2
-    return np.where(tuned, np.clip(np.nan_to_num(satterthwaite, nan=0.0), kish - k, n - k), kish - 1)
+        value = np.where(squares > 0, 3.0 * total * total / squares, n) * (n - k) / n
+    return np.nan_to_num(value, nan=0.0)
 
 
 def t_quantile(confidence: float, df) -> np.ndarray:
