@@ -66,9 +66,10 @@ def population(rng, reps, size, kind, hard, systems=1):
     return y, f, signal
 
 
-def measure(y, f, mask, prob, truth):
-    """The weighted estimator on the labels `mask` drew with probabilities `prob`: (result, width, shown, hit)."""
-    result = ppi_mean_weighted(np.where(mask, y, np.nan), f, prob)
+def measure(y, f, mask, prob, truth, bounds=None):
+    """The weighted estimator on the labels `mask` drew with probabilities `prob`, the scale `bounds` known as
+    `judge estimate` knows the rubric's: (result, width, shown, hit)."""
+    result = ppi_mean_weighted(np.where(mask, y, np.nan), f, prob, bounds=bounds)
     shown = np.isfinite(result.ci_low)
     return result, result.ci_high - result.ci_low, shown, (result.ci_low <= truth) & (truth <= result.ci_high)
 
@@ -107,19 +108,21 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
     lift = (lambda a: a) if systems == 1 else (lambda a: a[:, None, :])  # noqa: E731  (reps, size) -> per system
     out = {}
     uniform_mask = rng.random((reps, size)).argsort(1) < n
-    uniform, width_u, shown_u, hit_u = measure(y, f, lift(uniform_mask), lift(np.full((reps, size), n / size)), truth)
+    scale = None if kind == "gaussian" else (1, 5)
+    uniform, width_u, shown_u, hit_u = measure(y, f, lift(uniform_mask), lift(np.full((reps, size), n / size)), truth,
+                                               scale)
     grid = sorted({max(MIN_LABELLED, int(round(share * n))) for share in fractions})
     active = []
     for size_a in grid:
         mask, pi = active_draw(rng, signal, size_a, floor)
-        active.append(measure(y, f, lift(mask), lift(pi), truth))
+        active.append(measure(y, f, lift(mask), lift(pi), truth, scale))
     drawn, width_a, shown_a, hit_a = active[grid.index(n)]  # the active draw of n labels
     out["uniform"] = {"coverage": float(hit_u[shown_u].mean()), "width": width_u}
     out["active"] = {"coverage": float(hit_a[shown_a].mean()), "width": width_a}
     # The lowest coverage of any active draw on the grid (0.3-1.5 x n) and of any system there.
     out["worst"] = min(float(np.min(np.where(s.sum(0) > 0, (h & s).sum(0) / np.maximum(s.sum(0), 1), 1.0)))
                        for _, _, s, h in active)
-    plain = ppi_mean(np.where(lift(uniform_mask), y, np.nan), f)  # `judge estimate` on a uniform plan
+    plain = ppi_mean(np.where(lift(uniform_mask), y, np.nan), f, bounds=scale)  # `judge estimate`, a uniform plan
     out["ppi_mean"] = {"coverage": np.mean((plain.ci_low <= truth) & (truth <= plain.ci_high)),
                        "width": plain.ci_high - plain.ci_low}
     out["shown"] = float(shown_a.mean())
