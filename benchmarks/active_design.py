@@ -6,16 +6,26 @@ annotators ("likert"); the judge is f = y + e, good on most dialogues (e sd 0.25
 (e sd 1.5: the judge misreads them). The judge's uncertainty signal (what screen's items.csv calls uncertainty:
 sample spread, entropy, order disagreement) is "informative": high on the hard dialogues (0.9 +- 0.1), low
 elsewhere (0.1 +- 0.1), or "useless": the same values shuffled. Uniform: n dialogues drawn at random, estimated
-by ppi_mean_weighted with equal probabilities; active: n drawn by systematic sampling with
+by ppi_mean_weighted with equal probabilities (`uniform`) and by ppi_mean (`ppi_mean`: what `judge estimate` prints
+for a uniform plan, lambda cross-fitted from 20 labels); active: n drawn by systematic sampling with
 screen.inclusion_probabilities (proportional to the uncertainty, floored at ACTIVE_FLOOR x uniform), estimated
-by ppi_mean_weighted with those probabilities (`shown`: the share of active studies with an interval; t on
-Kish's effective n leaves none where it falls below 3). Truth: the population mean (3 for gaussian; a large draw for
-likert). `saved` = 1 - n_active / n: n_active is the number of labels the active draw needs for the mean width
-uniform gets from n, found by running the active draw at 0.3, 0.4, ..., 1.5 x n and interpolating its mean width
-(no model of how width falls with n: the judge's term, lambda^2 var(f) / N, does not fall with the labels at all,
-so 1 - (width ratio)^2 understates the saving); its Monte Carlo 95% interval by resampling the studies.
+by ppi_mean_weighted with those probabilities (`shown`: the share of active studies with an interval). The scale
+(1, 5) is passed for Likert and rare failures, as `judge estimate` knows the rubric's. Truth: the population mean
+(3 for gaussian; a large draw otherwise). `worst_active`: the lowest coverage of the active draw over the grid
+below (a minimum over 9 draws and every system, so a few points under the others by selection). `saved` = 1 -
+n_active / n: n_active is the number of labels the active draw needs for the mean width uniform (or ppi_mean) gets
+from n, found by running the active draw at 0.3, 0.4, ..., 1.5 x n and interpolating its mean width (no model of
+how width falls with n: the judge's term, lambda^2 var(f) / N, does not fall with the labels at all, so 1 - (width
+ratio)^2 understates the saving); its Monte Carlo 95% interval by resampling the studies; NaN where the active draw
+prints an interval in fewer than 98% of studies. `eff/worth`: the active draw's printed effective_labels (mean)
+over what its estimates were worth (n x the uniform draw's human-only squared error / its own), +- its MC se.
 
-    nice -n 10 python benchmarks/active_design.py
+--hard: N = 100, hard share 0.1; 2 and 6 systems (a dialogue's difficulty shared by its summaries, each system
+shifted by 0.3, the judge bad on a dialogue for all its systems, one signal per dialogue), rare failures (10% of
+summaries badly wrong, the judge calling fine those on its hard dialogues), and a constant judge (lambda 0).
+
+    nice -n 10 python benchmarks/active_design.py            # the main table (about 4 minutes at load 5)
+    nice -n 10 python benchmarks/active_design.py --hard     # the hard cases
 """
 
 from __future__ import annotations
