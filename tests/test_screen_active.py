@@ -176,7 +176,7 @@ def test_a_pilot_where_uncertainty_does_not_predict_the_error_falls_back_to_unif
 def test_the_pilot_check_goes_active_when_the_uncertainty_marks_where_the_judge_errs(signal, low, high):
     """signal_check on 60 simulated pilots of 30 dialogues (a judge bad on 20% of 100 dialogues): a useless signal
     passes about at the test's level (0.1), one that marks the bad dialogues nearly always (measured 0.92-0.94 at
-    1,000 pilots; the Spearman check it replaced, 0.53-0.55)."""
+    250 pilots; the Spearman check it replaced, 0.53-0.55 at 1,000)."""
     from active_design import population
 
     from calibration.study.screen import signal_check

@@ -368,10 +368,11 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     the judge's), so the statistic is T = sum over the pilot's dialogues of r_i^2 (1 - 1 / p~_i), positive when the
     draw puts its labels where the judge errs. Its one-sided p-value is a permutation test (the uncertainty
     shuffled among the pilot's dialogues: exact whatever the residuals' distribution when the uncertainty says
-    nothing about the error); active when p < 0.1. Measured (a judge bad on 10-20% of dialogues, 100 dialogues;
-    400-1,000 simulated pilots a cell): with a useless signal the draw stays uniform 87-94% of the time (the
-    test's level), with one that marks the bad dialogues it goes active 37-41% at 10 pilot dialogues, 68-79% at 20,
-    87-94% at 30; the Spearman correlation of the uncertainty with |r| it replaces, 19-27%, 29-42%, 36-55%."""
+    nothing about the error); active when p < 0.1. Measured (benchmarks/active_design.py's studies, a judge bad on
+    10-20% of 100 dialogues, Gaussian and Likert, 250 simulated pilots a cell, MC se about 0.03): a useless signal
+    goes active in 9-13% of pilots (the test's level), one that marks the bad dialogues in 35-43% at 10 pilot
+    dialogues, 66-81% at 20, 86-94% at 30; the Spearman correlation of the uncertainty with |r| it replaces (1,000
+    pilots a cell): 19-27%, 29-42%, 36-55%."""
     if pilot is None:
         return 1.0 - ACTIVE_FLOOR, "unchecked (no --human pilot): a useless signal costs labels"
     scores = judge[judge["status"] == "ok"].groupby(["item_id", "system", "criterion"])["score"].mean()
