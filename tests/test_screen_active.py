@@ -71,18 +71,19 @@ def test_unequal_probabilities_give_the_hajek_mean_and_its_linearised_variance()
     assert (result.ci_low, result.ci_high) == pytest.approx((mean - q * se, mean + q * se))
 
 
-@pytest.mark.parametrize("components, n, k, kish, expected", [
-    ([1.0] * 20, 20, 2, 14, 18),  # equal terms: n - k (Satterthwaite 3 * 20^2 / 20 * 18 / 20 = 54, capped)
-    ([1.0] + [1e-6] * 19, 20, 2, 14, 12),  # one term carries all: Satterthwaite 3 * 18 / 20 = 2.7, floored at Kish - k
-    ([16.0, 16.0] + [1.0] * 10, 12, 2, 8, 3 * 42 ** 2 / 522 * 10 / 12),  # between: 8.45
-    ([1.0] * 20, 20, 1, 14, 13),  # lambda not tuned: Kish's n_eff - 1 whatever the terms
+@pytest.mark.parametrize("components, n, k, kish, tuned, expected", [
+    ([1.0] * 20, 20, 2, 14, True, 18),  # equal terms: n - k (Satterthwaite 3 * 20^2 / 20 * 18 / 20 = 54, capped)
+    ([1.0] + [1e-6] * 19, 20, 2, 14, True, 12),  # one term carries all: 3 * 18 / 20 = 2.7, floored at Kish - k
+    ([16.0, 16.0] + [1.0] * 10, 12, 2, 8, True, 3 * 42 ** 2 / 522 * 10 / 12),  # between: 8.45
+    ([1.0] + [1e-6] * 29, 30, 1, 20, True, 19),  # lambda cross-fitted: nothing fitted on the labels but the mean
+    ([1.0] * 20, 20, 1, 14, False, 13),  # lambda not tuned: Kish's n_eff - 1 whatever the terms
 ])
-def test_the_weighted_df_is_satterthwaites_on_the_residual_terms_between_kish_and_n(components, n, k, kish,
+def test_the_weighted_df_is_satterthwaites_on_the_residual_terms_between_kish_and_n(components, n, k, kish, tuned,
                                                                                       expected):
     from calibration.study.estimate import weighted_df
 
-    assert float(weighted_df(np.array(components), np.float64(n), np.float64(k), np.float64(kish))) == \
-        pytest.approx(expected)
+    assert float(weighted_df(np.array(components), np.float64(n), np.float64(k), np.float64(kish),
+                             np.bool_(tuned))) == pytest.approx(expected)
 
 
 def test_effective_labels_of_unequal_weights_for_nothing_count_fewer_than_n_uniform_labels():

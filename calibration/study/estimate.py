@@ -428,6 +428,36 @@ def unseen_hidden(result: PPIResult, human, judge, bounds, confidence: float = 0
                    no_interval=np.where(tripped, "unseen", result.no_interval))
 
 
+def weighted_cross_fitted_lambdas(labelled, a, y0, fc, big_n, var_f) -> np.ndarray:
+    """Each labelled dialogue's lambda for the weighted estimator (ppi_mean_weighted), tuned on the other labelled
+    dialogues (leave one out), shrunk toward 0 as cross_fitted_lambdas shrinks ppi_mean's; 0 on unlabelled ones.
+    Arrays (..., N), zero where unlabelled: a the Hajek weights, y0 the labels, fc the judge centred on its mean over
+    all judged dialogues; big_n, var_f (..., 1).
+
+    The others' weights a_j / (1 - a_i) give the lambda minimising the weighted variance (the quadratic of the
+    docstring of ppi_mean_weighted) on them. Not cross_fitted_lambdas itself: its lambda is the unweighted slope,
+    while an active design's labels weigh 1/p and the variance to minimise has 1/p^2 terms. Tuned in-sample on the
+    same labels, lambda fitted a rare failure's skewed residuals: at n = 50 the interval covered 0.90-0.92
+    (benchmarks/active_design.py --hard); tuned on the others, lambda_i is independent of label i."""
+    terms = (a, a * y0, a * fc, a * fc * fc, a * fc * y0, a * y0 * y0)
+    squares = tuple(a * term for term in terms)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # Sums over the others, their weights renormalised to 1.
+        scale = 1.0 / (a.sum(-1, keepdims=True) - a)
+        b, by, bf, bff, bfy, byy = ((total - own) * scale for total, own in zip(_sums(*terms), terms))
+        b2, b2y, b2f, b2ff, b2fy, _ = ((total - own) * scale * scale for total, own in zip(_sums(*squares), squares))
+        mean_y, mean_fl = by / b, bf / b
+        s_ff, s_fy, s_yy = bff - mean_fl * mean_fl, bfy - mean_fl * mean_y, byy - mean_y * mean_y
+        a_ff = b2ff - 2.0 * mean_fl * b2f + mean_fl * mean_fl * b2
+        a_fy = b2fy - mean_fl * b2y - mean_y * b2f + mean_fl * mean_y * b2
+        lam = (a_fy - s_fy / big_n) / (a_ff + var_f / big_n - 2.0 * s_ff / big_n)
+        # The shrinkage of cross_fitted_lambdas on the others' weighted correlation, with Kish's n of the others.
+        r2 = np.clip(np.where(s_ff * s_yy > 0, s_fy * s_fy / (s_ff * s_yy), 0.0), 0.0, 1.0 - 1e-12)
+        t2 = r2 * (1.0 / b2 - 2.0) / (1.0 - r2)
+        lam = lam * np.clip(t2, 0.0, None) / (1.0 + np.clip(t2, 0.0, None))
+    return np.where(labelled & np.isfinite(lam), lam, 0.0)
+
+
 def _ppi_mean_weighted(human, judge, inclusion, confidence: float) -> PPIResult:
     y, f, pi = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float),
                                    np.asarray(inclusion, dtype=float))
@@ -441,23 +471,34 @@ def _ppi_mean_weighted(human, judge, inclusion, confidence: float) -> PPIResult:
         big_n = unit.sum(-1, keepdims=True).astype(float)
         y0, f0 = np.where(labelled, y, 0.0), np.where(unit, f, 0.0)
         mean_f = f0.sum(-1, keepdims=True) / big_n
-        var_f = ((np.where(unit, f0 - mean_f, 0.0)) ** 2).sum(-1, keepdims=True) / (big_n - 1)
-        y_a, f_a = (a * y0).sum(-1, keepdims=True), (a * f0).sum(-1, keepdims=True)
-        dy, df_ = np.where(labelled, y0 - y_a, 0.0), np.where(labelled, f0 - f_a, 0.0)
+        fc = np.where(unit, f0 - mean_f, 0.0)
+        var_f = (fc * fc).sum(-1, keepdims=True) / (big_n - 1)
+        y_a, f_a = (a * y0).sum(-1, keepdims=True), (a * fc).sum(-1, keepdims=True)
+        dy, df_ = np.where(labelled, y0 - y_a, 0.0), np.where(labelled, fc - f_a, 0.0)
         var_fa = (a * df_ * df_).sum(-1, keepdims=True)
         estimable = (n >= MIN_TUNED) & (var_fa * n / (n - 1) >= MIN_SPREAD * var_f) & (var_f > 0)
-        # The variance as a quadratic in lambda: its minimum (see the docstring).
+        # As ppi_mean: from MIN_CROSS_FITTED labels each label's lambda is tuned on the others; from MIN_TUNED to
+        # MIN_CROSS_FITTED - 1 one lambda is fitted on them all (the variance's quadratic in lambda, see the
+        # docstring), k = 2 parameters, and its own error added as for a regression prediction (leverage).
+        crossed = estimable & (n >= MIN_CROSS_FITTED)
+        fitted = estimable & ~crossed
         a2 = a * a
-        s_fy, s_ff = (a * df_ * dy).sum(-1, keepdims=True), var_fa
-        a_fy, a_ff = (a2 * df_ * dy).sum(-1, keepdims=True), (a2 * df_ * df_).sum(-1, keepdims=True)
-        lam = np.where(estimable, (a_fy - s_fy / big_n) / (a_ff + var_f / big_n - 2.0 * s_ff / big_n), 0.0)
-        lam = np.where(np.isfinite(lam), lam, 0.0)
-        k = np.where(lam != 0, 2.0, 1.0)
-        r = np.where(labelled, dy - lam * df_, 0.0)
+        s_fy, a_fy, a_ff = (a * df_ * dy).sum(-1, keepdims=True), (a2 * df_ * dy).sum(-1, keepdims=True), \
+            (a2 * df_ * df_).sum(-1, keepdims=True)
+        in_sample = (a_fy - s_fy / big_n) / (a_ff + var_f / big_n - 2.0 * var_fa / big_n)
+        lams = np.where(crossed, weighted_cross_fitted_lambdas(labelled, a, y0, np.where(labelled, fc, 0.0),
+                                                               big_n, var_f),
+                        np.where(fitted & labelled & np.isfinite(in_sample), in_sample, 0.0))
+        lam = (a * lams).sum(-1, keepdims=True)
+        tuned, fitted = lam != 0, fitted & (lam != 0)
+        k = np.where(fitted, 2.0, 1.0)
+        # estimate = lambda mean_all(f) + sum_L a_i (y_i - lambda_i f_i), f centred on mean_all(f).
+        rectified = np.where(labelled, y0 - lams * fc, 0.0)
+        estimate = (a * rectified).sum(-1, keepdims=True)
+        r = np.where(labelled, rectified - estimate, 0.0)
         design = (a2 * r * r).sum(-1, keepdims=True) * n / (n - k)
-        cross = 2.0 * lam / big_n * (a * (f0 - mean_f) * r).sum(-1, keepdims=True)
-        leverage = np.where(lam != 0, (mean_f - f_a) ** 2 / var_fa, 0.0)
-        estimate = lam * mean_f + y_a - lam * f_a
+        cross = 2.0 * lam / big_n * (a * fc * r).sum(-1, keepdims=True)
+        leverage = np.where(fitted, f_a * f_a / var_fa, 0.0)  # (mean_all f - f_a)^2 / var_fa, f centred
         var_unlabelled = lam * lam * var_f / big_n + cross
         var_residual = design * (1.0 + leverage)
         se = np.sqrt(np.maximum(var_unlabelled + var_residual, 0.0))
@@ -466,11 +507,11 @@ def _ppi_mean_weighted(human, judge, inclusion, confidence: float) -> PPIResult:
         kish = a2.sum(-1, keepdims=True)
         components = a2 * r * r  # the residual variance's terms, one per label (weighted_df)
         s_yr, s_rr = (a * dy * r).sum(-1, keepdims=True), (a * r * r).sum(-1, keepdims=True)
-    n, big_n, se, human_se, lam, k, var_unlabelled, var_residual, var_y = (
-        v[..., 0] for v in (n, big_n, se, human_se, lam, k, var_unlabelled, var_residual, var_y))
+    n, big_n, se, human_se, lam, k, tuned, var_unlabelled, var_residual, var_y = (
+        v[..., 0] for v in (n, big_n, se, human_se, lam, k, tuned, var_unlabelled, var_residual, var_y))
     estimate, mean_y = estimate[..., 0] + offset, y_a[..., 0] + offset
     effective = np.floor(1.0 / np.maximum(kish[..., 0], 1e-12) + 1e-9)
-    quantile = t_quantile(confidence, weighted_df(components, n, k, effective))
+    quantile = t_quantile(confidence, weighted_df(components, n, k, effective, tuned))
     human_quantile = t_quantile(confidence, effective - 1)
     result = _result(estimate, se, quantile, mean_y, human_se, human_quantile, var_y, n, big_n - n, lam,
                      var_unlabelled, var_residual)
@@ -489,26 +530,24 @@ def _ppi_mean_weighted(human, judge, inclusion, confidence: float) -> PPIResult:
     return replace(result, jensen=design_effect * bias)
 
 
-def weighted_df(components, n, k, kish) -> np.ndarray:
+def weighted_df(components, n, k, kish, tuned) -> np.ndarray:
     """Degrees of freedom of the weighted PPI interval (ppi_mean_weighted). `components`: (..., N) the residual
-    variance's terms a_i^2 r_i^2 (0 where unlabelled); n, k (parameters fitted: 2 with lambda tuned, 1 without),
-    kish (1 / sum a^2): (...).
+    variance's terms a_i^2 r_i^2 (0 where unlabelled); n, k (parameters fitted on the labels: 2 with one lambda
+    fitted on them all, 1 with lambda cross-fitted or not tuned), kish (1 / sum a^2), tuned (lambda nonzero): (...).
 
     With lambda tuned, Satterthwaite's df of a sum of independent variance components (Satterthwaite 1946), each
     a_i^2 r_i^2 a one-degree-of-freedom component whose squared variance is estimated without bias by
     (a_i^2 r_i^2)^2 / 3 (the fourth-moment correction of von Davier 2024, arXiv 2409.14606; Johnson & Rust 1992):
     3 (sum a^2 r^2)^2 / sum (a^2 r^2)^2, times (n - k) / n for the fitted parameters; kept between Kish's effective
     n minus k (what equal components give: von Davier shows Kish's formula is that special case) and n - k (equal
-    weights). An informative active design draws the dialogues where the judge errs more often and weighs them
-    less, which evens out the components, so the df rises from Kish's toward n - k; residuals with heavy tails
-    (a useless signal, a rare failure drawn) give uneven components and keep Kish's. Measured against Kish's on
-    the same draws (the 16 cells of benchmarks/active_design.py at n = 20 and 50, 1,000 studies): 2-4 more points
-    of labels saved at n = 20 with an informative signal, 0-1 at 50, 0-2 less lost with a useless one; coverage
-    0-0.007 lower (0.944-0.969 at n = 10-20, 3,000 studies a cell).
+    weights). A cross-fitted lambda (from MIN_CROSS_FITTED labels) is tuned on other labels than the ones it
+    corrects and fits none of them, so k = 1 there, as ppi_mean's n - 1. An informative active design draws the
+    dialogues where the judge errs more often and weighs them less, which evens out the components, so the df rises
+    from Kish's toward n - k; residuals with heavy tails (a useless signal, a rare failure drawn) give uneven
+    components and keep Kish's.
     Without lambda (fewer than MIN_TUNED labels, or a judge that cannot be used): Kish's effective n - 1. The
     plug-in fourth moments of 5-9 components are too noisy: with the Satterthwaite df the Hajek mean of 5-7
     active labels covered 0.924-0.939 (Kish's: 0.940-0.965; 3,000 studies a cell)."""
-    tuned = k == 2
     return np.where(tuned, np.clip(satterthwaite(components, n, k), kish - k, n - k), kish - 1)
 
 
