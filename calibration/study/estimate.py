@@ -397,12 +397,15 @@ def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95, bounds=
         se^2     = var(phi) / N = lambda^2 var_all(f) / N + (2 lambda / N) sum_L a_i (f_i - mean_all f) r_i
                    + sum_L a_i^2 r_i^2 n / (n - k) + lambda's own error
 
-    (r centred; k = 2 with lambda tuned, 1 without). lambda minimises that variance, so under an active design
-    it leans on the judge where the labels went (1/pi^2-weighted least squares, not the population slope); it is
-    tuned from MIN_TUNED labels on where the labelled judge scores spread (0 below), and its own error is added as
+    (r centred; k parameters fitted on the labels). lambda minimises that variance, so under an active design it
+    leans on the judge where the labels went (1/pi^2-weighted least squares, not the population slope). As in
+    ppi_mean it is tuned only from MIN_TUNED labels on where the labelled judge scores spread (0 below); from
+    MIN_CROSS_FITTED labels each label's lambda_i is tuned on the other labels (weighted_cross_fitted_lambdas), the
+    estimate is lambda mean_all(f) + sum_L a_i (y_i - lambda_i f_i) with lambda = sum a_i lambda_i, and k = 1; from
+    MIN_TUNED to MIN_CROSS_FITTED - 1 one lambda is fitted on all the labels, k = 2, and its own error is added as
     for a regression prediction. t quantile on weighted_df's degrees of freedom (with lambda tuned, Satterthwaite's
-    on the terms a_i^2 r_i^2, between Kish's n_eff - 2 and n - 2; n_eff = 1 / sum a^2, n when every pi is equal).
-    With every pi equal this is the in-sample PPI++ of ppi_mean with the judged mean of f over all N dialogues.
+    on the terms a_i^2 r_i^2, between Kish's n_eff - k and n - k; n_eff = 1 / sum a^2, n when every pi is equal).
+    With every pi equal this is ppi_mean's estimator up to lambda's objective (N for m) and f's mean over all N.
     human_only: the Hajek mean of the labels with its own se (n_eff - 1 df). `bounds`: the scale (low, high), for
     unseen_hidden; None: not checked."""
     result = _ppi_mean_weighted(human, judge, inclusion, confidence)
