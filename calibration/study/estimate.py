@@ -418,9 +418,9 @@ def unseen_hidden(result: PPIResult, human, judge, bounds, confidence: float = 0
     for a uniform draw (bounded_scale) assumes labels drawn uniformly, so an active design's rows get none, and
     interval_note says why. Measured (benchmarks/active_design.py --hard, rare failures: 10% of summaries badly
     wrong, the judge missing those on its hard dialogues; 2 and 6 systems, 1,000 studies): tripped on 35-37% of
-    rows at n = 10, 15-17% at 20, 0-1% at 50; the t interval covered 0.85-0.90 on all rows at n = 10-20, 0.955-0.986
-    on those left. At n = 50 it still covers 0.90-0.92 there (skewed residuals; ppi_mean's cross-fitted lambda
-    0.94): not mended."""
+    rows at n = 10, 15-17% at 20, 0-1% at 50; the t interval covered 0.85-0.90 on all rows at n = 10-20, 0.963-0.986
+    on those left. At n = 50 it covers 0.944-0.954 with lambda cross-fitted (0.90-0.92 when lambda was fitted on
+    the labels it corrects: skewed residuals fitted)."""
     tripped = np.asarray(unseen_pull(human, judge, bounds, confidence) & np.isfinite(result.ci_low))
     if not tripped.any():
         return result
