@@ -85,7 +85,7 @@ def intervals(human, judge, combined: bool, bounds=None):
     scale (Likert), for the bounded-scale check."""
     if combined:
         return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge), bounds=bounds, fitted_judge=True)
-    return ppi_mean(human, judge, bounds=bounds)
+    return ppi_mean(human, judge, bounds=bounds, shared=True)
 
 
 def measure(human, judge, truth, combined: bool, bounds=None) -> dict:
@@ -278,7 +278,8 @@ def bimodal(rng, shape):
 def rare(reps: int, seed: int) -> None:
     """Coverage of `judge estimate`'s interval with the scale known (1-5: the bounded-scale check on) and without
     (the t interval alone), split by whether the labels hold a failure (bimodal: a five); the share of studies
-    whose row became the betting interval, and the width against the t interval. 100 judged dialogues."""
+    whose row became the betting interval, and the width against the t interval. 100 judged dialogues, two systems
+    (each a row; they share lambda below 20 labels)."""
     rng = np.random.default_rng(seed)
     shapes = {"rare 8%": lambda r, s: rare_failures(r, s, 0.08), "rare 18%": lambda r, s: rare_failures(r, s, 0.18),
               "bimodal": bimodal}
@@ -289,11 +290,13 @@ def rare(reps: int, seed: int) -> None:
         for n in (3, 4, 6, 10, 20, 50):
             keep = {key: [] for key in ("none", "known", "t", "bounded", "shown", "width", "t_width")}
             for _ in range(0, reps, 500):
-                y, f, bad = population(rng, (500, 100))
-                labelled = rng.random((500, 100)).argsort(1) < n
-                known = ppi_mean(np.where(labelled, y, np.nan), f, bounds=(1, 5))
-                alone = ppi_mean(np.where(labelled, y, np.nan), f)
-                keep["none"].append((bad & labelled).sum(1) == 0)
+                # Two systems of this shape on the same labelled dialogues: they share lambda as `judge estimate`
+                # tunes it below 20 labels.
+                y, f, bad = population(rng, (500, 2, 100))
+                labelled = (rng.random((500, 100)).argsort(1) < n)[:, None, :]
+                known = ppi_mean(np.where(labelled, y, np.nan), f, bounds=(1, 5), shared=True)
+                alone = ppi_mean(np.where(labelled, y, np.nan), f, shared=True)
+                keep["none"].append((bad & labelled).sum(-1) == 0)
                 keep["shown"].append(np.isfinite(known.ci_low))
                 keep["known"].append((known.ci_low <= truth) & (truth <= known.ci_high))
                 keep["t"].append((alone.ci_low <= truth) & (truth <= alone.ci_high))
@@ -334,7 +337,7 @@ def decoda(reps: int, seed: int) -> None:
         for n in (5, 10, 15):
             mask = rng.random((reps, d)).argsort(1) < n
             hy = np.moveaxis(np.where(mask[..., None], y[None], np.nan), 1, 2)
-            r = ppi_mean(hy, np.broadcast_to(f.T, hy.shape), bounds=(1, 5))
+            r = ppi_mean(hy, np.broadcast_to(f.T, hy.shape), bounds=(1, 5), shared=True)
             shown = np.isfinite(r.ci_low)
             hit = ((r.ci_low <= y.mean(0)) & (y.mean(0) <= r.ci_high) & shown).sum(0) / np.maximum(shown.sum(0), 1)
             ratio = np.nanmean(np.where(shown, r.ci_high - r.ci_low, np.nan), 0) / \

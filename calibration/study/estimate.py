@@ -164,8 +164,40 @@ def cross_fitted_lambdas(labelled, y0, fl, n, m, var_f) -> np.ndarray:
     return np.where(labelled & np.isfinite(lam), lam, 0.0)
 
 
-def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitted_judge: bool = False
-             ) -> PPIResult:
+def shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, rows) -> np.ndarray:
+    """One lambda per labelled dialogue shared by every row of axis -2 (the systems, or the pairs, of a
+    criterion), tuned on the other labelled dialogues of all those rows (leave one dialogue out: its labels in
+    every row) and shrunk toward 0 as cross_fitted_lambdas does; 0 on unlabelled dialogues and on rows outside
+    `rows` (those not tuned, which do not enter the fit either). Arrays: (..., R, D) with zeros where unlabelled;
+    n, m, var_f, rows: (..., R, 1).
+
+    Each row's within-row cross-products (its own means removed) are summed over rows: a common slope, estimated
+    from about R times as many labels as one row's, so its error costs about 1/R of the 1/n a per-row lambda costs
+    at n = 10-19. Valid whatever the rows' true slopes (any lambda independent of the dialogue's own labels keeps
+    its rectified term unbiased); where the slopes differ it is not each row's optimum."""
+    use = rows & labelled
+    yr, fr = np.where(use, y0, 0.0), np.where(use, fl, 0.0)
+    k = use.sum(-1, keepdims=True) - use  # each row's labelled count without dialogue i
+    totals = _sums(yr, fr, yr * yr, fr * fr, yr * fr)
+    sy, sf, syy, sff, syf = (total - own for total, own in zip(totals, (yr, fr, yr * yr, fr * fr, yr * fr)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        safe = np.maximum(k, 1)
+        c_yf = np.where(k >= 2, syf - sy * sf / safe, 0.0).sum(-2, keepdims=True)
+        c_ff = np.where(k >= 2, sff - sf * sf / safe, 0.0).sum(-2, keepdims=True)
+        c_yy = np.where(k >= 2, syy - sy * sy / safe, 0.0).sum(-2, keepdims=True)
+        # The unlabelled dialogues' share of PPI++'s denominator, n/m var(f) per row, in the same units.
+        c_u = np.where(rows & (k >= 2), (k - 1.0) * n / m * var_f, 0.0).sum(-2, keepdims=True)
+        dof = np.where(rows & (k >= 2), k - 1.0, 0.0).sum(-2, keepdims=True)
+        lam = c_yf / (c_ff + c_u)
+        product = c_ff * c_yy
+        r2 = np.clip(np.where(product > 0, c_yf * c_yf / product, 0.0), 0.0, 1.0 - 1e-12)
+        t2 = r2 * (dof - 1.0) / (1.0 - r2)
+        lam = lam * t2 / (1.0 + t2)
+    return np.where(use & np.isfinite(lam), lam, 0.0)
+
+
+def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitted_judge: bool = False,
+             shared: bool = False) -> PPIResult:
     """PPI++ estimate of the mean human score along the last axis (dialogues), vectorised over leading axes
     (systems, pairs, repetitions...).
 
@@ -177,12 +209,15 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitt
     (bounded_scale).
     `fitted_judge`: `judge` is a predictor fitted on these labels (the jury's cross-fitted regression): its spread,
     and so the judged part of se^2, is as noisy as the residual part (for effective_labels' correction, _jensen).
+    `shared`: with `lam` None, the rows of axis -2 (a criterion's systems, or its pairs) share one cross-fitted
+    lambda below MIN_CROSS_FITTED labels (shared_cross_fitted_lambdas) instead of each fitting its own on its labels.
     """
-    result = _ppi_mean(human, judge, confidence, lam, fitted_judge)
+    result = _ppi_mean(human, judge, confidence, lam, fitted_judge, shared)
     return result if bounds is None else bounded_scale(result, human, judge, bounds, confidence)
 
 
-def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False) -> PPIResult:
+def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, shared: bool = False
+              ) -> PPIResult:
     y, f = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float))
     y, f, offset = _centred(y, f)
     unit = ~np.isnan(f)
@@ -206,8 +241,16 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False) 
             estimable = (n >= MIN_TUNED) & (var_fl >= MIN_SPREAD * var_f) & (m >= 2)
             crossed = estimable & (n >= MIN_CROSS_FITTED)
             fitted = estimable & ~crossed
-            lams = np.where(crossed, cross_fitted_lambdas(labelled, y0, fl, n, m, var_f),
-                            np.where(fitted & labelled, cov / (var_fl + n / m * var_f), 0.0))
+            # Shared: the criterion's rows below MIN_CROSS_FITTED labels tune one lambda together, cross-fitted,
+            # where their labels add up to MIN_CROSS_FITTED (a lone row keeps its in-sample fit).
+            if shared:
+                together = fitted & ((fitted * n).sum(-2, keepdims=True) >= MIN_CROSS_FITTED)
+                fitted = fitted & ~together
+                pooled = shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, together)
+            else:
+                pooled = 0.0
+            own = np.where(fitted & labelled, cov / (var_fl + n / m * var_f), pooled)
+            lams = np.where(crossed, cross_fitted_lambdas(labelled, y0, fl, n, m, var_f), own)
         else:
             fixed = np.broadcast_to(np.asarray(lam, dtype=float)[..., None], labelled.shape)
             lams = np.where(labelled & (m >= 2) & np.isfinite(fixed), fixed, 0.0)
@@ -603,8 +646,8 @@ def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds
     design's weighted labels are not checked)."""
     if inclusion is not None:
         return ppi_mean_weighted(human, judge, inclusion, confidence)
-    if not combined:
-        return ppi_mean(human, judge, confidence, bounds=bounds)
+    if not combined:  # the criterion's systems (or pairs) share one cross-fitted lambda below MIN_CROSS_FITTED
+        return ppi_mean(human, judge, confidence, bounds=bounds, shared=True)
     from .predictor import cross_prediction_lambda
 
     return ppi_mean(human, judge, confidence, lam=cross_prediction_lambda(human, judge), bounds=bounds,
