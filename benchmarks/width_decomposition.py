@@ -11,11 +11,15 @@ of freedom unless said, so its width over human-only's (same labels, t on n - 1)
   f*, own      ... each system's lambda fitted on its own labels (n - 2 df and lambda's error, as `judge estimate`
                prints a single judge at 10-19 labels): the per-system cost
   jury         the cross-fitted ridge over the four judges, lambda m/(n+m) (`judge estimate --judge`)
-  one, own     the first judge alone, its lambda fitted per system (what `judge estimate` prints without --judge)
-  one, shared  the first judge alone, one cross-fitted lambda over the systems (ppi_mean(shared=True))
+  one, own     the first judge alone, its lambda fitted per system (`judge estimate` without --judge before the
+               shared lambda)
+  one, shared  the first judge alone, one cross-fitted lambda over the systems (ppi_mean(shared=True), what
+               `judge estimate` prints now)
 
-Printed: width over human-only (mean width / mean human-only width), over the analytic oracle, and coverage of
-the rows with an interval (Wilson 95%).
+Printed: width over human-only (mean width / mean human-only width), over the analytic oracle (the jury's R^2 for
+the f* and jury rows, the first judge's own r^2 for the `one` rows), coverage of the rows with an interval
+(Wilson 95%), and the mean printed effective_labels over what the estimates were worth (n x MSE(human-only) / MSE
+over the repetitions; jackknife MC se over chunks of 50).
 
     nice -n 10 python benchmarks/width_decomposition.py --repetitions 1000
 """
@@ -34,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from labels_coverage import draw  # noqa: E402
 
-from calibration.study.estimate import ppi_mean  # noqa: E402
+from calibration.study.estimate import effective_labels, ppi_mean  # noqa: E402
 from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda  # noqa: E402
 
 
@@ -65,14 +69,16 @@ def run(kind, rho, systems, n, reps, seed, big_n=100, what="mean"):
     truth = big_h.mean(0)
     pairs = np.array(list(combinations(range(systems), 2))).T if what == "diff" else None
     beta, r2, slope = best_combination(big_h, big_j, pairs)
+    r2_one = best_combination(big_h, big_j[..., :1], pairs)[1]
     if what == "diff":
         truth = truth[pairs[0]] - truth[pairs[1]]
     share = 1 - n / big_n
     analytic = np.sqrt(1 - np.mean(r2) * share)
+    analytic_one = np.sqrt(1 - np.mean(r2_one) * share)
     lam_star = slope * (big_n - n) / big_n
     rng = np.random.default_rng(seed)
-    rows = {key: {"cover": 0, "shown": 0, "w": 0.0, "h": 0.0} for key in
-            ("f*, lam*", "f*, shared", "f*, own", "jury", "jury, shared", "one, own", "one, shared")}
+    rows = {key: {"cover": 0, "shown": 0, "w": 0.0, "h": 0.0, "parts": []} for key in
+            ("f*, lam*", "f*, shared", "f*, own", "jury", "one, own", "one, shared")}
     move = lambda m: np.moveaxis(m, -1, -2)  # noqa: E731
     for start in range(0, reps, 50):
         count = min(50, reps - start)
@@ -97,7 +103,6 @@ def run(kind, rho, systems, n, reps, seed, big_n=100, what="mean"):
             "f*, shared": ppi_mean(Y, move(star), shared=True),
             "f*, own": ppi_mean(Y, move(star)),
             "jury": ppi_mean(Y, move(jury), lam=cross_prediction_lambda(Y, move(jury)), fitted_judge=True),
-            "jury, shared": ppi_mean(Y, move(jury), shared=True),
             "one, own": ppi_mean(Y, move(one)),
             "one, shared": ppi_mean(Y, move(one), shared=True),
         }
@@ -108,7 +113,23 @@ def run(kind, rho, systems, n, reps, seed, big_n=100, what="mean"):
             row["shown"] += int(shown.sum())
             row["w"] += float(np.where(shown, r.ci_high - r.ci_low, 0).sum())
             row["h"] += float(np.where(shown, r.human_only_ci_high - r.human_only_ci_low, 0).sum())
-    return analytic, rows
+            # effective_labels printed, and what the estimates were worth (n x MSE(human-only) / MSE), per chunk
+            row["parts"].append((float(np.where(shown, effective_labels(r), 0).sum()), int(shown.sum()),
+                                 float(np.where(shown, n * (r.human_only - truth) ** 2, 0).sum()),
+                                 float(np.where(shown, (r.estimate - truth) ** 2, 0).sum())))
+    return analytic, analytic_one, rows
+
+
+def printed_over_worth(parts):
+    """Mean printed effective_labels over the worth pooled over the chunks, and its jackknife MC se."""
+    parts = np.array(parts)
+
+    def ratio(p):
+        return (p[:, 0].sum() / p[:, 1].sum()) / (p[:, 2].sum() / p[:, 3].sum())
+
+    k = len(parts)
+    values = np.array([ratio(np.delete(parts, i, 0)) for i in range(k)])
+    return ratio(parts), float(np.sqrt((k - 1) / k * np.sum((values - values.mean()) ** 2)))
 
 
 def main(argv=None):
@@ -119,17 +140,20 @@ def main(argv=None):
     args = parser.parse_args(argv)
     cells = [c.split(",") for c in args.cell] or [
         [kind, rho, s, n, what] for what in ("mean", "diff") for kind in ("gaussian", "likert")
-        for rho in ("0.5", "0.9") for s in ("2", "6") for n in ("10", "20")]
-    print("cell                         | analytic | variant: width/h width/oracle cover [Wilson 95%]")
+        for rho in ("0.0", "0.3", "0.5", "0.7", "0.9") for s in ("2", "6") for n in ("10", "15", "20")]
+    print("cell                           | oracle: jury one | variant: width/h width/oracle cover [Wilson 95%] "
+          "eff/worth+-MC se   (oracle: the jury's for f* and jury rows, the first judge's for `one` rows)")
     for kind, rho, s, n, what in cells:
-        analytic, rows = run(kind, float(rho), int(s), int(n), args.repetitions, args.seed, what=what)
+        analytic, analytic_one, rows = run(kind, float(rho), int(s), int(n), args.repetitions, args.seed, what=what)
         head = f"{what} {kind} rho={rho} S={s} n={n}"
-        print(f"{head:28s} | {analytic:.3f}")
+        print(f"{head:30s} | {analytic:.3f} {analytic_one:.3f}")
         for key, row in rows.items():
             ratio = row["w"] / row["h"]
+            oracle = analytic_one if key.startswith("one") else analytic
             low, high = wilson(row["cover"], row["shown"])
-            print(f"   {key:14s} {ratio:.3f} {ratio / analytic:.3f}  {row['cover'] / row['shown']:.3f} "
-                  f"[{low:.3f}, {high:.3f}]", flush=True)
+            eff, eff_se = printed_over_worth(row["parts"])
+            print(f"   {key:12s} {ratio:.3f} {ratio / oracle:.3f}  {row['cover'] / row['shown']:.3f} "
+                  f"[{low:.3f}, {high:.3f}]  {eff:.3f}+-{eff_se:.3f}", flush=True)
 
 
 if __name__ == "__main__":
