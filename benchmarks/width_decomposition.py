@@ -132,12 +132,67 @@ def printed_over_worth(parts):
     return ratio(parts), float(np.sqrt((k - 1) / k * np.sum((values - values.mean()) ** 2)))
 
 
+def real(reps: int, seed: int, sizes=(10, 15, 20, 30)) -> None:
+    """DialSummEval (100 dialogues x 14 systems, 4 criteria, the mean of 3 annotators), QuestEval as the one judge:
+    n dialogues redrawn at random, truth = the mean over the 100; per system, coverage and width over its oracle
+    sqrt(1 - r^2 (1 - n/N)) (r: QuestEval's correlation with the humans over the 100), before (each system's lambda
+    on its own labels) and after (shared), and the shared lambda forced at 20 and 30 labels (`forced`)."""
+    import calibration.study.estimate as estimate
+    from labels_coverage import dialsummeval
+
+    criteria, systems, human, metrics, names = dialsummeval()
+    f_all = metrics[..., names.index("questeval")]
+    d = human.shape[1]
+    print(f"DialSummEval, QuestEval alone, {reps} redraws per n; per system: cover, width/oracle")
+    print("criterion     n  variant | cover min-max [Wilson of the worst] | width/h | width/oracle mean (max) ")
+    for c, criterion in enumerate(criteria):
+        y_all = human[c]
+        truth = y_all.mean(0)
+        r = np.array([np.corrcoef(y_all[:, s], f_all[:, s])[0, 1] for s in range(len(systems))])
+        for n in sizes:
+            oracle = np.sqrt(1 - r ** 2 * (1 - n / d))
+            rng = np.random.default_rng(seed + n)
+            mask = rng.random((reps, d)).argsort(1) < n
+            y = np.moveaxis(np.where(mask[..., None], y_all[None], np.nan), -1, -2)  # (reps, S, D)
+            f = np.broadcast_to(f_all.T, y.shape)
+            # with the rubric's 1-5 scale known, as `judge estimate` runs (the bounded-scale check), and the labels
+            # alone (human-only's own t interval) for reference
+            variants = {"own": lambda: ppi_mean(y, f, bounds=(1, 5)),
+                        "shared": lambda: ppi_mean(y, f, bounds=(1, 5), shared=True),
+                        "human-only": lambda: ppi_mean(y, f, lam=np.zeros(y.shape[:-1]))}
+            if n >= estimate.MIN_CROSS_FITTED:
+                def forced():
+                    saved, estimate.MIN_CROSS_FITTED = estimate.MIN_CROSS_FITTED, 10 ** 6
+                    try:
+                        return ppi_mean(y, f, bounds=(1, 5), shared=True)
+                    finally:
+                        estimate.MIN_CROSS_FITTED = saved
+                variants = {"per-system": variants["own"], "forced": forced, "human-only": variants["human-only"]}
+            for name, compute in variants.items():
+                res = compute()
+                shown = np.isfinite(res.ci_low)
+                hit = ((res.ci_low <= truth) & (truth <= res.ci_high) & shown).sum(0)
+                cover = hit / shown.sum(0)
+                worst = int(np.argmin(cover))
+                low, high = wilson(int(hit[worst]), int(shown.sum(0)[worst]))
+                width = np.where(shown, res.ci_high - res.ci_low, np.nan)
+                human_width = np.where(shown, res.human_only_ci_high - res.human_only_ci_low, np.nan)
+                ratio = np.nanmean(width, 0) / np.nanmean(human_width, 0)
+                print(f"{criterion:12s} {n:3d} {name:10s} | {cover.min():.3f}-{cover.max():.3f} [{low:.3f}, {high:.3f}] "
+                      f"| {np.nanmean(width) / np.nanmean(human_width):.3f} | {np.mean(ratio / oracle):.3f} "
+                      f"({np.max(ratio / oracle):.3f})", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repetitions", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--cell", action="append", default=[], metavar="KIND,RHO,S,N,WHAT")
+    parser.add_argument("--real", action="store_true", help="DialSummEval with QuestEval alone, per system")
     args = parser.parse_args(argv)
+    if args.real:
+        real(args.repetitions, args.seed)
+        return 0
     cells = [c.split(",") for c in args.cell] or [
         [kind, rho, s, n, what] for what in ("mean", "diff") for kind in ("gaussian", "likert")
         for rho in ("0.0", "0.3", "0.5", "0.7", "0.9") for s in ("2", "6") for n in ("10", "15", "20")]
