@@ -18,8 +18,8 @@ of freedom unless said, so its width over human-only's (same labels, t on n - 1)
 
 Printed: width over human-only (mean width / mean human-only width), over the analytic oracle (the jury's R^2 for
 the f* and jury rows, the first judge's own r^2 for the `one` rows), coverage of the rows with an interval
-(Wilson 95%), and the mean printed effective_labels over what the estimates were worth (n x MSE(human-only) / MSE
-over the repetitions; jackknife MC se over chunks of 50).
+(Wilson 95%), and the mean printed effective_labels over what the estimates were worth (var(y) / MSE over the
+repetitions, var(y) from the large draw; jackknife MC se over chunks of 50).
 
     nice -n 10 python benchmarks/width_decomposition.py --repetitions 1000
 """
@@ -70,8 +70,10 @@ def run(kind, rho, systems, n, reps, seed, big_n=100, what="mean"):
     pairs = np.array(list(combinations(range(systems), 2))).T if what == "diff" else None
     beta, r2, slope = best_combination(big_h, big_j, pairs)
     r2_one = best_combination(big_h, big_j[..., :1], pairs)[1]
+    variance = big_h.var(0)  # each row's label variance: what one human label is worth
     if what == "diff":
         truth = truth[pairs[0]] - truth[pairs[1]]
+        variance = (big_h[:, pairs[0]] - big_h[:, pairs[1]]).var(0)
     share = 1 - n / big_n
     analytic = np.sqrt(1 - np.mean(r2) * share)
     analytic_one = np.sqrt(1 - np.mean(r2_one) * share)
@@ -113,9 +115,10 @@ def run(kind, rho, systems, n, reps, seed, big_n=100, what="mean"):
             row["shown"] += int(shown.sum())
             row["w"] += float(np.where(shown, r.ci_high - r.ci_low, 0).sum())
             row["h"] += float(np.where(shown, r.human_only_ci_high - r.human_only_ci_low, 0).sum())
-            # effective_labels printed, and what the estimates were worth (n x MSE(human-only) / MSE), per chunk
+            # effective_labels printed, and what the estimates were worth (var(y) / MSE: the human-only mean's MSE
+            # is var(y) / n exactly), per chunk
             row["parts"].append((float(np.where(shown, effective_labels(r), 0).sum()), int(shown.sum()),
-                                 float(np.where(shown, n * (r.human_only - truth) ** 2, 0).sum()),
+                                 float(np.where(shown, variance, 0).sum()),
                                  float(np.where(shown, (r.estimate - truth) ** 2, 0).sum())))
     return analytic, analytic_one, rows
 

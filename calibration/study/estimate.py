@@ -234,6 +234,7 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, 
         var_f = np.sum(f0 * f0, -1, keepdims=True) / (n + m - 1)  # f0 is centred on the judged mean
         cov = (np.sum(y0 * fl, -1, keepdims=True) - sy * sf / n) / (n - 1)
         fitted = np.zeros(n.shape, dtype=bool)  # rows whose lambda is fitted on their own labels
+        together = np.zeros(n.shape, dtype=bool)  # rows sharing one cross-fitted lambda
         if lam is None:
             # lambda is tuned only where it can be: enough labels, and labelled dialogues whose judge scores
             # spread over a fair part of the judge's range. Both conditions look at the judge's scores only,
@@ -285,6 +286,15 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, 
         # (1 - r^2)); there the plug-in overstated by 1-5% (n = 10, rho 0.5-0.9) and the correction overshot to
         # 0.95: left uncorrected.
         jensen = np.where(fitted, 1.0, _jensen(noisy, rho2, n))
+        # A shared lambda's own error, (lambda_hat - lambda) (mean_U f - mean_L f), is not in se^2 (the t quantile
+        # absorbs it: coverage 0.95-0.96 at n = 10), but it is in what the estimate is worth: effective_labels
+        # counts it, var(lambda_hat) = s_r^2 C_ff / (C_ff + C_u)^2 from the rows' pooled sums (without it the
+        # printed value overstated a strong judge's worth by 6% at n = 10, 2 systems).
+        c_ff = np.where(together, sff - sf * sf / n, 0.0).sum(-2, keepdims=True)
+        c_u = np.where(together, (n - 1.0) * n / m * var_f, 0.0).sum(-2, keepdims=True)
+        lambda_error = np.where(together & (lam_bar != 0),
+                                s_r2 * c_ff / (c_ff + c_u) ** 2 * (mean_fu - sf / n) ** 2, 0.0)
+        jensen = jensen * (1.0 + np.where(se > 0, lambda_error / se ** 2, 0.0))
     # The (..., 1) sums back to one value per row, the centring undone.
     n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen = (
         a[..., 0] for a in (n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen))
