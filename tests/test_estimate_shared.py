@@ -99,9 +99,9 @@ def test_no_lambda_has_seen_its_own_dialogues_labels():
 
 
 @pytest.mark.parametrize("systems, n, shared", [
-    (1, 12, False),  # a lone row has nothing to share with: its own in-sample fit, as without `shared`
-    (1, 19, False),
-    (2, 10, True),   # 2 x 10 labels: enough to tune one lambda together
+    (1, 12, True),   # a lone row: cross-fitted on its own other labels, not fitted in-sample
+    (1, 19, True),
+    (2, 10, True),
     (3, 6, False),   # under MIN_TUNED labels: no lambda at all (human-only), shared or not
     (2, 25, False),  # from MIN_CROSS_FITTED on: each row's own cross-fitted lambda
 ])
@@ -110,6 +110,9 @@ def test_which_rows_share(systems, n, shared):
     together, alone = ppi_mean(human, judge, shared=True), ppi_mean(human, judge)
     same = np.allclose(together.ci_high, alone.ci_high) and np.allclose(together.lam, alone.lam)
     assert same != shared
+    if systems == 1 and shared:  # the lone row's lambdas are cross_fitted_lambdas' (leave one out), t on n - 1
+        np.testing.assert_allclose(together.ci_high - together.estimate,
+                                   stats.t.ppf(0.975, n - 1) * together.se, rtol=1e-12)
 
 
 def test_rows_with_other_slopes_still_cover():

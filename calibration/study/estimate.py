@@ -164,6 +164,11 @@ def cross_fitted_lambdas(labelled, y0, fl, n, m, var_f) -> np.ndarray:
     return np.where(labelled & np.isfinite(lam), lam, 0.0)
 
 
+def _over_rows(a: np.ndarray) -> np.ndarray:
+    """Sums over the rows (axis -2) of (..., R, 1) or (..., R, D) arrays, kept as an axis; one row (1-d): as is."""
+    return a.sum(-2, keepdims=True) if a.ndim >= 2 else a
+
+
 def shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, rows) -> np.ndarray:
     """One lambda per labelled dialogue shared by every row of axis -2 (the systems, or the pairs, of a
     criterion), tuned on the other labelled dialogues of all those rows (leave one dialogue out: its labels in
@@ -182,12 +187,12 @@ def shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, rows) -> np.ndarr
     sy, sf, syy, sff, syf = (total - own for total, own in zip(totals, (yr, fr, yr * yr, fr * fr, yr * fr)))
     with np.errstate(invalid="ignore", divide="ignore"):
         safe = np.maximum(k, 1)
-        c_yf = np.where(k >= 2, syf - sy * sf / safe, 0.0).sum(-2, keepdims=True)
-        c_ff = np.where(k >= 2, sff - sf * sf / safe, 0.0).sum(-2, keepdims=True)
-        c_yy = np.where(k >= 2, syy - sy * sy / safe, 0.0).sum(-2, keepdims=True)
+        c_yf = _over_rows(np.where(k >= 2, syf - sy * sf / safe, 0.0))
+        c_ff = _over_rows(np.where(k >= 2, sff - sf * sf / safe, 0.0))
+        c_yy = _over_rows(np.where(k >= 2, syy - sy * sy / safe, 0.0))
         # The unlabelled dialogues' share of PPI++'s denominator, n/m var(f) per row, in the same units.
-        c_u = np.where(rows & (k >= 2), (k - 1.0) * n / m * var_f, 0.0).sum(-2, keepdims=True)
-        dof = np.where(rows & (k >= 2), k - 1.0, 0.0).sum(-2, keepdims=True)
+        c_u = _over_rows(np.where(rows & (k >= 2), (k - 1.0) * n / m * var_f, 0.0))
+        dof = _over_rows(np.where(rows & (k >= 2), k - 1.0, 0.0))
         lam = c_yf / (c_ff + c_u)
         product = c_ff * c_yy
         r2 = np.clip(np.where(product > 0, c_yf * c_yf / product, 0.0), 0.0, 1.0 - 1e-12)
@@ -242,16 +247,14 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, 
             estimable = (n >= MIN_TUNED) & (var_fl >= MIN_SPREAD * var_f) & (m >= 2)
             crossed = estimable & (n >= MIN_CROSS_FITTED)
             fitted = estimable & ~crossed
-            # Shared: the criterion's rows below MIN_CROSS_FITTED labels tune one lambda together, cross-fitted,
-            # where their labels add up to MIN_CROSS_FITTED (a lone row keeps its in-sample fit).
+            # Shared: the criterion's rows below MIN_CROSS_FITTED labels tune one lambda together, cross-fitted
+            # (a lone row: on its own other labels); otherwise each fits its own on all its labels.
             if shared:
-                together = fitted & ((fitted * n).sum(-2, keepdims=True) >= MIN_CROSS_FITTED)
-                fitted = fitted & ~together
-                pooled = shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, together)
+                together, fitted = fitted, np.zeros(n.shape, dtype=bool)
+                below = shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, together)
             else:
-                pooled = 0.0
-            own = np.where(fitted & labelled, cov / (var_fl + n / m * var_f), pooled)
-            lams = np.where(crossed, cross_fitted_lambdas(labelled, y0, fl, n, m, var_f), own)
+                below = np.where(fitted & labelled, cov / (var_fl + n / m * var_f), 0.0)
+            lams = np.where(crossed, cross_fitted_lambdas(labelled, y0, fl, n, m, var_f), below)
         else:
             fixed = np.broadcast_to(np.asarray(lam, dtype=float)[..., None], labelled.shape)
             lams = np.where(labelled & (m >= 2) & np.isfinite(fixed), fixed, 0.0)
@@ -290,8 +293,8 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, 
         # absorbs it: coverage 0.95-0.96 at n = 10), but it is in what the estimate is worth: effective_labels
         # counts it, var(lambda_hat) = s_r^2 C_ff / (C_ff + C_u)^2 from the rows' pooled sums (without it the
         # printed value overstated a strong judge's worth by 6% at n = 10, 2 systems).
-        c_ff = np.where(together, sff - sf * sf / n, 0.0).sum(-2, keepdims=True)
-        c_u = np.where(together, (n - 1.0) * n / m * var_f, 0.0).sum(-2, keepdims=True)
+        c_ff = _over_rows(np.where(together, sff - sf * sf / n, 0.0))
+        c_u = _over_rows(np.where(together, (n - 1.0) * n / m * var_f, 0.0))
         lambda_error = np.where(together & (lam_bar != 0),
                                 s_r2 * c_ff / (c_ff + c_u) ** 2 * (mean_fu - sf / n) ** 2, 0.0)
         jensen = jensen * (1.0 + np.where(se > 0, lambda_error / se ** 2, 0.0))
