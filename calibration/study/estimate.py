@@ -29,11 +29,17 @@ by n:
   judged, 6,000 repetitions): coverage 0.944-0.955; width against the oracle (the best lambda known in advance)
   within 3% at n = 20 and 1% at 50; with a useless judge 1.010 x the human-only width at 20, 1.002 at 50 (the
   in-sample lambda below: 1.044 and 1.026).
-- From MIN_TUNED = 10 to 19 labels, lambda is fitted on all the row's labels and the interval is that of a
+- From MIN_TUNED = 10 to 19 labels, `judge estimate` (ppi_mean's `shared`) gives a criterion's systems (or its
+  pairs) one lambda, cross-fitted over all their labels (shared_cross_fitted_lambdas: each dialogue's from the other
+  dialogues' labels in every system; a lone row's from its own other labels); t on n - 1. A lambda estimated from n
+  labels costs about 1/n of the variance (at n = 10, 9% of width fitted per system); shared over S systems about
+  1/(nS): width within 0.4-4.3% of the oracle at n = 10 for means (benchmarks/width_decomposition.py). Where the
+  systems' best lambdas differ a shared one is not their optimum (still unbiased: no lambda sees its own labels);
+  on DialSummEval it was 2-3% wider than each system's own at 20-30 labels, hence per system from 20 on.
+  Without `shared` (other callers), lambda is fitted on all the row's labels and the interval is that of a
   least-squares prediction of y at the unlabelled mean of f: residuals on n - 2 degrees of freedom, plus lambda's
   own error, s_e^2 (mean_U f - mean_L f)^2 / S_ff, with a t quantile on n - 2 (tests check it against statsmodels'
-  OLS prediction interval). Cross-fitted at 10-15 labels, intervals on DECODA's skewed resolution labels
-  (20 dialogues redrawn) covered 0.91-0.93: too few others to tune each lambda on.
+  OLS prediction interval).
 lambda is tuned only when the labelled dialogues' judge scores vary at least MIN_SPREAD = 1/4 as much as all judged
 ones; otherwise lambda = 0 (the human-only estimate). Both conditions look at judge scores only, never at the
 labels, so choosing does not bias the interval. No interval at all (NaN bounds and an `interval_note`) below
@@ -51,7 +57,8 @@ Measured (tests/coverage_sim.py, 4,000 repetitions, 100 judged dialogues; tests/
 the grid in CI): coverage 0.943-0.968 for the mean and the paired difference at every n in 3, 4, 6, 10, 20, 50,
 on Likert and Gaussian data, judge correlations 0, 0.3, 0.7. The price of honesty, in width against the human-only
 interval from the same labels: at n = 10 a judge uncorrelated with humans widens it by about 9% (1% at n = 20), one
-at 0.3 by 5%, while a judge at 0.7 narrows a system's mean by 14-19%. Differences between systems gain less (the
+at 0.3 by 5%, while a judge at 0.7 narrows a system's mean by 14-19% (those are one row fitted in-sample; with
+`shared`, as `judge estimate` runs, a useless judge costs 0.4-1.4% at n = 10 over 2-6 systems, 3% for a lone row). Differences between systems gain less (the
 judge's differences correlate less with the humans' than its levels do).
 
 A percentile bootstrap was not chosen: at n of about 20 it is narrower than the t interval (no n - 1, no heavier
@@ -518,8 +525,8 @@ def t_quantile(confidence: float, df) -> np.ndarray:
 MIN_LABELLED = 3
 # lambda is tuned on the labels only from this many on (see the module docstring).
 MIN_TUNED = 10
-# ... and cross-fitted from this many on; below, fitted on all the row's labels (n - 2 df and its own error):
-# cross-fitted at 10-15 labels, intervals on DECODA's skewed resolution labels covered 0.91-0.93.
+# ... and cross-fitted per row from this many on; below, shared by the criterion's rows (ppi_mean's `shared`) or
+# fitted on all the row's labels (n - 2 df and its own error).
 MIN_CROSS_FITTED = 20
 # ... and only when the labelled dialogues' judge scores vary at least this much relative to all judged ones.
 MIN_SPREAD = 0.25
