@@ -135,11 +135,11 @@ def printed_over_worth(parts):
     return ratio(parts), float(np.sqrt((k - 1) / k * np.sum((values - values.mean()) ** 2)))
 
 
-def real(reps: int, seed: int, sizes=(10, 15, 20, 30)) -> None:
+def real(reps: int, seed: int, sizes=(10, 15, 20)) -> None:
     """DialSummEval (100 dialogues x 14 systems, 4 criteria, the mean of 3 annotators), QuestEval as the one judge:
     n dialogues redrawn at random, truth = the mean over the 100; per system, coverage and width over its oracle
     sqrt(1 - r^2 (1 - n/N)) (r: QuestEval's correlation with the humans over the 100), before (each system's lambda
-    on its own labels) and after (shared), and the shared lambda forced at 20 and 30 labels (`forced`)."""
+    on its own labels) and after (shared), and the shared lambda forced at 20 labels (`forced`)."""
     import calibration.study.estimate as estimate
     from labels_coverage import dialsummeval
 
