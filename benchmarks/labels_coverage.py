@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calibration.study.estimate import effective_labels, ppi_mean  # noqa: E402
-from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda  # noqa: E402
+from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage  # noqa: E402
 
 WEIGHTS = np.array([1.0, 0.8, 0.5, 0.0])  # each judge's correlation, as a share of rho
 CHUNK = 50  # repetitions per call (memory)
@@ -80,16 +80,17 @@ def oracle_r2(human, judges):
     return levels, differences
 
 
-def intervals(human, judge, combined: bool, bounds=None):
-    """ppi_mean as `judge estimate` runs it: the judge's PPI++ lambda, or the jury's m / (n + m); `bounds`: the
-    scale (Likert), for the bounded-scale check."""
+def intervals(human, judge, combined: bool, bounds=None, leverage=None):
+    """ppi_mean as `judge estimate` runs it: the judge's PPI++ lambda, or the jury's m / (n + m) (`leverage`: its
+    fit_leverage per row); `bounds`: the scale (Likert), for the bounded-scale check."""
     if combined:
-        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge), bounds=bounds, fitted_judge=True)
+        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge), bounds=bounds, fitted_judge=True,
+                        fit_leverage=leverage)
     return ppi_mean(human, judge, bounds=bounds, shared=True)
 
 
-def measure(human, judge, truth, combined: bool, bounds=None) -> dict:
-    result = intervals(human, judge, combined, bounds)
+def measure(human, judge, truth, combined: bool, bounds=None, leverage=None) -> dict:
+    result = intervals(human, judge, combined, bounds, leverage)
     shown = np.isfinite(result.ci_low)
     covered = (result.ci_low <= truth) & (truth <= result.ci_high)
     axes = tuple(range(covered.ndim - 1))  # all but the system / pair axis
@@ -143,14 +144,15 @@ def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: i
         human, judges = draw(rng, (count, n_judged), kind, rho, systems)
         labelled = rng.random((count, n_judged)).argsort(axis=1) < n
         y = np.where(labelled[..., None], human, np.nan)
-        jury = cross_fitted_prediction(judges, y)
-        contrast = cross_fitted_prediction(judges, y, contrasts=True)  # the predictor of differences
+        jury, fit = cross_fitted_prediction(judges, y, with_fit=True)
+        contrast, contrast_fit = cross_fitted_prediction(judges, y, contrasts=True, with_fit=True)  # of differences
         move = lambda m: np.moveaxis(m, -1, -2)  # noqa: E731  (..., D, S) -> (..., S, D)
         scale = (1, 5) if kind == "likert" else None  # as `judge estimate` checks means (differences: never)
-        parts["jury_mean"].append(measure(move(y), move(jury), truth, True, scale))
+        parts["jury_mean"].append(measure(move(y), move(jury), truth, True, scale, fit_leverage(*fit)))
         parts["one_mean"].append(measure(move(y), move(judges[..., 0]), truth, False, scale))
         dy, dt = move(y[..., a] - y[..., b]), truth[a] - truth[b]
-        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True))
+        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True,
+                                          leverage=fit_leverage(*contrast_fit, a, b)))
         parts["one_diff"].append(measure(dy, move(judges[..., a, 0] - judges[..., b, 0]), dt, False))
     out = {key: combine(value) for key, value in parts.items()}
     share = 1.0 - n / n_judged

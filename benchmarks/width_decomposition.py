@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from labels_coverage import draw  # noqa: E402
 
 from calibration.study.estimate import effective_labels, ppi_mean  # noqa: E402
-from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda  # noqa: E402
+from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage  # noqa: E402
 
 
 def wilson(hits: int, count: int) -> tuple[float, float]:
@@ -89,14 +89,15 @@ def run(kind, rho, systems, n, reps, seed, big_n=100, what="mean"):
         y = np.where(labelled[..., None], human, np.nan)
         if what == "diff":
             a, b = pairs
-            jury = cross_fitted_prediction(judges, y, contrasts=True)
-            jury = jury[..., a] - jury[..., b]
+            jury, fit = cross_fitted_prediction(judges, y, contrasts=True, with_fit=True)
+            jury, leverage = jury[..., a] - jury[..., b], fit_leverage(*fit, a, b)
             dj = judges[..., a, :] - judges[..., b, :]
             star = np.einsum("...dsk,sk->...ds", dj, beta)
             one = dj[..., 0]
             y = y[..., a] - y[..., b]
         else:
-            jury = cross_fitted_prediction(judges, y)
+            jury, fit = cross_fitted_prediction(judges, y, with_fit=True)
+            leverage = fit_leverage(*fit)
             star = np.einsum("...dsk,sk->...ds", judges, beta)
             one = judges[..., 0]
         Y = move(y)
@@ -104,7 +105,8 @@ def run(kind, rho, systems, n, reps, seed, big_n=100, what="mean"):
             "f*, lam*": ppi_mean(Y, move(star), lam=np.broadcast_to(lam_star, Y.shape[:-1])),
             "f*, shared": ppi_mean(Y, move(star), shared=True),
             "f*, own": ppi_mean(Y, move(star)),
-            "jury": ppi_mean(Y, move(jury), lam=cross_prediction_lambda(Y, move(jury)), fitted_judge=True),
+            "jury": ppi_mean(Y, move(jury), lam=cross_prediction_lambda(Y, move(jury)), fitted_judge=True,
+                             fit_leverage=leverage),
             "one, own": ppi_mean(Y, move(one)),
             "one, shared": ppi_mean(Y, move(one), shared=True),
         }

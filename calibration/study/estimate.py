@@ -91,6 +91,7 @@ from scipy.special import roots_genlaguerre
 from ..alignment import expand_all_criteria
 from ..errors import CalibrationError
 from ..humans import aggregate_humans
+from .predictor import fit_leverage
 
 ESTIMATE_COLUMNS = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
                     "human_only_ci_high", "n_labelled", "n_judged", "n_dialogues", "width_ratio",
@@ -209,7 +210,7 @@ def shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, rows) -> np.ndarr
 
 
 def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitted_judge: bool = False,
-             shared: bool = False) -> PPIResult:
+             shared: bool = False, fit_leverage=None) -> PPIResult:
     """PPI++ estimate of the mean human score along the last axis (dialogues), vectorised over leading axes
     (systems, pairs, repetitions...).
 
@@ -221,15 +222,17 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitt
     (bounded_scale).
     `fitted_judge`: `judge` is a predictor fitted on these labels (the jury's cross-fitted regression): its spread,
     and so the judged part of se^2, is as noisy as the residual part (for effective_labels' correction, _jensen).
+    `fit_leverage`: per row, the variance a fitted predictor's coefficients add to the estimate over the residual
+    variance (predictor.fit_leverage), counted by effective_labels only (the t quantile absorbs it in the interval).
     `shared`: with `lam` None, the rows of axis -2 (a criterion's systems, or its pairs) share one cross-fitted
     lambda below MIN_CROSS_FITTED labels (shared_cross_fitted_lambdas) instead of each fitting its own on its labels.
     """
-    result = _ppi_mean(human, judge, confidence, lam, fitted_judge, shared)
+    result = _ppi_mean(human, judge, confidence, lam, fitted_judge, shared, fit_leverage)
     return result if bounds is None else bounded_scale(result, human, judge, bounds, confidence)
 
 
-def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, shared: bool = False
-              ) -> PPIResult:
+def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, shared: bool = False,
+              fit_leverage=None) -> PPIResult:
     y, f = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float))
     y, f, offset = _centred(y, f)
     unit = ~np.isnan(f)
@@ -304,6 +307,11 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, 
         c_u = _over_rows(np.where(together, (n - 1.0) * n / m * var_f, 0.0))
         lambda_error = np.where(together & (lam_bar != 0),
                                 s_r2 * c_ff / (c_ff + c_u) ** 2 * (mean_fu - sf / n) ** 2, 0.0)
+        # Likewise a fitted predictor's coefficients (the jury): their error moves every held-out prediction of
+        # a system together, lambda^2 s_r^2 fit_leverage (predictor.fit_leverage); se^2 treats the predictions as
+        # independent (at n = 10, 2 systems, E se^2 / MSE 0.95-0.96, with this term 0.98-0.99).
+        if fit_leverage is not None:
+            lambda_error = lambda_error + lam_bar ** 2 * s_r2 * np.asarray(fit_leverage, dtype=float)[..., None]
         jensen = jensen * (1.0 + np.where(se > 0, lambda_error / se ** 2, 0.0))
     # The (..., 1) sums back to one value per row, the centring undone.
     n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen = (
@@ -548,6 +556,8 @@ class StudyMatrices:
     judge: np.ndarray
     human: np.ndarray
     judged: np.ndarray  # bool: the judge gave a number (before imputation)
+    # A combined predictor's (gap, covariance) for predictor.fit_leverage (combined_matrices); None otherwise.
+    fit: tuple | None = None
 
 
 def judge_matrices(judge: pd.DataFrame, criterion: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -659,11 +669,11 @@ def _rows(result: PPIResult, index: int) -> dict:
             "lambda": float(result.lam[index])}
 
 
-def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds=None) -> PPIResult:
+def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds=None, leverage=None) -> PPIResult:
     """ppi_mean with the judge's lambda tuned, or for a combined (cross-fitted) predictor the design's own; with
     `inclusion` (each dialogue's probability of being drawn, an active design) the 1/p-weighted estimator.
     `bounds`: the scores' (low, high), for the bounded-scale check of a uniform draw (bounded_scale; an active
-    design's weighted labels are not checked)."""
+    design's weighted labels are not checked). `leverage`: the combined predictor's fit_leverage per row."""
     if inclusion is not None:
         return ppi_mean_weighted(human, judge, inclusion, confidence)
     if not combined:  # the criterion's systems (or pairs) share one cross-fitted lambda below MIN_CROSS_FITTED
@@ -671,12 +681,13 @@ def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds
     from .predictor import cross_prediction_lambda
 
     return ppi_mean(human, judge, confidence, lam=cross_prediction_lambda(human, judge), bounds=bounds,
-                    fitted_judge=True)
+                    fitted_judge=True, fit_leverage=leverage)
 
 
 def system_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False,
                      inclusion=None, bounds=None) -> pd.DataFrame:
-    result = _ppi(matrices.human.T, matrices.judge.T, confidence, combined, inclusion, bounds)
+    result = _ppi(matrices.human.T, matrices.judge.T, confidence, combined, inclusion, bounds,
+                  None if matrices.fit is None else fit_leverage(*matrices.fit))
     rows = []
     for j, system in enumerate(matrices.systems):
         units = ~np.isnan(matrices.judge[:, j])
@@ -698,7 +709,8 @@ def difference_estimates(matrices: StudyMatrices, confidence: float, combined: b
         return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
     judge = (matrices.judge[:, a] - matrices.judge[:, b]).T
     human = (matrices.human[:, a] - matrices.human[:, b]).T
-    result = _ppi(human, judge, confidence, combined, inclusion)
+    result = _ppi(human, judge, confidence, combined, inclusion,
+                  leverage=None if matrices.fit is None else fit_leverage(*matrices.fit, a, b))
     rows = [{"criterion": matrices.criterion, "system_a": matrices.systems[i], "system_b": matrices.systems[k],
              **_rows(result, p), "n_dialogues": int((~np.isnan(judge[p])).sum())}
             for p, (i, k) in enumerate(zip(a, b))]
@@ -793,9 +805,9 @@ def combined_matrices(matrices: StudyMatrices, judges: dict[str, pd.DataFrame], 
     from .predictor import cross_fitted_prediction
 
     units = ~np.isnan(matrices.judge)
-    combined = cross_fitted_prediction(predictor_features(matrices, judges), matrices.human, units,
-                                       contrasts=contrasts)
-    return replace(matrices, judge=combined)
+    combined, fit = cross_fitted_prediction(predictor_features(matrices, judges), matrices.human, units,
+                                            contrasts=contrasts, with_fit=True)
+    return replace(matrices, judge=combined, fit=fit)
 
 
 def targeted_summary(judge: pd.DataFrame, human: pd.DataFrame, criterion: str, targeted_items) -> pd.DataFrame:
