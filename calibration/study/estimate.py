@@ -336,7 +336,8 @@ def _jensen(share, rho2, n):
     (delta-method) version, 1 + 2 share (share - rho^2) / df, drops the 1 / df^2 terms (about a quarter of the
     bias at n = 10). Rows where it is below 1 keep 1: never raised above the plug-in. Measured at n = 10, rho 0.9
     (tests/test_estimate_effective.py): a judge with lambda fixed overstated by 7%, corrected 1.2%; the jury
-    (fitted_judge) by 14-18%, corrected 5-8% (the rest: its se^2 a little small on average at 10 labels)."""
+    (fitted_judge) by 14-18%, corrected 5-8% (the rest: its se^2 a little small on average at 10 labels, which
+    fit_leverage counts in _ppi_mean: 1.00-1.01)."""
     share, rho2, n = np.broadcast_arrays(share, rho2, n)
     df = n - 1.0  # s_r^2's degrees of freedom: lambda is not fitted on these labels
     g = np.ones(share.shape)
