@@ -6,16 +6,26 @@ annotators ("likert"); the judge is f = y + e, good on most dialogues (e sd 0.25
 (e sd 1.5: the judge misreads them). The judge's uncertainty signal (what screen's items.csv calls uncertainty:
 sample spread, entropy, order disagreement) is "informative": high on the hard dialogues (0.9 +- 0.1), low
 elsewhere (0.1 +- 0.1), or "useless": the same values shuffled. Uniform: n dialogues drawn at random, estimated
-by ppi_mean_weighted with equal probabilities; active: n drawn by systematic sampling with
+by ppi_mean_weighted with equal probabilities (`uniform`) and by ppi_mean (`ppi_mean`: what `judge estimate` prints
+for a uniform plan, lambda cross-fitted from 20 labels); active: n drawn by systematic sampling with
 screen.inclusion_probabilities (proportional to the uncertainty, floored at ACTIVE_FLOOR x uniform), estimated
-by ppi_mean_weighted with those probabilities (`shown`: the share of active studies with an interval; t on
-Kish's effective n leaves none where it falls below 3). Truth: the population mean (3 for gaussian; a large draw for
-likert). `saved` = 1 - n_active / n: n_active is the number of labels the active draw needs for the mean width
-uniform gets from n, found by running the active draw at 0.3, 0.4, ..., 1.5 x n and interpolating its mean width
-(no model of how width falls with n: the judge's term, lambda^2 var(f) / N, does not fall with the labels at all,
-so 1 - (width ratio)^2 understates the saving); its Monte Carlo 95% interval by resampling the studies.
+by ppi_mean_weighted with those probabilities (`shown`: the share of active studies with an interval). The scale
+(1, 5) is passed for Likert and rare failures, as `judge estimate` knows the rubric's. Truth: the population mean
+(3 for gaussian; a large draw otherwise). `worst_active`: the lowest coverage of the active draw over the grid
+below (a minimum over 9 draws and every system, so a few points under the others by selection). `saved` = 1 -
+n_active / n: n_active is the number of labels the active draw needs for the mean width uniform (or ppi_mean) gets
+from n, found by running the active draw at 0.3, 0.4, ..., 1.5 x n and interpolating its mean width (no model of
+how width falls with n: the judge's term, lambda^2 var(f) / N, does not fall with the labels at all, so 1 - (width
+ratio)^2 understates the saving); its Monte Carlo 95% interval by resampling the studies; NaN where the active draw
+prints an interval in fewer than 98% of studies. `eff/worth`: the active draw's printed effective_labels (mean)
+over what its estimates were worth (n x the uniform draw's human-only squared error / its own), +- its MC se.
 
-    nice -n 10 python benchmarks/active_design.py
+--hard: N = 100, hard share 0.1; 2 and 6 systems (a dialogue's difficulty shared by its summaries, each system
+shifted by 0.3, the judge bad on a dialogue for all its systems, one signal per dialogue), rare failures (10% of
+summaries badly wrong, the judge calling fine those on its hard dialogues), and a constant judge (lambda 0).
+
+    nice -n 10 python benchmarks/active_design.py            # the main table (about 4 minutes at load 5)
+    nice -n 10 python benchmarks/active_design.py --hard     # the hard cases
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate import MIN_LABELLED, ppi_mean, ppi_mean_weighted  # noqa: E402
+from calibration.study.estimate import MIN_LABELLED, effective_labels, ppi_mean, ppi_mean_weighted  # noqa: E402
 from calibration.study.screen import inclusion_probabilities, systematic_sample  # noqa: E402
 
 
@@ -37,22 +47,41 @@ from calibration.study.screen import inclusion_probabilities, systematic_sample 
 FRACTIONS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3, 1.5)
 
 
-def population(rng, reps, size, kind, hard):
-    if kind == "gaussian":
-        y = 3.0 + rng.standard_normal((reps, size))
-    else:
-        quality = rng.standard_normal((reps, size))
-        y = np.clip(np.rint(3.2 + 0.9 * quality[None] + 0.7 * rng.standard_normal((3, reps, size))), 1, 5).mean(0)
+def population(rng, reps, size, kind, hard, systems=1):
+    """(human, judge) (reps, size) for one system, (reps, systems, size) for several; signal (reps, size).
+
+    One system: y ~ N(3, 1) or a Likert mean (the main table). Several: a dialogue's difficulty shared by its
+    summaries, each system shifted by 0.3; the judge is bad on a dialogue for all its systems, and the signal is
+    the dialogue's (screen's items.csv is per dialogue). "rare": most summaries fine (about 5), 10% badly wrong (1
+    or 2), and on the hard dialogues the judge calls a failure fine (4.8): the failures it misses are rare."""
+    shape = (reps, size) if systems == 1 else (reps, systems, size)
     is_hard = rng.random((reps, size)) < hard
-    f = y + np.where(is_hard, 1.5, 0.25) * rng.standard_normal((reps, size))
+    hard_cells = is_hard if systems == 1 else is_hard[:, None, :]
+    if kind == "gaussian":
+        y = 3.0 + rng.standard_normal(shape) if systems == 1 else \
+            3.0 + 0.3 * np.arange(systems)[:, None] + 0.6 * rng.standard_normal((reps, 1, size)) \
+            + 0.8 * rng.standard_normal(shape)
+    elif kind == "likert":
+        quality = rng.standard_normal(shape) if systems == 1 else \
+            0.3 * np.arange(systems)[:, None] + 0.6 * rng.standard_normal((reps, 1, size)) + 0.8 * rng.standard_normal(shape)
+        y = np.clip(np.rint(3.2 + 0.9 * quality[None] + 0.7 * rng.standard_normal((3,) + shape)), 1, 5).mean(0)
+    else:  # rare
+        fail = rng.random(shape) < 0.1
+        y = np.where(fail, rng.integers(1, 3, shape), np.clip(np.rint(4.7 + 0.4 * rng.standard_normal(shape)), 1, 5))
+        y = y.astype(float)
+    f = y + np.where(hard_cells, 1.5, 0.25) * rng.standard_normal(shape)
+    if kind == "rare":
+        f = np.where(hard_cells & (y < 3), 4.8 + 0.25 * rng.standard_normal(shape), f)
     signal = np.clip(np.where(is_hard, 0.9, 0.1) + 0.1 * rng.standard_normal((reps, size)), 0, 1)
     return y, f, signal
 
 
-def widths(y, f, mask, prob, truth):
-    result = ppi_mean_weighted(np.where(mask, y, np.nan), f, prob)
+def measure(y, f, mask, prob, truth, bounds=None):
+    """The weighted estimator on the labels `mask` drew with probabilities `prob`, the scale `bounds` known as
+    `judge estimate` knows the rubric's: (result, width, shown, hit)."""
+    result = ppi_mean_weighted(np.where(mask, y, np.nan), f, prob, bounds=bounds)
     shown = np.isfinite(result.ci_low)
-    return result.ci_high - result.ci_low, shown, (result.ci_low <= truth) & (truth <= result.ci_high)
+    return result, result.ci_high - result.ci_low, shown, (result.ci_low <= truth) & (truth <= result.ci_high)
 
 
 def labels_needed(grid, width_means, target):
@@ -65,62 +94,116 @@ def labels_needed(grid, width_means, target):
     return np.nan
 
 
-def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, bootstrap=300, floor=None):
+def active_draw(rng, signal, size, floor=None):
+    """(mask, inclusion probabilities) of one fixed-size active draw per study, as `judge screen` draws it."""
+    pi = np.array([inclusion_probabilities(s, size, floor=floor) for s in signal])
+    mask = np.zeros(signal.shape, dtype=bool)
+    for r in range(len(signal)):
+        mask[r, systematic_sample(pi[r], rng)] = True
+    return mask, pi
+
+
+def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, bootstrap=300, floor=None,
+             systems=1, constant=False):
+    """One cell: uniform and active draws of the same studies. `constant`: the judge gives every summary the same
+    score (lambda 0: the Hajek mean of the labels)."""
     rng = np.random.default_rng(seed)
-    truth = 3.0 if kind == "gaussian" else population(np.random.default_rng(99), 1, 400_000, kind, hard)[0].mean()
-    y, f, signal = population(rng, reps, size, kind, hard)
+    big = population(np.random.default_rng(99), 1, 200_000 if systems > 1 else 400_000, kind, hard, systems)[0]
+    truth = 3.0 if kind == "gaussian" and systems == 1 else big.mean(-1)[0]
+    y, f, signal = population(rng, reps, size, kind, hard, systems)
+    if constant:
+        f = np.full_like(f, 3.0)
     if signal_kind == "useless":
         signal = rng.permuted(signal, axis=1)
+    lift = (lambda a: a) if systems == 1 else (lambda a: a[:, None, :])  # noqa: E731  (reps, size) -> per system
     out = {}
     uniform_mask = rng.random((reps, size)).argsort(1) < n
-    width_u, shown_u, hit_u = widths(y, f, uniform_mask, np.full((reps, size), n / size), truth)
+    scale = None if kind == "gaussian" else (1, 5)
+    uniform, width_u, shown_u, hit_u = measure(y, f, lift(uniform_mask), lift(np.full((reps, size), n / size)), truth,
+                                               scale)
     grid = sorted({max(MIN_LABELLED, int(round(share * n))) for share in fractions})
     active = []
     for size_a in grid:
-        pi = np.array([inclusion_probabilities(s, size_a, floor=floor) for s in signal])
-        mask = np.zeros((reps, size), dtype=bool)
-        for r in range(reps):
-            mask[r, systematic_sample(pi[r], rng)] = True
-        active.append(widths(y, f, mask, pi, truth))
-    width_a, shown_a, hit_a = active[grid.index(n)]  # the active draw of n labels
+        mask, pi = active_draw(rng, signal, size_a, floor)
+        active.append(measure(y, f, lift(mask), lift(pi), truth, scale))
+    drawn, width_a, shown_a, hit_a = active[grid.index(n)]  # the active draw of n labels
     out["uniform"] = {"coverage": float(hit_u[shown_u].mean()), "width": width_u}
     out["active"] = {"coverage": float(hit_a[shown_a].mean()), "width": width_a}
-    plain = ppi_mean(np.where(uniform_mask, y, np.nan), f)  # `judge estimate` without a plan's probabilities
+    # The lowest coverage of any active draw on the grid (0.3-1.5 x n) and of any system there.
+    out["worst"] = min(float(np.min(np.where(s.sum(0) > 0, (h & s).sum(0) / np.maximum(s.sum(0), 1), 1.0)))
+                       for _, _, s, h in active)
+    plain = ppi_mean(np.where(lift(uniform_mask), y, np.nan), f, bounds=scale)  # `judge estimate`, a uniform plan
     out["ppi_mean"] = {"coverage": np.mean((plain.ci_low <= truth) & (truth <= plain.ci_high)),
                        "width": plain.ci_high - plain.ci_low}
     out["shown"] = float(shown_a.mean())
+    # What the active estimate is worth in labels: printed (effective_labels, mean) over n x the uniform draw's
+    # human-only squared error / the active estimate's (over the studies); its MC se by resampling the studies.
+    errors = (drawn.estimate - truth) ** 2
+    effective = np.where(shown_a, effective_labels(drawn), np.nan)
+    human = (np.where(lift(uniform_mask), y, 0).sum(-1) / n - truth) ** 2
 
-    def saved(rows):
+    def ratio(rows):
+        return float(np.nanmean(effective[rows]) / (n * np.mean(human[rows]) / np.mean(errors[rows])))
+
+    def saved(rows, reference):
         # A grid point where active prints no interval in more than 2% of studies is no match for uniform's width.
-        means = [np.nanmean(w[rows]) if s[rows].mean() >= 0.98 else np.inf for w, s, _ in active]
-        return 1.0 - labels_needed(grid, means, np.nanmean(width_u[rows])) / n
+        means = [np.nanmean(w[rows]) if s[rows].mean() >= 0.98 else np.inf for _, w, s, _ in active]
+        return 1.0 - labels_needed(grid, means, np.nanmean(reference[rows])) / n
 
     draws = np.random.default_rng(seed + 1).integers(0, reps, (bootstrap, reps))
-    spread = np.array([saved(rows) for rows in draws])
-    out["saved"] = (saved(np.arange(reps)), *np.nanpercentile(spread, [2.5, 97.5]))
+    everyone = np.arange(reps)
+    for key, reference in (("saved", width_u), ("saved_plain", plain.ci_high - plain.ci_low)):
+        if len(grid) < 2:  # one size only: no saving to interpolate
+            out[key] = (np.nan, np.nan, np.nan)
+            continue
+        spread = np.array([saved(rows, reference) for rows in draws])
+        out[key] = (saved(everyone, reference), *np.nanpercentile(spread, [2.5, 97.5]))
+    spread = np.array([ratio(rows) for rows in draws])
+    out["effective"] = (ratio(everyone), float(np.std(spread)))
     return out
+
+
+def line(label, o) -> str:
+    saved, plain, effective = o["saved"], o["saved_plain"], o["effective"]
+    return (f"{label} | {o['uniform']['coverage']:.3f} {o['active']['coverage']:.3f} {o['worst']:.3f} "
+            f"{o['ppi_mean']['coverage']:.3f} | {np.nanmean(o['uniform']['width']):.3f} "
+            f"{np.nanmean(o['active']['width']):.3f} {o['shown']:.2f} | {saved[0]:+.2f} [{saved[1]:+.2f}, "
+            f"{saved[2]:+.2f}] {plain[0]:+.2f} [{plain[1]:+.2f}, {plain[2]:+.2f}] | {effective[0]:.2f}+-{effective[1]:.2f}")
+
+
+COLUMNS = ("| cover: uniform active worst_active ppi_mean | width: uniform active shown | labels saved by active "
+           "[MC 95%]: vs uniform, vs ppi_mean | eff/worth")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repetitions", type=int, default=1000)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--hard", action="store_true", help="the hard cases: rare failures, a constant judge, "
+                        "2 and 6 systems")
     parser.add_argument("--floor", type=float, default=None, help="the uniform share (default: screen's ACTIVE_FLOOR)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    print("kind     hard  signal      N   n | cover: uniform active ppi_mean | width: uniform active shown "
-          "| labels saved by active [MC 95%]")
+    if args.hard:
+        print("kind     signal      S const   n " + COLUMNS)
+        cells = [(kind, sig, systems, False, n) for kind in ("gaussian", "likert", "rare")
+                 for sig in ("informative", "useless") for systems in (2, 6) for n in (10, 20, 50)]
+        cells += [(kind, "informative", systems, True, n) for kind in ("gaussian", "likert") for systems in (1, 6)
+                  for n in (10, 20, 50)]
+        for index, (kind, sig, systems, constant, n) in enumerate(cells):
+            o = run_cell(kind, 0.1, sig, n, 100, args.repetitions, 100 + index, floor=args.floor, systems=systems,
+                         constant=constant)
+            print(line(f"{kind:8s} {sig:11s} {systems} {str(constant)[0]:5s} {n:3d}", o), flush=True)
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell, N = 100)")
+        return 0
+    print("kind     hard  signal      N   n " + COLUMNS)
     cells = [(kind, hard, sig, size, n) for kind in ("gaussian", "likert") for hard in (0.1, 0.2)
              for sig in ("informative", "useless") for size in (100, 500) for n in (10, 20, 50)]
     if args.quick:
         cells = [("gaussian", 0.1, "informative", 200, 20), ("likert", 0.2, "useless", 200, 20)]
     for index, (kind, hard, sig, size, n) in enumerate(cells):
         o = run_cell(kind, hard, sig, n, size, args.repetitions, index, floor=args.floor)
-        saved = o["saved"]
-        print(f"{kind:8s} {hard:4.2f} {sig:11s} {size:4d} {n:3d} | {o['uniform']['coverage']:.3f} "
-              f"{o['active']['coverage']:.3f} {o['ppi_mean']['coverage']:.3f} | "
-              f"{np.nanmean(o['uniform']['width']):.3f} {np.nanmean(o['active']['width']):.3f} {o['shown']:.2f} | "
-              f"{saved[0]:+.2f} [{saved[1]:+.2f}, {saved[2]:+.2f}]", flush=True)
+        print(line(f"{kind:8s} {hard:4.2f} {sig:11s} {size:4d} {n:3d}", o), flush=True)
     print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
     return 0
 

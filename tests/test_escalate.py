@@ -481,7 +481,7 @@ def test_every_help_line_starting_with_judge_is_a_runnable_example():
     from calibration.cascade.cli import EPILOG
 
     starts = [line.strip() for line in EPILOG.splitlines() if line.strip().startswith("judge ")]
-    assert len(starts) == 2 and all(line.startswith("judge escalate --judge ") for line in starts)
+    assert len(starts) == 3 and all(line.startswith("judge escalate --judge ") for line in starts)
 
 
 def test_too_few_dialogues_for_the_betting_test_are_refused_and_the_count_is_right():

@@ -71,6 +71,49 @@ def test_unequal_probabilities_give_the_hajek_mean_and_its_linearised_variance()
     assert (result.ci_low, result.ci_high) == pytest.approx((mean - q * se, mean + q * se))
 
 
+@pytest.mark.parametrize("components, n, k, kish, expected", [
+    ([1.0] * 20, 20, 2, 14, 18),  # equal terms: n - k (Satterthwaite 3 * 20^2 / 20 * 18 / 20 = 54, capped)
+    ([1.0] + [1e-6] * 19, 20, 2, 14, 12),  # one term carries all: Satterthwaite 3 * 18 / 20 = 2.7, floored at Kish - k
+    ([16.0, 16.0] + [1.0] * 10, 12, 2, 8, 3 * 42 ** 2 / 522 * 10 / 12),  # between: 8.45
+    ([1.0] * 20, 20, 1, 14, 13),  # lambda not tuned: Kish's n_eff - 1 whatever the terms
+])
+def test_the_weighted_df_is_satterthwaites_on_the_residual_terms_between_kish_and_n(components, n, k, kish,
+                                                                                      expected):
+    from calibration.study.estimate import weighted_df
+
+    assert float(weighted_df(np.array(components), np.float64(n), np.float64(k), np.float64(kish))) == \
+        pytest.approx(expected)
+
+
+def test_effective_labels_of_unequal_weights_for_nothing_count_fewer_than_n_uniform_labels():
+    """A constant judge (lambda 0): the estimate is the Hajek mean, whose interval is as wide as its human-only one,
+    yet n labels drawn with unequal probabilities are worth fewer than n drawn uniformly (the design effect)."""
+    from calibration.study.estimate import effective_labels
+
+    rng = np.random.default_rng(4)
+    pi = rng.uniform(0.05, 0.5, 200)
+    labelled = np.zeros(200, bool)
+    labelled[rng.choice(200, 30, replace=False)] = True
+    result = ppi_mean_weighted(np.where(labelled, rng.normal(3, 1, 200), np.nan), np.full(200, 3.0), pi)
+    assert float(result.ci_high - result.ci_low) == pytest.approx(
+        float(result.human_only_ci_high - result.human_only_ci_low))
+    w = 1 / pi[labelled]
+    kish = w.sum() ** 2 / np.sum(w * w)
+    assert kish - 3 < float(effective_labels(result)) < 30 - 3  # near Kish's n_eff, not the 30 labels
+
+
+@pytest.mark.parametrize("kind, size, n", [("gaussian", 100, 50), ("likert", 500, 20)])
+def test_effective_labels_of_an_active_draw_match_what_it_is_worth(kind, size, n):
+    """Printed effective_labels over what the estimate was worth (n x the uniform human-only squared error over
+    the active estimate's), 1,000 studies: within 0.15 of 1 (MC se about 0.05-0.07). Uncorrected (the Hajek interval
+    as the human-only one, no ratio bias) it printed 1.32 and 1.31 x the worth in these cells
+    (benchmarks/active_design.py)."""
+    from active_design import run_cell
+
+    out = run_cell(kind, 0.1, "informative", n, size, 1000, seed=3, fractions=(1.0,), bootstrap=50)
+    assert abs(out["effective"][0] - 1.0) < 0.15
+
+
 @pytest.mark.parametrize("kind, hard, signal, size, n", [("gaussian", 0.1, "informative", 500, 50),
                                                          ("likert", 0.2, "informative", 100, 20),
                                                          ("likert", 0.2, "useless", 100, 20)])
@@ -127,6 +170,30 @@ def test_a_pilot_where_uncertainty_does_not_predict_the_error_falls_back_to_unif
     plan = pd.read_csv(out / "plan.csv")
     random = plan[plan.part == "random"]["inclusion_probability"]
     assert np.allclose(random, random.iloc[0])
+
+
+@pytest.mark.parametrize("signal, low, high", [("useless", 0.0, 0.25), ("informative", 0.6, 1.0)])
+def test_the_pilot_check_goes_active_when_the_uncertainty_marks_where_the_judge_errs(signal, low, high):
+    """signal_check on 60 simulated pilots of 30 dialogues (a judge bad on 20% of 100 dialogues): a useless signal
+    passes about at the test's level (0.1), one that marks the bad dialogues nearly always (measured 0.92-0.94 at
+    250 pilots; the Spearman check it replaced, 0.53-0.55 at 1,000)."""
+    from active_design import population
+
+    from calibration.study.screen import signal_check
+
+    rng = np.random.default_rng(8)
+    y, f, u = population(rng, 60, 100, "gaussian", 0.2)
+    if signal == "useless":
+        u = rng.permuted(u, axis=1)
+    ids = np.array([f"d{i}" for i in range(100)])
+    active = 0
+    for r in range(60):
+        items = pd.DataFrame({"item_id": ids, "uncertainty": u[r]})
+        judge = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "score": f[r], "status": "ok"})
+        chosen = rng.choice(100, 30, replace=False)
+        pilot = pd.DataFrame({"item_id": ids[chosen], "system": "a", "criterion": "c", "human": y[r, chosen]})
+        active += signal_check(items, judge, pilot)[0] > 0
+    assert low <= active / 60 <= high
 
 
 def _bad_probability(tmp_path, value="1.5"):

@@ -22,6 +22,13 @@ examples:
   judge escalate --judge small={EXAMPLES}/small.jsonl --judge large={EXAMPLES}/large.jsonl \\
       --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 --output decisions.csv --output-dir out/escalate
 
+  # the strong judge run by escalate itself from its run options (large.toml: rubric, items, model, logprobs),
+  # only on the labelled cells, 60 cells that fix the path and the cells the cheap judge escalates; its judgments
+  # go to out/escalate-run/large.jsonl (a rerun resumes them); cost.csv says how many judgments it was spared
+  judge escalate --judge small={EXAMPLES}/small.jsonl --judge large={EXAMPLES}/large.toml \\
+      --base-url http://127.0.0.1:8000/v1 --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 --path-cells 60 \\
+      --output decisions-run.csv --output-dir out/escalate-run
+
   # one judge alone, a report, and 10 dialogues drawn at random in the plan (the part `judge estimate` takes) for
   # `judge export --plan out/escalate-large`
   judge escalate --judge large={EXAMPLES}/large.jsonl --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 \\
@@ -36,16 +43,23 @@ of them accepts at most its q most confident share), so the guarantee holds for 
 binomial test over cells, or a betting test over dialogues when labels come in whole dialogues (--units; cells of
 one dialogue are not independent). Too few labels for alpha and delta (even no disagreement could not pass):
 refused, saying how many.
+a judge given as run options (NAME=OPTIONS.toml or .json; the keys are judge score's flags, underscored or not;
+paths read from the file's folder; output, criteria and block mode are escalate's to choose) is run by escalate
+itself through the run API, on the cells the cascade needs from it only: the labelled cells and the cells that fix
+the path first, then those every judge before it escalated (a first judge: every item of its input). Its judgments
+go to DIR/NAME.jsonl (--output-dir; a rerun resumes them and refuses judgments its options would now ask
+differently). Without --path-cells every unlabelled cell fixes the path, so a later judge is spared nothing.
 agreement: Likert, within --tolerance points of the human mean (default 0.5); categorical, the human majority label;
 pairwise, the human majority verdict (ties and abstentions are verdicts, and can be wrong).
 confidence (--signal, default: the first the file records): probs (the verdict's probability, --logprobs), samples
 (share of --samples agreeing), order (pairwise: both orders agree), jury (share of the other judges agreeing), none.
 writes: --output DECISIONS.csv item_id,system,criterion,decided_by,verdict,confidence (one row per unlabelled cell;
 decided_by = a judge NAME or human); with --output-dir: decisions.csv, thresholds.csv, path.csv (every step tested),
-risk_coverage.csv, signals.csv, cost.csv, pending.csv (cells a judge must still judge: a cascade in rounds),
-and plan.csv + plan.json (the dialogues with a cell for humans, part
-targeted; --random-dialogues N adds a uniform random part) for `judge export --plan DIR`.
-exit: 0 done, 2 bad input (nothing written).
+risk_coverage.csv, signals.csv, cost.csv (cells run, tokens, cells judged and spared per judge), pending.csv (cells
+a judge given as a file must still judge: a cascade in rounds), and plan.csv + plan.json (the dialogues with a cell
+for humans, part targeted; --random-dialogues N adds a uniform random part) for `judge export --plan DIR`.
+exit: 0 done, 1 a judge run by escalate failed, 2 bad input, 3 a judge run by escalate waits for batch answers
+(it says what to run; the same command carries on), 130 interrupted; on all but 0 no decision is written.
 """
 
 
@@ -60,8 +74,12 @@ def register(sub) -> None:
                     "that the accepted verdicts agree with humans at >= 1 - alpha with probability >= 1 - delta.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--judge", required=True, action="append", type=judge_spec_type, metavar="NAME=FILE",
-                        help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME); "
-                             "repeat, cheapest first")
+                        help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME), or "
+                             "the run options of one escalate runs itself (OPTIONS.toml or .json: the keys are "
+                             "judge score's flags); repeat, cheapest first")
+    parser.add_argument("--base-url", action="append", metavar="URL",
+                        help="the server of the judges given as run options that name none (as judge score's "
+                             "--base-url; default $JUDGE_BASE_URLS, else the embedded model); repeat for several")
     parser.add_argument("--human", required=True, type=Path, metavar="CALIB.csv",
                         help="human labels of a random sample of the judged cells (long CSV): the calibration set")
     parser.add_argument("--alpha", required=True, type=_share, metavar="A",
@@ -91,7 +109,9 @@ def register(sub) -> None:
     parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human labels' scale, when no judge names a rubric (CSVs of scores)")
     parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
-    parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables and the plan here")
+    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+                        help="write the tables and the plan here, and the judgments of the judges given as run "
+                             "options (DIR/NAME.jsonl; a rerun resumes them)")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the curves")
     parser.set_defaults(run=run_escalate)
 
@@ -101,26 +121,35 @@ def run_escalate(args) -> int:
     from pathlib import Path
 
     from judge.errors import JudgeError
-    from judge.outputs import check_writable, write_files
+    from judge.outputs import check_folder, check_writable, write_files
 
     from ..result import run_verb
-    from .escalate import escalate
+    from .escalate import TABLE_FILES, escalate
+    from .runs import RunStopped
 
     inputs = [args.human, *(Path(p) for _, p in args.judge)]
     signal = ",".join(args.signal) if args.signal else None
     written = {}
 
     def compute():
-        # --output is checked before any work, and written by run_verb's caller only once every check passed
+        # --output and --output-dir are checked before any work (a judge may run for hours), and --output written
+        # by run_verb's caller only once every check passed
         check_writable(args.output, inputs=inputs, what="--output", page=False)
+        if args.output_dir is not None:
+            check_folder(args.output_dir, TABLE_FILES, inputs=inputs)
         result = escalate(args.human, list(args.judge), alpha=args.alpha, delta=args.delta, criteria=args.criteria,
                           tolerance=args.tolerance, signal=signal, units=args.units, scale=args.scale,
-                          failure_value=args.failure_value,
-                          steps=args.steps, path_cells=args.path_cells, random_dialogues=args.random_dialogues, seed=args.seed)
+                          failure_value=args.failure_value, steps=args.steps, path_cells=args.path_cells,
+                          random_dialogues=args.random_dialogues, seed=args.seed, judgments_dir=args.output_dir,
+                          base_url=args.base_url)
         written["result"] = result
         return result
 
-    code = run_verb("escalate", compute, output_dir=args.output_dir, report=args.report, inputs=inputs)
+    try:
+        code = run_verb("escalate", compute, output_dir=args.output_dir, report=args.report, inputs=inputs)
+    except RunStopped as stopped:  # a judge escalate runs failed or waits for batch answers: nothing decided
+        print(f"judge escalate: {stopped}", file=sys.stderr)
+        return stopped.exit_code
     if code != 0 or "result" not in written:
         return code
     try:

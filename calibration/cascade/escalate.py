@@ -33,6 +33,12 @@ Agreement per scale: a Likert verdict agrees when it lies within `tolerance` poi
 verdict when it is the human majority label (on a tie among annotators, one of the tied labels); a pairwise verdict
 (1 / 2 / 0 = tie) when it is the human majority verdict for the pair (or the one the human means give). Abstentions
 and ties are verdicts, and can be wrong. A failed judgment is never accepted.
+
+A judge given as run options is judged by the cascade itself (`runs.py`, through `judge.run`), round by round as a
+user would: the labelled cells and the cells that fix the path first, then the cells every judge before it
+escalated. The thresholds depend on those first cells only (the path's sample is drawn from the cells and the seed,
+never from a confidence or a label), so the statistics are those of the judge run on every cell; the cells it never
+judged are what `cost.csv` counts as spared.
 """
 
 from __future__ import annotations
@@ -58,6 +64,12 @@ DECISION_COLUMNS = ["item_id", "system", "criterion", "decided_by", "verdict", "
 THRESHOLD_COLUMNS = ["criterion", "judge", "signal", "threshold", "calibration_decided", "agreement",
                      "agreement_bound", "unlabelled_decided", "unlabelled_share"]
 PATH_STEPS = 40
+# cost.csv: cells_run = the unlabelled cells a judge must run on; judged = the cells (labelled too) it has judgments
+# for; spared = the cells it never judged, against judging every cell
+COST_COLUMNS = ["what", "cells_run", "tokens", "judged", "spared"]
+# what --output-dir receives (plan.* only with a plan): checked before any judge runs
+TABLE_FILES = ("decisions.csv", "thresholds.csv", "path.csv", "risk_coverage.csv", "signals.csv", "cost.csv",
+               "pending.csv", "plan.csv", "plan.json")
 EXCHANGEABILITY = ("that the labelled cells are a random sample of the cells decided (exchangeable with them): the "
                    "guarantee is over the draw of the calibration set, for cells drawn like it, not a promise about "
                    "any one small batch")
@@ -114,6 +126,17 @@ def path_thresholds(pool: np.ndarray, steps: int = PATH_STEPS) -> tuple[np.ndarr
     keep = np.ones(steps, bool)
     keep[1:] = np.any(out[1:] != out[:-1], axis=1)
     return out[keep], qs[keep]
+
+
+def path_sample(pool: np.ndarray, path_cells: int | None, seed: int) -> np.ndarray:
+    """The indices of the unlabelled cells (`pool`: a mask over the criterion's cells, sorted by item and system)
+    that fix the path: all of them, or a seeded sample of `path_cells`. Drawn from the cells and the seed only (never
+    a confidence or a label), so a later judge needs to judge only these, the labelled cells and what reaches it,
+    and the thresholds stay the same once it has judged the rest."""
+    indices = np.flatnonzero(pool)
+    if path_cells is None or path_cells >= len(indices):
+        return indices
+    return np.sort(np.random.default_rng([seed, path_cells]).choice(indices, path_cells, replace=False))
 
 
 def decide(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
@@ -379,6 +402,8 @@ class EscalateResult(Result):
     pending: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["item_id", "system", "criterion",
                                                                                 "judge"]))
     warnings: list[str] = field(default_factory=list)
+    # judge -> the cells (item_id, system, criterion) it has judged: what escalate asks a run judge again
+    judged: dict = field(default_factory=dict, repr=False)
 
     def decisions_csv(self) -> str:
         frame = self.decisions.copy()
@@ -436,6 +461,11 @@ class EscalateResult(Result):
         if len(self.pending):
             lines.append("\nNot judged yet by the judge whose turn it is (pending.csv; run it on them, then again): "
                          + "; ".join(f"{j} {c}" for j, c in self.pending.groupby("judge", sort=False).size().items()))
+        spared = self.cost[self.cost["what"].str.startswith("judge ") & (self.cost["spared"] > 0)]
+        if len(spared):
+            lines.append("\nSpared (against judging every cell, labelled ones included): " + "; ".join(
+                f"{r.what.removeprefix('judge ')} judged {r.judged:,} of {r.judged + r.spared:,} cells, {r.spared:,} "
+                f"judgments spared ({r.spared / (r.judged + r.spared):.0%})" for r in spared.itertuples()))
         if not self.cost.empty and self.cost["tokens"].notna().any():
             lines.append("\nCost (tokens on the unlabelled cells): " + "; ".join(
                 f"{r.what} {r.tokens:,.0f}" for r in self.cost.itertuples() if pd.notna(r.tokens)))
@@ -485,7 +515,9 @@ def _tokens(source) -> dict[tuple, float]:
     """Tokens per (item, system, criterion) when the judge is a judgments JSONL that records usage."""
     from pathlib import Path
 
-    if isinstance(source, pd.DataFrame) or Path(str(source)).suffix.lower() == ".csv":
+    if isinstance(source, pd.DataFrame):  # a run judge's frame names its whole judgments file
+        source = source.attrs.get("tokens_from", "")
+    if not str(source) or Path(str(source)).suffix.lower() != ".jsonl" or not Path(str(source)).is_file():
         return {}
     from judge.judgment import read_judgments
 
@@ -498,10 +530,18 @@ def _tokens(source) -> dict[tuple, float]:
 
 def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolerance: float = 0.5, signal=None,
              units: str = "auto", scale=None, failure_value: float | None = None, steps: int = PATH_STEPS,
-             path_cells: int | None = None, random_dialogues: int = 0, seed: int = 0) -> EscalateResult:
+             path_cells: int | None = None, random_dialogues: int = 0, seed: int = 0, judgments_dir=None,
+             base_url=None) -> EscalateResult:
     """Decide every unlabelled cell of the judges' files (name -> path or DataFrame, cheapest first) by a cascade
     whose accepted verdicts agree with the human labels (`human`: the calibration set) at >= 1 - alpha with
     probability >= 1 - delta.
+
+    A judge may also be given as run options (a `judge.options.RunOptions`, a dict of them, or a .json / .toml file of
+    them: see calibration/cascade/runs.py): escalate then runs it itself, through `judge.run`, on the cells the
+    cascade needs from it only (the labelled cells, the cells that fix the path, and those every judge before it
+    escalated), into `judgments_dir`/NAME.jsonl, and carries on down the cascade once its run is complete.
+    `base_url`: the servers of the run judges whose options name none. A failed or batch-pending run raises
+    `RunStopped` (its exit_code), an interrupted one KeyboardInterrupt; no decision is made then.
 
     >>> import calibration
     >>> result = calibration.escalate("examples/escalate/labels.csv",
@@ -509,9 +549,75 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
     >>> sorted(set(result.decisions["decided_by"])) <= ["human", "large", "small"]
     True
     """
-    from ..alignment import expand_all_criteria
-    from ..trust.select import read_judges
+    from pathlib import Path
 
+    from .runs import is_run_judge, judge_cells, judgments_path, load_run_judge
+
+    options = _checked_options(alpha=alpha, delta=delta, criteria=criteria, tolerance=tolerance, signal=signal,
+                               units=units, scale=scale, failure_value=failure_value, steps=steps,
+                               path_cells=path_cells, random_dialogues=random_dialogues, seed=seed)
+    listed = judges_option(judges, "escalate", 1, reserved=(HUMAN, "cascade"))
+    _signal_map(signal, [n for n, _ in listed])  # refused before any judge runs
+    if isinstance(base_url, (str, Path)):
+        base_url = [str(base_url)]
+    runs = {n: load_run_judge(n, s, base_url) for n, s in listed if is_run_judge(s)}
+    if runs and judgments_dir is None:
+        raise CalibrationError(f"judge {next(iter(runs))} is given as run options: its judgments need a folder "
+                               "(--output-dir DIR; judgments_dir= in Python), where a rerun resumes them")
+    files = {n: judgments_path(judgments_dir, n) for n in runs}
+    given = [Path(str(s)) for n, s in listed if n not in runs and isinstance(s, (str, Path))] + \
+        ([Path(str(human))] if isinstance(human, (str, Path)) else [])
+    for name, path in files.items():
+        if any(g.exists() and path.exists() and g.samefile(path) for g in given):
+            raise CalibrationError(f"judge {name}'s judgments would go to {path}, which is an input of this run: "
+                                   "choose another --output-dir or another NAME")
+    first = listed[0][0]
+    if first in runs:
+        # every cell passes the cheapest judge first: it judges every item of its input, and its cells are the
+        # cascade's cells (the later judges are asked for some of them only)
+        judge_cells(first, runs[first], _every_cell(runs[first], options["criteria"], human, options["scale"]), files[first])
+    later = set(runs) - {first}
+    asked_before = set()
+    # Each later judge runs at least once per call, on what its file holds at least: the run checks those
+    # judgments were asked as its options ask now (another model, template or decoding is refused, naming
+    # --redo-changed) before any decision uses them; a run with nothing to do starts no server.
+    unchecked = {n for n in later if files[n].is_file()}
+    while True:
+        sources = [(n, _run_source(n, files[n], runs[n]) if n in runs else s) for n, s in listed]
+        result = _cascade(human, sources, later=later, **options)
+        wanted = result.pending[result.pending["judge"].isin(later)]
+        due = set(wanted["judge"]) | unchecked
+        if not due:
+            break
+        # Round by round, as a user would run them: first the cells that fix the thresholds (labelled and path
+        # cells, for every judge), then the cells every judge before it escalated; each run also plans what the
+        # judge's file holds already, so the run checks them too (and skips them).
+        for name in [n for n in runs if n in due]:
+            unchecked.discard(name)
+            cells: dict[str, set] = {}
+            for part in (wanted[wanted["judge"] == name], result.judged.get(name)):
+                if part is not None:
+                    for item, system, criterion in zip(part["item_id"], part["system"], part["criterion"]):
+                        cells.setdefault(criterion, set()).add((item, system))
+            request = frozenset((name, c, *cell) for c, part in cells.items() for cell in part)
+            if request in asked_before:  # a run that completes judges what it was asked: never loop on it
+                raise CalibrationError(f"judge {name} was asked for the same cells twice and {files[name]} still "
+                                       "lacks some of them: is its input the items the other judges judged?")
+            asked_before.add(request)
+            judge_cells(name, runs[name], cells, files[name])
+    if later and options["path_cells"] is None:
+        result.warnings.append("without --path-cells every unlabelled cell fixes the path, so "
+                               f"{', '.join(sorted(later))} judged every cell: --path-cells N (e.g. a few hundred) "
+                               "spares a later judge the cells the judges before it keep")
+    if base_url and not runs:  # said, not refused: a script may pass its server to every escalate it runs
+        result.warnings.append("--base-url is the server of the judges given as run options, and no --judge is "
+                               "(NAME=OPTIONS.toml or .json): it was not used")
+    return result
+
+
+def _checked_options(*, alpha, delta, criteria, tolerance, signal, units, scale, failure_value, steps, path_cells,
+                     random_dialogues, seed) -> dict:
+    """The options of the cascade, checked with the CLI's words before any file is read or any judge runs."""
     alpha, delta = _share_option(alpha, "--alpha"), _share_option(delta, "--delta")
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (tolerance >= 0):
         raise CalibrationError(must_be("--tolerance", "a number of score points >= 0", tolerance))
@@ -521,11 +627,65 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
         raise CalibrationError(must_be("--path-cells", "a positive whole number", path_cells))
     if isinstance(random_dialogues, bool) or not isinstance(random_dialogues, int) or random_dialogues < 0:
         raise CalibrationError(must_be("--random-dialogues", "a whole number of at least 0", random_dialogues))
-    seed = seed_option(seed)
     if units not in UNITS:
         raise CalibrationError(must_be("--units", "one of " + ", ".join(UNITS), units))
-    criteria = criteria_option(criteria)
-    listed = judges_option(judges, "escalate", 1, reserved=(HUMAN, "cascade"))
+    return dict(alpha=alpha, delta=delta, criteria=criteria_option(criteria), tolerance=tolerance, signal=signal,
+                units=units, scale=scale, failure_value=failure_value, steps=steps, path_cells=path_cells,
+                random_dialogues=random_dialogues, seed=seed_option(seed))
+
+
+def _run_source(name: str, path, judge) -> pd.DataFrame:
+    """What a run judge has judged so far (its judgments file, or no judgment yet), naming the file and the rubric
+    it judges with (the scale the human labels are checked against)."""
+    from judge.rubric import resolve_rubric_path
+    from judge.table import TABLE_COLUMNS
+
+    from ..io import load_judge_scores
+
+    frame = pd.DataFrame(columns=TABLE_COLUMNS)
+    if path.is_file() and path.stat().st_size > 0:
+        try:
+            frame = load_judge_scores(path)
+        except CalibrationError as exc:
+            raise CalibrationError(f"judge {name}'s judgments file is not one this tool wrote ({exc}): it is left "
+                                   "untouched; move it away or choose another --output-dir") from None
+    frame.attrs.update(path=str(path), rubric_file=str(resolve_rubric_path(judge.options.rubric)),
+                       tokens_from=str(path))
+    return frame
+
+
+def _every_cell(judge, criteria, human, scale) -> dict[str, set]:
+    """Every (item, system) of a run judge's input, for escalate's criteria (default: those of its rubric's that
+    the human labels have: a criterion without labels cannot be decided, so it is not paid for). The labels are read
+    and checked against the rubric's scales first: a bad label is refused before the judge runs, not after."""
+    from judge.items import ItemFile
+    from judge.rubric import load_rubric, resolve_rubric_path
+
+    from ..io import judge_scales, read_human_labels
+    from ..options import scale_option
+
+    rubric = load_rubric(judge.options.rubric)
+    named = pd.DataFrame({"rubric": [rubric.ref]})
+    named.attrs["rubric_file"] = str(resolve_rubric_path(judge.options.rubric))
+    labels = read_human_labels(human, judge_scales(named, scale_option(scale), named)[0])
+    chosen = rubric.select(criteria)
+    if criteria is None:
+        labelled = set(labels["criterion"].astype(str))
+        chosen = [c for c in chosen if c.id in labelled]
+        if not chosen:
+            raise CalibrationError(f"the human labels name no criterion of rubric {rubric.name!r} "
+                                   f"({', '.join(c.id for c in rubric.criteria)}), which the first judge judges with")
+    keys = {(item.id, item.system) for item in ItemFile(judge.options.input, rubric.inputs)}
+    return {c.id: keys for c in chosen}
+
+
+def _cascade(human, listed, *, alpha: float, delta: float, criteria, tolerance: float, signal, units: str, scale,
+             failure_value, steps: int, path_cells, random_dialogues: int, seed: int, later: set) -> EscalateResult:
+    """The cascade of the judges as they have judged so far (name -> path or frame); `later`: judges run on the
+    cells the cascade needs only, whose other cells are not the cascade's (nor missing)."""
+    from ..alignment import expand_all_criteria
+    from ..trust.select import read_judges
+
     names = [n for n, _ in listed]
     signals_asked = _signal_map(signal, names)
     frames, labels, notes = read_judges(listed, human, scale, failure_value)
@@ -566,7 +726,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
         raise CalibrationError(f"--criteria {unknown[0]!r} is not judged by any judge (they judge {', '.join(judged)})")
     labelled_cells = set(lab_cells)
     decisions, threshold_rows, paths, curves, signal_rows, cost_rows, agreement = [], [], [], [], [], [], {}
-    tests, pending = {}, []
+    tests, pending, judged_cells = {}, [], {}
     token_maps = {n: _tokens(s) for n, s in listed}
     for criterion in wanted:
         parts = {n: f[f["criterion"] == criterion] for n, f in frames.items()}
@@ -576,9 +736,12 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
             raise CalibrationError(f"{criterion}: the judges give different kinds of verdict ("
                                    + ", ".join(f"{n}: {k}" for n, k in kinds.items()) + "): another rubric?")
         kind = next(iter(kinds.values()))
-        cells = pd.concat([p[["item_id", "system", "system_1", "system_2"]] for p in parts.values()]) \
+        # the cells are those of the judges that judge everything given to them (a later run judge's other
+        # judgments, made for an earlier state of the files, are not the cascade's)
+        cells = pd.concat([p[["item_id", "system", "system_1", "system_2"]] for n, p in parts.items()
+                           if n not in later]) \
             .drop_duplicates(["item_id", "system"]).sort_values(["item_id", "system"]).reset_index(drop=True)
-        missing = {n: len(cells) - len(parts[n]) for n in names if len(parts[n]) < len(cells)}
+        missing = {n: len(cells) - len(parts[n]) for n in names if len(parts[n]) < len(cells) and n not in later}
         if missing:
             warnings.append(f"{criterion}: the judges' files cover different cells ("
                             + ", ".join(f"{n} lacks {m}" for n, m in missing.items())
@@ -594,7 +757,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
         for n in names:
             found = available_signals(parts[n], kind, len(names)) if not parts[n].empty else ["none"]
             asked = signals_asked.get(n)
-            if asked and asked not in found:
+            if asked and asked not in found and not parts[n].empty:  # a run judge yet to judge: not yet
                 raise CalibrationError(f"--signal {n}={asked}: judge {n} does not record it for {criterion} "
                                        f"(it records: {', '.join(found)})")
             chosen_signal[n] = asked or found[0]
@@ -648,11 +811,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                     "labelled cells were drawn one by one")
         else:
             tests[criterion] = f"exact binomial over {n_cal} labelled cells"
-        path_pool = np.flatnonzero(pool)
-        if path_cells is not None and path_cells < len(path_pool):
-            # a seeded sample of the unlabelled cells fixes the path: a later judge needs to judge only these, the
-            # labelled cells and what reaches it, and the thresholds stay the same when it has judged the rest
-            path_pool = np.sort(np.random.default_rng([seed, path_cells]).choice(path_pool, path_cells, replace=False))
+        path_pool = path_sample(pool, path_cells, seed)
         lacking = {n: int(np.isnan(conf[path_pool, k]).sum()) for k, n in enumerate(names)}
         lacking = {n: c for n, c in lacking.items() if c > 0.1 * len(path_pool)}
         if lacking:
@@ -666,14 +825,16 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                                 "categorical": "the human majority label (on a tie, one of the tied labels)",
                                 "pairwise": "the human majority verdict for the pair, tie (0) included, or the one "
                                             "the human means give"}[kind]
-        # A cascade run in rounds: each judge must judge the cells that fix the path (first), then the cells every
-        # judge before it escalated; what it has not judged yet is pending (run it on them, then escalate again: the
-        # thresholds depend on the labelled and the path's cells only, so they settle once those are judged).
+        # A cascade run in rounds: each judge must judge the labelled cells and the cells that fix the path first,
+        # then the cells every judge before it escalated; what it has not judged yet is pending (run it on them, then
+        # escalate again: the thresholds depend on the labelled and the path's cells only, so they settle once those
+        # are judged).
         judged = np.column_stack([rows[n]["status"].notna().to_numpy() for n in names])
         waiting = set()
+        fixing = np.union1d(path_pool, np.flatnonzero(is_cal))  # the thresholds depend on these cells only
         for j, n in enumerate(names):
-            waiting |= {(i, n) for i in path_pool if not judged[i, j]}
-        if not waiting:  # the thresholds are final only once every judge has judged the path's cells
+            waiting |= {(i, n) for i in fixing if not judged[i, j]}
+        if not waiting:  # the thresholds are final only once every judge has judged those cells
             for i in np.nonzero(pool)[0]:
                 if first[i] < 0:
                     j = next((j for j in range(len(names)) if not judged[i, j]), None)
@@ -729,7 +890,10 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                                                s == chosen_signal[n]))
         in_path = np.zeros(len(cells), bool)
         in_path[path_pool] = True
-        cost_rows += _cost(token_maps, names, cells, criterion, pool, first, chosen_signal, in_path)
+        cost_rows += _cost(token_maps, names, cells, criterion, pool, first, chosen_signal, in_path, judged)
+        for j, n in enumerate(names):
+            mine = cells[judged[:, j]]
+            judged_cells.setdefault(n, []).append(mine[["item_id", "system"]].assign(criterion=criterion))
     decisions_frame = pd.DataFrame(decisions, columns=DECISION_COLUMNS)
     decisions_frame = decisions_frame.sort_values(["criterion", "item_id", "system"], kind="stable")
     decisions_frame = decisions_frame.reset_index(drop=True)
@@ -739,7 +903,7 @@ def escalate(human, judges, *, alpha: float, delta: float, criteria=None, tolera
                           pd.concat(paths, ignore_index=True), pd.concat(curves, ignore_index=True),
                           pd.DataFrame(signal_rows), cost, alpha, delta, float(tolerance), names, agreement, plan,
                           seed, tests, pd.DataFrame(pending, columns=["item_id", "system", "criterion", "judge"]),
-                          warnings)
+                          warnings, {n: pd.concat(f, ignore_index=True) for n, f in judged_cells.items()})
 
 
 def _risk_coverage(conf: np.ndarray, agree: np.ndarray, criterion: str, judge: str, signal: str,
@@ -777,10 +941,11 @@ def _signal_row(conf, agree, criterion, judge, signal, used) -> dict:
             "distinct_values": len(np.unique(c))}
 
 
-def _cost(token_maps, names, cells, criterion, pool, first, chosen_signal, in_path) -> list[dict]:
+def _cost(token_maps, names, cells, criterion, pool, first, chosen_signal, in_path, judged) -> list[dict]:
     """Tokens on the unlabelled cells: each judge runs on the cells that fix the path (every unlabelled cell unless
     --path-cells) and on those that reach it (every cell if a jury signal is used), against the strongest (last)
-    judge alone."""
+    judge alone. `judged` (cells x judges): the cells (labelled ones too) each judge has judged; the rest it was
+    spared, against judging every cell."""
     rows = []
     jury = any(s == "jury" for s in chosen_signal.values())
     keys = [(i, s, criterion) for i, s in zip(cells["item_id"], cells["system"])]
@@ -790,6 +955,7 @@ def _cost(token_maps, names, cells, criterion, pool, first, chosen_signal, in_pa
         values = [tokens.get(keys[i]) for i in np.nonzero(reach)[0]]
         alone = [tokens.get(keys[i]) for i in np.nonzero(pool)[0]]
         rows.append({"judge": n, "cells_run": int(reach.sum()), "pool": int(pool.sum()),
+                     "judged": int(judged[:, k].sum()), "cells": len(cells),
                      "tokens": float(np.nansum([v for v in values if v is not None])) if tokens else np.nan,
                      "tokens_alone": float(np.nansum([v for v in alone if v is not None])) if tokens else np.nan})
     return rows
@@ -797,15 +963,17 @@ def _cost(token_maps, names, cells, criterion, pool, first, chosen_signal, in_pa
 
 def _cost_table(rows: list[dict]) -> pd.DataFrame:
     if not rows:
-        return pd.DataFrame(columns=["what", "cells_run", "tokens"])
+        return pd.DataFrame(columns=COST_COLUMNS)
     frame = pd.DataFrame(rows).groupby("judge", sort=False).sum(min_count=1).reset_index()
-    out = [{"what": f"judge {r.judge}", "cells_run": int(r.cells_run), "tokens": r.tokens} for r in frame.itertuples()]
+    out = [{"what": f"judge {r.judge}", "cells_run": int(r.cells_run), "tokens": r.tokens, "judged": int(r.judged),
+            "spared": int(r.cells - r.judged)} for r in frame.itertuples()]
     out.append({"what": "cascade", "cells_run": int(frame["cells_run"].sum()),
-                "tokens": frame["tokens"].sum(min_count=1)})
+                "tokens": frame["tokens"].sum(min_count=1), "judged": int(frame["judged"].sum()),
+                "spared": int((frame["cells"] - frame["judged"]).sum())})
     last = frame.iloc[-1]
     out.append({"what": f"strongest ({last['judge']}) alone", "cells_run": int(last["pool"]),
-                "tokens": last["tokens_alone"]})
-    return pd.DataFrame(out, columns=["what", "cells_run", "tokens"])
+                "tokens": last["tokens_alone"], "judged": int(last["cells"]), "spared": 0})
+    return pd.DataFrame(out, columns=COST_COLUMNS)
 
 
 def _plan(decisions: pd.DataFrame, random_dialogues: int, seed: int) -> pd.DataFrame:

@@ -359,12 +359,20 @@ def _active_plan(items: pd.DataFrame, budget: int, unit: str, random_share: floa
 
 
 def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame | None) -> tuple[float, str]:
-    """(share of the active draw that follows the uncertainty, why): with a labelled pilot, the uncertainty must
-    predict the judge's error on it (Spearman correlation of each dialogue's uncertainty with its mean absolute
-    residual of the human score regressed on the judge's, one-sided p < 0.1 over at least PILOT_CHECK dialogues),
-    else the draw falls back to uniform (Li, Zrnic & Candes 2025). Without a pilot: 1 - ACTIVE_FLOOR, unchecked."""
-    from scipy import stats as scipy_stats
+    """(share of the active draw that follows the uncertainty, why): with a labelled pilot, the active draw must be
+    expected to beat a uniform one on it, else the draw falls back to uniform (Li, Zrnic & Candes 2025). Without a
+    pilot: 1 - ACTIVE_FLOOR, unchecked.
 
+    The check is the design's own: a 1/p-weighted mean's residual variance changes, relative to a uniform draw's,
+    by mean(r^2 / p~) / mean(r^2) (p~ the inclusion probabilities over their mean, r the human score's residual on
+    the judge's), so the statistic is T = sum over the pilot's dialogues of r_i^2 (1 - 1 / p~_i), positive when the
+    draw puts its labels where the judge errs. Its one-sided p-value is a permutation test (the uncertainty
+    shuffled among the pilot's dialogues: exact whatever the residuals' distribution when the uncertainty says
+    nothing about the error); active when p < 0.1. Measured (benchmarks/active_design.py's studies, a judge bad on
+    10-20% of 100 dialogues, Gaussian and Likert, 250 simulated pilots a cell, MC se about 0.03): a useless signal
+    goes active in 9-13% of pilots (the test's level), one that marks the bad dialogues in 35-43% at 10 pilot
+    dialogues, 66-81% at 20, 86-94% at 30; the Spearman correlation of the uncertainty with |r| it replaces (1,000
+    pilots a cell): 19-27%, 29-42%, 36-55%."""
     if pilot is None:
         return 1.0 - ACTIVE_FLOOR, "unchecked (no --human pilot): a useless signal costs labels"
     scores = judge[judge["status"] == "ok"].groupby(["item_id", "system", "criterion"])["score"].mean()
@@ -373,22 +381,35 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     for _, part in paired.groupby(level="criterion"):
         if len(part) >= 3 and part["score"].std() > 0:
             slope, intercept = np.polyfit(part["score"], part["human"], 1)
-            residual.append((part["human"] - intercept - slope * part["score"]).abs())
+            residual.append((part["human"] - intercept - slope * part["score"]) ** 2)
     if not residual:
         return 0.0, "the pilot has no labels to check the signal on: uniform"
     error = pd.concat(residual).groupby(level="item_id").mean()
-    both = items.set_index("item_id")["uncertainty"].to_frame().join(error.rename("error"), how="inner")
-    if len(both) < PILOT_CHECK or both["uncertainty"].nunique() < 2:
+    uncertainty = items.set_index("item_id")["uncertainty"].astype(float).clip(lower=0.0).fillna(0.0)
+    relative = ACTIVE_FLOOR + (1.0 - ACTIVE_FLOOR) * uncertainty / uncertainty.mean() if uncertainty.mean() > 0 \
+        else pd.Series(1.0, index=uncertainty.index)
+    both = relative.rename("relative").to_frame().join(error.rename("error"), how="inner")
+    if len(both) < PILOT_CHECK or both["relative"].nunique() < 2:
         return 0.0, (f"{len(both)} pilot dialogues (fewer than {PILOT_CHECK}) or no spread of uncertainty: the "
                      "signal cannot be checked, so the draw is uniform")
-    test = scipy_stats.spearmanr(both["uncertainty"], both["error"], alternative="greater")
-    if test.pvalue < 0.1:
-        return 1.0 - ACTIVE_FLOOR, (f"checked on {len(both)} pilot dialogues: uncertainty predicts the judge's "
-                                    f"error (Spearman {test.statistic:.2f}, one-sided p {test.pvalue:.3f})")
-    return 0.0, (f"on {len(both)} pilot dialogues the uncertainty does not predict the judge's error (Spearman "
-                 f"{test.statistic:.2f}, one-sided p {test.pvalue:.2f}): the draw falls back to uniform")
+    gain = 1.0 - 1.0 / both["relative"].to_numpy()
+    r2 = both["error"].to_numpy()
+    observed = r2 @ gain
+    rng = np.random.default_rng(0)  # the same pilot gives the same verdict
+    shuffled = np.array([rng.permutation(gain) for _ in range(PERMUTATIONS)]) @ r2
+    p_value = (1 + np.sum(shuffled >= observed - 1e-12 * np.abs(observed))) / (PERMUTATIONS + 1)
+    change = np.mean(r2 / both["relative"].to_numpy()) / np.mean(r2) if np.mean(r2) > 0 else 1.0
+    if p_value < 0.1:
+        return 1.0 - ACTIVE_FLOOR, (f"checked on {len(both)} pilot dialogues: the uncertainty marks where the judge "
+                                    f"errs (the active draw's residual variance {change:.2f} x a uniform draw's on "
+                                    f"the pilot, permutation p {p_value:.3f})")
+    return 0.0, (f"on {len(both)} pilot dialogues the uncertainty does not mark where the judge errs (the active "
+                 f"draw's residual variance {change:.2f} x a uniform draw's, permutation p {p_value:.2f}): the draw "
+                 "falls back to uniform")
 
 
+# Shuffles of the pilot's uncertainty in signal_check's permutation test.
+PERMUTATIONS = 1999
 # Pilot dialogues needed to check an active design's signal.
 PILOT_CHECK = 10
 
