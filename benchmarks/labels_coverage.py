@@ -44,7 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calibration.study.estimate import effective_labels, ppi_mean  # noqa: E402
-from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda  # noqa: E402
+from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage  # noqa: E402
 
 WEIGHTS = np.array([1.0, 0.8, 0.5, 0.0])  # each judge's correlation, as a share of rho
 CHUNK = 50  # repetitions per call (memory)
@@ -80,16 +80,17 @@ def oracle_r2(human, judges):
     return levels, differences
 
 
-def intervals(human, judge, combined: bool, bounds=None):
-    """ppi_mean as `judge estimate` runs it: the judge's PPI++ lambda, or the jury's m / (n + m); `bounds`: the
-    scale (Likert), for the bounded-scale check."""
+def intervals(human, judge, combined: bool, bounds=None, leverage=None):
+    """ppi_mean as `judge estimate` runs it: the judge's PPI++ lambda, or the jury's m / (n + m) (`leverage`: its
+    fit_leverage per row); `bounds`: the scale (Likert), for the bounded-scale check."""
     if combined:
-        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge), bounds=bounds, fitted_judge=True)
-    return ppi_mean(human, judge, bounds=bounds)
+        return ppi_mean(human, judge, lam=cross_prediction_lambda(human, judge), bounds=bounds, fitted_judge=True,
+                        fit_leverage=leverage)
+    return ppi_mean(human, judge, bounds=bounds, shared=True)
 
 
-def measure(human, judge, truth, combined: bool, bounds=None) -> dict:
-    result = intervals(human, judge, combined, bounds)
+def measure(human, judge, truth, combined: bool, bounds=None, leverage=None) -> dict:
+    result = intervals(human, judge, combined, bounds, leverage)
     shown = np.isfinite(result.ci_low)
     covered = (result.ci_low <= truth) & (truth <= result.ci_high)
     axes = tuple(range(covered.ndim - 1))  # all but the system / pair axis
@@ -143,14 +144,15 @@ def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: i
         human, judges = draw(rng, (count, n_judged), kind, rho, systems)
         labelled = rng.random((count, n_judged)).argsort(axis=1) < n
         y = np.where(labelled[..., None], human, np.nan)
-        jury = cross_fitted_prediction(judges, y)
-        contrast = cross_fitted_prediction(judges, y, contrasts=True)  # the predictor of differences
+        jury, fit = cross_fitted_prediction(judges, y, with_fit=True)
+        contrast, contrast_fit = cross_fitted_prediction(judges, y, contrasts=True, with_fit=True)  # of differences
         move = lambda m: np.moveaxis(m, -1, -2)  # noqa: E731  (..., D, S) -> (..., S, D)
         scale = (1, 5) if kind == "likert" else None  # as `judge estimate` checks means (differences: never)
-        parts["jury_mean"].append(measure(move(y), move(jury), truth, True, scale))
+        parts["jury_mean"].append(measure(move(y), move(jury), truth, True, scale, fit_leverage(*fit)))
         parts["one_mean"].append(measure(move(y), move(judges[..., 0]), truth, False, scale))
         dy, dt = move(y[..., a] - y[..., b]), truth[a] - truth[b]
-        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True))
+        parts["jury_diff"].append(measure(dy, move(contrast[..., a] - contrast[..., b]), dt, True,
+                                          leverage=fit_leverage(*contrast_fit, a, b)))
         parts["one_diff"].append(measure(dy, move(judges[..., a, 0] - judges[..., b, 0]), dt, False))
     out = {key: combine(value) for key, value in parts.items()}
     share = 1.0 - n / n_judged
@@ -278,7 +280,8 @@ def bimodal(rng, shape):
 def rare(reps: int, seed: int) -> None:
     """Coverage of `judge estimate`'s interval with the scale known (1-5: the bounded-scale check on) and without
     (the t interval alone), split by whether the labels hold a failure (bimodal: a five); the share of studies
-    whose row became the betting interval, and the width against the t interval. 100 judged dialogues."""
+    whose row became the betting interval, and the width against the t interval. 100 judged dialogues, two systems
+    (each a row; they share lambda below 20 labels)."""
     rng = np.random.default_rng(seed)
     shapes = {"rare 8%": lambda r, s: rare_failures(r, s, 0.08), "rare 18%": lambda r, s: rare_failures(r, s, 0.18),
               "bimodal": bimodal}
@@ -289,11 +292,13 @@ def rare(reps: int, seed: int) -> None:
         for n in (3, 4, 6, 10, 20, 50):
             keep = {key: [] for key in ("none", "known", "t", "bounded", "shown", "width", "t_width")}
             for _ in range(0, reps, 500):
-                y, f, bad = population(rng, (500, 100))
-                labelled = rng.random((500, 100)).argsort(1) < n
-                known = ppi_mean(np.where(labelled, y, np.nan), f, bounds=(1, 5))
-                alone = ppi_mean(np.where(labelled, y, np.nan), f)
-                keep["none"].append((bad & labelled).sum(1) == 0)
+                # Two systems of this shape on the same labelled dialogues: they share lambda as `judge estimate`
+                # tunes it below 20 labels.
+                y, f, bad = population(rng, (500, 2, 100))
+                labelled = (rng.random((500, 100)).argsort(1) < n)[:, None, :]
+                known = ppi_mean(np.where(labelled, y, np.nan), f, bounds=(1, 5), shared=True)
+                alone = ppi_mean(np.where(labelled, y, np.nan), f, shared=True)
+                keep["none"].append((bad & labelled).sum(-1) == 0)
                 keep["shown"].append(np.isfinite(known.ci_low))
                 keep["known"].append((known.ci_low <= truth) & (truth <= known.ci_high))
                 keep["t"].append((alone.ci_low <= truth) & (truth <= alone.ci_high))
@@ -334,7 +339,7 @@ def decoda(reps: int, seed: int) -> None:
         for n in (5, 10, 15):
             mask = rng.random((reps, d)).argsort(1) < n
             hy = np.moveaxis(np.where(mask[..., None], y[None], np.nan), 1, 2)
-            r = ppi_mean(hy, np.broadcast_to(f.T, hy.shape), bounds=(1, 5))
+            r = ppi_mean(hy, np.broadcast_to(f.T, hy.shape), bounds=(1, 5), shared=True)
             shown = np.isfinite(r.ci_low)
             hit = ((r.ci_low <= y.mean(0)) & (y.mean(0) <= r.ci_high) & shown).sum(0) / np.maximum(shown.sum(0), 1)
             ratio = np.nanmean(np.where(shown, r.ci_high - r.ci_low, np.nan), 0) / \

@@ -237,3 +237,31 @@ def test_screen_power_uses_the_jury_on_a_real_pilot(tmp_path):
     row = result.power.iloc[0]
     assert row.n_pilot == 40 and np.isfinite(row.rho)
     assert row.dialogues_with_judge <= row.dialogues_human_only
+
+
+def test_fit_leverage_is_the_ridge_coefficients_covariance_written_out(monkeypatch):
+    """fit_leverage: each fold's (X'X + a)^-1 X'X (X'X + a)^-1 with numpy (one penalty), averaged over the folds,
+    between each system's gap of unlabelled-minus-labelled mean standardised predictors."""
+    from calibration.study.predictor import fit_leverage
+
+    monkeypatch.setattr(predictor, "PENALTIES", np.array([0.5]))
+    x, y, _ = study(np.random.default_rng(4))
+    d, s, k = x.shape
+    xc = x - x.mean(0)
+    xc = xc / np.sqrt((xc ** 2).mean((0, 1)))
+    labelled = ~np.isnan(y).all(1)
+    fold = np.where(labelled, (np.cumsum(labelled) - 1) % predictor.FOLDS, -1)
+    covariances = []
+    for k_fold in range(predictor.FOLDS):
+        design = xc[labelled & (fold != k_fold)].reshape(-1, k)
+        gram = design.T @ design
+        inverse = np.linalg.inv(gram + 0.5 * np.linalg.eigvalsh(gram).mean() * np.eye(k))
+        covariances.append(inverse @ gram @ inverse)
+    covariance = np.mean(covariances, 0)
+    gap = xc[~labelled].mean(0) - xc[labelled].mean(0)  # (S, k)
+    _, fit = cross_fitted_prediction(x, y, with_fit=True)
+    np.testing.assert_allclose(fit_leverage(*fit), np.einsum("si,ij,sj->s", gap, covariance, gap), rtol=1e-8)
+    a, b = np.array([0, 0]), np.array([1, 2])
+    pair_gap = gap[a] - gap[b]
+    np.testing.assert_allclose(fit_leverage(*fit, a, b), np.einsum("si,ij,sj->s", pair_gap, covariance, pair_gap),
+                               rtol=1e-8)

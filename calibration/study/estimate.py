@@ -29,11 +29,17 @@ by n:
   judged, 6,000 repetitions): coverage 0.944-0.955; width against the oracle (the best lambda known in advance)
   within 3% at n = 20 and 1% at 50; with a useless judge 1.010 x the human-only width at 20, 1.002 at 50 (the
   in-sample lambda below: 1.044 and 1.026).
-- From MIN_TUNED = 10 to 19 labels, lambda is fitted on all the row's labels and the interval is that of a
+- From MIN_TUNED = 10 to 19 labels, `judge estimate` (ppi_mean's `shared`) gives a criterion's systems (or its
+  pairs) one lambda, cross-fitted over all their labels (shared_cross_fitted_lambdas: each dialogue's from the other
+  dialogues' labels in every system; a lone row's from its own other labels); t on n - 1. A lambda estimated from n
+  labels costs about 1/n of the variance (at n = 10, 9% of width fitted per system); shared over S systems about
+  1/(nS): width within 0.4-4.3% of the oracle at n = 10 for means (benchmarks/width_decomposition.py). Where the
+  systems' best lambdas differ a shared one is not their optimum (still unbiased: no lambda sees its own labels);
+  on DialSummEval it was 2-3% wider than each system's own at 20-30 labels, hence per system from 20 on.
+  Without `shared` (other callers), lambda is fitted on all the row's labels and the interval is that of a
   least-squares prediction of y at the unlabelled mean of f: residuals on n - 2 degrees of freedom, plus lambda's
   own error, s_e^2 (mean_U f - mean_L f)^2 / S_ff, with a t quantile on n - 2 (tests check it against statsmodels'
-  OLS prediction interval). Cross-fitted at 10-15 labels, intervals on DECODA's skewed resolution labels
-  (20 dialogues redrawn) covered 0.91-0.93: too few others to tune each lambda on.
+  OLS prediction interval).
 lambda is tuned only when the labelled dialogues' judge scores vary at least MIN_SPREAD = 1/4 as much as all judged
 ones; otherwise lambda = 0 (the human-only estimate). Both conditions look at judge scores only, never at the
 labels, so choosing does not bias the interval. No interval at all (NaN bounds and an `interval_note`) below
@@ -51,7 +57,8 @@ Measured (tests/coverage_sim.py, 4,000 repetitions, 100 judged dialogues; tests/
 the grid in CI): coverage 0.943-0.968 for the mean and the paired difference at every n in 3, 4, 6, 10, 20, 50,
 on Likert and Gaussian data, judge correlations 0, 0.3, 0.7. The price of honesty, in width against the human-only
 interval from the same labels: at n = 10 a judge uncorrelated with humans widens it by about 9% (1% at n = 20), one
-at 0.3 by 5%, while a judge at 0.7 narrows a system's mean by 14-19%. Differences between systems gain less (the
+at 0.3 by 5%, while a judge at 0.7 narrows a system's mean by 14-19% (those are one row fitted in-sample; with
+`shared`, as `judge estimate` runs, a useless judge costs 0.4-1.4% at n = 10 over 2-6 systems, 3% for a lone row). Differences between systems gain less (the
 judge's differences correlate less with the humans' than its levels do).
 
 A percentile bootstrap was not chosen: at n of about 20 it is narrower than the t interval (no n - 1, no heavier
@@ -84,6 +91,7 @@ from scipy.special import roots_genlaguerre
 from ..alignment import expand_all_criteria
 from ..errors import CalibrationError
 from ..humans import aggregate_humans
+from .predictor import fit_leverage
 
 ESTIMATE_COLUMNS = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
                     "human_only_ci_high", "n_labelled", "n_judged", "n_dialogues", "width_ratio",
@@ -164,8 +172,45 @@ def cross_fitted_lambdas(labelled, y0, fl, n, m, var_f) -> np.ndarray:
     return np.where(labelled & np.isfinite(lam), lam, 0.0)
 
 
-def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitted_judge: bool = False
-             ) -> PPIResult:
+def _over_rows(a: np.ndarray) -> np.ndarray:
+    """Sums over the rows (axis -2) of (..., R, 1) or (..., R, D) arrays, kept as an axis; one row (1-d): as is."""
+    return a.sum(-2, keepdims=True) if a.ndim >= 2 else a
+
+
+def shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, rows) -> np.ndarray:
+    """One lambda per labelled dialogue shared by every row of axis -2 (the systems, or the pairs, of a
+    criterion), tuned on the other labelled dialogues of all those rows (leave one dialogue out: its labels in
+    every row) and shrunk toward 0 as cross_fitted_lambdas does; 0 on unlabelled dialogues and on rows outside
+    `rows` (those not tuned, which do not enter the fit either). Arrays: (..., R, D) with zeros where unlabelled;
+    n, m, var_f, rows: (..., R, 1).
+
+    Each row's within-row cross-products (its own means removed) are summed over rows: a common slope, estimated
+    from about R times as many labels as one row's, so its error costs about 1/R of the 1/n a per-row lambda costs
+    at n = 10-19. Valid whatever the rows' true slopes (any lambda independent of the dialogue's own labels keeps
+    its rectified term unbiased); where the slopes differ it is not each row's optimum."""
+    use = rows & labelled
+    yr, fr = np.where(use, y0, 0.0), np.where(use, fl, 0.0)
+    k = use.sum(-1, keepdims=True) - use  # each row's labelled count without dialogue i
+    totals = _sums(yr, fr, yr * yr, fr * fr, yr * fr)
+    sy, sf, syy, sff, syf = (total - own for total, own in zip(totals, (yr, fr, yr * yr, fr * fr, yr * fr)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        safe = np.maximum(k, 1)
+        c_yf = _over_rows(np.where(k >= 2, syf - sy * sf / safe, 0.0))
+        c_ff = _over_rows(np.where(k >= 2, sff - sf * sf / safe, 0.0))
+        c_yy = _over_rows(np.where(k >= 2, syy - sy * sy / safe, 0.0))
+        # The unlabelled dialogues' share of PPI++'s denominator, n/m var(f) per row, in the same units.
+        c_u = _over_rows(np.where(rows & (k >= 2), (k - 1.0) * n / m * var_f, 0.0))
+        dof = _over_rows(np.where(rows & (k >= 2), k - 1.0, 0.0))
+        lam = c_yf / (c_ff + c_u)
+        product = c_ff * c_yy
+        r2 = np.clip(np.where(product > 0, c_yf * c_yf / product, 0.0), 0.0, 1.0 - 1e-12)
+        t2 = r2 * (dof - 1.0) / (1.0 - r2)
+        lam = lam * t2 / (1.0 + t2)
+    return np.where(use & np.isfinite(lam), lam, 0.0)
+
+
+def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitted_judge: bool = False,
+             shared: bool = False, fit_leverage=None) -> PPIResult:
     """PPI++ estimate of the mean human score along the last axis (dialogues), vectorised over leading axes
     (systems, pairs, repetitions...).
 
@@ -177,12 +222,17 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitt
     (bounded_scale).
     `fitted_judge`: `judge` is a predictor fitted on these labels (the jury's cross-fitted regression): its spread,
     and so the judged part of se^2, is as noisy as the residual part (for effective_labels' correction, _jensen).
+    `fit_leverage`: per row, the variance a fitted predictor's coefficients add to the estimate over the residual
+    variance (predictor.fit_leverage), counted by effective_labels only (the t quantile absorbs it in the interval).
+    `shared`: with `lam` None, the rows of axis -2 (a criterion's systems, or its pairs) share one cross-fitted
+    lambda below MIN_CROSS_FITTED labels (shared_cross_fitted_lambdas) instead of each fitting its own on its labels.
     """
-    result = _ppi_mean(human, judge, confidence, lam, fitted_judge)
+    result = _ppi_mean(human, judge, confidence, lam, fitted_judge, shared, fit_leverage)
     return result if bounds is None else bounded_scale(result, human, judge, bounds, confidence)
 
 
-def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False) -> PPIResult:
+def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, shared: bool = False,
+              fit_leverage=None) -> PPIResult:
     y, f = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float))
     y, f, offset = _centred(y, f)
     unit = ~np.isnan(f)
@@ -199,6 +249,7 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False) 
         var_f = np.sum(f0 * f0, -1, keepdims=True) / (n + m - 1)  # f0 is centred on the judged mean
         cov = (np.sum(y0 * fl, -1, keepdims=True) - sy * sf / n) / (n - 1)
         fitted = np.zeros(n.shape, dtype=bool)  # rows whose lambda is fitted on their own labels
+        together = np.zeros(n.shape, dtype=bool)  # rows sharing one cross-fitted lambda
         if lam is None:
             # lambda is tuned only where it can be: enough labels, and labelled dialogues whose judge scores
             # spread over a fair part of the judge's range. Both conditions look at the judge's scores only,
@@ -206,8 +257,14 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False) 
             estimable = (n >= MIN_TUNED) & (var_fl >= MIN_SPREAD * var_f) & (m >= 2)
             crossed = estimable & (n >= MIN_CROSS_FITTED)
             fitted = estimable & ~crossed
-            lams = np.where(crossed, cross_fitted_lambdas(labelled, y0, fl, n, m, var_f),
-                            np.where(fitted & labelled, cov / (var_fl + n / m * var_f), 0.0))
+            # Shared: the criterion's rows below MIN_CROSS_FITTED labels tune one lambda together, cross-fitted
+            # (a lone row: on its own other labels); otherwise each fits its own on all its labels.
+            if shared:
+                together, fitted = fitted, np.zeros(n.shape, dtype=bool)
+                below = shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, together)
+            else:
+                below = np.where(fitted & labelled, cov / (var_fl + n / m * var_f), 0.0)
+            lams = np.where(crossed, cross_fitted_lambdas(labelled, y0, fl, n, m, var_f), below)
         else:
             fixed = np.broadcast_to(np.asarray(lam, dtype=float)[..., None], labelled.shape)
             lams = np.where(labelled & (m >= 2) & np.isfinite(fixed), fixed, 0.0)
@@ -242,6 +299,20 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False) 
         # (1 - r^2)); there the plug-in overstated by 1-5% (n = 10, rho 0.5-0.9) and the correction overshot to
         # 0.95: left uncorrected.
         jensen = np.where(fitted, 1.0, _jensen(noisy, rho2, n))
+        # A shared lambda's own error, (lambda_hat - lambda) (mean_U f - mean_L f), is not in se^2 (the t quantile
+        # absorbs it: coverage 0.95-0.96 at n = 10), but it is in what the estimate is worth: effective_labels
+        # counts it, var(lambda_hat) = s_r^2 C_ff / (C_ff + C_u)^2 from the rows' pooled sums (without it the
+        # printed value overstated a strong judge's worth by 6% at n = 10, 2 systems).
+        c_ff = _over_rows(np.where(together, sff - sf * sf / n, 0.0))
+        c_u = _over_rows(np.where(together, (n - 1.0) * n / m * var_f, 0.0))
+        lambda_error = np.where(together & (lam_bar != 0),
+                                s_r2 * c_ff / (c_ff + c_u) ** 2 * (mean_fu - sf / n) ** 2, 0.0)
+        # Likewise a fitted predictor's coefficients (the jury): their error moves every held-out prediction of
+        # a system together, lambda^2 s_r^2 fit_leverage (predictor.fit_leverage); se^2 treats the predictions as
+        # independent (at n = 10, 2 systems, E se^2 / MSE 0.95-0.96, with this term 0.98-0.99).
+        if fit_leverage is not None:
+            lambda_error = lambda_error + lam_bar ** 2 * s_r2 * np.asarray(fit_leverage, dtype=float)[..., None]
+        jensen = jensen * (1.0 + np.where(se > 0, lambda_error / se ** 2, 0.0))
     # The (..., 1) sums back to one value per row, the centring undone.
     n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen = (
         a[..., 0] for a in (n, m, var_y, se, human_only_se, lam_bar, var_unlabelled, var_residual, df, jensen))
@@ -265,7 +336,8 @@ def _jensen(share, rho2, n):
     (delta-method) version, 1 + 2 share (share - rho^2) / df, drops the 1 / df^2 terms (about a quarter of the
     bias at n = 10). Rows where it is below 1 keep 1: never raised above the plug-in. Measured at n = 10, rho 0.9
     (tests/test_estimate_effective.py): a judge with lambda fixed overstated by 7%, corrected 1.2%; the jury
-    (fitted_judge) by 14-18%, corrected 5-8% (the rest: its se^2 a little small on average at 10 labels)."""
+    (fitted_judge) by 14-18%, corrected 5-8% (the rest: its se^2 a little small on average at 10 labels, which
+    fit_leverage counts in _ppi_mean: 1.00-1.01)."""
     share, rho2, n = np.broadcast_arrays(share, rho2, n)
     df = n - 1.0  # s_r^2's degrees of freedom: lambda is not fitted on these labels
     g = np.ones(share.shape)
@@ -576,8 +648,8 @@ def t_quantile(confidence: float, df) -> np.ndarray:
 MIN_LABELLED = 3
 # lambda is tuned on the labels only from this many on (see the module docstring).
 MIN_TUNED = 10
-# ... and cross-fitted from this many on; below, fitted on all the row's labels (n - 2 df and its own error):
-# cross-fitted at 10-15 labels, intervals on DECODA's skewed resolution labels covered 0.91-0.93.
+# ... and cross-fitted per row from this many on; below, shared by the criterion's rows (ppi_mean's `shared`) or
+# fitted on all the row's labels (n - 2 df and its own error).
 MIN_CROSS_FITTED = 20
 # ... and only when the labelled dialogues' judge scores vary at least this much relative to all judged ones.
 MIN_SPREAD = 0.25
@@ -599,6 +671,8 @@ class StudyMatrices:
     judge: np.ndarray
     human: np.ndarray
     judged: np.ndarray  # bool: the judge gave a number (before imputation)
+    # A combined predictor's (gap, covariance) for predictor.fit_leverage (combined_matrices); None otherwise.
+    fit: tuple | None = None
 
 
 def judge_matrices(judge: pd.DataFrame, criterion: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -713,24 +787,25 @@ def _rows(result: PPIResult, index: int) -> dict:
             "lambda": float(result.lam[index])}
 
 
-def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds=None) -> PPIResult:
+def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds=None, leverage=None) -> PPIResult:
     """ppi_mean with the judge's lambda tuned, or for a combined (cross-fitted) predictor the design's own; with
     `inclusion` (each dialogue's probability of being drawn, an active design) the 1/p-weighted estimator.
     `bounds`: the scores' (low, high), for the bounded-scale check (bounded_scale; for an active design's weighted
-    labels, unseen_hidden)."""
+    labels, unseen_hidden). `leverage`: the combined predictor's fit_leverage per row."""
     if inclusion is not None:
         return ppi_mean_weighted(human, judge, inclusion, confidence, bounds=bounds)
-    if not combined:
-        return ppi_mean(human, judge, confidence, bounds=bounds)
+    if not combined:  # the criterion's systems (or pairs) share one cross-fitted lambda below MIN_CROSS_FITTED
+        return ppi_mean(human, judge, confidence, bounds=bounds, shared=True)
     from .predictor import cross_prediction_lambda
 
     return ppi_mean(human, judge, confidence, lam=cross_prediction_lambda(human, judge), bounds=bounds,
-                    fitted_judge=True)
+                    fitted_judge=True, fit_leverage=leverage)
 
 
 def system_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False,
                      inclusion=None, bounds=None) -> pd.DataFrame:
-    result = _ppi(matrices.human.T, matrices.judge.T, confidence, combined, inclusion, bounds)
+    result = _ppi(matrices.human.T, matrices.judge.T, confidence, combined, inclusion, bounds,
+                  None if matrices.fit is None else fit_leverage(*matrices.fit))
     rows = []
     for j, system in enumerate(matrices.systems):
         units = ~np.isnan(matrices.judge[:, j])
@@ -752,7 +827,8 @@ def difference_estimates(matrices: StudyMatrices, confidence: float, combined: b
         return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
     judge = (matrices.judge[:, a] - matrices.judge[:, b]).T
     human = (matrices.human[:, a] - matrices.human[:, b]).T
-    result = _ppi(human, judge, confidence, combined, inclusion)
+    result = _ppi(human, judge, confidence, combined, inclusion,
+                  leverage=None if matrices.fit is None else fit_leverage(*matrices.fit, a, b))
     rows = [{"criterion": matrices.criterion, "system_a": matrices.systems[i], "system_b": matrices.systems[k],
              **_rows(result, p), "n_dialogues": int((~np.isnan(judge[p])).sum())}
             for p, (i, k) in enumerate(zip(a, b))]
@@ -847,9 +923,9 @@ def combined_matrices(matrices: StudyMatrices, judges: dict[str, pd.DataFrame], 
     from .predictor import cross_fitted_prediction
 
     units = ~np.isnan(matrices.judge)
-    combined = cross_fitted_prediction(predictor_features(matrices, judges), matrices.human, units,
-                                       contrasts=contrasts)
-    return replace(matrices, judge=combined)
+    combined, fit = cross_fitted_prediction(predictor_features(matrices, judges), matrices.human, units,
+                                            contrasts=contrasts, with_fit=True)
+    return replace(matrices, judge=combined, fit=fit)
 
 
 def targeted_summary(judge: pd.DataFrame, human: pd.DataFrame, criterion: str, targeted_items) -> pd.DataFrame:

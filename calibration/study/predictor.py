@@ -57,7 +57,8 @@ def standardised(features: np.ndarray, units: np.ndarray, contrasts: bool = Fals
     return np.nan_to_num(scaled)
 
 
-def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, contrasts: bool = False) -> np.ndarray:
+def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, contrasts: bool = False,
+                            with_fit: bool = False):
     """One predictor per summary from several: (..., D, S) out of (..., D, S, k) `features` (dialogues x systems
     x predictors; NaN where a predictor has no score) and (..., D, S) `human` labels (NaN where unlabelled).
 
@@ -134,7 +135,27 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
     active = (fold_ids < k_folds)[..., None, None]  # (..., K, 1, 1)
     averaged = (predictions * active).sum(-3) / k_folds[..., None]
     combined = np.where(dialogue_labelled[..., None], held_out, averaged)
-    return np.where(units, combined, np.nan)
+    combined = np.where(units, combined, np.nan)
+    if not with_fit:
+        return combined
+    # What the coefficients' own error does to each system's estimate (fit_leverage): the folds' mean of
+    # (G + a)^-1 G (G + a)^-1 (the ridge coefficients' covariance over the residual variance) and each system's
+    # gap between the unlabelled and the labelled summaries' mean predictors.
+    spread = vectors * (eigenvalues * chosen ** 2 * usable[..., None])[..., None, :]
+    covariance = (np.einsum("...ij,...kj->...ik", spread, vectors) * active).sum(-3) / k_folds[..., None]
+    unlabelled = units & ~labelled
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = ((x * unlabelled[..., None]).sum(-3) / unlabelled.sum(-2)[..., None]
+               - (x * labelled[..., None]).sum(-3) / labelled.sum(-2)[..., None])  # (..., S, k)
+    return combined, (np.nan_to_num(gap), covariance)
+
+
+def fit_leverage(gap, covariance, a=None, b=None) -> np.ndarray:
+    """Per system (or per pair a - b): gap' covariance gap, the variance the fitted coefficients add to the estimate
+    in units of the residual variance (cross_fitted_prediction(with_fit=True))."""
+    if a is not None:
+        gap = gap[..., a, :] - gap[..., b, :]
+    return np.einsum("...si,...ij,...sj->...s", gap, covariance, gap)
 
 
 def judges_listed(judges) -> list[tuple[str, object]]:
