@@ -184,6 +184,33 @@ class Asker:
         finally:
             del self._inflight[key]
 
+    def recorded(self, keys: list[str], fmt) -> list[Answer] | None:
+        """The answers to requests already asked (one per sample, by key) from the cache or the transport's
+        `answer_to` (--batch-dir's answer files), parsed, as `ask` would give them; None, with nothing counted or
+        stored, unless every one is here and good (not missing, an error, unparseable or cut off): `ask`, with the
+        question itself, then does what the online path does (wait, retry, re-ask, or record the failure)."""
+        found = []
+        for key in keys:
+            stored = self.cache.get(key)
+            completion = stored if stored is not None else self.client.answer_to(key)
+            if completion is None or completion["finish_reason"] == "length":
+                return None
+            if stored is None:  # its usage as `ask` sums it over re-asks (one ask here)
+                usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
+                add_usage(usage, completion["usage"])
+                completion = {**completion, "usage": usage}
+            try:
+                found.append((key, Answer(fmt.parse(completion["content"]), completion, stored is not None,
+                                          stored=stored is not None)))
+            except AnswerError:
+                return None
+        for key, answer in found:
+            if not answer.stored:
+                self.stats.requests += 1
+                self.client.settle(answer.completion)
+                self.cache.put(key, answer.completion)
+        return [answer for _, answer in found]
+
     async def _ask_uncached(self, messages: list[dict], fmt, sample: int, request: Request) -> Answer:
         conversation, key = messages, request.key
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}

@@ -75,10 +75,21 @@ class Judge:
         return [fmt.json_schema(), token_budget(fmt, self.rubric.language)]
 
     def fingerprint(self, criterion: Criterion, item: Item, group: list[Item] | None = None) -> dict:
-        parts = {**self._base, "rubric": self._rubric_parts[criterion.id], "item": self._item_digest(item)}
+        parts = self.item_fingerprint(criterion.id, self._item_digest(item))
         if group is not None:  # a block's prompt shows every candidate of the dialogue
             parts["context"] = digest([self._item_digest(i) for i in group])
         return parts
+
+    def format_of(self, criterion: Criterion) -> AnswerFormat:
+        return self._formats[criterion.id]
+
+    def item_fingerprint(self, criterion_id: str, item_digest: str) -> dict:
+        """A pointwise judgment's fingerprint from its item's digest (kept in --batch-dir's key file)."""
+        return {**self._base, "rubric": self._rubric_parts[criterion_id], "item": item_digest}
+
+    def fingerprint_parts(self, criteria: list[Criterion]) -> list:
+        """What every judgment's fingerprint takes from the run, for these criteria (all but the item)."""
+        return [self._base, [(c.id, self._rubric_parts[c.id]) for c in criteria]]
 
     def _item_digest(self, item: Item) -> str:
         key = (item.id, item.system)
@@ -140,7 +151,7 @@ class Judge:
         return Judged(self._judgment(criterion, item, fingerprint, **fields), False)
 
     @staticmethod
-    def _provenance(messages: list[dict], answers: list[Answer]) -> dict:
+    def _provenance(prompt_sha: str, answers: list[Answer]) -> dict:
         """prompt_sha, the tokens this judgment cost now (cached answers cost nothing), and what the server said
         about itself when it answered (`served`, kept with the answer in the cache)."""
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
@@ -148,7 +159,7 @@ class Judge:
             if not answer.cached:
                 add_usage(usage, answer.completion["usage"])
         served = next((a.completion["served"] for a in answers if a.completion.get("served")), None)
-        return {"prompt_sha": _prompt_sha(messages), "usage": usage, "served": served,
+        return {"prompt_sha": prompt_sha, "usage": usage, "served": served,
                 "from_cache": any(a.stored for a in answers) or None}
 
     def _verdict(self, criterion: Criterion, fmt: AnswerFormat, parsed: list[dict],
@@ -192,13 +203,36 @@ class Judge:
                 return await self._per_segment(criterion, item, planned)
             messages = criterion_messages(self.rubric, criterion, item, self.settings.template)
             fmt = self._formats[criterion.id]
-            answers = await self._samples(messages, fmt)
+            try:
+                answers = await self._samples(messages, fmt)
+            except Deferred as deferred:  # say what was asked, for --batch-dir's key file
+                raise Deferred(asked=(_prompt_sha(messages), self._request_keys(messages, fmt, deferred))) from None
         except JUDGMENT_FAILURES as exc:
             return self._failure(criterion, item, planned.fingerprints[0], exc)
-        fields = self._verdict(criterion, fmt, [a.parsed for a in answers], [a.completion for a in answers])
-        judgment = self._judgment(criterion, item, planned.fingerprints[0], **fields,
-                                  **self._provenance(messages, answers))
+        return self._pointwise(criterion, item, planned.fingerprints[0], _prompt_sha(messages), answers)
+
+    def _pointwise(self, criterion: Criterion, item, fingerprint: dict, prompt_sha: str,
+                   answers: list[Answer]) -> Judged:
+        """The judgment from one plain question's answers (one per sample). `item`: an Item, or what a key file
+        keeps of one (`id`, `system`, not a pair)."""
+        fields = self._verdict(criterion, self._formats[criterion.id], [a.parsed for a in answers],
+                               [a.completion for a in answers])
+        judgment = self._judgment(criterion, item, fingerprint, **fields, **self._provenance(prompt_sha, answers))
         return Judged(judgment, all(a.cached for a in answers))
+
+    def recorded(self, criterion: Criterion, id_: str, system: str, item_digest: str, prompt_sha: str,
+                 answers: list[Answer]) -> Judged:
+        """A pointwise judgment from its answers and what --batch-dir's key file kept of its question."""
+        from types import SimpleNamespace
+
+        return self._pointwise(criterion, SimpleNamespace(id=id_, system=system, is_pair=False),
+                               self.item_fingerprint(criterion.id, item_digest), prompt_sha, answers)
+
+    def _request_keys(self, messages: list[dict], fmt, deferred: Deferred) -> list[str]:
+        """The request keys of a question's samples: the deferred one's when there is one sample."""
+        if self.settings.samples == 1 and deferred.key:
+            return [deferred.key]
+        return [self.asker.body(messages, fmt, k).key for k in range(self.settings.samples)]
 
     async def _per_segment(self, criterion: Criterion, item: Item, planned) -> Judged:
         """Each topic segment judged on its own; the candidate's score is the mean over segments with a score."""
@@ -217,7 +251,7 @@ class Judge:
         judgment = self._judgment(criterion, item, planned.fingerprints[0],
                                   score=statistics.fmean(scores) if scores else None,
                                   samples=[s.score for s in per_segment], segments=per_segment,
-                                  **self._provenance(asked[0], every))
+                                  **self._provenance(_prompt_sha(asked[0]), every))
         return Judged(judgment, all(a.cached for a in every))
 
     async def block(self, criterion: Criterion, group: list[Item], planned, todo: set[str]) -> list[Judged]:
@@ -251,7 +285,7 @@ class Judge:
         except JUDGMENT_FAILURES as exc:
             failed = [i for i in (shown or group) if i.system in todo]
             return out + [self._failure(criterion, i, prints(i.system), exc) for i in failed]
-        provenance = self._provenance(messages, answers)
+        provenance = self._provenance(_prompt_sha(messages), answers)
         cached = all(a.cached for a in answers)
         for letter, item in zip(letters, shown):
             if item.system not in todo:
@@ -285,7 +319,7 @@ class Judge:
             return self._failure(criterion, item, planned.fingerprints[0], exc)
         every = [a for answers in answered for a in answers]
         first = self._verdict(criterion, fmt, [a.parsed for a in answered[0]])
-        fields = {**first, **self._provenance(forward, every)}
+        fields = {**first, **self._provenance(_prompt_sha(forward), every)}
         if self.settings.swap:
             # Read the swapped answers back into the input's order: "1" there means the input's second candidate.
             back = [{**a.parsed, "label": SWAP_BACK[a.parsed["label"]]} for a in answered[1]]

@@ -725,6 +725,8 @@ class BatchDirClient(Batcher):
         if self.dir.exists() and not self.dir.is_dir():
             raise OutputError(f"{self.dir}: --batch-dir is a file; give a folder")
         self._check_manifest(fingerprint, command)
+        self.fingerprint = fingerprint
+        self._keys = None  # this pass's key file (judge/backends/batchkeys.py), when the run keeps one
         self._files: list[Path] = []  # the folder's batch files (inputs and answers), numbered by position
         self._handles: dict[int, object] = {}  # answer files open for reading, by number
         # Indexed by custom_id in a few dozen bytes a request (judge/backends/keyindex.py), not in dicts of strings.
@@ -834,9 +836,10 @@ class BatchDirClient(Batcher):
         handle.seek(offset)
         return json.loads(handle.readline().decode("utf-8"))
 
-    def _answer(self, key: str, waiting: tuple | None):
+    def _answer(self, key: str, waiting: tuple | None, peek: bool = False):
         """The newest answer not handed out already, as `result_of` reads it; None when there is none, or when the
-        request was written again since (its answer is still to come). `waiting`: waiting_on's newest row."""
+        request was written again since (its answer is still to come). `waiting`: waiting_on's newest row. An
+        error is handed out once (`peek`: nothing is marked)."""
         asked_again = self._round_of(self._files[waiting[0]]) if waiting else 0
         used = self._used.last(key)
         for round_, file, offset in reversed(self.answers.rows(key)):
@@ -844,7 +847,7 @@ class BatchDirClient(Batcher):
                 break
             if round_ > (used[0] if used else 0):
                 result = result_of(self._record(file, offset), self.redact)
-                if isinstance(result, Exception):
+                if isinstance(result, Exception) and not peek:
                     self._used.add(key, round_)  # an error is given once; a retry writes the request again
                 return result
             break
@@ -866,7 +869,26 @@ class BatchDirClient(Batcher):
             else:
                 self._waiting_files.add(waiting[0])
         self._deferred += 1
-        raise Deferred
+        raise Deferred(key)
+
+    def answer_to(self, key: str) -> dict | None:
+        """The completion `complete` would return for this request now, or None (no answer, or an error, which
+        `complete` hands out); nothing is counted or marked."""
+        answer = self._answer(key, self.waiting_on.last(key), peek=True)
+        return answer if isinstance(answer, dict) else None
+
+    def key_writer(self, identity: str):
+        """This pass's key file, committed with its shard files (judge/backends/batchkeys.py)."""
+        from judge.backends.batchkeys import KeyWriter
+
+        self._keys = KeyWriter(self.dir, self._round, self.fingerprint, identity)
+        return self._keys
+
+    def key_file(self, identity: str):
+        """(the folder's newest key file when it is this run's, or None; why not, or "")."""
+        from judge.backends.batchkeys import newest
+
+        return newest(self.dir, self.fingerprint, identity)
 
     def _write(self, key: str, body: dict) -> None:
         """One request line into this pass's next shard (round-robin), a new file when a shard's is full."""
@@ -906,7 +928,10 @@ class BatchDirClient(Batcher):
 
         order = [n for shard in self._writers for n in shard]  # shard by shard
         self._writers = []
+        keys, self._keys = self._keys, None
         if not order:
+            if keys is not None:
+                keys.discard()  # nothing new to answer: the newest key file still lists the plan
             return set()
         written, requests, numbers = [], 0, set()
         for name, n in enumerate(order, start=1):
@@ -916,6 +941,8 @@ class BatchDirClient(Batcher):
             written.append(part.path)
             numbers.add(self._number(part.path))
             requests += part.lines
+        if keys is not None:
+            keys.commit()
         self._written, self._parts = KeyIndex(), []
         self.manifest.setdefault("rounds", []).append({"round": self._round, "files": [p.name for p in written],
                                                        "requests": requests})
@@ -934,6 +961,9 @@ class BatchDirClient(Batcher):
         for part in self._parts:
             part.discard()
         self._writers, self._parts = [], []
+        if self._keys is not None:
+            self._keys.discard()
+            self._keys = None
 
 
 # -- opening -----------------------------------------------------------------------------------------------------
