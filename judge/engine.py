@@ -317,7 +317,7 @@ class Engine:
                 if left:
                     yield unit, left
                 elif keys is not None:
-                    keys.add(unit.keys()[0], unit.fingerprints[0]["item"])
+                    keys.add(unit.keys()[0], self.judge.item_digest(unit.items[0]))
 
         async def worker(queue) -> None:
             for unit, left in queue:
@@ -326,7 +326,7 @@ class Engine:
                 except Deferred as deferred:  # its answer comes in a later pass (batch transports)
                     tally.deferred += len(left)
                     if keys is not None:
-                        keys.add(unit.keys()[0], unit.fingerprints[0]["item"], deferred.asked)
+                        keys.add(unit.keys()[0], self.judge.item_digest(unit.items[0]), deferred.asked)
                     continue
                 for judged in done:
                     tally.count(judged)

@@ -75,9 +75,9 @@ class Judge:
         return [fmt.json_schema(), token_budget(fmt, self.rubric.language)]
 
     def fingerprint(self, criterion: Criterion, item: Item, group: list[Item] | None = None) -> dict:
-        parts = self.item_fingerprint(criterion.id, self._item_digest(item))
+        parts = self.item_fingerprint(criterion.id, self.item_digest(item))
         if group is not None:  # a block's prompt shows every candidate of the dialogue
-            parts["context"] = digest([self._item_digest(i) for i in group])
+            parts["context"] = digest([self.item_digest(i) for i in group])
         return parts
 
     def format_of(self, criterion: Criterion) -> AnswerFormat:
@@ -91,7 +91,8 @@ class Judge:
         """What every judgment's fingerprint takes from the run, for these criteria (all but the item)."""
         return [self._base, [(c.id, self._rubric_parts[c.id]) for c in criteria]]
 
-    def _item_digest(self, item: Item) -> str:
+    def item_digest(self, item: Item) -> str:
+        """The item's part of its judgments' fingerprints."""
         key = (item.id, item.system)
         if len(self._item_digests) >= ITEM_DIGESTS:  # a run streams its items: keep the recent ones only
             self._item_digests.clear()
