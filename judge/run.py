@@ -209,13 +209,14 @@ def _from_keys(options: RunOptions, rubric, criteria, mode: str, results, cache,
             print(f"note: {why}", file=sys.stderr)
         return None
     planned = done = 0
-    for record in records:
+    for record in records if len(results) else ():  # a new results file holds nothing done, nothing stale
         planned += 1
         found = results.matches((record[0], record[1], record[2]), lambda: engine.judge.item_fingerprint(
             record[2], record[3]))
         if found is False:
             return None
         done += bool(found)
+    planned = planned or len(records)
     if results.other_judge(rubric.ref, opened.model):
         return None
     results.start()

@@ -666,7 +666,35 @@ class BatchAPIClient(Batcher):
 
 # -- batch files for any runner -------------------------------------------------------------------------------
 DIR_MANIFEST = "batch-manifest.json"
-_LINE_START = b'{"custom_id":"'  # how every request line `batch_line` writes begins
+
+
+_ID_AT_LINE_START = re.compile(rb'^\{"custom_id":"([0-9a-f]{64})"', re.MULTILINE)  # as `batch_line` begins
+BLOCK = 1 << 20  # bytes read at a time from a request file
+
+
+def _ids_at_line_starts(path: Path, sha256: str) -> list[str] | None:
+    """The custom_id opening each line of a request file, read in blocks with the file's digest in the same pass;
+    None unless the digest is `sha256` and every line opens as `batch_line` writes it (one of an older version is
+    then read in full). Held for one file at a time, under the API's request limit per file."""
+    digest, ids, tail = hashlib.sha256(), [], b""
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(BLOCK), b""):
+            digest.update(block)
+            data = tail + block
+            cut = data.rfind(b"\n") + 1
+            found = _ID_AT_LINE_START.findall(data, 0, cut)
+            if len(found) != data.count(b"\n", 0, cut):
+                return None
+            ids += found
+            tail = data[cut:]
+    if tail:  # a last line without its newline
+        found = _ID_AT_LINE_START.findall(tail)
+        if len(found) != 1:
+            return None
+        ids += found
+    if digest.hexdigest() != sha256:
+        return None
+    return [key.decode("ascii") for key in ids]
 
 
 def _batch_lines(path: Path, cut_ok: bool, where: str | None = None):
@@ -807,17 +835,13 @@ class BatchDirClient(Batcher):
         """The custom_ids of an input file. One this tool wrote and nobody changed since (its digest in the
         folder's registry) holds this run's requests: their ids are read off the start of each line. Any other is
         read in full: each line's custom_id must be its body's key, and its model this run's."""
-        from judge.outputs import is_ours
+        from judge.outputs import registered_sha256
 
-        if is_ours(inp):
-            with inp.open("rb") as handle:
-                for line in handle:
-                    if line.startswith(_LINE_START) and line[len(_LINE_START) + 64:len(_LINE_START) + 65] == b'"':
-                        yield line[len(_LINE_START):len(_LINE_START) + 64].decode("ascii")
-                    elif line.strip():
-                        break  # written by an older version: read in full below
-                else:
-                    return
+        expected = registered_sha256(inp)
+        ids = _ids_at_line_starts(inp, expected) if expected else None
+        if ids is not None:
+            yield from ids
+            return
         for number, _, record in _batch_lines(inp, cut_ok=False):
             body = record.get("body")
             if not isinstance(body, dict) or record["custom_id"] != request_key(body):

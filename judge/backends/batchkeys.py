@@ -77,6 +77,11 @@ class KeyFile:
     def __init__(self, path: Path):
         self.path = path
 
+    def __len__(self) -> int:
+        """The planned judgments (its lines but the header), counted without reading them."""
+        with self.path.open("rb") as handle:
+            return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b"")) - 1
+
     def __iter__(self):
         with self.path.open("rb") as handle:
             next(handle, None)  # the header
