@@ -28,6 +28,9 @@ from judge.secrets import Redactor
 from judge.settings import Settings
 
 
+UNCOUNTED = -1  # `todo` of a run whose caller did not count its work (a new results file, batched): a full window
+
+
 @dataclass(eq=False)  # not frozen: a frozen dataclass is built three times slower, and a run builds two per judgment
 class Unit:
     """One unit of work: a criterion on one item, or on every candidate of a dialogue (block mode)."""
@@ -297,7 +300,8 @@ class Engine:
         """Judge every planned judgment not already done in `results` (opened with `start`); each is written as
         soon as it is complete. A bounded window of units is in flight (twice the concurrency), pulled from the
         plan as the previous ones finish, so memory does not grow with the run. `todo`: how many judgments are
-        left, if the caller counted them (for the progress bar), else counted here in one pass. `keys`: a
+        left, if the caller counted them (for the progress bar), else counted here in one pass (UNCOUNTED: not at
+        all; no progress total). `keys`: a
         --batch-dir key file's writer (judge/backends/batchkeys.py), told every planned judgment of a pointwise
         run and what each deferred one asked. Raises ServerUnusable when the server cannot serve the run (finished
         work is kept)."""
@@ -305,7 +309,7 @@ class Engine:
         if todo is None:
             todo = sum(not results.finished(key) for unit in plan for key in unit.keys())
         tally = Tally()
-        bar = Progress(todo, progress)
+        bar = Progress(max(todo, 0), progress)
         first_pass = True
 
         def pending():
@@ -338,8 +342,9 @@ class Engine:
         try:
             while True:  # one pass; batch transports make more, until every answer is in or files await a runner
                 tally.deferred, queue = 0, pending()
+                window = self.settings.concurrency * 2
                 workers = [asyncio.ensure_future(worker(queue))
-                           for _ in range(max(1, min(todo, self.settings.concurrency * 2)))]
+                           for _ in range(window if todo == UNCOUNTED else max(1, min(todo, window)))]
                 try:
                     await asyncio.gather(*workers)
                 except BaseException:

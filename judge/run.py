@@ -194,20 +194,22 @@ def _keeps_keys(options: RunOptions, items, mode: str) -> bool:
             and options.input is not None and Path(items.path) == Path(options.input))
 
 
-def _from_keys(options: RunOptions, rubric, criteria, mode: str, results, cache, redact, opened):
+def _from_keys(options: RunOptions, rubric, criteria, mode: str, results, open_cache, redact, opened):
     """--batch-dir, reading answers back: record the judgments of the folder's key file whose answers are here, with
     neither the items nor a prompt (Engine.run_keyed). Returns (tally, judgments left to the full path), or None
     when there is no key file of this run, or the results file holds a judgment this run would make differently or
-    another judge's (the full path says so, before anything is written)."""
+    another judge's (the full path says so, before anything is written). `open_cache()`: the answer cache, opened
+    only when there is a key file to read."""
     from judge.backends.batchkeys import identity
     from judge.engine import Engine, Tally
 
-    engine = Engine(opened.client, _settings(options, opened, mode), cache, rubric, redact)
-    records, why = opened.client.key_file(identity(engine.judge, criteria))
+    settings = _settings(options, opened, mode)
+    records, why = opened.client.key_file(identity(Engine(None, settings, None, rubric).judge, criteria))
     if records is None:
         if why:
             print(f"note: {why}", file=sys.stderr)
         return None
+    engine = Engine(opened.client, settings, open_cache(), rubric, redact)
     planned = done = 0
     for record in records if len(results) else ():  # a new results file holds nothing done, nothing stale
         planned += 1
@@ -237,9 +239,9 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
     from judge.backends import Opened, open_backend
     from judge.backends.batch import BatchPending
     from judge.backends.batchkeys import identity
-    from judge.engine import Engine, Tally, run_coroutine
+    from judge.engine import UNCOUNTED, Engine, Tally, run_coroutine
     from judge.errors import OutputError, ServerUnusable
-    from judge.results import ResultsFile
+    from judge.results import Check, ResultsFile
     from judge.secrets import Redactor
 
     output = options.output
@@ -261,16 +263,21 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
         engine = Engine(opened.client, _settings(options, opened, mode), cache, rubric, redact)
         return engine, engine.plan(criteria, preflight)
 
+    def open_cache():
+        nonlocal cache
+        if cache is None:
+            cache = _cache(options)
+        return cache
+
     outcome = Outcome("complete", Path(output))
     earlier = None  # what the key file recorded, when it left judgments to the full path
     try:
         with contextlib.ExitStack() as backend:
             opened = None
             if keeps_keys and not keys and not options.refresh:
-                cache = _cache(options)
                 opened = backend.enter_context(open_backend(options))
                 try:
-                    keyed = _from_keys(options, rubric, criteria, mode, results, cache, redact, opened)
+                    keyed = _from_keys(options, rubric, criteria, mode, results, open_cache, redact, opened)
                 except KeyboardInterrupt:
                     outcome.status = "interrupted"
                     return outcome
@@ -286,10 +293,15 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
             if not options.batched and options.backend == "local":
                 preflight.finish()  # finding the embedded model may fetch it: first be sure the items can be judged
             model, check = _planned_model(options), None
-            if model is not None:
+            # A batched run into a new results file: nothing is done or stale there, so a check walk would only
+            # count; the items are read and checked once, by the run's own walk (the preflight watches it), before
+            # any batch file is committed or uploaded.
+            once = options.batched and not keys and not len(results)
+            if model is not None and not once:
                 _, planned = plan(Opened(None, model, options.backend, ""))
                 check = results.check(planned, keys=keys)  # the preflight watches this walk over the items
-            preflight.finish()
+            if not once:
+                preflight.finish()
             if check is not None:
                 outcome.keys = check.keys
                 # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
@@ -299,12 +311,13 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
                     outcome.tally = Tally(planned=check.planned, already_done=check.planned)
                     outcome.note = f"nothing to do: all {check.planned} judgments are in {output}"
                     return outcome
-            if cache is None:
-                cache = _cache(options)
+            open_cache()
             if opened is None:
                 opened = backend.enter_context(open_backend(options))
             engine, planned = plan(opened)
-            if check is None or opened.model != model:  # the model id is known only now: check again
+            if once:
+                check = Check()
+            elif check is None or opened.model != model:  # the model id is known only now: check again
                 check = results.check(planned, keys=keys)
                 outcome.keys = check.keys
             stale = check.stale
@@ -319,7 +332,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
             if served_from_cache:
                 print(f"redoing {len(served_from_cache)} judgments answered from the cache (--refresh)",
                       file=sys.stderr)
-            todo = check.planned - check.done + len(served_from_cache)
+            todo = UNCOUNTED if once else check.planned - check.done + len(served_from_cache)
             key_writer = opened.client.key_writer(identity(engine.judge, criteria)) if keeps_keys else None
 
             async def go():
@@ -334,11 +347,13 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
                 outcome.status = "interrupted"
                 return outcome
             except BatchPending as exc:
+                preflight.finish()  # its warnings, the walk done
                 outcome.status, outcome.note = "pending", str(exc)
                 return outcome
             except ServerUnusable as exc:
                 raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {output}: run the same "
                                      "command to resume once the server is fixed") from None
+            preflight.finish()
             if earlier is not None:
                 outcome.tally.absorb(earlier)
     finally:

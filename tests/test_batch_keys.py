@@ -256,3 +256,32 @@ def test_a_change_between_writing_and_reading_is_refused_and_nothing_recorded(tm
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
     assert (out.read_bytes() if out.exists() else None) == before  # nothing recorded, nothing lost
+
+
+# -- a new results file: the items are read and checked once, by the run's own walk --------------------------------
+def test_a_bad_item_is_refused_before_any_batch_file_is_committed(tmp_path, capsys):
+    """Batched into a new results file, the run reads its items once: a bad last line is found after requests were
+    written to temporary files, which are dropped: nothing is committed, nothing recorded."""
+    items = tmp_path / "items.jsonl"
+    rows = EXAMPLES.read_text(encoding="utf-8").splitlines()
+    rows.append(json.dumps({**json.loads(rows[0]), "id": "late", "candidate": 42}))
+    items.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(args(tmp_path, "--criteria", UNGATED, items=items)) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{items}:{len(rows)}: field 'candidate' must be text" in err and len(err.splitlines()) == 1, err
+    folder = tmp_path / "batches"
+    assert not folder.exists() or not [p for p in folder.iterdir() if p.name != ".judge-written.json"]
+    assert not (tmp_path / "out.jsonl").exists() or not (tmp_path / "out.jsonl").read_text()
+
+
+def test_long_items_are_still_warned_of_when_the_items_are_read_once(tmp_path, capsys):
+    from judge.run import LONG_ITEM_CHARS
+
+    items = tmp_path / "items.jsonl"
+    rows = EXAMPLES.read_text(encoding="utf-8").splitlines()
+    first = json.loads(rows[0])
+    rows[0] = json.dumps({**first, "candidate": "mot " * (LONG_ITEM_CHARS // 4 + 1)}, ensure_ascii=False)
+    items.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    assert main(args(tmp_path, "--criteria", UNGATED, items=items)) == 3
+    assert f"warning: 1 item(s) of {items} hold more than" in capsys.readouterr().err
