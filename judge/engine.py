@@ -330,7 +330,7 @@ class Engine:
                 except Deferred as deferred:  # its answer comes in a later pass (batch transports)
                     tally.deferred += len(left)
                     if keys is not None:
-                        keys.add(unit.keys()[0], self.judge.item_digest(unit.items[0]), deferred.asked)
+                        keys.add(unit.keys()[0], self.judge.item_digest(unit.items[0]), self.judge.asked(deferred))
                     continue
                 for judged in done:
                     tally.count(judged)

@@ -69,10 +69,10 @@ class Deferred(BaseException):
     records a failure; the engine leaves that judgment for the next pass. A BaseException, so that no layer's
     `except Exception` takes it for an error.
 
-    `key`: the deferred request's key (set by the transport); `asked`: what the judgment asked, (prompt_sha, the
-    request keys of its samples), set by the judging mode when one plain question was deferred (the key file of
-    --batch-dir records it); None for anything else (a gate, a segment split)."""
+    `key`: the deferred request's key (set by the transport); `question`: (messages, answer format) of the plain
+    question a judgment deferred, set by the judging mode (Judge.asked makes what --batch-dir's key file records of
+    it); None for anything else (a gate, a segment split)."""
 
-    def __init__(self, key: str | None = None, asked: tuple[str, list[str]] | None = None):
+    def __init__(self, key: str | None = None):
         super().__init__(key)
-        self.key, self.asked = key, asked
+        self.key, self.question = key, None

@@ -49,9 +49,19 @@ def block_order(seed: int, dialogue_id: str, items: list[Item]) -> list[Item]:
     return shown
 
 
+_PREFIX: list = [None, None]  # the first message of the last prompt hashed (the same system prompt), and its hash
+
+
 def _prompt_sha(messages: list[dict]) -> str:
-    text = "\x1e".join(f"{m['role']}\x1f{m['content']}" for m in messages)  # separators no template writes
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """The messages' digest (separators no template writes); the system prompt, the same object in every prompt of
+    a criterion, hashed once."""
+    first = messages[0]["content"]
+    if _PREFIX[0] is not first:
+        _PREFIX[:] = first, hashlib.sha256(f"{messages[0]['role']}\x1f{first}".encode())
+    digest = _PREFIX[1].copy()
+    for m in messages[1:]:
+        digest.update(f"\x1e{m['role']}\x1f{m['content']}".encode())
+    return digest.hexdigest()[:16]
 
 
 class Judge:
@@ -206,8 +216,9 @@ class Judge:
             fmt = self._formats[criterion.id]
             try:
                 answers = await self._samples(messages, fmt)
-            except Deferred as deferred:  # say what was asked, for --batch-dir's key file
-                raise Deferred(asked=(_prompt_sha(messages), self._request_keys(messages, fmt, deferred))) from None
+            except Deferred as deferred:  # what was asked, for --batch-dir's key file (`asked`)
+                deferred.question = (messages, fmt)
+                raise
         except JUDGMENT_FAILURES as exc:
             return self._failure(criterion, item, planned.fingerprints[0], exc)
         return self._pointwise(criterion, item, planned.fingerprints[0], _prompt_sha(messages), answers)
@@ -229,11 +240,15 @@ class Judge:
         return self._pointwise(criterion, SimpleNamespace(id=id_, system=system, is_pair=False),
                                self.item_fingerprint(criterion.id, item_digest), prompt_sha, answers)
 
-    def _request_keys(self, messages: list[dict], fmt, deferred: Deferred) -> list[str]:
-        """The request keys of a question's samples: the deferred one's when there is one sample."""
+    def asked(self, deferred: Deferred) -> tuple[str, list[str]] | None:
+        """(prompt_sha, the request key of each sample) of the plain question a judgment deferred, or None (a gate,
+        a segment split: not one plain question)."""
+        if deferred.question is None:
+            return None
+        messages, fmt = deferred.question
         if self.settings.samples == 1 and deferred.key:
-            return [deferred.key]
-        return [self.asker.body(messages, fmt, k).key for k in range(self.settings.samples)]
+            return _prompt_sha(messages), [deferred.key]
+        return _prompt_sha(messages), [self.asker.body(messages, fmt, k).key for k in range(self.settings.samples)]
 
     async def _per_segment(self, criterion: Criterion, item: Item, planned) -> Judged:
         """Each topic segment judged on its own; the candidate's score is the mean over segments with a score."""

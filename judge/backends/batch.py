@@ -17,7 +17,9 @@ batch is used as it is. A batch that ends `expired` or `cancelled` keeps its ans
 into the next round.
 
 `--batch-dir`: a round is written as shard files `roundR-NNN.jsonl` and the run stops (`BatchPending`) saying what
-to run; the same command rerun reads every `*.out.jsonl`, and its answers resolve the requests.
+to run; the same command rerun reads every `*.out.jsonl`, and its answers resolve the requests. With the shards a
+pointwise run writes `keys-roundR.jsonl` (judge/backends/batchkeys.py): every planned judgment and the requests it
+asked, so that the rerun records the answers without reading the items or rendering a prompt.
 """
 
 from __future__ import annotations
