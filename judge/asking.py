@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from judge.answers import token_budget
 from judge.backends import ChatClient
@@ -260,6 +259,8 @@ class Asker:
     def _delay(self, exc: BaseException | None, tries: int) -> float:
         if isinstance(exc, RetryableError) and exc.retry_after is not None:
             return min(exc.retry_after, MAX_RETRY_AFTER)
+        from tenacity import wait_random_exponential  # imported at the first failure: most runs have none
+
         return wait_random_exponential(multiplier=0.25, max=self.settings.backoff_max)(SimpleNamespace(attempt_number=tries))
 
     async def _send(self, body: dict) -> dict:
@@ -270,6 +271,8 @@ class Asker:
             if not self._may_retry(exc, 1):
                 raise
             await asyncio.sleep(self._delay(exc, 1))
+        from tenacity import AsyncRetrying, retry_if_exception_type
+
         retrying = AsyncRetrying(  # counts from the second try
             stop=lambda state: not self._may_retry(state.outcome.exception(), state.attempt_number + 1),
             wait=lambda state: self._delay(state.outcome.exception(), state.attempt_number + 1),
