@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-
 from judge.answers import token_budget
 from judge.backends import ChatClient
 from judge.cache import Encoder, Request

@@ -55,6 +55,8 @@ _PREFIX: list = [None, None]  # the first message of the last prompt hashed (the
 def _prompt_sha(messages: list[dict]) -> str:
     """The messages' digest (separators no template writes); the system prompt, the same object in every prompt of
     a criterion, hashed once."""
+    if not messages:
+        return hashlib.sha256(b"").hexdigest()[:16]
     first = messages[0]["content"]
     if _PREFIX[0] is not first:
         _PREFIX[:] = first, hashlib.sha256(f"{messages[0]['role']}\x1f{first}".encode())
