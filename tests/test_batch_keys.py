@@ -220,6 +220,11 @@ def _criteria_changed(work: Path) -> list[str]:
     return args(work, "--criteria", UNGATED.split(",")[0])
 
 
+def _decoding_changed(work: Path) -> list[str]:
+    written_and_answered_with(work)
+    return args(work, "--criteria", UNGATED, "--temperature", "0.7")
+
+
 def _stale_line_in_the_output(work: Path) -> list[str]:
     """The output's line for a judgment carries another item's fingerprint: stale, not reused."""
     written_and_answered_with(work)
@@ -241,6 +246,7 @@ CHANGED = [  # (what changed between writing and reading, setup returning the re
     ("the items file", _items_edited, "holds the batch files of another command"),
     ("the rubric", _rubric_edited, "holds the batch files of another command"),
     ("the criteria", _criteria_changed, "holds the batch files of another command"),
+    ("the decoding", _decoding_changed, "holds the batch files of another command"),
     ("a finished line's fingerprint", _stale_line_in_the_output, "finished judgments were made differently"),
 ]
 
