@@ -177,13 +177,15 @@ def _match_label(value, allowed) -> str | None:
     return next((a for a in allowed if str(a).casefold() == wanted), None)
 
 
+_DECODER = json.JSONDecoder()  # made once: every answer is read with it
+
+
 def _first_json_object(text: str) -> dict | None:
     text = _CODE_FENCE.sub("", text.strip())
-    decoder = json.JSONDecoder()
     start = text.find("{")
     while start != -1:
         try:
-            obj, _ = decoder.raw_decode(text, start)
+            obj, _ = _DECODER.raw_decode(text, start)
             if isinstance(obj, dict):
                 return obj
         except json.JSONDecodeError:

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
-
 from judge.answers import token_budget
 from judge.backends import ChatClient
 from judge.cache import Encoder, Request
@@ -184,6 +182,33 @@ class Asker:
         finally:
             del self._inflight[key]
 
+    def recorded(self, keys: list[str], fmt) -> list[Answer] | None:
+        """The answers to requests already asked (one per sample, by key) from the cache or the transport's
+        `answer_to` (--batch-dir's answer files), parsed, as `ask` would give them; None, with nothing counted or
+        stored, unless every one is here and good (not missing, an error, unparseable or cut off): `ask`, with the
+        question itself, then does what the online path does (wait, retry, re-ask, or record the failure)."""
+        found = []
+        for key in keys:
+            stored = self.cache.get(key)
+            completion = stored if stored is not None else self.client.answer_to(key)
+            if completion is None or completion["finish_reason"] == "length":
+                return None
+            if stored is None:  # its usage as `ask` sums it over re-asks (one ask here)
+                usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
+                add_usage(usage, completion["usage"])
+                completion = {**completion, "usage": usage}
+            try:
+                found.append((key, Answer(fmt.parse(completion["content"]), completion, stored is not None,
+                                          stored=stored is not None)))
+            except AnswerError:
+                return None
+        for key, answer in found:
+            if not answer.stored:
+                self.stats.requests += 1
+                self.client.settle(answer.completion)
+                self.cache.put(key, answer.completion)
+        return [answer for _, answer in found]
+
     async def _ask_uncached(self, messages: list[dict], fmt, sample: int, request: Request) -> Answer:
         conversation, key = messages, request.key
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
@@ -233,6 +258,8 @@ class Asker:
     def _delay(self, exc: BaseException | None, tries: int) -> float:
         if isinstance(exc, RetryableError) and exc.retry_after is not None:
             return min(exc.retry_after, MAX_RETRY_AFTER)
+        from tenacity import wait_random_exponential  # imported at the first failure: most runs have none
+
         return wait_random_exponential(multiplier=0.25, max=self.settings.backoff_max)(SimpleNamespace(attempt_number=tries))
 
     async def _send(self, body: dict) -> dict:
@@ -243,6 +270,8 @@ class Asker:
             if not self._may_retry(exc, 1):
                 raise
             await asyncio.sleep(self._delay(exc, 1))
+        from tenacity import AsyncRetrying, retry_if_exception_type
+
         retrying = AsyncRetrying(  # counts from the second try
             stop=lambda state: not self._may_retry(state.outcome.exception(), state.attempt_number + 1),
             wait=lambda state: self._delay(state.outcome.exception(), state.attempt_number + 1),

@@ -28,6 +28,9 @@ from judge.secrets import Redactor
 from judge.settings import Settings
 
 
+UNCOUNTED = -1  # `todo` of a run whose caller did not count its work (a new results file, batched): a full window
+
+
 @dataclass(eq=False)  # not frozen: a frozen dataclass is built three times slower, and a run builds two per judgment
 class Unit:
     """One unit of work: a criterion on one item, or on every candidate of a dialogue (block mode)."""
@@ -117,6 +120,18 @@ class Tally:
         self.completion_tokens += j.usage.completion_tokens
         if j.usage.cached_tokens is not None:
             self.cached_tokens = (self.cached_tokens or 0) + j.usage.cached_tokens
+
+    def absorb(self, earlier: "Tally") -> None:
+        """Add what an earlier stage of the same run recorded (--batch-dir's key file), which this tally found done."""
+        self.already_done -= earlier.judged + earlier.na + earlier.failed
+        for name in ("judged", "from_cache", "na", "failed", "requests", "retries", "prompt_tokens",
+                     "completion_tokens", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(earlier, name))
+        if earlier.cached_tokens is not None:
+            self.cached_tokens = (self.cached_tokens or 0) + earlier.cached_tokens
+        self.errors.update(earlier.errors)
+        for criterion, seen in earlier.verdicts.items():
+            self.verdicts[criterion].update(seen)
 
     def line(self) -> str:
         line = (
@@ -280,17 +295,21 @@ class Engine:
         judge = self.judge.pair if self.settings.mode == "pairwise" else self.judge.pointwise
         return [await judge(unit.criterion, unit.items[0], unit)]
 
-    async def run(self, plan: Plan, results: ResultsFile, progress: bool = True, todo: int | None = None) -> Tally:
+    async def run(self, plan: Plan, results: ResultsFile, progress: bool = True, todo: int | None = None,
+                  keys=None) -> Tally:
         """Judge every planned judgment not already done in `results` (opened with `start`); each is written as
         soon as it is complete. A bounded window of units is in flight (twice the concurrency), pulled from the
         plan as the previous ones finish, so memory does not grow with the run. `todo`: how many judgments are
-        left, if the caller counted them (for the progress bar), else counted here in one pass. Raises
-        ServerUnusable when the server cannot serve the run (finished work is kept)."""
+        left, if the caller counted them (for the progress bar), else counted here in one pass (UNCOUNTED: not at
+        all; no progress total). `keys`: a
+        --batch-dir key file's writer (judge/backends/batchkeys.py), told every planned judgment of a pointwise
+        run and what each deferred one asked. Raises ServerUnusable when the server cannot serve the run (finished
+        work is kept)."""
         started = time.perf_counter()
         if todo is None:
             todo = sum(not results.finished(key) for unit in plan for key in unit.keys())
         tally = Tally()
-        bar = Progress(todo, progress)
+        bar = Progress(max(todo, 0), progress)
         first_pass = True
 
         def pending():
@@ -301,24 +320,31 @@ class Engine:
                     tally.already_done += len(unit.items) - len(left)
                 if left:
                     yield unit, left
+                elif keys is not None:
+                    keys.add(unit.keys()[0], self.judge.item_digest(unit.items[0]))
 
         async def worker(queue) -> None:
             for unit, left in queue:
                 try:
                     done = await self._do(unit, left)
-                except Deferred:  # its answer comes in a later pass (batch transports)
+                except Deferred as deferred:  # its answer comes in a later pass (batch transports)
                     tally.deferred += len(left)
+                    if keys is not None:
+                        keys.add(unit.keys()[0], self.judge.item_digest(unit.items[0]), self.judge.asked(deferred))
                     continue
                 for judged in done:
                     tally.count(judged)
                     results.write(judged.judgment)
                     bar.update(cached=judged.cached)
+                    if keys is not None:
+                        keys.add(judged.judgment.key, judged.judgment.fingerprint["item"])
 
         try:
             while True:  # one pass; batch transports make more, until every answer is in or files await a runner
                 tally.deferred, queue = 0, pending()
+                window = self.settings.concurrency * 2
                 workers = [asyncio.ensure_future(worker(queue))
-                           for _ in range(max(1, min(todo, self.settings.concurrency * 2)))]
+                           for _ in range(window if todo == UNCOUNTED else max(1, min(todo, window)))]
                 try:
                     await asyncio.gather(*workers)
                 except BaseException:
@@ -336,15 +362,49 @@ class Engine:
                     raise BatchPending(note)
         finally:
             bar.close()
-            stats = self.asker.stats
-            tally.requests, tally.retries = stats.requests, stats.retries
-            tally.prompt_tokens += stats.wasted_prompt_tokens
-            tally.completion_tokens += stats.wasted_completion_tokens
-            if stats.wasted_cached_tokens:
-                tally.cached_tokens = (tally.cached_tokens or 0) + stats.wasted_cached_tokens
-            tally.seconds = time.perf_counter() - started
-            if hasattr(self.client, "stats"):
-                tally.per_server = dict(self.client.stats())
-            if hasattr(self.client, "summary"):  # a batch transport
-                tally.batch = self.client.summary()
+            self._close_tally(tally, started)
         return tally
+
+    def _close_tally(self, tally: Tally, started: float) -> None:
+        """The asking layer's and the transport's counts into the tally, at the end of a run."""
+        stats = self.asker.stats
+        tally.requests, tally.retries = stats.requests, stats.retries
+        tally.prompt_tokens += stats.wasted_prompt_tokens
+        tally.completion_tokens += stats.wasted_completion_tokens
+        if stats.wasted_cached_tokens:
+            tally.cached_tokens = (tally.cached_tokens or 0) + stats.wasted_cached_tokens
+        tally.seconds = time.perf_counter() - started
+        if hasattr(self.client, "stats"):
+            tally.per_server = dict(self.client.stats())
+        if hasattr(self.client, "summary"):  # a batch transport
+            tally.batch = self.client.summary()
+
+    def run_keyed(self, records, results: ResultsFile, criteria: list[Criterion], progress: bool = True,
+                  todo: int = 0) -> tuple[Tally, int]:
+        """--batch-dir, reading the answers back: record each planned judgment of a key file (judge/backends/
+        batchkeys.py) not done in `results` whose answers are all here and good, with neither its item nor its
+        prompt (the key file names its request keys, prompt_sha and item digest). Returns the tally and how many
+        judgments are left to the full path (`run`): a missing, failed, unparseable or cut-off answer, a gate."""
+        started = time.perf_counter()
+        tally, bar, left = Tally(), Progress(todo, progress), 0
+        formats = {c.id: self.judge.format_of(c) for c in criteria}
+        by_id = {c.id: c for c in criteria}
+        try:
+            for record in records:
+                tally.planned += 1
+                key = (record[0], record[1], record[2])
+                if results.finished(key):
+                    tally.already_done += 1
+                    continue
+                answers = self.asker.recorded(record[5], formats[record[2]]) if len(record) == 6 else None
+                if answers is None:
+                    left += 1
+                    continue
+                judged = self.judge.recorded(by_id[record[2]], record[0], record[1], record[3], record[4], answers)
+                tally.count(judged)
+                results.write(judged.judgment)
+                bar.update(cached=judged.cached)
+        finally:
+            bar.close()
+            self._close_tally(tally, started)
+        return tally, left

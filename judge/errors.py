@@ -67,4 +67,12 @@ class Deferred(BaseException):
     """A question whose answer is not here yet: it was written to a batch file (or already waits in one). Raised by
     a transport that answers in later passes (`--batch-dir`) through every layer, which neither retries it nor
     records a failure; the engine leaves that judgment for the next pass. A BaseException, so that no layer's
-    `except Exception` takes it for an error."""
+    `except Exception` takes it for an error.
+
+    `key`: the deferred request's key (set by the transport); `question`: (messages, answer format) of the plain
+    question a judgment deferred, set by the judging mode (Judge.asked makes what --batch-dir's key file records of
+    it); None for anything else (a gate, a segment split)."""
+
+    def __init__(self, key: str | None = None):
+        super().__init__(key)
+        self.key, self.question = key, None

@@ -49,9 +49,21 @@ def block_order(seed: int, dialogue_id: str, items: list[Item]) -> list[Item]:
     return shown
 
 
+_PREFIX: list = [None, None]  # the first message of the last prompt hashed (the same system prompt), and its hash
+
+
 def _prompt_sha(messages: list[dict]) -> str:
-    text = "\x1e".join(f"{m['role']}\x1f{m['content']}" for m in messages)  # separators no template writes
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """The messages' digest (separators no template writes); the system prompt, the same object in every prompt of
+    a criterion, hashed once."""
+    if not messages:
+        return hashlib.sha256(b"").hexdigest()[:16]
+    first = messages[0]["content"]
+    if _PREFIX[0] is not first:
+        _PREFIX[:] = first, hashlib.sha256(f"{messages[0]['role']}\x1f{first}".encode())
+    digest = _PREFIX[1].copy()
+    for m in messages[1:]:
+        digest.update(f"\x1e{m['role']}\x1f{m['content']}".encode())
+    return digest.hexdigest()[:16]
 
 
 class Judge:
@@ -75,12 +87,24 @@ class Judge:
         return [fmt.json_schema(), token_budget(fmt, self.rubric.language)]
 
     def fingerprint(self, criterion: Criterion, item: Item, group: list[Item] | None = None) -> dict:
-        parts = {**self._base, "rubric": self._rubric_parts[criterion.id], "item": self._item_digest(item)}
+        parts = self.item_fingerprint(criterion.id, self.item_digest(item))
         if group is not None:  # a block's prompt shows every candidate of the dialogue
-            parts["context"] = digest([self._item_digest(i) for i in group])
+            parts["context"] = digest([self.item_digest(i) for i in group])
         return parts
 
-    def _item_digest(self, item: Item) -> str:
+    def format_of(self, criterion: Criterion) -> AnswerFormat:
+        return self._formats[criterion.id]
+
+    def item_fingerprint(self, criterion_id: str, item_digest: str) -> dict:
+        """A pointwise judgment's fingerprint from its item's digest (kept in --batch-dir's key file)."""
+        return {**self._base, "rubric": self._rubric_parts[criterion_id], "item": item_digest}
+
+    def fingerprint_parts(self, criteria: list[Criterion]) -> list:
+        """What every judgment's fingerprint takes from the run, for these criteria (all but the item)."""
+        return [self._base, [(c.id, self._rubric_parts[c.id]) for c in criteria]]
+
+    def item_digest(self, item: Item) -> str:
+        """The item's part of its judgments' fingerprints."""
         key = (item.id, item.system)
         if len(self._item_digests) >= ITEM_DIGESTS:  # a run streams its items: keep the recent ones only
             self._item_digests.clear()
@@ -140,7 +164,7 @@ class Judge:
         return Judged(self._judgment(criterion, item, fingerprint, **fields), False)
 
     @staticmethod
-    def _provenance(messages: list[dict], answers: list[Answer]) -> dict:
+    def _provenance(prompt_sha: str, answers: list[Answer]) -> dict:
         """prompt_sha, the tokens this judgment cost now (cached answers cost nothing), and what the server said
         about itself when it answered (`served`, kept with the answer in the cache)."""
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
@@ -148,7 +172,7 @@ class Judge:
             if not answer.cached:
                 add_usage(usage, answer.completion["usage"])
         served = next((a.completion["served"] for a in answers if a.completion.get("served")), None)
-        return {"prompt_sha": _prompt_sha(messages), "usage": usage, "served": served,
+        return {"prompt_sha": prompt_sha, "usage": usage, "served": served,
                 "from_cache": any(a.stored for a in answers) or None}
 
     def _verdict(self, criterion: Criterion, fmt: AnswerFormat, parsed: list[dict],
@@ -192,13 +216,41 @@ class Judge:
                 return await self._per_segment(criterion, item, planned)
             messages = criterion_messages(self.rubric, criterion, item, self.settings.template)
             fmt = self._formats[criterion.id]
-            answers = await self._samples(messages, fmt)
+            try:
+                answers = await self._samples(messages, fmt)
+            except Deferred as deferred:  # what was asked, for --batch-dir's key file (`asked`)
+                deferred.question = (messages, fmt)
+                raise
         except JUDGMENT_FAILURES as exc:
             return self._failure(criterion, item, planned.fingerprints[0], exc)
-        fields = self._verdict(criterion, fmt, [a.parsed for a in answers], [a.completion for a in answers])
-        judgment = self._judgment(criterion, item, planned.fingerprints[0], **fields,
-                                  **self._provenance(messages, answers))
+        return self._pointwise(criterion, item, planned.fingerprints[0], _prompt_sha(messages), answers)
+
+    def _pointwise(self, criterion: Criterion, item, fingerprint: dict, prompt_sha: str,
+                   answers: list[Answer]) -> Judged:
+        """The judgment from one plain question's answers (one per sample). `item`: an Item, or what a key file
+        keeps of one (`id`, `system`, not a pair)."""
+        fields = self._verdict(criterion, self._formats[criterion.id], [a.parsed for a in answers],
+                               [a.completion for a in answers])
+        judgment = self._judgment(criterion, item, fingerprint, **fields, **self._provenance(prompt_sha, answers))
         return Judged(judgment, all(a.cached for a in answers))
+
+    def recorded(self, criterion: Criterion, id_: str, system: str, item_digest: str, prompt_sha: str,
+                 answers: list[Answer]) -> Judged:
+        """A pointwise judgment from its answers and what --batch-dir's key file kept of its question."""
+        from types import SimpleNamespace
+
+        return self._pointwise(criterion, SimpleNamespace(id=id_, system=system, is_pair=False),
+                               self.item_fingerprint(criterion.id, item_digest), prompt_sha, answers)
+
+    def asked(self, deferred: Deferred) -> tuple[str, list[str]] | None:
+        """(prompt_sha, the request key of each sample) of the plain question a judgment deferred, or None (a gate,
+        a segment split: not one plain question)."""
+        if deferred.question is None:
+            return None
+        messages, fmt = deferred.question
+        if self.settings.samples == 1 and deferred.key:
+            return _prompt_sha(messages), [deferred.key]
+        return _prompt_sha(messages), [self.asker.body(messages, fmt, k).key for k in range(self.settings.samples)]
 
     async def _per_segment(self, criterion: Criterion, item: Item, planned) -> Judged:
         """Each topic segment judged on its own; the candidate's score is the mean over segments with a score."""
@@ -217,7 +269,7 @@ class Judge:
         judgment = self._judgment(criterion, item, planned.fingerprints[0],
                                   score=statistics.fmean(scores) if scores else None,
                                   samples=[s.score for s in per_segment], segments=per_segment,
-                                  **self._provenance(asked[0], every))
+                                  **self._provenance(_prompt_sha(asked[0]), every))
         return Judged(judgment, all(a.cached for a in every))
 
     async def block(self, criterion: Criterion, group: list[Item], planned, todo: set[str]) -> list[Judged]:
@@ -251,7 +303,7 @@ class Judge:
         except JUDGMENT_FAILURES as exc:
             failed = [i for i in (shown or group) if i.system in todo]
             return out + [self._failure(criterion, i, prints(i.system), exc) for i in failed]
-        provenance = self._provenance(messages, answers)
+        provenance = self._provenance(_prompt_sha(messages), answers)
         cached = all(a.cached for a in answers)
         for letter, item in zip(letters, shown):
             if item.system not in todo:
@@ -285,7 +337,7 @@ class Judge:
             return self._failure(criterion, item, planned.fingerprints[0], exc)
         every = [a for answers in answered for a in answers]
         first = self._verdict(criterion, fmt, [a.parsed for a in answered[0]])
-        fields = {**first, **self._provenance(forward, every)}
+        fields = {**first, **self._provenance(_prompt_sha(forward), every)}
         if self.settings.swap:
             # Read the swapped answers back into the input's order: "1" there means the input's second candidate.
             back = [{**a.parsed, "label": SWAP_BACK[a.parsed["label"]]} for a in answered[1]]

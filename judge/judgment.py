@@ -133,8 +133,13 @@ def fingerprint_of(**parts: Any) -> dict[str, Any]:
 
 
 def digest(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    text = value if isinstance(value, str) else _canonical(value)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+# json.dumps(value, sort_keys=True, ensure_ascii=False, default=str), its encoder made once (an item's digest is
+# taken for every judgment a --batch-dir run writes)
+_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
 
 
 def changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:

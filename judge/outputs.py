@@ -72,6 +72,13 @@ def ours_as(path: Path) -> str | None:
     return "file" if entry.get("sha256") == whole else None
 
 
+def registered_sha256(path: Path) -> str | None:
+    """The digest the folder's registry records for a file this tool wrote there (None: none recorded); a caller
+    that reads the file anyway compares it in the same pass."""
+    entry = _registry(path.parent).get(path.name)
+    return entry.get("sha256") if isinstance(entry, dict) else None
+
+
 def is_ours(path: Path) -> bool:
     """True when `path` holds exactly what this tool wrote there."""
     return ours_as(path) is not None

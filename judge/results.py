@@ -102,6 +102,12 @@ class ResultsFile:
     def finished(self, key: tuple[str, str, str]) -> bool:
         return index_key(key) in self._index
 
+    def matches(self, key: tuple[str, str, str], fingerprint) -> bool | None:
+        """None when `key` is not finished here; else whether its line was made with this fingerprint (`fingerprint`
+        makes it, called only then)."""
+        entry = self._index.get(index_key(key))
+        return None if entry is None else _fields(entry)[1] == print_digest(fingerprint())
+
     def __len__(self) -> int:
         return len(self._index)
 
@@ -213,6 +219,7 @@ class ResultsFile:
     def start(self, redo: Iterable[tuple[str, str, str]] = ()) -> None:
         """Drop the judgments in `redo`, failed ones and a torn line (one atomic rewrite, streamed), then open for
         appending."""
+        self.close()  # started already (by --batch-dir's key file, before the full path)
         redo = {index_key(k) for k in redo}
         for key in redo:
             self._index.pop(key, None)

@@ -260,7 +260,10 @@ def load_rubric(name_or_path: str) -> Rubric:
     path = resolve_rubric_path(name_or_path)
     text = read_text(path, RubricError)
     try:
-        data = yaml.safe_load(text)
+        try:  # libyaml's parser, a tenth of the time (a run loads its rubric twice); PyYAML's for its messages
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError:
+            data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise RubricError(f"{path}:{_yaml_problem(exc)}") from None
     if not isinstance(data, dict):

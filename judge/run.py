@@ -185,15 +185,63 @@ def _planned_model(options: RunOptions) -> str | None:
     return local.model_id(local.resolve_model(options.model))
 
 
+def _keeps_keys(options: RunOptions, items, mode: str) -> bool:
+    """Whether the run keeps --batch-dir's key file (judge/backends/batchkeys.py): a pointwise run of the items of
+    its --input file (the folder's fingerprint covers that file's bytes, not items given in code)."""
+    from judge.items import ItemFile
+
+    return (options.batch_dir is not None and mode == "pointwise" and isinstance(items, ItemFile)
+            and options.input is not None and Path(items.path) == Path(options.input))
+
+
+def _from_keys(options: RunOptions, rubric, criteria, mode: str, results, open_cache, redact, opened):
+    """--batch-dir, reading answers back: record the judgments of the folder's key file whose answers are here, with
+    neither the items nor a prompt (Engine.run_keyed). Returns (tally, judgments left to the full path), or None
+    when there is no key file of this run, or the results file holds a judgment this run would make differently or
+    another judge's (the full path says so, before anything is written). `open_cache()`: the answer cache, opened
+    only when there is a key file to read."""
+    from judge.backends.batchkeys import identity
+    from judge.engine import Engine, Tally
+
+    settings = _settings(options, opened, mode)
+    records, why = opened.client.key_file(identity(Engine(None, settings, None, rubric).judge, criteria))
+    if records is None:
+        if why:
+            print(f"note: {why}", file=sys.stderr)
+        return None
+    engine = Engine(opened.client, settings, open_cache(), rubric, redact)
+    planned = done = 0
+    for record in records if len(results) else ():  # a new results file holds nothing done, nothing stale
+        planned += 1
+        found = results.matches((record[0], record[1], record[2]), lambda: engine.judge.item_fingerprint(
+            record[2], record[3]))
+        if found is False:
+            return None
+        done += bool(found)
+    planned = planned or len(records)
+    if results.other_judge(rubric.ref, opened.model):
+        return None
+    results.start()
+    if done == planned:
+        return Tally(planned=planned, already_done=planned), 0
+    return engine.run_keyed(records, results, criteria, options.progress, todo=planned - done)
+
+
 def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) -> Outcome:
     """Run the engine over items into the results file. Everything that can refuse the run (template, the results
     file, stale judgments) is checked and the work planned before a backend is opened: a rerun with nothing left
-    to do starts no server. The plan is walked, never held: once to check the results file, once to judge."""
+    to do starts no server. The plan is walked, never held: once to check the results file, once to judge.
+
+    --batch-dir reading answers back goes first through its key file (`_from_keys`): what it records needs neither
+    the items nor a prompt; only what it leaves (a missing or failed answer, a gate) takes the full path."""
+    import contextlib
+
     from judge.backends import Opened, open_backend
     from judge.backends.batch import BatchPending
-    from judge.engine import Engine, Tally, run_coroutine
+    from judge.backends.batchkeys import identity
+    from judge.engine import UNCOUNTED, Engine, Tally, run_coroutine
     from judge.errors import OutputError, ServerUnusable
-    from judge.results import ResultsFile
+    from judge.results import Check, ResultsFile
     from judge.secrets import Redactor
 
     output = options.output
@@ -209,33 +257,67 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
     results = ResultsFile(output)  # refuses a file that is not ours before any server starts
     redact = Redactor(os.environ.get(options.api_key_env))
     cache = None  # opened with the backend: a run refused before (a bad item, a stale file) creates nothing
+    keeps_keys = _keeps_keys(options, items, mode)
 
     def plan(opened):
         engine = Engine(opened.client, _settings(options, opened, mode), cache, rubric, redact)
         return engine, engine.plan(criteria, preflight)
 
+    def open_cache():
+        nonlocal cache
+        if cache is None:
+            cache = _cache(options)
+        return cache
+
     outcome = Outcome("complete", Path(output))
+    earlier = None  # what the key file recorded, when it left judgments to the full path
     try:
-        if not options.batched and options.backend == "local":
-            preflight.finish()  # finding the embedded model may fetch it: first be sure the items can be judged
-        model, check = _planned_model(options), None
-        if model is not None:
-            _, planned = plan(Opened(None, model, options.backend, ""))
-            check = results.check(planned, keys=keys)  # the preflight watches this walk over the items
-        preflight.finish()
-        if check is not None:
-            outcome.keys = check.keys
-            # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
-            # own flags (a bad --model is reported before a stale file).
-            if check.nothing_to_do and not (options.refresh and check.cached):
-                results.start()
-                outcome.tally = Tally(planned=check.planned, already_done=check.planned)
-                outcome.note = f"nothing to do: all {check.planned} judgments are in {output}"
-                return outcome
-        cache = _cache(options)
-        with open_backend(options) as opened:
+        with contextlib.ExitStack() as backend:
+            opened = None
+            if keeps_keys and not keys and not options.refresh:
+                opened = backend.enter_context(open_backend(options))
+                try:
+                    keyed = _from_keys(options, rubric, criteria, mode, results, open_cache, redact, opened)
+                except KeyboardInterrupt:
+                    outcome.status = "interrupted"
+                    return outcome
+                if keyed is not None:
+                    earlier, left = keyed
+                    if not left:
+                        run_coroutine(opened.client.aclose)
+                        outcome.tally = earlier
+                        if earlier.already_done == earlier.planned:
+                            outcome.note = f"nothing to do: all {earlier.planned} judgments are in {output}"
+                            return outcome
+                        return _priced(outcome, options, price, opened)
+            if not options.batched and options.backend == "local":
+                preflight.finish()  # finding the embedded model may fetch it: first be sure the items can be judged
+            model, check = _planned_model(options), None
+            # A batched run into a new results file: nothing is done or stale there, so a check walk would only
+            # count; the items are read and checked once, by the run's own walk (the preflight watches it), before
+            # any batch file is committed or uploaded.
+            once = options.batched and not keys and not len(results)
+            if model is not None and not once:
+                _, planned = plan(Opened(None, model, options.backend, ""))
+                check = results.check(planned, keys=keys)  # the preflight watches this walk over the items
+            if not once:
+                preflight.finish()
+            if check is not None:
+                outcome.keys = check.keys
+                # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
+                # own flags (a bad --model is reported before a stale file).
+                if check.nothing_to_do and not (options.refresh and check.cached):
+                    results.start()
+                    outcome.tally = Tally(planned=check.planned, already_done=check.planned)
+                    outcome.note = f"nothing to do: all {check.planned} judgments are in {output}"
+                    return outcome
+            open_cache()
+            if opened is None:
+                opened = backend.enter_context(open_backend(options))
             engine, planned = plan(opened)
-            if check is None or opened.model != model:  # the model id is known only now: check again
+            if once:
+                check = Check()
+            elif check is None or opened.model != model:  # the model id is known only now: check again
                 check = results.check(planned, keys=keys)
                 outcome.keys = check.keys
             stale = check.stale
@@ -250,11 +332,12 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
             if served_from_cache:
                 print(f"redoing {len(served_from_cache)} judgments answered from the cache (--refresh)",
                       file=sys.stderr)
-            todo = check.planned - check.done + len(served_from_cache)
+            todo = UNCOUNTED if once else check.planned - check.done + len(served_from_cache)
+            key_writer = opened.client.key_writer(identity(engine.judge, criteria)) if keeps_keys else None
 
             async def go():
                 try:
-                    return await engine.run(planned, results, progress=options.progress, todo=todo)
+                    return await engine.run(planned, results, progress=options.progress, todo=todo, keys=key_writer)
                 finally:
                     await opened.client.aclose()
 
@@ -264,16 +347,27 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
                 outcome.status = "interrupted"
                 return outcome
             except BatchPending as exc:
+                preflight.finish()  # its warnings, the walk done
                 outcome.status, outcome.note = "pending", str(exc)
                 return outcome
             except ServerUnusable as exc:
                 raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {output}: run the same "
                                      "command to resume once the server is fixed") from None
+            preflight.finish()
+            if earlier is not None:
+                outcome.tally.absorb(earlier)
     finally:
         results.close()
         if cache is not None:
             cache.close()
+    return _priced(outcome, options, price, opened)
+
+
+def _priced(outcome: Outcome, options: RunOptions, price, opened) -> Outcome:
+    """The run's cost at the --prices table, and its status: failed when a judgment failed."""
     if options.prices is not None:
+        from judge.prices import load_prices, price_of
+
         if price is None:  # the model id is known only now (the embedded model)
             price = price_of(load_prices(options.prices), opened.model, options.prices)
         tally = outcome.tally

@@ -17,7 +17,9 @@ batch is used as it is. A batch that ends `expired` or `cancelled` keeps its ans
 into the next round.
 
 `--batch-dir`: a round is written as shard files `roundR-NNN.jsonl` and the run stops (`BatchPending`) saying what
-to run; the same command rerun reads every `*.out.jsonl`, and its answers resolve the requests.
+to run; the same command rerun reads every `*.out.jsonl`, and its answers resolve the requests. With the shards a
+pointwise run writes `keys-roundR.jsonl` (judge/backends/batchkeys.py): every planned judgment and the requests it
+asked, so that the rerun records the answers without reading the items or rendering a prompt.
 """
 
 from __future__ import annotations
@@ -666,7 +668,35 @@ class BatchAPIClient(Batcher):
 
 # -- batch files for any runner -------------------------------------------------------------------------------
 DIR_MANIFEST = "batch-manifest.json"
-_LINE_START = b'{"custom_id":"'  # how every request line `batch_line` writes begins
+
+
+_ID_AT_LINE_START = re.compile(rb'^\{"custom_id":"([0-9a-f]{64})"', re.MULTILINE)  # as `batch_line` begins
+BLOCK = 1 << 20  # bytes read at a time from a request file
+
+
+def _ids_at_line_starts(path: Path, sha256: str) -> list[str] | None:
+    """The custom_id opening each line of a request file, read in blocks with the file's digest in the same pass;
+    None unless the digest is `sha256` and every line opens as `batch_line` writes it (one of an older version is
+    then read in full). Held for one file at a time, under the API's request limit per file."""
+    digest, ids, tail = hashlib.sha256(), [], b""
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(BLOCK), b""):
+            digest.update(block)
+            data = tail + block
+            cut = data.rfind(b"\n") + 1
+            found = _ID_AT_LINE_START.findall(data, 0, cut)
+            if len(found) != data.count(b"\n", 0, cut):
+                return None
+            ids += found
+            tail = data[cut:]
+    if tail:  # a last line without its newline
+        found = _ID_AT_LINE_START.findall(tail)
+        if len(found) != 1:
+            return None
+        ids += found
+    if digest.hexdigest() != sha256:
+        return None
+    return [key.decode("ascii") for key in ids]
 
 
 def _batch_lines(path: Path, cut_ok: bool, where: str | None = None):
@@ -725,6 +755,8 @@ class BatchDirClient(Batcher):
         if self.dir.exists() and not self.dir.is_dir():
             raise OutputError(f"{self.dir}: --batch-dir is a file; give a folder")
         self._check_manifest(fingerprint, command)
+        self.fingerprint = fingerprint
+        self._keys = None  # this pass's key file (judge/backends/batchkeys.py), when the run keeps one
         self._files: list[Path] = []  # the folder's batch files (inputs and answers), numbered by position
         self._handles: dict[int, object] = {}  # answer files open for reading, by number
         # Indexed by custom_id in a few dozen bytes a request (judge/backends/keyindex.py), not in dicts of strings.
@@ -805,17 +837,13 @@ class BatchDirClient(Batcher):
         """The custom_ids of an input file. One this tool wrote and nobody changed since (its digest in the
         folder's registry) holds this run's requests: their ids are read off the start of each line. Any other is
         read in full: each line's custom_id must be its body's key, and its model this run's."""
-        from judge.outputs import is_ours
+        from judge.outputs import registered_sha256
 
-        if is_ours(inp):
-            with inp.open("rb") as handle:
-                for line in handle:
-                    if line.startswith(_LINE_START) and line[len(_LINE_START) + 64:len(_LINE_START) + 65] == b'"':
-                        yield line[len(_LINE_START):len(_LINE_START) + 64].decode("ascii")
-                    elif line.strip():
-                        break  # written by an older version: read in full below
-                else:
-                    return
+        expected = registered_sha256(inp)
+        ids = _ids_at_line_starts(inp, expected) if expected else None
+        if ids is not None:
+            yield from ids
+            return
         for number, _, record in _batch_lines(inp, cut_ok=False):
             body = record.get("body")
             if not isinstance(body, dict) or record["custom_id"] != request_key(body):
@@ -834,9 +862,10 @@ class BatchDirClient(Batcher):
         handle.seek(offset)
         return json.loads(handle.readline().decode("utf-8"))
 
-    def _answer(self, key: str, waiting: tuple | None):
+    def _answer(self, key: str, waiting: tuple | None, peek: bool = False):
         """The newest answer not handed out already, as `result_of` reads it; None when there is none, or when the
-        request was written again since (its answer is still to come). `waiting`: waiting_on's newest row."""
+        request was written again since (its answer is still to come). `waiting`: waiting_on's newest row. An
+        error is handed out once (`peek`: nothing is marked)."""
         asked_again = self._round_of(self._files[waiting[0]]) if waiting else 0
         used = self._used.last(key)
         for round_, file, offset in reversed(self.answers.rows(key)):
@@ -844,7 +873,7 @@ class BatchDirClient(Batcher):
                 break
             if round_ > (used[0] if used else 0):
                 result = result_of(self._record(file, offset), self.redact)
-                if isinstance(result, Exception):
+                if isinstance(result, Exception) and not peek:
                     self._used.add(key, round_)  # an error is given once; a retry writes the request again
                 return result
             break
@@ -866,7 +895,26 @@ class BatchDirClient(Batcher):
             else:
                 self._waiting_files.add(waiting[0])
         self._deferred += 1
-        raise Deferred
+        raise Deferred(key)
+
+    def answer_to(self, key: str) -> dict | None:
+        """The completion `complete` would return for this request now, or None (no answer, or an error, which
+        `complete` hands out); nothing is counted or marked."""
+        answer = self._answer(key, self.waiting_on.last(key), peek=True)
+        return answer if isinstance(answer, dict) else None
+
+    def key_writer(self, identity: str):
+        """This pass's key file, committed with its shard files (judge/backends/batchkeys.py)."""
+        from judge.backends.batchkeys import KeyWriter
+
+        self._keys = KeyWriter(self.dir, self._round, self.fingerprint, identity)
+        return self._keys
+
+    def key_file(self, identity: str):
+        """(the folder's newest key file when it is this run's, or None; why not, or "")."""
+        from judge.backends.batchkeys import newest
+
+        return newest(self.dir, self.fingerprint, identity)
 
     def _write(self, key: str, body: dict) -> None:
         """One request line into this pass's next shard (round-robin), a new file when a shard's is full."""
@@ -906,7 +954,10 @@ class BatchDirClient(Batcher):
 
         order = [n for shard in self._writers for n in shard]  # shard by shard
         self._writers = []
+        keys, self._keys = self._keys, None
         if not order:
+            if keys is not None:
+                keys.discard()  # nothing new to answer: the newest key file still lists the plan
             return set()
         written, requests, numbers = [], 0, set()
         for name, n in enumerate(order, start=1):
@@ -916,6 +967,8 @@ class BatchDirClient(Batcher):
             written.append(part.path)
             numbers.add(self._number(part.path))
             requests += part.lines
+        if keys is not None:
+            keys.commit()
         self._written, self._parts = KeyIndex(), []
         self.manifest.setdefault("rounds", []).append({"round": self._round, "files": [p.name for p in written],
                                                        "requests": requests})
@@ -934,6 +987,9 @@ class BatchDirClient(Batcher):
         for part in self._parts:
             part.discard()
         self._writers, self._parts = [], []
+        if self._keys is not None:
+            self._keys.discard()
+            self._keys = None
 
 
 # -- opening -----------------------------------------------------------------------------------------------------
