@@ -50,7 +50,7 @@ _STUDY_CLI = ["tests/test_cli_properties.py", "tests/test_cli_numbers.py", "test
               "tests/test_study_contract.py", "tests/test_api.py", "tests/test_pairwise_estimate.py"]
 TESTS = {
     "calibration/trust/__init__.py": ["tests/test_api.py"],
-    "calibration/trust/audit.py": ["tests/test_narrow_mutants.py", "tests/test_audit_properties.py",
+    "calibration/trust/audit.py": ["tests/test_audit_branches.py", "tests/test_narrow_mutants.py", "tests/test_audit_properties.py",
                                    "tests/test_audit_guards.py", "tests/test_audit_cli.py",
                                    "tests/test_trust_mutants.py", "tests/test_audit_sim.py", "tests/test_audit.py"],
     "calibration/trust/probes.py": ["tests/test_cli_properties.py", "tests/test_audit_guards.py",
@@ -68,7 +68,7 @@ TESTS = {
                                     "tests/test_cli_numbers.py", "tests/test_screen_selection.py",
                                     "tests/test_study_contract.py", "tests/test_study_mutants.py",
                                     "tests/test_screen_active.py", "tests/test_estimate_jury.py"],
-    "calibration/study/estimate.py": ["tests/test_narrow_mutants.py", "tests/test_study_weighted_mutants.py",
+    "calibration/study/estimate.py": ["tests/test_estimate_branches.py", "tests/test_narrow_mutants.py", "tests/test_study_weighted_mutants.py",
                                       "tests/test_study_properties.py", "tests/test_estimate.py",
                                       "tests/test_cli_numbers.py", "tests/test_estimate_coverage.py",
                                       "tests/test_study_mutants.py", "tests/test_small_n_coverage.py",
