@@ -213,3 +213,75 @@ def test_no_interval_below_the_minimum_or_on_flat_labels_and_the_note_says_which
         assert f"{n} label" in note and str(MIN_LABELLED) in note
     assert interval_note("few", 1).startswith("1 labelled dialogue:")
     assert interval_note("bounded", 5).startswith("the 5 labels bunch at one end")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_weighted_lambda_minimises_the_variance_its_docstring_writes_out(seed):
+    """lambda of ppi_mean_weighted is the minimiser over lambda of lambda^2 var(f) / N + (2 lambda / N) sum_L a_i
+    (f_i - mean f) r_i + sum_L a_i^2 r_i^2 (r the a-centred residual y - lambda f), found here by scipy's scalar
+    minimiser on that expression; below MIN_TUNED labels it is 0."""
+    from scipy.optimize import minimize_scalar
+
+    from calibration.study.estimate import MIN_TUNED
+
+    rng = np.random.default_rng(seed)
+    human, judge = _study(rng, 1, 80, 30, rho=0.7)
+    y, f = human[0], judge[0]
+    pi = np.clip(0.1 + 0.3 * (f - f.min()) / np.ptp(f), 0.05, 1.0)  # an active design: more labels where f is high
+    result = ppi_mean_weighted(y, f, pi)
+    labelled = ~np.isnan(y)
+    a = np.where(labelled, 1 / pi, 0.0) / np.sum(np.where(labelled, 1 / pi, 0.0))
+    big_n, var_f = len(f), np.var(f, ddof=1)
+
+    def variance(lam):
+        r = np.where(labelled, np.nan_to_num(y) - lam * f, 0.0)
+        r = np.where(labelled, r - np.sum(a * r), 0.0)
+        return lam ** 2 * var_f / big_n + 2 * lam / big_n * np.sum(a * (f - f.mean()) * r) + np.sum(a ** 2 * r ** 2)
+
+    best = minimize_scalar(variance, bounds=(-10, 10), method="bounded", options={"xatol": 1e-10}).x
+    assert result.lam[()] == pytest.approx(best, abs=1e-6) and abs(best) > 0.05
+    few = np.where(np.cumsum(labelled) <= MIN_TUNED - 1, y, np.nan)
+    assert ppi_mean_weighted(few, f, pi).lam[()] == 0.0
+
+
+@pytest.mark.parametrize("labelled", [12, 16])
+def test_a_judge_exactly_uncorrelated_with_the_labels_leaves_exactly_the_human_only_interval(labelled):
+    """Sample covariance exactly 0 (a symmetric pattern, integer sums): lambda 0 in the in-sample tuned regime
+    (MIN_TUNED to MIN_CROSS_FITTED labels), so the estimate and its interval are the labels' t interval (n - 1
+    degrees of freedom, no lambda's own error)."""
+    f_labelled = np.tile([-2.0, -1.0, 1.0, 2.0], labelled // 4)
+    y = np.tile([1.0, 2.0, 2.0, 1.0], labelled // 4) + np.repeat(np.arange(labelled // 4) % 3, 4)
+    judge = np.concatenate([f_labelled, np.linspace(-2, 2, 40)])
+    human = np.concatenate([y, np.full(40, np.nan)])
+    assert np.cov(y, f_labelled)[0, 1] == 0.0
+    result = ppi_mean(human, judge)
+    low, high = stats.t.interval(0.95, labelled - 1, loc=y.mean(), scale=stats.sem(y))
+    assert result.lam[()] == 0.0 and result.estimate[()] == pytest.approx(y.mean())
+    assert (result.ci_low[()], result.ci_high[()]) == pytest.approx((low, high), rel=1e-12)
+
+
+def test_a_judge_exactly_linear_in_the_labels_is_used_in_the_cross_fitted_regime():
+    """A perfect judge (labels an exact linear function of its scores) with 25 labels: its correlation of exactly 1
+    keeps the cross-fitted lambdas (no 0/0 shrinkage), the estimate is near the line at the judged mean, and the
+    interval narrower than the labels' own (the unlabelled mean's own noise remains)."""
+    rng = np.random.default_rng(2)
+    judge = rng.normal(3, 1, 80)
+    human = np.where(np.arange(80) < 25, 1.0 + 0.5 * judge, np.nan)
+    result = ppi_mean(human, judge)
+    assert 0.2 < result.lam[()] <= 0.5
+    assert result.estimate[()] == pytest.approx(1.0 + 0.5 * judge.mean(), abs=0.1)
+    assert result.ci_high[()] - result.ci_low[()] < 0.8 * (result.human_only_ci_high[()] - result.human_only_ci_low[()])
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0, -0.5, 1.5])
+def test_the_estimate_refuses_a_confidence_outside_zero_and_one(confidence):
+    import pandas as pd
+
+    from calibration.errors import CalibrationError
+    from calibration.study.estimate import estimate
+
+    judge = pd.DataFrame({"item_id": ["d1", "d2", "d3"], "system": "s", "criterion": "c", "score": [1.0, 2.0, 3.0],
+                          "status": "ok"})
+    labels = judge.drop(columns=["status"]).assign(annotator="a")
+    with pytest.raises(CalibrationError, match="--confidence must be between 0 and 1"):
+        estimate(judge, labels, confidence=confidence)
