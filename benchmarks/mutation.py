@@ -57,7 +57,7 @@ TESTS = {
                                     "tests/test_audit_cli.py", "tests/test_trust_mutants.py"],
     "calibration/trust/drift.py": ["tests/test_drift_branches.py", "tests/test_narrow_mutants.py", "tests/test_drift_properties.py",
                                    "tests/test_drift_guards.py", "tests/test_drift.py", "tests/test_trust_mutants.py"],
-    "calibration/trust/select.py": ["tests/test_select_properties.py", "tests/test_select.py",
+    "calibration/trust/select.py": ["tests/test_select_branches.py", "tests/test_select_properties.py", "tests/test_select.py",
                                     "tests/test_select_guards.py", "tests/test_trust_mutants.py"],
     "calibration/trust/cli.py": _TRUST_CLI + ["tests/test_trust_mutants.py"],
     "calibration/trust/report.py": ["tests/test_report_properties.py", "tests/test_audit_cli.py",
