@@ -64,7 +64,7 @@ TESTS = {
                                     "tests/test_select.py", "tests/test_drift.py", "tests/test_api.py",
                                     "tests/test_trust_mutants.py"],
     "calibration/study/__init__.py": ["tests/test_api.py"],
-    "calibration/study/screen.py": ["tests/test_study_properties.py", "tests/test_screen.py",
+    "calibration/study/screen.py": ["tests/test_screen_branches.py", "tests/test_study_properties.py", "tests/test_screen.py",
                                     "tests/test_cli_numbers.py", "tests/test_screen_selection.py",
                                     "tests/test_study_contract.py", "tests/test_study_mutants.py",
                                     "tests/test_screen_active.py", "tests/test_estimate_jury.py"],
