@@ -49,10 +49,14 @@ def test_each_judgments_uncertainty_against_its_parts_written_out():
 
 
 def test_uncertainty_does_not_depend_on_the_judges_units():
+    """Where the scores vary (criterion c); a criterion whose scores never vary has no range to measure a spread
+    against and takes it in points (half range 1), so there it does depend on the units."""
     judge = _judgments()
+    judge = judge[judge["criterion"] == "c"]
     base = judgment_uncertainty(judge)
     moved = judgment_uncertainty(judge.assign(score=3.0 * judge["score"] - 2.0, spread=3.0 * judge["spread"]))
     pd.testing.assert_frame_equal(base, moved)
+    assert base["spread"].max() > 0 and base["entropy"].max() > 0
 
 
 def _scores(seed=0, dialogues=8):
