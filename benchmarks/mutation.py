@@ -78,7 +78,7 @@ TESTS = {
                                         "tests/test_cli_numbers.py", "tests/test_study_contract.py",
                                         "tests/test_study_mutants.py", "tests/test_pairwise_estimate.py",
                                         "tests/test_screen_active.py", "tests/test_estimate_jury.py"],
-    "calibration/study/power.py": ["tests/test_narrow_mutants.py", "tests/test_study_properties.py",
+    "calibration/study/power.py": ["tests/test_power_branches.py", "tests/test_narrow_mutants.py", "tests/test_study_properties.py",
                                    "tests/test_power_small_n.py", "tests/test_screen_power.py", "tests/test_screen.py",
                                    "tests/test_study_mutants.py", "tests/test_estimate_jury.py"],
     "calibration/study/cli.py": _STUDY_CLI + ["tests/test_study_mutants.py"],
