@@ -285,3 +285,17 @@ def test_the_estimate_refuses_a_confidence_outside_zero_and_one(confidence):
     labels = judge.drop(columns=["status"]).assign(annotator="a")
     with pytest.raises(CalibrationError, match="--confidence must be between 0 and 1"):
         estimate(judge, labels, confidence=confidence)
+
+
+@pytest.mark.parametrize("share, rho2, n", [(1.0, 0.0, 10), (0.6, 0.3, 10), (0.3, 0.1, 25), (0.9, 0.8, 6),
+                                            (0.5, 0.0, 4)])
+def test_the_jensen_factor_is_its_formula_with_g_from_scipys_chi2_expectation(share, rho2, n):
+    """_jensen's g = E[(c + 1) / (c + W)], W ~ chi^2_df / df, c = 1 / share - 1, df = n - 1, by scipy's numerical
+    expectation (not Gauss-Laguerre); the factor 1 + (g - 1)(1 - rho^2 / share), never below 1."""
+    from calibration.study.estimate import _jensen
+
+    df, c = n - 1.0, 1.0 / share - 1.0
+    g = stats.chi2.expect(lambda x: (c + 1.0) / (c + x / df), args=(df,)) if df > 2 else 1.0
+    expected = max(1.0 + (g - 1.0) * (1.0 - rho2 / share), 1.0)
+    # 40-point Gauss-Laguerre: within 3e-5 of the exact df / (df - 2) at share 1, df 9.
+    assert _jensen(np.array([share]), np.array([rho2]), np.array([float(n)]))[0] == pytest.approx(expected, rel=1e-4)
