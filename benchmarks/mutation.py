@@ -86,7 +86,7 @@ TESTS = {
                                       "tests/test_pairwise_properties.py", "tests/test_pairwise_estimate.py"],
     "calibration/study/predictor.py": ["tests/test_narrow_mutants.py", "tests/test_estimate_jury.py"],
     "calibration/cascade/__init__.py": ["tests/test_api.py", "tests/test_escalate.py"],
-    "calibration/cascade/escalate.py": ["tests/test_escalate_mutants.py", "tests/test_narrow_mutants.py",
+    "calibration/cascade/escalate.py": ["tests/test_escalate_branches.py", "tests/test_escalate_mutants.py", "tests/test_narrow_mutants.py",
                                         "tests/test_escalate_properties.py",
                                         "tests/test_cli_properties.py", "tests/test_escalate.py",
                                         "tests/test_escalate_real.py"],

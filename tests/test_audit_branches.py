@@ -331,3 +331,19 @@ def test_each_statistic_with_nothing_to_measure_returns_no_number(study, pairs_s
     row = pairwise_self_preference(pairs[(pairs["system_1"] != "a") & (pairs["system_2"] != "a")], phuman, pboot,
                                    "c", ["a"])
     assert row["note"] == "no pair of an own system against another" and "judge_gap" not in row
+
+
+def test_every_csv_an_audit_writes_is_its_table_without_an_index_column(pairwise_study):
+    """Written after the seed-9 draw let `to_csv(index=True)` survive: each file reads back as its table."""
+    import io
+
+    judgments, items, labels, _, _ = pairwise_study
+    result = audit(judgments, items, labels, self_systems="a", bootstrap=100)
+    tables = {"noise.csv": result.noise, "length.csv": result.length, "position.csv": result.position,
+              "self_preference.csv": result.self_preference, "length_controlled.csv": result.length_controlled}
+    files = result.files()
+    assert set(tables) <= set(files)
+    for name, table in tables.items():
+        read = pd.read_csv(io.StringIO(files[name]))
+        assert list(read.columns) == [str(c) for c in table.columns], name
+        assert len(read) == len(table), name
