@@ -347,3 +347,22 @@ def test_every_csv_an_audit_writes_is_its_table_without_an_index_column(pairwise
         read = pd.read_csv(io.StringIO(files[name]))
         assert list(read.columns) == [str(c) for c in table.columns], name
         assert len(read) == len(table), name
+
+
+def test_the_first_sentence_counts_the_flags_the_tables_hold(pairwise_study):
+    """Written after the seed-9 draw let `"effect" in t` become `not in` (every count 0)."""
+    judgments, items, labels, _, _ = pairwise_study
+    result = audit(judgments, items, labels, self_systems="a", bootstrap=100)
+    assert result.flags > 0
+
+    def flagged():
+        (first,) = [s for s in sentences(result) if s.startswith("Findings flagged:")]
+        return int(first.split()[2])
+
+    counted = sum(int(t["effect"].fillna(False).astype(bool).sum()) for t in
+                  (result.length, result.position, result.self_preference) if "effect" in t)
+    assert flagged() == counted
+    length_flags = int(result.length["effect"].fillna(False).astype(bool).sum()) if "effect" in result.length else 0
+    result.self_preference["effect"] = True
+    result.position["effect"] = True
+    assert flagged() == length_flags + len(result.self_preference) + len(result.position) > counted
