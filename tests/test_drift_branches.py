@@ -54,3 +54,25 @@ def test_an_inconclusive_verdict_asks_for_more_dialogues_than_it_has(runs):
     assert row["verdict"] == "inconclusive"
     assert row["dialogues_needed"] > row["n_dialogues"] == 12
     assert f"about {row['dialogues_needed']} anchor dialogues would settle it (12 now)" == row["note"]
+
+
+@pytest.mark.parametrize("dialogues", [2, 3])
+def test_the_agreement_change_at_two_or_three_dialogues_is_the_expanded_interval_for_that_count(dialogues):
+    """The resampled difference of frequency-weighted Pearson r, its percentiles expanded for `dialogues`
+    (tests/resampling.py). At 2 dialogues the expansion cannot move the percentiles (three resample draws, each
+    extreme a quarter of them), which is why seed 9's move of the threshold to 3 is judged equivalent."""
+    from resampling import counts_from_seed, expanded
+    from test_drift_properties import weighted_r
+
+    reference, new = simulated_runs(np.random.default_rng(7), n_items=dialogues, n_systems=6, shift=0.3)
+    rng = np.random.default_rng(8)
+    labels = reference[["item_id", "system", "criterion"]].assign(
+        annotator="a", score=np.clip(np.round(reference["score"] + rng.normal(0, 0.8, len(reference))), 1, 5))
+    row = drift(reference, new, labels, bootstrap=300, seed=5, scale=(1, 5)).drift.iloc[0]
+    human = labels["score"].to_numpy(float)
+    ids = sorted(reference["item_id"].unique())
+    position = reference["item_id"].map({d: k for k, d in enumerate(ids)}).to_numpy()
+    change = np.array([weighted_r(new["score"], human, w[position]) - weighted_r(reference["score"], human,
+                                                                                  w[position])
+                       for w in counts_from_seed(5, len(ids), 300)])
+    assert (row["human_ci_low"], row["human_ci_high"]) == pytest.approx(expanded(change, 0.95, dialogues), abs=1e-10)
