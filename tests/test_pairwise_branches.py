@@ -37,3 +37,16 @@ def test_a_lower_bound_exactly_at_one_half_minus_the_margin_is_not_non_inferior(
     table = pairwise_estimate(judge, labels, "base", margin=0.5 - low).estimates
     row = table[(table["quantity"] == "win_rate") & (table["system"] == system)]
     assert row["ci_low"].item() == low and row["noninferior"].item() == "no"
+
+
+@pytest.mark.parametrize("usable", [[[False, False], [False, False]], [[False, True], [True, False]]])
+def test_the_max_t_quantile_with_one_or_no_usable_pair_is_the_single_t_quantile(usable):
+    """No usable pair (every strength infinite or unconnected) or one: Bonferroni over one comparison, i.e. scipy's
+    two-sided t quantile; never a division by zero."""
+    import numpy as np
+    from scipy import stats
+
+    from calibration.study.pairwise import max_t_quantile
+
+    cov = np.array([[0.04, 0.01], [0.01, 0.05]])
+    assert max_t_quantile(cov, np.array(usable), 12.0, 0.9) == pytest.approx(stats.t.ppf(0.95, 12.0))
