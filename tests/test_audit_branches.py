@@ -366,3 +366,19 @@ def test_the_first_sentence_counts_the_flags_the_tables_hold(pairwise_study):
     result.self_preference["effect"] = True
     result.position["effect"] = True
     assert flagged() == length_flags + len(result.self_preference) + len(result.position) > counted
+
+
+def test_a_dialogue_without_an_own_or_another_system_is_left_out_without_a_numpy_warning(study):
+    """Written after the seed-12 draw let the guard against dividing by 0 other summaries go: such dialogues are
+    left out and no RuntimeWarning reaches the user."""
+    import warnings
+
+    judge, _, human, _, _, _ = study
+    ids = judge["item_id"].unique()
+    # one dialogue without the own system, another with nothing else
+    part = judge[((judge["item_id"] != ids[0]) | (judge["system"] != "sys0"))
+                 & ((judge["item_id"] != ids[1]) | (judge["system"] == "sys0"))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = self_preference(part, human, _boot(judge), "c", ["sys0"])
+    assert row["n_dialogues"] == len(ids) - 2 and np.isfinite(row["judge_gap"])

@@ -81,3 +81,25 @@ def test_discrimination_is_the_contenders_sd_over_half_their_range_and_ignores_t
     # A criterion with no ranked systems adds nothing; none at all gives an empty series.
     assert discrimination(judge, systems, ["c", "other"]).to_dict() == pytest.approx(got.to_dict())
     assert discrimination(judge, systems, ["other"]).empty
+
+
+def test_the_power_sentence_says_each_case_in_its_own_words():
+    """One row per branch of the sentence: a count, no count (the judge sees no difference), and with a pilot: the
+    count with the judge, more than the judged dialogues, and a correlation that cannot be measured. Written after
+    the seed-11 draw let a `not` of these branches go."""
+    from calibration.study.screen import power_sentence
+
+    nan = np.nan
+    table = pd.DataFrame({"criterion": ["a", "b", "c", "d"], "system_a": "x", "system_b": "y",
+                          "dialogues_human_only": pd.array([40, None, 60, 80], dtype="Int64"),
+                          "rho": [0.7, 0.5, nan, 0.2], "n_judged": 200, "n_pilot": 20,
+                          "dialogues_with_judge": pd.array([12, None, None, None], dtype="Int64")})  # as power_table
+    said = power_sentence(table, 0.8, 0.05)
+    assert "a: 40 dialogues (12 with the judge's scores on all 200, rho 0.70) for x vs y" in said
+    assert ("b: more dialogues than any study can label (the judge sees no difference) (more than the 200 judged "
+            "with the judge's help) for x vs y") in said
+    assert "c: 60 dialogues (the judge-human correlation cannot be measured on this pilot) for x vs y" in said
+    assert "d: 80 dialogues (more than the 200 judged with the judge's help) for x vs y" in said
+    assert "estimated from 20 pilot dialogues" in said
+    plain = power_sentence(table.drop(columns=["n_pilot"]), 0.8, 0.05)
+    assert "a: 40 dialogues for x vs y" in plain and "with the judge" not in plain
