@@ -12,6 +12,7 @@ from calibration.study.report import _bounds_of
 
 @pytest.mark.parametrize("bounds, criterion, expected", [
     (None, "c", None), ({}, "c", None), ({"c": (1, 5)}, "c", (1.0, 5.0)),
-    ({"*": (0, 10), "c": (1, 5)}, "d", (0.0, 10.0)), ({"c": (1, 5)}, "d", None), ({"c": (None, 5)}, "c", None), ({"c": (1, None)}, "c", None)])
+    ({"*": (0, 10), "c": (1, 5)}, "d", (0.0, 10.0)), ({"c": (1, 5)}, "d", None), ({"c": (None, 5)}, "c", None),
+    ({"c": (1, None)}, "c", None)])
 def test_the_scale_of_a_criterion(bounds, criterion, expected):
     assert _bounds_of(bounds, criterion) == expected
