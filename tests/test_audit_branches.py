@@ -1,10 +1,11 @@
-"""The audit's rarely taken branches (calibration.trust.audit), each pinned by a property or an independent
-computation rather than by one planted bug at a time: the p-value read back from an interval (scipy's t test, and
-a probability whatever the interval), the words of the pairwise sentences, and the shares' bootstrap when it has
-too few replicates to give an interval.
+"""The audit's rarely taken branches (calibration.trust.audit) pinned by properties and independent computations
+rather than one planted bug at a time: the p-value read back from an interval (scipy's t test; a probability
+whatever the interval); plant and recover (a planted length taste, own-system bonus or position effect moves its
+estimate, every replicate and so the interval by exactly itself; the judge's units scale only judge-side numbers);
+length-controlled means against statsmodels' fixed-effects OLS; mirrored pairs; every statistic with nothing to
+measure; the words of the sentences, the flags they count and the CSVs the audit writes.
 
-Written after fresh draws of benchmarks/mutation.py showed survivors spread over these branches (a zero estimate's
-p-value of 1.0 -> 1.1, the unit word of pairwise sentences)."""
+Written after fresh draws of benchmarks/mutation.py showed survivors spread thin over these branches."""
 
 from __future__ import annotations
 
