@@ -53,3 +53,17 @@ def test_labels_saved_are_100_times_the_mean_adjusted_r2_over_systems(dialogues)
         assert saved == pytest.approx(100 * np.mean(adjusted))
     else:
         assert np.isnan(saved)
+
+
+def test_a_judge_without_a_statistic_on_the_fitting_half_is_never_the_cross_fitted_pick():
+    """A constant judge has no correlation on either half (NaN, counted as 0): the judge that agrees with humans
+    is picked on both halves, so the cross-fitted best is its standardised scores everywhere. Written after the
+    seed-11 draw let the stand-in for NaN become 1.0 (the constant judge picked)."""
+    from calibration.trust.select import BEST_PICKED, _cross_fitted
+
+    rng = np.random.default_rng(4)
+    human = rng.normal(3, 1, (30, 3))
+    scores = {"good": human + rng.normal(0, 0.5, human.shape), "flat": np.full(human.shape, 3.0)}
+    items, systems = np.array([f"d{i}" for i in range(30)]), np.array(["a", "b", "c"])
+    out = _cross_fitted(scores, human, items, systems, "summary", "pearson", 0, 200)
+    np.testing.assert_allclose(out[BEST_PICKED], _standardise(scores["good"]))
