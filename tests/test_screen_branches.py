@@ -103,3 +103,16 @@ def test_the_power_sentence_says_each_case_in_its_own_words():
     assert "estimated from 20 pilot dialogues" in said
     plain = power_sentence(table.drop(columns=["n_pilot"]), 0.8, 0.05)
     assert "a: 40 dialogues for x vs y" in plain and "with the judge" not in plain
+
+
+def test_the_targeted_part_takes_equal_priorities_in_the_order_of_their_ids():
+    """Ties in priority are broken by dialogue id, smallest first, so a plan is the same whoever lists the items.
+    Written after the seed-11 draw let the tie-break's order flip."""
+    from calibration.study.screen import make_plan
+
+    items = pd.DataFrame({"item_id": ["d3", "d1", "d4", "d0", "d2"], "priority": [0.5, 0.5, 0.9, 0.5, 0.5],
+                          "uncertainty": 0.5, "discrimination": 0.0, "n_judgments": 1})
+    plan = make_plan(items, 3, "dialogues", 0.0, 0)
+    assert plan["item_id"].tolist() == ["d4", "d0", "d1"] and set(plan["part"]) == {"targeted"}
+    shuffled = make_plan(items.sample(frac=1.0, random_state=1), 3, "dialogues", 0.0, 0)
+    assert shuffled["item_id"].tolist() == plan["item_id"].tolist()
