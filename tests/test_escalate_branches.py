@@ -39,3 +39,31 @@ def test_each_clause_of_each_option_check_refuses_on_its_own(given, message):
 def test_the_edge_of_each_range_is_accepted(given):
     result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, **given)
     assert len(result.decisions) > 0
+
+
+def test_every_table_of_the_result_has_one_row_per_index_label(tmp_path):
+    """The tables a script receives are stacked per criterion: each keeps a RangeIndex (so .loc and joins work).
+    The example's one criterion copied as a second. Written after the seed-14 draw let the path's concatenation
+    keep each criterion's index."""
+    import json
+
+    import pandas as pd
+
+    labels = pd.read_csv(LABELS)
+    pd.concat([labels, labels.assign(criterion="other")]).to_csv(tmp_path / "labels.csv", index=False)
+    import shutil
+
+    for rubric in JUDGES["small"].parent.glob("*.yaml"):  # the example's rubric, beside the judgments
+        shutil.copy(rubric, tmp_path / rubric.name)
+    judges = {}
+    for name, path in JUDGES.items():
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        copy = tmp_path / f"{name}.jsonl"
+        copy.write_text("".join(json.dumps(r) + "\n" for r in lines + [{**r, "criterion": "other"} for r in lines]),
+                        encoding="utf-8")
+        judges[name] = copy
+    result = calibration.escalate(tmp_path / "labels.csv", judges, alpha=0.2, delta=0.1)
+    for name in ("decisions", "thresholds", "path", "risk_coverage"):
+        frame = getattr(result, name)
+        assert frame["criterion"].nunique() == 2, name
+        assert frame.index.equals(pd.RangeIndex(len(frame))), name
