@@ -299,3 +299,18 @@ def test_the_jensen_factor_is_its_formula_with_g_from_scipys_chi2_expectation(sh
     expected = max(1.0 + (g - 1.0) * (1.0 - rho2 / share), 1.0)
     # 40-point Gauss-Laguerre: within 3e-5 of the exact df / (df - 2) at share 1, df 9.
     assert _jensen(np.array([share]), np.array([rho2]), np.array([float(n)]))[0] == pytest.approx(expected, rel=1e-4)
+
+
+def test_the_weighted_lambda_is_tuned_from_exactly_min_tuned_labels():
+    """Written after the seed-13 draw let `n >= MIN_TUNED` become `>` in the weighted estimator: at MIN_TUNED
+    labels a good judge is used (lambda the variance's minimiser, not 0), one label fewer it is not."""
+    from calibration.study.estimate import MIN_TUNED
+
+    rng = np.random.default_rng(11)
+    human, judge = _study(rng, 1, 80, MIN_TUNED, rho=0.9)
+    y, f = human[0], judge[0]
+    pi = np.full(80, MIN_TUNED / 80.0)
+    at = ppi_mean_weighted(y, f, pi)
+    assert at.n_labelled[()] == MIN_TUNED and at.lam[()] != 0.0
+    fewer = np.where(np.cumsum(~np.isnan(y)) < MIN_TUNED, y, np.nan)
+    assert ppi_mean_weighted(fewer, f, pi).lam[()] == 0.0
