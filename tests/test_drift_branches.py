@@ -76,3 +76,13 @@ def test_the_agreement_change_at_two_or_three_dialogues_is_the_expanded_interval
                                                                                   w[position])
                        for w in counts_from_seed(5, len(ids), 300)])
     assert (row["human_ci_low"], row["human_ci_high"]) == pytest.approx(expanded(change, 0.95, dialogues), abs=1e-10)
+
+
+@pytest.mark.parametrize("value, one", [("A", True), ("better", True), ("3", True), ("3.0", True), ("3.5", False),
+                                        (3, True), (4.0, True), (3.6666666666666665, False), (np.int64(2), True),
+                                        (np.float64(2.5), False), (None, True)])
+def test_a_verdict_that_one_answer_could_give_is_a_label_or_a_whole_number(value, one):
+    """Written after the seed-13 draw let a label (text that is not a number) stop counting as one sample."""
+    from calibration.trust.drift import _could_be_one_sample
+
+    assert _could_be_one_sample(value) is one
