@@ -1,0 +1,69 @@
+"""Every clause of escalate's option checks (calibration.cascade.escalate), one row each: a bool, a number of the
+wrong kind, a value out of range, each refused in the CLI's words before any file is read. Written after a fresh
+draw of benchmarks/mutation.py (seed 12) let an `or` of these checks become an `and`."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import calibration
+from calibration.errors import CalibrationError
+from test_escalate import JUDGES, LABELS
+
+ROWS = [
+    ({"tolerance": True}, "--tolerance must be a number of score points >= 0, got True"),
+    ({"tolerance": "0.5"}, "--tolerance must be a number of score points >= 0, got '0.5'"),
+    ({"tolerance": math.nan}, "--tolerance must be a number of score points >= 0, got nan"),
+    ({"tolerance": -0.5}, "--tolerance must be a number of score points >= 0, got -0.5"),
+    ({"steps": True}, "--steps must be a positive whole number, got True"),
+    ({"steps": 2.0}, "--steps must be a positive whole number, got 2.0"),
+    ({"steps": 0}, "--steps must be a positive whole number, got 0"),
+    ({"path_cells": True}, "--path-cells must be a positive whole number, got True"),
+    ({"path_cells": 5.0}, "--path-cells must be a positive whole number, got 5.0"),
+    ({"random_dialogues": True}, "--random-dialogues must be a whole number of at least 0, got True"),
+    ({"random_dialogues": 2.0}, "--random-dialogues must be a whole number of at least 0, got 2.0"),
+    ({"random_dialogues": -1}, "--random-dialogues must be a whole number of at least 0, got -1"),
+]
+
+
+@pytest.mark.parametrize("given, message", ROWS, ids=[m[:40] for _, m in ROWS])
+def test_each_clause_of_each_option_check_refuses_on_its_own(given, message):
+    with pytest.raises(CalibrationError) as caught:
+        calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, **given)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("given", [{"tolerance": 0}, {"steps": 1}, {"path_cells": None}, {"random_dialogues": 0}])
+def test_the_edge_of_each_range_is_accepted(given):
+    result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, **given)
+    assert len(result.decisions) > 0
+
+
+def test_every_table_of_the_result_has_one_row_per_index_label(tmp_path):
+    """The tables a script receives are stacked per criterion: each keeps a RangeIndex (so .loc and joins work).
+    The example's one criterion copied as a second. Written after the seed-14 draw let the path's concatenation
+    keep each criterion's index."""
+    import json
+
+    import pandas as pd
+
+    labels = pd.read_csv(LABELS)
+    pd.concat([labels, labels.assign(criterion="other")]).to_csv(tmp_path / "labels.csv", index=False)
+    import shutil
+
+    for rubric in JUDGES["small"].parent.glob("*.yaml"):  # the example's rubric, beside the judgments
+        shutil.copy(rubric, tmp_path / rubric.name)
+    judges = {}
+    for name, path in JUDGES.items():
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        copy = tmp_path / f"{name}.jsonl"
+        copy.write_text("".join(json.dumps(r) + "\n" for r in lines + [{**r, "criterion": "other"} for r in lines]),
+                        encoding="utf-8")
+        judges[name] = copy
+    result = calibration.escalate(tmp_path / "labels.csv", judges, alpha=0.2, delta=0.1)
+    for name in ("decisions", "thresholds", "path", "risk_coverage"):
+        frame = getattr(result, name)
+        assert frame["criterion"].nunique() == 2, name
+        assert frame.index.equals(pd.RangeIndex(len(frame))), name

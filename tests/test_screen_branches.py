@@ -1,0 +1,118 @@
+"""`judge screen`'s per-judgment uncertainty and per-dialogue discrimination (calibration.study.screen) against
+independent computations (scipy's entropy, numpy's SD over half the observed range) on a table of judgments that
+reaches each branch, and their invariance to the judge's units. Written after fresh draws of
+benchmarks/mutation.py left survivors on these edges."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from calibration.study.screen import FAILED, NOT_APPLICABLE, discrimination, judgment_uncertainty
+
+
+def _judgments():
+    rows = [
+        # item, system, criterion, score, status, spread, probs, order disagreement
+        ("d1", "a", "c", 1.0, "ok", 0.5, {"1": 0.5, "2": 0.5, "3": 0.0}, False),
+        ("d1", "b", "c", 5.0, "ok", 4.0, {"5": 1.0}, 1),
+        ("d2", "a", "c", 3.0, "ok", np.nan, {"2": 0.2, "3": 0.7, "4": 0.1}, True),
+        ("d2", "b", "c", np.nan, "error", np.nan, None, False),
+        ("d3", "a", "c", np.nan, "na", np.nan, None, False),
+        ("d3", "b", "c", 2.0, "ok", 1.0, None, 0),
+        ("d1", "a", "k", 7.0, "ok", 0.4, None, False),  # a second criterion: its own range (7 - 7: none, so 1)
+    ]
+    return pd.DataFrame(rows, columns=["item_id", "system", "criterion", "score", "status", "spread", "probs",
+                                       "order_disagreement"])
+
+
+def test_each_judgments_uncertainty_against_its_parts_written_out():
+    frame = judgment_uncertainty(_judgments())
+    half_range = {"c": (5.0 - 1.0) / 2, "k": 1.0}
+    judge = _judgments()
+    for k, row in judge.iterrows():
+        got = frame.iloc[k]
+        spread = min(row["spread"] / half_range[row["criterion"]], 1.0) if np.isfinite(row["spread"]) else np.nan
+        assert (np.isnan(got["spread"]) and np.isnan(spread)) or got["spread"] == pytest.approx(spread)
+        probs = row["probs"]
+        if isinstance(probs, dict) and len(probs) >= 2:
+            p = np.array(list(probs.values()))
+            assert got["entropy"] == pytest.approx(stats.entropy(p) / np.log(len(p)))
+        else:
+            assert np.isnan(got["entropy"])
+        assert got["order_disagreement"] == (row["order_disagreement"] in (True, 1))
+        doubt = FAILED if row["status"] == "error" else NOT_APPLICABLE if row["status"] == "na" else 0.0
+        parts = [doubt, np.nan_to_num(spread), np.nan_to_num(got["entropy"]), float(got["order_disagreement"])]
+        assert got["uncertainty"] == pytest.approx(max(parts))
+
+
+def test_uncertainty_does_not_depend_on_the_judges_units():
+    """Where the scores vary (criterion c); a criterion whose scores never vary has no range to measure a spread
+    against and takes it in points (half range 1), so there it does depend on the units."""
+    judge = _judgments()
+    judge = judge[judge["criterion"] == "c"]
+    base = judgment_uncertainty(judge)
+    moved = judgment_uncertainty(judge.assign(score=3.0 * judge["score"] - 2.0, spread=3.0 * judge["spread"]))
+    pd.testing.assert_frame_equal(base, moved)
+    assert base["spread"].max() > 0 and base["entropy"].max() > 0
+
+
+def _scores(seed=0, dialogues=8):
+    rng = np.random.default_rng(seed)
+    rows = [{"item_id": f"d{i}", "system": s, "criterion": "c", "score": float(rng.integers(1, 6)), "status": "ok"}
+            for i in range(dialogues) for s in ("a", "b", "c", "d")]
+    systems = pd.DataFrame({"criterion": "c", "system": ["a", "b", "c", "d"], "rank": [1, 2, 3, 4],
+                            "tied_with_best": [True, False, False, True]})
+    return pd.DataFrame(rows), systems
+
+
+def test_discrimination_is_the_contenders_sd_over_half_their_range_and_ignores_the_judges_units():
+    judge, systems = _scores()
+    got = discrimination(judge, systems, ["c"])
+    table = judge.pivot(index="item_id", columns="system", values="score")[["a", "b", "d"]]  # top two, and tied
+    half = (table.to_numpy().max() - table.to_numpy().min()) / 2
+    expected = np.minimum(table.std(axis=1, ddof=0) / half, 1.0)
+    assert got.to_dict() == pytest.approx(expected.to_dict())
+    assert got.max() > 0
+    moved = discrimination(judge.assign(score=-2.0 + 4.0 * judge["score"]), systems, ["c"])
+    assert moved.to_dict() == pytest.approx(got.to_dict())
+    # A criterion with no ranked systems adds nothing; none at all gives an empty series.
+    assert discrimination(judge, systems, ["c", "other"]).to_dict() == pytest.approx(got.to_dict())
+    assert discrimination(judge, systems, ["other"]).empty
+
+
+def test_the_power_sentence_says_each_case_in_its_own_words():
+    """One row per branch of the sentence: a count, no count (the judge sees no difference), and with a pilot: the
+    count with the judge, more than the judged dialogues, and a correlation that cannot be measured. Written after
+    the seed-11 draw let a `not` of these branches go."""
+    from calibration.study.screen import power_sentence
+
+    nan = np.nan
+    table = pd.DataFrame({"criterion": ["a", "b", "c", "d"], "system_a": "x", "system_b": "y",
+                          "dialogues_human_only": pd.array([40, None, 60, 80], dtype="Int64"),
+                          "rho": [0.7, 0.5, nan, 0.2], "n_judged": 200, "n_pilot": 20,
+                          "dialogues_with_judge": pd.array([12, None, None, None], dtype="Int64")})  # as power_table
+    said = power_sentence(table, 0.8, 0.05)
+    assert "a: 40 dialogues (12 with the judge's scores on all 200, rho 0.70) for x vs y" in said
+    assert ("b: more dialogues than any study can label (the judge sees no difference) (more than the 200 judged "
+            "with the judge's help) for x vs y") in said
+    assert "c: 60 dialogues (the judge-human correlation cannot be measured on this pilot) for x vs y" in said
+    assert "d: 80 dialogues (more than the 200 judged with the judge's help) for x vs y" in said
+    assert "estimated from 20 pilot dialogues" in said
+    plain = power_sentence(table.drop(columns=["n_pilot"]), 0.8, 0.05)
+    assert "a: 40 dialogues for x vs y" in plain and "with the judge" not in plain
+
+
+def test_the_targeted_part_takes_equal_priorities_in_the_order_of_their_ids():
+    """Ties in priority are broken by dialogue id, smallest first, so a plan is the same whoever lists the items.
+    Written after the seed-11 draw let the tie-break's order flip."""
+    from calibration.study.screen import make_plan
+
+    items = pd.DataFrame({"item_id": ["d3", "d1", "d4", "d0", "d2"], "priority": [0.5, 0.5, 0.9, 0.5, 0.5],
+                          "uncertainty": 0.5, "discrimination": 0.0, "n_judgments": 1})
+    plan = make_plan(items, 3, "dialogues", 0.0, 0)
+    assert plan["item_id"].tolist() == ["d4", "d0", "d1"] and set(plan["part"]) == {"targeted"}
+    shuffled = make_plan(items.sample(frac=1.0, random_state=1), 3, "dialogues", 0.0, 0)
+    assert shuffled["item_id"].tolist() == plan["item_id"].tolist()
