@@ -26,9 +26,8 @@ from test_trust_mutants import _pairwise_study
 # -- the p-value read back from a printed interval -------------------------------------------------------------------
 
 def _t_test_p(estimate, low, high, n, confidence=0.95):
-    """The two-sided t test whose expanded interval is (low, high): se = half-width / (sqrt(n/(n-1)) t_{n-1})."""
-    quantile = math.sqrt(n / (n - 1)) * stats.t.ppf(0.5 + confidence / 2, n - 1)
-    se = (high - low) / (2 * quantile)
+    """The two-sided t test whose interval (t_{n-1} x the unbiased se) is (low, high): se = half-width / t_{n-1}."""
+    se = (high - low) / (2 * stats.t.ppf(0.5 + confidence / 2, n - 1))
     return 2 * stats.t.sf(abs(estimate) / se, n - 1)
 
 
@@ -38,21 +37,22 @@ def _t_test_p(estimate, low, high, n, confidence=0.95):
 def test_a_p_value_is_the_t_test_its_interval_implies(estimate, half, n, confidence):
     p = _p_from_interval(estimate, estimate - half, estimate + half, n, confidence)
     assert p == pytest.approx(_t_test_p(estimate, estimate - half, estimate + half, n, confidence), rel=1e-9)
-    # An interval at that level that excludes 0 gives p below 1 - level (the converse is off by the expansion
-    # sqrt(n / (n - 1)), which the p-value does not carry: see test_the_p_value_rejects_within_the_expansion).
-    if abs(estimate) > half:
-        assert p < 1 - confidence
+    assert (p < 1 - confidence) == (abs(estimate) > half)
     assert 0.0 < p <= 1.0
 
 
-def test_the_p_value_rejects_within_the_expansion():
-    """Measured as it stands: the t statistic is the estimate over the half-width / (sqrt(n/(n-1)) t_{n-1}), so an
-    estimate between sqrt((n-1)/n) and 1 half-widths from 0 has p < 0.05 while its printed interval holds 0. At 2
-    dialogues that band is 0.71-1.0 half-widths; at 20 it is 0.975-1.0."""
-    for n in (2, 5, 20):
-        inside = math.sqrt((n - 1) / n)
-        assert _p_from_interval(inside * 1.001, inside * 1.001 - 1, inside * 1.001 + 1, n) < 0.05
-        assert _p_from_interval(inside * 0.999, inside * 0.999 - 1, inside * 0.999 + 1, n) > 0.05
+@pytest.mark.parametrize("n", [2, 3, 5, 20, 200])
+@pytest.mark.parametrize("below, above", [(1.0, 1.0), (0.4, 1.5), (2.0, 0.3)])  # symmetric, and skewed percentiles
+def test_a_flag_never_contradicts_its_interval(n, below, above):
+    """p < 0.05 exactly when the printed 95% interval excludes 0, on both sides of the boundary, whatever the
+    interval's asymmetry (the p-value once read the se without the sqrt(n / (n - 1)) expansion and flagged
+    estimates up to 29% of a half-width inside the interval at 2 dialogues)."""
+    for sign in (1, -1):
+        for distance in (0.999, 1.001):  # the estimate's distance to 0 over its distance to the bound on 0's side
+            toward, away = (below, above) if sign > 0 else (above, below)
+            estimate = sign * distance * toward
+            p = _p_from_interval(estimate, estimate - below, estimate + above, n)
+            assert (p < 0.05) == (distance > 1), (n, below, above, sign, distance, p)
 
 
 @pytest.mark.parametrize("estimate, low, high, n", [

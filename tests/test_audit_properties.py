@@ -144,10 +144,11 @@ def test_an_excess_stands_on_the_dialogues_read_twice(pointwise, criterion_part)
         family_wise(table, pd.DataFrame(columns=["position_slope"]), empty, 12)
     else:
         family_wise(pd.DataFrame(columns=["excess_slope"]), pd.DataFrame(columns=["position_slope"]), table, 12)
-    quantile = np.sqrt(8 / 7) * stats.t.ppf(0.5 + boot.confidence / 2, 7)
+    # The jackknife's t interval is symmetric: its half-width over t_7 is the se (the expansion inside it).
     estimate = (low + high) / 2
-    p = 2 * stats.t.sf(abs(estimate) / ((high - low) / (2 * quantile)), 7)
+    p = 2 * stats.t.sf(abs(estimate) / ((high - low) / (2 * stats.t.ppf(0.5 + boot.confidence / 2, 7))), 7)
     assert table["p_adjusted"].iloc[0] == pytest.approx(p)
+    assert (p < 1 - boot.confidence) == (low > 0 or high < 0)
 
 
 def test_self_preference_replicates_are_the_resampled_gaps_and_excess(pointwise, watched):
@@ -295,7 +296,7 @@ def test_family_wise_p_values_are_t_tests_read_from_each_interval_and_holms_adju
     selfp = pd.DataFrame([self_preference(judge, human, boot, "c", ["sys0"])])
     n = len(boot.ids)
     tested = family_wise(length, position, selfp, n)
-    quantile = np.sqrt(n / (n - 1)) * stats.t.ppf(0.975, n - 1)
+    quantile = stats.t.ppf(0.975, n - 1)
     raw = []
     for estimate, low, high in ((length.loc[0, "excess_slope"], length.loc[0, "excess_ci_low"],
                                  length.loc[0, "excess_ci_high"]),
@@ -304,8 +305,11 @@ def test_family_wise_p_values_are_t_tests_read_from_each_interval_and_holms_adju
                                 (position.loc[0, "position_slope"], position.loc[0, "position_slope_ci_low"],
                                  position.loc[0, "position_slope_ci_high"]),
                                 (selfp.loc[0, "self_preference"], selfp.loc[0, "ci_low"], selfp.loc[0, "ci_high"])):
-        se = (high - low) / (2 * quantile)
+        # the se from the bound on 0's side (percentile intervals are not symmetric): alone, p < 0.05 exactly when
+        # the printed interval excludes 0
+        se = (estimate - low if estimate >= 0 else high - estimate) / quantile
         raw.append(2 * stats.t.sf(abs(estimate) / se, n - 1))
+        assert (raw[-1] < 0.05) == (low > 0 or high < 0)
     assert tested == 4
     adjusted = multipletests(raw, method="holm")[1]
     got = [length.loc[0, "p_adjusted"], length.loc[1, "p_adjusted"], position.loc[0, "p_adjusted"],

@@ -605,14 +605,13 @@ def test_the_length_controlled_interval_does_not_depend_on_the_systems_names():
 # -- gaps the third mutation draw (seed 3) found ------------------------------------------------------------------
 @pytest.mark.parametrize("dialogues", [2, 3, 20])
 def test_an_effects_p_value_is_read_from_its_expanded_interval_from_two_dialogues_on(dialogues):
-    """The interval is estimate +- sqrt(n / (n - 1)) t_{n-1} se: its half-width gives se, and the p-value is scipy's
-    two-sided t_{n-1} one, from 2 dialogues (1 degree of freedom) on; below, none."""
+    """The interval is estimate +- t_{n-1} se (se with the unbiased variance): its half-width gives se, and the
+    p-value is scipy's two-sided t_{n-1} one, from 2 dialogues (1 degree of freedom) on; below, none."""
     from scipy import stats
 
     from calibration.trust.audit import _p_from_interval
 
-    quantile = np.sqrt(dialogues / (dialogues - 1)) * stats.t.ppf(0.975, dialogues - 1)
-    se = 0.2 / quantile
+    se = 0.2 / stats.t.ppf(0.975, dialogues - 1)  # the interval is t_{n-1} x the unbiased se (expansion inside)
     expected = 2 * stats.t.sf(0.5 / se, dialogues - 1)
     assert _p_from_interval(0.5, 0.3, 0.7, dialogues) == pytest.approx(expected)
     assert 0 < expected < 0.5
