@@ -61,6 +61,18 @@ def test_human_only_rows_are_not_corrected():
     assert effective_labels(result)[shown] == pytest.approx(result.n_labelled[shown])
 
 
+def _jury_study(n=10):
+    """4,000 studies of N = 100 dialogues x 2 systems, truth 0 and var(y) 1, n labelled; three judges (rho 0.9,
+    0.7, 0.4). Returns the labels (systems x dialogues, NaN where unlabelled) and the judges' scores."""
+    rng = np.random.default_rng(1)
+    studies, big_n, systems = 4000, 100, 2
+    rho = np.array([0.9, 0.7, 0.4])
+    y = rng.standard_normal((studies, big_n, systems))
+    judges = rho * y[..., None] + np.sqrt(1 - rho ** 2) * rng.standard_normal((studies, big_n, systems, 3))
+    labelled = rng.random((studies, big_n)).argsort(1) < n
+    return np.moveaxis(np.where(labelled[..., None], y, np.nan), -1, -2), judges
+
+
 def test_the_jurys_effective_labels_overstate_less_than_the_plug_in():
     """The jury (three judges, rho 0.9, 0.7, 0.4, one cross-fitted predictor; lambda m / (n + m)) at n = 10 of
     N = 100: the plug-in overstated what the estimates were worth by 14-18%, the corrected value by 5-8% (measured,
@@ -68,13 +80,8 @@ def test_the_jurys_effective_labels_overstate_less_than_the_plug_in():
     Worth = var(y) / MSE with var(y) = 1 and truth 0 known."""
     from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda
 
-    rng = np.random.default_rng(1)
-    studies, big_n, n, systems = 4000, 100, 10, 2
-    rho = np.array([0.9, 0.7, 0.4])
-    y = rng.standard_normal((studies, big_n, systems))
-    judges = rho * y[..., None] + np.sqrt(1 - rho ** 2) * rng.standard_normal((studies, big_n, systems, 3))
-    labelled = rng.random((studies, big_n)).argsort(1) < n
-    human = np.moveaxis(np.where(labelled[..., None], y, np.nan), -1, -2)
+    n = 10
+    human, judges = _jury_study(n)
     jury = np.moveaxis(cross_fitted_prediction(judges, np.moveaxis(human, -1, -2)), -1, -2)
     result = ppi_mean(human, jury, lam=cross_prediction_lambda(human, jury), fitted_judge=True)
     error2 = result.estimate ** 2
@@ -94,13 +101,8 @@ def test_the_jurys_effective_labels_count_its_coefficients_error():
     where the Jensen correction alone stays above (4,000 studies)."""
     from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage
 
-    rng = np.random.default_rng(1)
-    studies, big_n, n, systems = 4000, 100, 10, 2
-    rho = np.array([0.9, 0.7, 0.4])
-    y = rng.standard_normal((studies, big_n, systems))
-    judges = rho * y[..., None] + np.sqrt(1 - rho ** 2) * rng.standard_normal((studies, big_n, systems, 3))
-    labelled = rng.random((studies, big_n)).argsort(1) < n
-    human = np.moveaxis(np.where(labelled[..., None], y, np.nan), -1, -2)
+    n = 10
+    human, judges = _jury_study(n)
     jury, fit = cross_fitted_prediction(judges, np.moveaxis(human, -1, -2), with_fit=True)
     jury = np.moveaxis(jury, -1, -2)
     lam = cross_prediction_lambda(human, jury)
