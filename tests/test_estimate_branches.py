@@ -219,13 +219,14 @@ def test_no_interval_below_the_minimum_or_on_flat_labels_and_the_note_says_which
 def test_the_weighted_lambda_minimises_the_variance_its_docstring_writes_out(seed):
     """lambda of ppi_mean_weighted is the minimiser over lambda of lambda^2 var(f) / N + (2 lambda / N) sum_L a_i
     (f_i - mean f) r_i + sum_L a_i^2 r_i^2 (r the a-centred residual y - lambda f), found here by scipy's scalar
-    minimiser on that expression; below MIN_TUNED labels it is 0."""
+    minimiser on that expression, from MIN_TUNED labels to below MIN_CROSS_FITTED (from there each label's lambda
+    is tuned on the others: test_screen_active checks it by brute force); below MIN_TUNED labels it is 0."""
     from scipy.optimize import minimize_scalar
 
-    from calibration.study.estimate import MIN_TUNED
+    from calibration.study.estimate import MIN_CROSS_FITTED, MIN_TUNED
 
     rng = np.random.default_rng(seed)
-    human, judge = _study(rng, 1, 80, 30, rho=0.7)
+    human, judge = _study(rng, 1, 80, MIN_CROSS_FITTED - 1, rho=0.7)
     y, f = human[0], judge[0]
     pi = np.clip(0.1 + 0.3 * (f - f.min()) / np.ptp(f), 0.05, 1.0)  # an active design: more labels where f is high
     result = ppi_mean_weighted(y, f, pi)
