@@ -14,6 +14,7 @@ import statistics
 import string
 from collections import Counter
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, token_budget, verdict_probabilities
 from judge.asking import Answer, Asker, add_usage
@@ -49,18 +50,21 @@ def block_order(seed: int, dialogue_id: str, items: list[Item]) -> list[Item]:
     return shown
 
 
-_PREFIX: list = [None, None]  # the first message of the last prompt hashed (the same system prompt), and its hash
+# The first message of the last prompt hashed (the same system prompt) and its hash state, as one tuple: read and
+# replaced whole, so a run in another thread can never pair one prompt with another's hash.
+_prefix: tuple = (None, None)
 
 
 def _prompt_sha(messages: list[dict]) -> str:
     """The messages' digest (separators no template writes); the system prompt, the same object in every prompt of
     a criterion, hashed once."""
+    global _prefix
     if not messages:
         return hashlib.sha256(b"").hexdigest()[:16]
-    first = messages[0]["content"]
-    if _PREFIX[0] is not first:
-        _PREFIX[:] = first, hashlib.sha256(f"{messages[0]['role']}\x1f{first}".encode())
-    digest = _PREFIX[1].copy()
+    first, prefix = messages[0]["content"], _prefix
+    if prefix[0] is not first:
+        prefix = _prefix = (first, hashlib.sha256(f"{messages[0]['role']}\x1f{first}".encode()))
+    digest = prefix[1].copy()
     for m in messages[1:]:
         digest.update(f"\x1e{m['role']}\x1f{m['content']}".encode())
     return digest.hexdigest()[:16]
@@ -237,8 +241,6 @@ class Judge:
     def recorded(self, criterion: Criterion, id_: str, system: str, item_digest: str, prompt_sha: str,
                  answers: list[Answer]) -> Judged:
         """A pointwise judgment from its answers and what --batch-dir's key file kept of its question."""
-        from types import SimpleNamespace
-
         return self._pointwise(criterion, SimpleNamespace(id=id_, system=system, is_pair=False),
                                self.item_fingerprint(criterion.id, item_digest), prompt_sha, answers)
 

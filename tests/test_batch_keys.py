@@ -291,3 +291,22 @@ def test_long_items_are_still_warned_of_when_the_items_are_read_once(tmp_path, c
     items.write_text("\n".join(rows) + "\n", encoding="utf-8")
     assert main(args(tmp_path, "--criteria", UNGATED, items=items)) == 3
     assert f"warning: 1 item(s) of {items} hold more than" in capsys.readouterr().err
+
+
+def test_the_prompt_digest_is_the_joined_messages_hash_whatever_prompt_came_before():
+    """_prompt_sha hashes the system prompt once per criterion (a memo of the last one): the digest must equal the
+    plain sha256 of the joined messages, across alternating system prompts and an equal-but-new string."""
+    import hashlib
+
+    from judge.judging import _prompt_sha
+
+    def plain(messages):
+        return hashlib.sha256("\x1e".join(f"{m['role']}\x1f{m['content']}" for m in messages).encode()).hexdigest()[:16]
+
+    system_a, system_b = "Rate faithfulness.", "Rate fluency."
+    prompts = [[{"role": "system", "content": s}, {"role": "user", "content": f"summary {k}"}]
+               for k, s in enumerate([system_a, system_b, system_a, "".join(["Rate ", "fluency."]), system_a])]
+    prompts.append([{"role": "user", "content": "no system prompt"}])
+    for messages in prompts:
+        assert _prompt_sha(messages) == plain(messages)
+    assert len({_prompt_sha(m) for m in prompts}) == len(prompts)
