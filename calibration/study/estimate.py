@@ -146,6 +146,15 @@ def _sums(*arrays):
     return [a.sum(-1, keepdims=True) for a in arrays]
 
 
+def _shrunk(lam, s_fy, s_ff, s_yy, df):
+    """lambda times t^2 / (1 + t^2), t^2 = r^2 df / (1 - r^2) the squared t statistic of the correlation r^2 =
+    s_fy^2 / (s_ff s_yy) on df degrees of freedom (0 where either variance is 0): see cross_fitted_lambdas."""
+    product = s_ff * s_yy
+    r2 = np.clip(np.where(product > 0, s_fy * s_fy / product, 0.0), 0.0, 1.0 - 1e-12)
+    t2 = r2 * df / (1.0 - r2)
+    return lam * t2 / (1.0 + t2)
+
+
 def cross_fitted_lambdas(labelled, y0, fl, n, m, var_f) -> np.ndarray:
     """Each labelled dialogue's lambda, tuned on the other labelled dialogues (leave one out) and shrunk toward 0
     by the evidence those give for it; 0 on unlabelled dialogues. Arrays: (..., N) with zeros where unlabelled;
@@ -164,11 +173,7 @@ def cross_fitted_lambdas(labelled, y0, fl, n, m, var_f) -> np.ndarray:
         cov = (syf - sy * sf / k) / (k - 1.0)
         var_fl = (sff - sf * sf / k) / (k - 1.0)
         var_y = (syy - sy * sy / k) / (k - 1.0)
-        lam = cov / (var_fl + n / m * var_f)
-        product = var_fl * var_y
-        r2 = np.clip(np.where(product > 0, cov * cov / product, 0.0), 0.0, 1.0 - 1e-12)
-        t2 = r2 * (k - 2.0) / (1.0 - r2)
-        lam = lam * t2 / (1.0 + t2)
+        lam = _shrunk(cov / (var_fl + n / m * var_f), cov, var_fl, var_y, k - 2.0)
     return np.where(labelled & np.isfinite(lam), lam, 0.0)
 
 
@@ -201,11 +206,7 @@ def shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, rows) -> np.ndarr
         # The unlabelled dialogues' share of PPI++'s denominator, n/m var(f) per row, in the same units.
         c_u = _over_rows(np.where(rows & (k >= 2), (k - 1.0) * n / m * var_f, 0.0))
         dof = _over_rows(np.where(rows & (k >= 2), k - 1.0, 0.0))
-        lam = c_yf / (c_ff + c_u)
-        product = c_ff * c_yy
-        r2 = np.clip(np.where(product > 0, c_yf * c_yf / product, 0.0), 0.0, 1.0 - 1e-12)
-        t2 = r2 * (dof - 1.0) / (1.0 - r2)
-        lam = lam * t2 / (1.0 + t2)
+        lam = _shrunk(c_yf / (c_ff + c_u), c_yf, c_ff, c_yy, dof - 1.0)
     return np.where(use & np.isfinite(lam), lam, 0.0)
 
 
@@ -526,10 +527,9 @@ def weighted_cross_fitted_lambdas(labelled, a, y0, fc, big_n, var_f) -> np.ndarr
         a_ff = b2ff - 2.0 * mean_fl * b2f + mean_fl * mean_fl * b2
         a_fy = b2fy - mean_fl * b2y - mean_y * b2f + mean_fl * mean_y * b2
         lam = (a_fy - s_fy / big_n) / (a_ff + var_f / big_n - 2.0 * s_ff / big_n)
-        # The shrinkage of cross_fitted_lambdas on the others' weighted correlation, with Kish's n of the others.
-        r2 = np.clip(np.where(s_ff * s_yy > 0, s_fy * s_fy / (s_ff * s_yy), 0.0), 0.0, 1.0 - 1e-12)
-        t2 = r2 * (1.0 / b2 - 2.0) / (1.0 - r2)
-        lam = lam * np.clip(t2, 0.0, None) / (1.0 + np.clip(t2, 0.0, None))
+        # The shrinkage of cross_fitted_lambdas on the others' weighted correlation, with Kish's n of the others
+        # (its df floored at 0: uneven weights can leave fewer than 2 effective labels).
+        lam = _shrunk(lam, s_fy, s_ff, s_yy, np.clip(1.0 / b2 - 2.0, 0.0, None))
     return np.where(labelled & np.isfinite(lam), lam, 0.0)
 
 
