@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import sqlite3
+from json.encoder import encode_basestring
 from pathlib import Path
 
 import platformdirs
@@ -77,26 +78,39 @@ class Encoder:
             return repr(value)  # what json writes for an int (not a bool: its type is not int) or a finite float
         return _canonical(value)
 
-    def _message(self, message) -> str:
+    def _message(self, message, out: list) -> None:
         content, role = message.get("content"), message.get("role")
-        if len(message) != 2 or not isinstance(content, str) or not isinstance(role, str):
-            return _canonical(message)
-        text = self.shared(content) if role == "system" else _canonical(content)  # system prompts repeat
-        return f'{{"content":{text},"role":{self.scalar(role)}}}'
+        if len(message) != 2 or type(content) is not str or type(role) is not str:
+            out.append(_canonical(message))
+            return
+        # A system prompt repeats; a str is encoded by the very function _canonical uses (ensure_ascii=False).
+        out += ('{"content":', self.shared(content) if role == "system" else encode_basestring(content),
+                ',"role":', self.scalar(role), "}")
 
     def text(self, body: dict) -> str:
-        parts = []
+        out = []  # every piece, joined once: a request's text is copied once, not at every level
         for name in sorted(body):
             value = body[name]
-            if name == "messages" and isinstance(value, list):
-                encoded = "[" + ",".join(self._message(m) if isinstance(m, dict) else _canonical(m)
-                                         for m in value) + "]"
+            out += (",", self.scalar(name), ":")
+            if name == "messages" and type(value) is list:
+                out.append("[")
+                for number, message in enumerate(value):
+                    if number:
+                        out.append(",")
+                    if type(message) is dict:
+                        self._message(message, out)
+                    else:
+                        out.append(_canonical(message))
+                out.append("]")
             elif name == "response_format" and isinstance(value, dict):
-                encoded = self.shared(value)
+                out.append(self.shared(value))
             else:
-                encoded = self.scalar(value)
-            parts.append(f"{self.scalar(name)}:{encoded}")
-        return "{" + ",".join(parts) + "}"
+                out.append(self.scalar(value))
+        if not out:
+            return "{}"
+        out[0] = "{"
+        out.append("}")
+        return "".join(out)
 
     def request(self, body: dict) -> Request:
         request = Request(body)

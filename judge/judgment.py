@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from json.encoder import c_make_encoder, encode_basestring
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +138,16 @@ def digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-# json.dumps(value, sort_keys=True, ensure_ascii=False, default=str), its encoder made once (an item's digest is
-# taken for every judgment a --batch-dir run writes)
-_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+# json.dumps(value, sort_keys=True, ensure_ascii=False, default=str). An item's digest is taken for every judgment
+# a --batch-dir run writes, so the C encoder json.dumps would build at each call is built once, the same but for its
+# check for circular references (which JSON, YAML and pydantic's dumps never make; a cycle is a RecursionError).
+if c_make_encoder is not None:
+    _encode = c_make_encoder(None, str, encode_basestring, None, ": ", ", ", True, False, True)
+
+    def _canonical(value: Any) -> str:
+        return "".join(_encode(value, 0))
+else:  # no C accelerator (another Python implementation)
+    _canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
 
 
 def changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:

@@ -19,6 +19,7 @@ is left to that full path, which waits, retries, re-asks or records the failure.
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring
 from pathlib import Path
 
 from judge.errors import InputError
@@ -27,6 +28,19 @@ from judge.judgment import digest
 KIND = "llm-judge-rater batch keys"
 PREFIX = "keys-round"
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _line(fields: list, custom_ids: list | None) -> str:
+    """A record as `_dumps` writes it, joined here when every value is text (as they always are: ids, criterion and
+    hex digests): a judgment's line without the general encoder's setup. `encode_basestring` is the very function
+    `_dumps` encodes a str with (ensure_ascii=False)."""
+    texts = fields if custom_ids is None else fields + custom_ids
+    if any(type(t) is not str for t in texts):
+        return _dumps(fields if custom_ids is None else [*fields, custom_ids])
+    line = ",".join(map(encode_basestring, fields))
+    if custom_ids is None:
+        return f"[{line}]"
+    return f"[{line},[{','.join(map(encode_basestring, custom_ids))}]]"
 
 
 def identity(judge, criteria) -> str:
@@ -56,8 +70,10 @@ class KeyWriter:
 
             self._part = StreamedFile(self.path, verb="batch")
             self._part.write(_dumps(self.header) + "\n")
-        record = [*key, item_digest] if asked is None else [*key, item_digest, asked[0], asked[1]]
-        self._part.write(_dumps(record) + "\n")
+        if asked is None:
+            self._part.write(_line([*key, item_digest], None) + "\n")
+        else:
+            self._part.write(_line([*key, item_digest, asked[0]], list(asked[1])) + "\n")
 
     def commit(self) -> None:
         if self._part is not None:
