@@ -745,6 +745,7 @@ class BatchDirClient(Batcher):
     says what to run."""
 
     name = "batch-dir"
+    answers_at_once = True  # `complete` never waits: it answers from the folder or defers
 
     def __init__(self, directory: str | Path, shards: int, model: str, fingerprint: str, command: str,
                  redact: Redactor | None = None, progress: bool = True):

@@ -43,7 +43,7 @@ class KeyIndex:
             self._merge()
 
     def rows(self, key: str) -> list[tuple[int, ...]]:
-        if not self:  # a fresh run's indexes are empty: each request asks several
+        if not (self._tail_rows or self._hi):  # a fresh run's indexes are empty: each request asks several
             return []
         hi, lo = split(key)
         found = []
@@ -55,14 +55,14 @@ class KeyIndex:
         return found + self._tail.get((hi, lo), [])
 
     def __contains__(self, key: str) -> bool:
-        if not self:
+        if not (self._tail_rows or self._hi):
             return False
         hi, lo = split(key)
         if (hi, lo) in self._tail:
             return True
         start = bisect.bisect_left(self._hi, hi)
         end = bisect.bisect_right(self._hi, hi, lo=start)
-        return any(self._lo[n] == lo for n in range(start, end))
+        return end > start and any(self._lo[n] == lo for n in range(start, end))
 
     def last(self, key: str) -> tuple[int, ...] | None:
         """The row added last for `key`, or None."""
