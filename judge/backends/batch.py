@@ -670,7 +670,9 @@ class BatchAPIClient(Batcher):
 DIR_MANIFEST = "batch-manifest.json"
 
 
-_ID_AT_LINE_START = re.compile(rb'^\{"custom_id":"([0-9a-f]{64})"', re.MULTILINE)  # as `batch_line` begins
+# A line as `batch_line` begins it, with the newline before it: the regex engine then scans for that literal text,
+# several times faster than trying `^` (MULTILINE) at every byte of a request file.
+_ID_AT_LINE_START = re.compile(rb'\n\{"custom_id":"([0-9a-f]{64})"')
 BLOCK = 1 << 20  # bytes read at a time from a request file
 
 
@@ -678,18 +680,18 @@ def _ids_at_line_starts(path: Path, sha256: str) -> list[str] | None:
     """The custom_id opening each line of a request file, read in blocks with the file's digest in the same pass;
     None unless the digest is `sha256` and every line opens as `batch_line` writes it (one of an older version is
     then read in full). Held for one file at a time, under the API's request limit per file."""
-    digest, ids, tail = hashlib.sha256(), [], b""
+    digest, ids, tail = hashlib.sha256(), [], b"\n"  # the text not searched yet, from the newline before its line
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(BLOCK), b""):
             digest.update(block)
             data = tail + block
-            cut = data.rfind(b"\n") + 1
+            cut = data.rfind(b"\n")  # the newline ending the last whole line
             found = _ID_AT_LINE_START.findall(data, 0, cut)
-            if len(found) != data.count(b"\n", 0, cut):
+            if len(found) != data.count(b"\n", 0, cut):  # one per whole line
                 return None
             ids += found
             tail = data[cut:]
-    if tail:  # a last line without its newline
+    if tail != b"\n":  # a last line without its newline
         found = _ID_AT_LINE_START.findall(tail)
         if len(found) != 1:
             return None
