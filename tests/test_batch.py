@@ -773,3 +773,40 @@ def test_every_result_shape_becomes_an_answer_an_error_or_a_resend(record, expec
         assert type(got).__name__ == expected, got
         if expected == "RetryableError":
             assert got.retry_after == 0.0  # the next round, without a back-off
+
+
+def _ids_by_lines(data: bytes, sha256: str) -> list[str] | None:
+    """What batching._ids_at_line_starts must give, read the plain way: each line's custom_id, or None when a line
+    does not open as batch_line writes it or the digest differs."""
+    import hashlib
+    import re
+
+    if hashlib.sha256(data).hexdigest() != sha256:
+        return None
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the newline ending the last line
+    found = [re.match(rb'\{"custom_id":"([0-9a-f]{64})"', line) for line in lines]
+    return None if not all(found) else [m.group(1).decode() for m in found]
+
+
+@pytest.mark.parametrize("block", [1, 13, 81, 200, 1 << 20])  # a block boundary anywhere, even inside an id
+def test_a_request_files_ids_are_read_off_its_lines_in_blocks_of_any_size(tmp_path, monkeypatch, block):
+    import hashlib
+    import random
+
+    monkeypatch.setattr(batching, "BLOCK", block)
+    chance, path = random.Random(block), tmp_path / "round1-001.jsonl"
+    for trial in range(300):
+        lines = [batching.batch_line(request_key({"n": trial, "k": k}), {"n": "x" * chance.randint(0, 90)}).encode()
+                 for k in range(chance.randint(0, 6))]
+        data = b"\n".join(lines) + (b"\n" if chance.random() < 0.8 else b"")
+        edit = chance.random()
+        if edit < 0.25 and data:  # one byte changed: an id, a brace, a newline added or removed
+            at = chance.randrange(len(data))
+            data = data[:at] + bytes([chance.choice(b'\n{"aZ0')]) + data[at + 1:]
+        elif edit < 0.35:
+            data = chance.choice([b"\n", b"\n\n"]) + data if chance.random() < 0.5 else data + b"\n\n"
+        path.write_bytes(data)
+        for sha256 in (hashlib.sha256(data).hexdigest(), "0" * 64):
+            assert batching._ids_at_line_starts(path, sha256) == _ids_by_lines(data, sha256), data[:160]

@@ -84,3 +84,30 @@ def test_a_password_in_a_url_is_masked_and_the_url_kept():
 
 def test_redaction_keeps_ordinary_text():
     assert Redactor("secret-key-1")("the score is 4 (skipping nothing)") == "the score is 4 (skipping nothing)"
+
+
+CANONICAL = [  # what an item's (or any part's) digest encodes: every JSON type, the text a user may write
+    {"id": "d0", "dialogue": "A: \"hi\"\\n\u2028 🙂 \x00", "candidate": "é", "system": "s"},
+    {"b": [1, 2.5, -0.0, 1e300, None, True, False, {"z": [], "a": {}}], "a": "x"},
+    {"nan": float("nan"), "inf": float("inf"), "-inf": -float("inf"), "big": 10**40},
+    {2: "int keys", 1: "sorted as ints"}, {1.5: "float key"}, {False: 1, True: 2},
+    {1: "keys of two types", "1.5": "cannot be sorted"},  # a TypeError, as json.dumps raises
+    ["list", ("tuple",), {"nested": {"k": [{"deep": "er"}]}}], "a bare string", 3, 0.1 + 0.2, None,
+    {"path": __import__("pathlib").Path("a/b"), "set-like": frozenset()},  # default=str
+]
+
+
+@pytest.mark.parametrize("value", CANONICAL, ids=range(len(CANONICAL)))
+def test_a_digest_encodes_as_json_dumps_does(value):
+    import hashlib
+
+    from judge.judgment import _canonical, digest
+
+    try:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    except TypeError:
+        with pytest.raises(TypeError):
+            _canonical(value)
+        return
+    assert _canonical(value) == text
+    assert digest(value) == hashlib.sha256((value if isinstance(value, str) else text).encode()).hexdigest()[:16]
