@@ -10,29 +10,27 @@ A template defines the blocks `system` and `user`; each becomes one chat message
 (rubric and criterion in `system`, then the dialogue), the candidate and the question last, so that requests
 about one dialogue share a long prefix that servers cache.
 
-Every template problem, at load or at render time, is one `TemplateError` naming the template file and line.
+Every template problem, at load or at render time, is one `TemplateError` naming the template file and line. The
+sandbox is judge/sandbox.py, imported with Jinja at the first template: a run that renders nothing never loads them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import operator
 import os
-import types
 import weakref
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
-
-import jinja2
-import jinja2.sandbox
-from jinja2.sandbox import SandboxedEnvironment
+from typing import TYPE_CHECKING, Any
 
 from judge.errors import TemplateError
 from judge.items import Item
 from judge.resources import bundled_dir, read_text
 from judge.rubric import Criterion, Rubric
+
+if TYPE_CHECKING:
+    import jinja2
 
 ROLES = ("system", "user")
 
@@ -62,68 +60,15 @@ def _fenced(text: str, kind: str) -> str:
         salt += "#"  # astronomically unlikely; keeps the guarantee unconditional
 
 
-# Bounds on what a template may build: Jinja's sandbox caps range() at 100,000 but not `10 ** 10 ** 10` or
-# `"x" * 10 ** 9`, which would hang or exhaust memory instead of failing.
-MAX_POWER_BITS = 10_000
-MAX_REPEAT = 1_000_000
-_MISSING = object()
-
-
-class _Sandbox(SandboxedEnvironment):
-    intercepted_binops = frozenset({"*", "**"})
-
-    def __init__(self, **options):
-        super().__init__(**options)
-        # Jinja's rule for an attribute depends on the object's type and the attribute's name only (isinstance
-        # checks): decided once per pair instead of at each of the few attributes every prompt reads.
-        self._safe: dict[tuple[type, str], bool] = {}
-
-    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-        kind = type(obj)
-        safe = self._safe.get((kind, attr))
-        if safe is None:
-            safe = super().is_safe_attribute(obj, attr, value)
-            if obj.__class__ is kind and len(self._safe) < 4096:  # an object posing as another type is asked each time
-                self._safe[kind, attr] = safe
-        return safe
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        # Data already found safe for this type (a criterion's name, a scale's values) is read directly; a method
-        # (str.format must be wrapped), a missing attribute or a first read takes Jinja's whole path.
-        if not self._safe.get((type(obj), attribute)):
-            return super().getattr(obj, attribute)
-        value = getattr(obj, attribute, _MISSING)
-        return super().getattr(obj, attribute) if value is _MISSING or callable(value) else value
-
-    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's signature (no clash with kwargs)
-        # A dict's own methods (`context.items()`) take no context and are never unsafe: called directly, without
-        # Jinja's probing for pass_context markers (two failed attribute lookups, half the cost of such a call).
-        if type(__obj) is types.BuiltinMethodType and type(__obj.__self__) is dict:
-            kwargs.pop("_block_vars", None)
-            kwargs.pop("_loop_vars", None)
-            return __obj(*args, **kwargs)
-        return super().call(__context, __obj, *args, **kwargs)
-
-    def make_globals(self, d):
-        # A plain dict, not Jinja's ChainMap over the environment's globals (which this module never changes once
-        # made): every render copies a template's globals, and copying a ChainMap was half the cost of a prompt.
-        return {**self.globals, **(d or {})}
-
-    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:
-        if op == "**" and all(isinstance(v, int) for v in (left, right)) and abs(left) > 1 \
-                and right * abs(left).bit_length() > MAX_POWER_BITS:
-            raise jinja2.exceptions.SecurityError(f"{left} ** {right} is too large for a template")
-        if op == "*":
-            sizes = [len(v) for v in (left, right) if isinstance(v, (str, list, tuple))]
-            counts = [v for v in (left, right) if isinstance(v, int)]
-            if sizes and counts and sizes[0] * counts[0] > MAX_REPEAT:
-                raise jinja2.exceptions.SecurityError(f"repeating a text {counts[0]} times is too large for a template")
-        return {"*": operator.mul, "**": operator.pow}[op](left, right)
-
-
 @lru_cache(maxsize=1)
-def _environment() -> SandboxedEnvironment:
-    env = _Sandbox(
+def _environment():
+    """The sandboxed Jinja environment, made (and Jinja imported) at the first template: a run that renders no
+    prompt (--batch-dir reading its answers through the key file) never loads Jinja."""
+    import jinja2
+
+    from judge.sandbox import Sandbox
+
+    env = Sandbox(
         loader=jinja2.FileSystemLoader(str(bundled_dir("prompts"))),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # chat text, not HTML
@@ -176,6 +121,8 @@ def _user_template(name_or_path: str, stamp: tuple | None) -> jinja2.Template:
 
 
 def _checked(name: str, build) -> jinja2.Template:
+    import jinja2
+
     try:
         template = build(_environment())
     except jinja2.TemplateSyntaxError as exc:
@@ -187,6 +134,8 @@ def _checked(name: str, build) -> jinja2.Template:
 
 def _where(exc: BaseException, fallback: str) -> str:
     """'file:line' of the innermost template frame of a render error (Jinja rewrites frames to template lines)."""
+    import jinja2
+
     if isinstance(exc, jinja2.TemplateSyntaxError) and exc.lineno:
         return f"{exc.filename or fallback}:{exc.lineno}"
     where, tb = fallback, exc.__traceback__
@@ -199,6 +148,9 @@ def _where(exc: BaseException, fallback: str) -> str:
 
 
 def _problem(exc: BaseException) -> str:
+    import jinja2
+    import jinja2.sandbox
+
     if isinstance(exc, jinja2.TemplateNotFound):
         return f"included template {exc.name!r} not found; the bundled ones are {_bundled_names()}"
     if isinstance(exc, jinja2.exceptions.SecurityError):
@@ -239,6 +191,8 @@ def _system_block(template: jinja2.Template, variables: dict) -> str:
     Rendering it with the shared variables only proves that: StrictUndefined raises on any other name, and such
     a template is then rendered per item. This takes Jinja off the per-judgment hot path for the longest block.
     """
+    import jinja2
+
     rubric, criterion = variables.get("rubric"), variables.get("criterion")
     if not isinstance(rubric, Rubric):
         return _render_block(template, "system", variables)
