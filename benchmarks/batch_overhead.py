@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("JUDGE_BATCH_POLL_SECONDS", "0.01")
 
 from judge.backends import batch as batching  # noqa: E402
+from judge.backends.batch_api import BatchAPIClient, Manifest, manifest_path  # noqa: E402
+from judge.backends.batch_dir import BatchDirClient  # noqa: E402
 from judge.backends.openai_compat import HTTPClient  # noqa: E402
 from judge.cache import AnswerCache  # noqa: E402
 from judge.engine import Engine  # noqa: E402
@@ -87,9 +89,8 @@ def main() -> int:
             for d in (online_dir, batch_dir, files_dir):
                 d.mkdir()
             w_on, c_on, t_on = run(HTTPClient(base_url, "sk-bench", 64), 64, items, online_dir)
-            manifest = batching.Manifest(batching.manifest_path(batch_dir / "out.jsonl"), "bench", "score", "stub",
-                                         base_url)
-            client = batching.BatchAPIClient(base_url, "sk-bench", manifest, Redactor(), progress=False)
+            manifest = Manifest(manifest_path(batch_dir / "out.jsonl"), "bench", "score", "stub", base_url)
+            client = BatchAPIClient(base_url, "sk-bench", manifest, Redactor(), progress=False)
             w_b, c_b, t_b = run(client, batching.DIR_CONCURRENCY, items, batch_dir)
             assert t_b.judged == t_on.judged == 4 * n_items, (t_b.judged, t_on.judged)
             import openai
@@ -98,7 +99,7 @@ def main() -> int:
             request_bytes = sum(sdk.files.retrieve(b["file_id"]).bytes for b in manifest.batches)
             manifest_bytes = manifest.path.stat().st_size + (batch_dir / ".judge-written.json").stat().st_size + \
                 sum(f.stat().st_size for f in manifest.ids_dir.iterdir())  # the custom_ids, one file a batch
-            dir_client = batching.BatchDirClient(files_dir / "batches", 1, "stub", "bench", "score", progress=False)
+            dir_client = BatchDirClient(files_dir / "batches", 1, "stub", "bench", "score", progress=False)
             w_d, c_d, _ = run(dir_client, batching.DIR_CONCURRENCY, items, files_dir)
             dir_bytes = sum(f.stat().st_size for f in (files_dir / "batches").iterdir())
             judged = t_on.judged

@@ -31,7 +31,8 @@ def register(sub) -> None:
 def run_batch(args) -> int:
     import openai
 
-    from judge.backends.batch import FINAL, public_url, read_manifest, sdk_client
+    from judge.backends.batch import public_url
+    from judge.backends.batch_api import FINAL, read_manifest, sdk_client
     from judge.errors import BackendError, JudgeError
     from judge.secrets import Redactor
 

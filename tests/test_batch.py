@@ -23,6 +23,7 @@ from pydantic import TypeAdapter
 
 from batch_server import BatchServer
 from judge.backends import batch as batching
+from judge.backends import batch_api, batch_dir
 from judge.cache import request_key
 from judge.cli import main
 from judge.rubric import load_rubric
@@ -39,8 +40,8 @@ def _env(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("JUDGE_BASE_URLS", raising=False)
-    monkeypatch.setattr(batching, "POLL_FIRST", 0.01)
-    monkeypatch.setattr(batching, "POLL_MAX", 0.05)
+    monkeypatch.setattr(batch_api, "POLL_FIRST", 0.01)
+    monkeypatch.setattr(batch_api, "POLL_MAX", 0.05)
 
 
 @pytest.fixture
@@ -284,7 +285,7 @@ def test_a_run_killed_while_polling_resumes_without_submitting_again(server, tmp
 
 
 def test_a_crash_between_creating_a_batch_and_recording_it_is_adopted_not_paid_twice(server, tmp_path, monkeypatch):
-    saves, save = [], batching.Manifest.save
+    saves, save = [], batch_api.Manifest.save
 
     def crash_on_recording_the_batch(self):
         saves.append(1)
@@ -292,9 +293,9 @@ def test_a_crash_between_creating_a_batch_and_recording_it_is_adopted_not_paid_t
             raise OSError(28, "No space left on device")  # the process dies here, in effect
         save(self)
 
-    monkeypatch.setattr(batching.Manifest, "save", crash_on_recording_the_batch)
+    monkeypatch.setattr(batch_api.Manifest, "save", crash_on_recording_the_batch)
     assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 2
-    monkeypatch.setattr(batching.Manifest, "save", save)
+    monkeypatch.setattr(batch_api.Manifest, "save", save)
     manifest = json.loads((tmp_path / "out.jsonl.batches.json").read_text())
     assert server.created == 1 and manifest["batches"][0]["batch_id"] is None
     assert main(args(server.base_url, tmp_path, "--batch", "--criteria", UNGATED)) == 0
@@ -776,7 +777,7 @@ def test_every_result_shape_becomes_an_answer_an_error_or_a_resend(record, expec
 
 
 def _ids_by_lines(data: bytes, sha256: str) -> list[str] | None:
-    """What batching._ids_at_line_starts must give, read the plain way: each line's custom_id, or None when a line
+    """What batch_dir._ids_at_line_starts must give, read the plain way: each line's custom_id, or None when a line
     does not open as batch_line writes it or the digest differs."""
     import hashlib
     import re
@@ -795,7 +796,7 @@ def test_a_request_files_ids_are_read_off_its_lines_in_blocks_of_any_size(tmp_pa
     import hashlib
     import random
 
-    monkeypatch.setattr(batching, "BLOCK", block)
+    monkeypatch.setattr(batch_dir, "BLOCK", block)
     chance, path = random.Random(block), tmp_path / "round1-001.jsonl"
     for trial in range(300):
         lines = [batching.batch_line(request_key({"n": trial, "k": k}), {"n": "x" * chance.randint(0, 90)}).encode()
@@ -809,4 +810,4 @@ def test_a_request_files_ids_are_read_off_its_lines_in_blocks_of_any_size(tmp_pa
             data = chance.choice([b"\n", b"\n\n"]) + data if chance.random() < 0.5 else data + b"\n\n"
         path.write_bytes(data)
         for sha256 in (hashlib.sha256(data).hexdigest(), "0" * 64):
-            assert batching._ids_at_line_starts(path, sha256) == _ids_by_lines(data, sha256), data[:160]
+            assert batch_dir._ids_at_line_starts(path, sha256) == _ids_by_lines(data, sha256), data[:160]

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from judge.errors import BackendError
+from judge.errors import BackendError, JudgeError
 
 if TYPE_CHECKING:
     from judge.options import RunOptions
@@ -56,8 +56,6 @@ def open_backend(options: RunOptions):
     of servers in flight (`Opened.concurrency`).
     """
     if options.batched:
-        from judge.backends.batch import open_batch
-
         with open_batch(options) as opened:
             yield opened
         return
@@ -98,3 +96,47 @@ def open_backend(options: RunOptions):
     per_server = options.concurrency
     pool = PoolClient(urls, lambda url: open_client(options.client, url, api_key, per_server), per_server)
     yield Opened(pool, options.model, "openai", f"{len(urls)} servers ({', '.join(urls)})", per_server * len(urls))
+
+
+@contextlib.contextmanager
+def open_batch(options: RunOptions):
+    """Yield an `Opened` batch transport for --batch (judge/backends/batch_api.py) or --batch-dir
+    (judge/backends/batch_dir.py); refuse bad flags before anything is sent."""
+    from judge.backends.batch import DIR_CONCURRENCY, public_url, run_fingerprint
+    from judge.secrets import Redactor
+
+    batch_dir, shards = options.batch_dir, options.shards  # their combinations are checked by RunOptions
+    flag = "--batch" if options.batch else "--batch-dir"
+    if options.backend == "local":
+        raise JudgeError(f"{flag}: the embedded llama.cpp server has no Batch API and runs no batch files: use "
+                         "--backend openai --base-url URL --model M (a provider's Batch API) or --batch-dir DIR "
+                         "--backend vllm --model M (files for `vllm run-batch`)")
+    if not options.model:
+        raise JudgeError(f"{flag} needs --model (the model name the batches ask for)")
+    api_key = os.environ.get(options.api_key_env)
+    redact = Redactor(api_key)
+    fingerprint = run_fingerprint(options)
+    progress = options.progress
+    if batch_dir:
+        from judge.backends.batch_dir import BatchDirClient
+
+        client = BatchDirClient(batch_dir, shards or 1, options.model, fingerprint, options.command, redact, progress)
+        yield Opened(client, options.model, options.backend, f"batch files in {batch_dir}", DIR_CONCURRENCY)
+        return
+    if options.backend != "openai":
+        raise JudgeError("--batch: the in-process vLLM engine has no Batch API: write batch files with --batch-dir "
+                         "DIR and run them with `vllm run-batch`, or use --backend openai with a provider")
+    from judge.backends.batch_api import (BatchAPIClient, Manifest, check_batch_endpoints, manifest_path,
+                                          one_run_at_a_time)
+
+    urls = options.servers
+    if len(urls) > 1:
+        raise JudgeError("--batch sends to one provider: give one --base-url")
+    where = public_url(urls[0], redact)  # what is written down and shown: no credentials
+    if not options.output:
+        raise JudgeError("--batch needs --output: the batch manifest is kept next to it")
+    manifest = Manifest(manifest_path(options.output), fingerprint, options.command, options.model, where)
+    check_batch_endpoints(urls[0], api_key, where, redact)
+    with one_run_at_a_time(manifest.path):
+        yield Opened(BatchAPIClient(urls[0], api_key, manifest, redact, progress), options.model, "openai", where,
+                     DIR_CONCURRENCY)
