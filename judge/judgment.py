@@ -141,13 +141,24 @@ def digest(value: Any) -> str:
 # json.dumps(value, sort_keys=True, ensure_ascii=False, default=str). An item's digest is taken for every judgment
 # a --batch-dir run writes, so the C encoder json.dumps would build at each call is built once, the same but for its
 # check for circular references (which JSON, YAML and pydantic's dumps never make; a cycle is a RecursionError).
-if c_make_encoder is not None:
-    _encode = c_make_encoder(None, str, encode_basestring, None, ": ", ", ", True, False, True)
+# c_make_encoder is json's internal: used only where it is there and agrees with json.dumps on a probe.
+_general = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
 
-    def _canonical(value: Any) -> str:
-        return "".join(_encode(value, 0))
-else:  # no C accelerator (another Python implementation)
-    _canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str).encode
+
+def _c_canonical():
+    try:
+        encode = c_make_encoder(None, str, encode_basestring, None, ": ", ", ", True, False, True)
+
+        def canonical(value: Any) -> str:
+            return "".join(encode(value, 0))
+
+        probe = {"b": [1, 2.5, None, True, "é\n\"x"], "a": {"z": float("inf"), "y": b"bytes"}}
+        return canonical if canonical(probe) == _general(probe) else _general
+    except Exception:  # another Python's internal signature, or no C accelerator
+        return _general
+
+
+_canonical = _c_canonical()
 
 
 def changes(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
