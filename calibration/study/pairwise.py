@@ -70,8 +70,8 @@ from scipy import sparse
 from scipy import stats as scipy_stats
 
 from ..errors import CalibrationError
-from .estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, cross_fitted_lambdas, interval_note, ppi_mean,
-                       t_quantile)
+from .estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, cross_fitted_lambdas, effective_labels,
+                       interval_note, ppi_mean, t_quantile)
 
 ESTIMATE_COLUMNS = ["criterion", "quantity", "system", "baseline", "estimate", "ci_low", "ci_high", "human_only",
                     "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_judged", "width_ratio",
@@ -211,14 +211,21 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
     # lambda is tuned from WIN_TUNED real votes on (below: the human-only share, lambda = 0)
     small = result.n_labelled < WIN_TUNED
     result.estimate = np.where(small, result.human_only, result.estimate)
-    low, high, human_low, human_high, ratio, overstated = adjusted_intervals(human, judge, result, confidence, small)
+    low, high, human_low, human_high, ratio = adjusted_intervals(human, judge, result, confidence, small)
     # never wider than the votes alone: where the tuned interval is (a useless judge's were 1.002 times as wide on
     # average at 70 labelled dialogues), the human-only share and its interval; a choice from the two widths, which
     # read variances, as the tuning of lambda does
     wider = ratio > 1.0
     result.estimate = np.where(wider, result.human_only, result.estimate)
     low, high, ratio = np.where(wider, human_low, low), np.where(wider, human_high, high), np.where(wider, 1.0, ratio)
-    overstated = np.where(wider, 1.0, overstated)
+    # What the estimate is worth in votes: the plain PPI interval's effective_labels (its width against the votes'
+    # own, the plug-in's overstatement divided out), not the pseudo-voted ratio: the four pseudo-votes widen the
+    # votes-alone interval more than the judge's (whose pseudo-votes carry the judge's matching predictions), which
+    # overstated a good judge's worth by 27% at 20 labelled dialogues (benchmarks/pairwise_coverage.py).
+    # Where the votes all agree the plain interval has none: the pseudo-voted ratio then.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own = effective_labels(result)
+        worth = np.where(small | wider, result.n_labelled, np.where(np.isfinite(own), own, result.n_labelled / ratio ** 2))
     rows = []
     for row, s in enumerate(others):
         n_labelled, n_judged = counts[row]
@@ -234,8 +241,7 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
                      "human_only_ci_low": human_low[row] if shown else nan,
                      "human_only_ci_high": human_high[row] if shown else nan, "n_labelled": n_labelled,
                      "n_judged": n_judged, "width_ratio": ratio[row] if shown else nan,
-                     "effective_labels": _effective(n, ratio[row], overstated[row]) if shown else nan,
-                     "interval_note": note})
+                     "effective_labels": float(worth[row]) if shown else nan, "interval_note": note})
     return rows
 
 
@@ -256,8 +262,7 @@ def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence:
     won, each pseudo-loss its mean on those it lost (the overall mean where there is none), so that the judge's help
     is not lost (with the overall mean for all four: 0.97-0.985 and the width gain halved). lambda as estimate.py
     tunes it on the real votes, from WIN_TUNED of them on (`small`: the rows below, lambda = 0). The bounds are clipped to [0, 1] and widened to hold the
-    unadjusted estimate. Returns (low, high, human-only low, human-only high, width ratio, how far n / ratio^2
-    overstates what the estimate is worth: the tuned interval's PPIResult.jensen, 1 where lambda = 0)."""
+    unadjusted estimate. Returns (low, high, human-only low, human-only high, width ratio)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a system without a pair against the baseline
         mean_f = np.nanmean(judge, axis=1)
@@ -278,13 +283,12 @@ def adjusted_intervals(human: np.ndarray, judge: np.ndarray, result, confidence:
     human_high = np.clip(np.maximum(fixed.human_only_ci_high, result.human_only), 0.0, 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = (high - low) / (human_high - human_low)
-    return low, high, human_low, human_high, ratio, np.where(small, 1.0, tuned.jensen)
+    return low, high, human_low, human_high, ratio
 
 
-def _effective(n: int, ratio: float, overstated: float = 1.0) -> float:
-    """Human labels alone that would give the same width: n / width_ratio^2, divided by how far that plug-in
-    overstates on average (`overstated`: estimate.py's _jensen for a win rate's tuned PPI interval)."""
-    return float(n / ratio ** 2 / overstated) if np.isfinite(ratio) and ratio > 0 else math.nan
+def _effective(n: int, ratio: float) -> float:
+    """Human labels alone that would give the same width: n / width_ratio^2."""
+    return float(n / ratio ** 2) if np.isfinite(ratio) and ratio > 0 else math.nan
 
 
 # -- Bradley-Terry -----------------------------------------------------------------------------------------------
@@ -609,6 +613,9 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
         human_shown = human.ok and n_lab_d >= MIN_LABELLED and np.isfinite(human_value) and np.isfinite(hse)
         hlow, hhigh = (human_value - qh * hse, human_value + qh * hse) if human_shown else (math.nan, math.nan)
         ratio = float(se / hse) if shown and human_shown and hse > 0 else math.nan
+        # What the strength is worth in votes: the printed intervals' ratio, t quantiles included (a tuned lambda's
+        # lost degree of freedom counts, as estimate.effective_labels counts it).
+        worth = ratio * q / qh if np.isfinite(ratio) else math.nan
         if not note and not human.ok:
             note = f"human-only: {human.note}"
         elif not note and np.isinf(human_value):
@@ -619,7 +626,7 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
                      "human_only": float(human_value) if np.isfinite(human_value) else math.nan,
                      "human_only_ci_low": hlow, "human_only_ci_high": hhigh, "n_labelled": int((touches & lab).sum()),
                      "n_judged": int(touches.sum()), "width_ratio": ratio,
-                     "effective_labels": _effective(int((touches & lab).sum()), ratio), "interval_note": note})
+                     "effective_labels": _effective(int((touches & lab).sum()), worth), "interval_note": note})
     return rows
 
 
