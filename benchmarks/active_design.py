@@ -85,6 +85,28 @@ def measure(y, f, mask, prob, truth, bounds=None):
     return result, result.ci_high - result.ci_low, shown, (result.ci_low <= truth) & (truth <= result.ci_high)
 
 
+def ceiling(y, f, signal, n, floor=None):
+    """The design's ceiling: 1 - n_active / n at equal variance with lambda known (each design's own best) and the
+    true variances, in closed form: a fixed-size draw with probabilities pi, its Hajek estimate's variance
+    lambda^2 var(f) / N + sum (1/pi - 1) (r - mean r)^2 / N^2 (Poisson approximation), r = y - lambda f; uniform
+    pi = n / N gives the familiar (1/n - 1/N) S_r^2. No degree of freedom spent, a normal quantile: what no
+    estimator of these labels can beat with this signal and these probabilities."""
+    size = y.shape[-1]
+    lams = np.linspace(0.0, 1.2, 49)
+
+    def variance(pi):
+        r = y[None] - lams[:, None, None] * f[None]
+        rc = r - r.mean(-1, keepdims=True)
+        v = lams ** 2 * f.var(-1).mean() / size + (((1.0 / pi - 1.0) * rc ** 2).sum(-1) / size ** 2).mean(-1)
+        return v.min()
+
+    target = variance(np.full(signal.shape, n / size))
+    grid = np.arange(max(MIN_LABELLED, int(0.3 * n)), int(1.5 * n) + 1)
+    values = np.array([variance(np.array([inclusion_probabilities(row, k, floor=floor) for row in signal]))
+                       for k in grid])
+    return 1.0 - np.interp(target, values[::-1], grid[::-1]) / n
+
+
 def labels_needed(grid, width_means, target):
     """The active draw's n whose mean width equals `target`, by linear interpolation along the grid (widths fall
     with n); NaN outside it."""
@@ -116,6 +138,9 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
         f = np.full_like(f, 3.0)
     if signal_kind == "useless":
         signal = rng.permuted(signal, axis=1)
+    elif signal_kind.startswith("strength"):  # "strength=q": each dialogue keeps its own signal with probability q,
+        keep = rng.random(signal.shape) < float(signal_kind.split("=")[1])  # else another dialogue's (shuffled)
+        signal = np.where(keep, signal, rng.permuted(signal, axis=1))
     lift = (lambda a: a) if systems == 1 else (lambda a: a[:, None, :])  # noqa: E731  (reps, size) -> per system
     out = {}
     uniform_mask = rng.random((reps, size)).argsort(1) < n
@@ -161,6 +186,7 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
         out[key] = (saved(everyone, reference), *np.nanpercentile(spread, [2.5, 97.5]))
     spread = np.array([ratio(rows) for rows in draws])
     out["effective"] = (ratio(everyone), float(np.std(spread)))
+    out["ceiling"] = ceiling(y[:100], f[:100], signal[:100], n, floor) if systems == 1 else np.nan
     return out
 
 
@@ -169,11 +195,12 @@ def line(label, o) -> str:
     return (f"{label} | {o['uniform']['coverage']:.3f} {o['active']['coverage']:.3f} {o['worst']:.3f} "
             f"{o['ppi_mean']['coverage']:.3f} | {np.nanmean(o['uniform']['width']):.3f} "
             f"{np.nanmean(o['active']['width']):.3f} {o['shown']:.2f} | {saved[0]:+.2f} [{saved[1]:+.2f}, "
-            f"{saved[2]:+.2f}] {plain[0]:+.2f} [{plain[1]:+.2f}, {plain[2]:+.2f}] | {effective[0]:.2f}+-{effective[1]:.2f}")
+            f"{saved[2]:+.2f}] {plain[0]:+.2f} [{plain[1]:+.2f}, {plain[2]:+.2f}] | {effective[0]:.2f}+-{effective[1]:.2f} | "
+            f"{o['ceiling']:+.2f}")
 
 
 COLUMNS = ("| cover: uniform active worst_active ppi_mean | width: uniform active shown | labels saved by active "
-           "[MC 95%]: vs uniform, vs ppi_mean | eff/worth")
+           "[MC 95%]: vs uniform, vs ppi_mean | eff/worth | ceiling (lambda known, z)")
 
 
 # (kind, hard share, signal, n, N, constant judge): the cells whose active coverage was under 0.94 at 1,000 studies.
@@ -189,6 +216,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hard", action="store_true", help="the hard cases: rare failures, a constant judge, "
                         "2 and 6 systems")
     parser.add_argument("--floor", type=float, default=None, help="the uniform share (default: screen's ACTIVE_FLOOR)")
+    parser.add_argument("--strength", action="store_true", help="savings over the signal's strength (the share of "
+                        "dialogues keeping their own signal), gaussian, hard share 0.1 and 0.2, beside the ceiling")
     parser.add_argument("--recheck", action="store_true", help="the cells under 0.94 in the 1,000-study tables, "
                         "the active draw at n only, 4,000 studies on new seeds")
     args = parser.parse_args(argv)
@@ -202,6 +231,15 @@ def main(argv=None) -> int:
                   f"{cover:.3f} +- {np.sqrt(cover * (1 - cover) / 4000):.3f} uniform {o['uniform']['coverage']:.3f} "
                   f"ppi_mean {o['ppi_mean']['coverage']:.3f}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s, 4000 repetitions per cell)")
+        return 0
+    if args.strength:
+        print("kind     hard  signal        N   n " + COLUMNS)
+        cells = [("gaussian", hard, f"strength={q}", size, n) for hard in (0.1, 0.2) for q in (0.0, 0.5, 0.8, 1.0)
+                 for size in (100, 500) for n in (20, 50)]
+        for index, (kind, hard, sig, size, n) in enumerate(cells):
+            o = run_cell(kind, hard, sig, n, size, args.repetitions, 300 + index, floor=args.floor)
+            print(line(f"{kind:8s} {hard:4.2f} {sig:13s} {size:4d} {n:3d}", o), flush=True)
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
         return 0
     if args.hard:
         print("kind     signal      S const   n " + COLUMNS)
