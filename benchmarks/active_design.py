@@ -87,18 +87,18 @@ def measure(y, f, mask, prob, truth, bounds=None):
 
 def ceiling(y, f, signal, n, floor=None):
     """The design's ceiling: 1 - n_active / n at equal variance with lambda known (each design's own best) and the
-    true variances, in closed form: a fixed-size draw with probabilities pi, its Hajek estimate's variance
-    lambda^2 var(f) / N + sum (1/pi - 1) (r - mean r)^2 / N^2 (Poisson approximation), r = y - lambda f; uniform
-    pi = n / N gives the familiar (1/n - 1/N) S_r^2. No degree of freedom spent, a normal quantile: what no
-    estimator of these labels can beat with this signal and these probabilities."""
+    true variances, in closed form. A fixed-size draw with probabilities pi estimates the super-population mean
+    with variance sum (1/pi - 1) (r - mean r)^2 / N^2 (Poisson approximation; r = y - lambda f; f is known on all
+    N, so lambda mean_all(f) adds no sampling error) plus var(y) / N (the N dialogues are themselves a draw), the
+    same for both designs; uniform pi = n / N gives (1/n - 1/N) S_r^2 + var(y) / N. No degree of freedom spent, a
+    normal quantile: no estimator of these labels beats it with this signal and these probabilities."""
     size = y.shape[-1]
     lams = np.linspace(0.0, 1.2, 49)
+    r = y[None] - lams[:, None, None] * f[None]
+    rc2 = (r - r.mean(-1, keepdims=True)) ** 2
 
     def variance(pi):
-        r = y[None] - lams[:, None, None] * f[None]
-        rc = r - r.mean(-1, keepdims=True)
-        v = lams ** 2 * f.var(-1).mean() / size + (((1.0 / pi - 1.0) * rc ** 2).sum(-1) / size ** 2).mean(-1)
-        return v.min()
+        return (((1.0 / pi - 1.0) * rc2).sum(-1) / size ** 2).mean(-1).min() + y.var(-1).mean() / size
 
     target = variance(np.full(signal.shape, n / size))
     grid = np.arange(max(MIN_LABELLED, int(0.3 * n)), int(1.5 * n) + 1)
