@@ -27,6 +27,9 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     nice -n 10 python benchmarks/active_design.py            # the main table (about 4 minutes at load 5)
     nice -n 10 python benchmarks/active_design.py --hard     # the hard cases
     nice -n 10 python benchmarks/active_design.py --recheck  # the cells under 0.94, at 4,000 studies
+    nice -n 10 python benchmarks/active_design.py --strength # savings over the signal's strength, with the ceiling
+    python benchmarks/active_design.py --floors              # the ceiling over the design's floor (closed form)
+    nice -n 10 python benchmarks/active_design.py --decompose  # the informative gap: the t's df or lambda
 """
 
 from __future__ import annotations
@@ -209,6 +212,34 @@ RECHECK = [("likert", 0.1, "useless", 10, 500, False), ("likert", 0.2, "useless"
            ("likert", 0.1, "informative", 20, 100, True), ("gaussian", 0.1, "informative", 20, 100, True)]
 
 
+FLOORS = (0.4, 0.6, 0.7, 0.8, 0.9)
+
+
+def decompose(reps: int, best_lambda: float = 0.88) -> None:
+    """Where the informative signal's gap to the ceiling goes: the saving as measured, with a normal quantile in
+    place of the t (the weighted estimator's Satterthwaite df), with lambda fixed at the design's best (about 0.88
+    for this population, from the closed form), and both. Patches calibration.study.estimate for the run only."""
+    import calibration.study.estimate as estimate_module
+    from scipy import stats
+
+    saved_quantile, saved_lambdas = estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas
+    normal = lambda confidence, df: np.full(np.shape(df), stats.norm.ppf(0.5 + confidence / 2))  # noqa: E731
+    known = lambda labelled, *rest: np.where(labelled, best_lambda, 0.0)  # noqa: E731
+    print("variant                  hard    N   n | cover: uniform active | saved [MC 95%] | ceiling")
+    try:
+        for name, quantile, lambdas in (("as is", saved_quantile, saved_lambdas), ("z", normal, saved_lambdas),
+                                        ("lambda known, t", saved_quantile, known), ("lambda known, z", normal, known)):
+            estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas = quantile, lambdas
+            for hard, size, n in ((0.1, 500, 20), (0.1, 500, 50), (0.2, 500, 20), (0.1, 100, 20)):
+                o = run_cell("gaussian", hard, "informative", n, size, reps, 7 + n, bootstrap=200)
+                saved = o["saved"]
+                print(f"{name:22s} {hard:5.2f} {size:4d} {n:3d} | {o['uniform']['coverage']:.3f} "
+                      f"{o['active']['coverage']:.3f} | {saved[0]:+.2f} [{saved[1]:+.2f}, {saved[2]:+.2f}] | "
+                      f"{o['ceiling']:+.2f}", flush=True)
+    finally:
+        estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas = saved_quantile, saved_lambdas
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repetitions", type=int, default=1000)
@@ -218,6 +249,10 @@ def main(argv=None) -> int:
     parser.add_argument("--floor", type=float, default=None, help="the uniform share (default: screen's ACTIVE_FLOOR)")
     parser.add_argument("--strength", action="store_true", help="savings over the signal's strength (the share of "
                         "dialogues keeping their own signal), gaussian, hard share 0.1 and 0.2, beside the ceiling")
+    parser.add_argument("--floors", action="store_true", help="the ceiling over the design's floor, informative and "
+                        "useless signals (closed form, no simulation of the estimator)")
+    parser.add_argument("--decompose", action="store_true", help="the informative gap to the ceiling: the same cells "
+                        "with a normal quantile in place of the t and/or lambda fixed at the design's best (0.88)")
     parser.add_argument("--recheck", action="store_true", help="the cells under 0.94 in the 1,000-study tables, "
                         "the active draw at n only, 4,000 studies on new seeds")
     args = parser.parse_args(argv)
@@ -231,6 +266,21 @@ def main(argv=None) -> int:
                   f"{cover:.3f} +- {np.sqrt(cover * (1 - cover) / 4000):.3f} uniform {o['uniform']['coverage']:.3f} "
                   f"ppi_mean {o['ppi_mean']['coverage']:.3f}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s, 4000 repetitions per cell)")
+        return 0
+    if args.floors:
+        print("N    hard   n | ceiling informative/useless by floor: " + "  ".join(f"{x:.1f}" for x in FLOORS))
+        for size in (100, 500):
+            for hard in (0.1, 0.2):
+                for n in (20, 50):
+                    rng = np.random.default_rng(11)
+                    y, f, signal = population(rng, 100, size, "gaussian", hard)
+                    shuffled = rng.permuted(signal, axis=1)
+                    print(f"{size:4d} {hard:4.2f} {n:3d} | " + "  ".join(
+                        f"{ceiling(y, f, signal, n, x):+.2f}/{ceiling(y, f, shuffled, n, x):+.2f}" for x in FLOORS),
+                        flush=True)
+        return 0
+    if args.decompose:
+        decompose(args.repetitions)
         return 0
     if args.strength:
         print("kind     hard  signal        N   n " + COLUMNS)
