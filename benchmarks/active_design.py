@@ -198,7 +198,8 @@ def line(label, o) -> str:
     return (f"{label} | {o['uniform']['coverage']:.3f} {o['active']['coverage']:.3f} {o['worst']:.3f} "
             f"{o['ppi_mean']['coverage']:.3f} | {np.nanmean(o['uniform']['width']):.3f} "
             f"{np.nanmean(o['active']['width']):.3f} {o['shown']:.2f} | {saved[0]:+.2f} [{saved[1]:+.2f}, "
-            f"{saved[2]:+.2f}] {plain[0]:+.2f} [{plain[1]:+.2f}, {plain[2]:+.2f}] | {effective[0]:.2f}+-{effective[1]:.2f} | "
+            f"{saved[2]:+.2f}] {plain[0]:+.2f} [{plain[1]:+.2f}, {plain[2]:+.2f}] | "
+            f"{effective[0]:.2f}+-{effective[1]:.2f} | "
             f"{o['ceiling']:+.2f}")
 
 

@@ -189,7 +189,8 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
     true_rank = 1 + (theta[None, :] > theta[:, None]).sum(1)
     stats = {key: [] for key in ("win_cover", "win_shown", "bt_cover", "bt_shown", "win_ratio", "bt_ratio",
                                  "rank_cover", "rank_cover_h", "rank_size", "rank_size_h", "rank_larger", "corr",
-                                 "lam", "lc_cover", "lc_ratio", "sc_cover", "sc_ratio", "win_eff", "win_err2", "win_herr2",
+                                 "lam", "lc_cover", "lc_ratio", "sc_cover", "sc_ratio", "win_eff", "win_err2",
+                                 "win_herr2",
                                  "bt_eff", "bt_err2", "bt_herr2", "win_plug", "bt_plug")}
     covers = ("win_cover", "bt_cover", "lc_cover", "sc_cover", "rank_cover")
     study = {key: [] for key in covers}  # the study each coverage entry came from (its rows are correlated)
@@ -232,7 +233,7 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
                     stats["bt_ratio"].extend((se / human.se[1:])[both])
                 rows = bt_rows(data, 0, CONFIDENCE, fit, human)
                 for r, s in zip(rows, range(1, k)):
-                    if np.isfinite(r["effective_labels"]) and np.isfinite(r["human_only"]) and np.isfinite(r["estimate"]):
+                    if np.isfinite([r["effective_labels"], r["human_only"], r["estimate"]]).all():
                         stats["bt_eff"].append(r["effective_labels"])
                         stats["bt_plug"].append(r["n_labelled"] / r["width_ratio"] ** 2)  # se ratio, uncorrected
                         stats["bt_err2"].append((r["estimate"] - theta[s]) ** 2)
@@ -273,7 +274,8 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
         return float(value), float(value * np.sqrt(np.var(grad.sum(0)) / len(eff)))
 
     return {"systems": k, "pairs": cell.pairs, "win_worth": over_worth("win"), "bt_worth": over_worth("bt"),
-            "win_plug": over_worth("win", "plug"), "bt_plug": over_worth("bt", "plug"), "share": cell.share, "labelled": round(cell.share * cell.dialogues),
+            "win_plug": over_worth("win", "plug"), "bt_plug": over_worth("bt", "plug"), "share": cell.share,
+            "labelled": round(cell.share * cell.dialogues),
             "judge": cell.judge + (", all tied" if cell.spread == 0 else ""), "corr": mean("corr"),
             "lambda": mean("lam"),
             "win_cover": mean("win_cover"), "win_n": len(stats["win_cover"]), "win_shown": mean("win_shown"),

@@ -225,7 +225,8 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
     # Where the votes all agree the plain interval has none: the pseudo-voted ratio then.
     with np.errstate(invalid="ignore", divide="ignore"):
         own = effective_labels(result)
-        worth = np.where(small | wider, result.n_labelled, np.where(np.isfinite(own), own, result.n_labelled / ratio ** 2))
+        own = np.where(np.isfinite(own), own, result.n_labelled / ratio ** 2)
+        worth = np.where(small | wider, result.n_labelled, own)
     rows = []
     for row, s in enumerate(others):
         n_labelled, n_judged = counts[row]
