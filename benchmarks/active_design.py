@@ -27,6 +27,9 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     nice -n 10 python benchmarks/active_design.py            # the main table (about 4 minutes at load 5)
     nice -n 10 python benchmarks/active_design.py --hard     # the hard cases
     nice -n 10 python benchmarks/active_design.py --recheck  # the cells under 0.94, at 4,000 studies
+    nice -n 10 python benchmarks/active_design.py --strength # savings over the signal's strength, with the ceiling
+    python benchmarks/active_design.py --floors              # the ceiling over the design's floor (closed form)
+    nice -n 10 python benchmarks/active_design.py --decompose  # the informative gap: the t's df or lambda
 """
 
 from __future__ import annotations
@@ -85,6 +88,28 @@ def measure(y, f, mask, prob, truth, bounds=None):
     return result, result.ci_high - result.ci_low, shown, (result.ci_low <= truth) & (truth <= result.ci_high)
 
 
+def ceiling(y, f, signal, n, floor=None):
+    """The design's ceiling: 1 - n_active / n at equal variance with lambda known (each design's own best) and the
+    true variances, in closed form. A fixed-size draw with probabilities pi estimates the super-population mean
+    with variance sum (1/pi - 1) (r - mean r)^2 / N^2 (Poisson approximation; r = y - lambda f; f is known on all
+    N, so lambda mean_all(f) adds no sampling error) plus var(y) / N (the N dialogues are themselves a draw), the
+    same for both designs; uniform pi = n / N gives (1/n - 1/N) S_r^2 + var(y) / N. No degree of freedom spent, a
+    normal quantile: no estimator of these labels beats it with this signal and these probabilities."""
+    size = y.shape[-1]
+    lams = np.linspace(0.0, 1.2, 49)
+    r = y[None] - lams[:, None, None] * f[None]
+    rc2 = (r - r.mean(-1, keepdims=True)) ** 2
+
+    def variance(pi):
+        return (((1.0 / pi - 1.0) * rc2).sum(-1) / size ** 2).mean(-1).min() + y.var(-1).mean() / size
+
+    target = variance(np.full(signal.shape, n / size))
+    grid = np.arange(max(MIN_LABELLED, int(0.3 * n)), int(1.5 * n) + 1)
+    values = np.array([variance(np.array([inclusion_probabilities(row, k, floor=floor) for row in signal]))
+                       for k in grid])
+    return 1.0 - np.interp(target, values[::-1], grid[::-1]) / n
+
+
 def labels_needed(grid, width_means, target):
     """The active draw's n whose mean width equals `target`, by linear interpolation along the grid (widths fall
     with n); NaN outside it."""
@@ -116,6 +141,9 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
         f = np.full_like(f, 3.0)
     if signal_kind == "useless":
         signal = rng.permuted(signal, axis=1)
+    elif signal_kind.startswith("strength"):  # "strength=q": each dialogue keeps its own signal with probability q,
+        keep = rng.random(signal.shape) < float(signal_kind.split("=")[1])  # else another dialogue's (shuffled)
+        signal = np.where(keep, signal, rng.permuted(signal, axis=1))
     lift = (lambda a: a) if systems == 1 else (lambda a: a[:, None, :])  # noqa: E731  (reps, size) -> per system
     out = {}
     uniform_mask = rng.random((reps, size)).argsort(1) < n
@@ -161,6 +189,7 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
         out[key] = (saved(everyone, reference), *np.nanpercentile(spread, [2.5, 97.5]))
     spread = np.array([ratio(rows) for rows in draws])
     out["effective"] = (ratio(everyone), float(np.std(spread)))
+    out["ceiling"] = ceiling(y[:100], f[:100], signal[:100], n, floor) if systems == 1 else np.nan
     return out
 
 
@@ -169,17 +198,47 @@ def line(label, o) -> str:
     return (f"{label} | {o['uniform']['coverage']:.3f} {o['active']['coverage']:.3f} {o['worst']:.3f} "
             f"{o['ppi_mean']['coverage']:.3f} | {np.nanmean(o['uniform']['width']):.3f} "
             f"{np.nanmean(o['active']['width']):.3f} {o['shown']:.2f} | {saved[0]:+.2f} [{saved[1]:+.2f}, "
-            f"{saved[2]:+.2f}] {plain[0]:+.2f} [{plain[1]:+.2f}, {plain[2]:+.2f}] | {effective[0]:.2f}+-{effective[1]:.2f}")
+            f"{saved[2]:+.2f}] {plain[0]:+.2f} [{plain[1]:+.2f}, {plain[2]:+.2f}] | "
+            f"{effective[0]:.2f}+-{effective[1]:.2f} | "
+            f"{o['ceiling']:+.2f}")
 
 
 COLUMNS = ("| cover: uniform active worst_active ppi_mean | width: uniform active shown | labels saved by active "
-           "[MC 95%]: vs uniform, vs ppi_mean | eff/worth")
+           "[MC 95%]: vs uniform, vs ppi_mean | eff/worth | ceiling (lambda known, z)")
 
 
 # (kind, hard share, signal, n, N, constant judge): the cells whose active coverage was under 0.94 at 1,000 studies.
 RECHECK = [("likert", 0.1, "useless", 10, 500, False), ("likert", 0.2, "useless", 20, 500, False),
            ("likert", 0.2, "useless", 50, 500, False), ("likert", 0.1, "informative", 10, 100, True),
            ("likert", 0.1, "informative", 20, 100, True), ("gaussian", 0.1, "informative", 20, 100, True)]
+
+
+FLOORS = (0.4, 0.6, 0.7, 0.8, 0.9)
+
+
+def decompose(reps: int, best_lambda: float = 0.88) -> None:
+    """Where the informative signal's gap to the ceiling goes: the saving as measured, with a normal quantile in
+    place of the t (the weighted estimator's Satterthwaite df), with lambda fixed at the design's best (about 0.88
+    for this population, from the closed form), and both. Patches calibration.study.estimate for the run only."""
+    import calibration.study.estimate as estimate_module
+    from scipy import stats
+
+    saved_quantile, saved_lambdas = estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas
+    normal = lambda confidence, df: np.full(np.shape(df), stats.norm.ppf(0.5 + confidence / 2))  # noqa: E731
+    known = lambda labelled, *rest: np.where(labelled, best_lambda, 0.0)  # noqa: E731
+    print("variant                  hard    N   n | cover: uniform active | saved [MC 95%] | ceiling")
+    try:
+        for name, quantile, lambdas in (("as is", saved_quantile, saved_lambdas), ("z", normal, saved_lambdas),
+                                        ("lambda known, t", saved_quantile, known), ("lambda known, z", normal, known)):
+            estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas = quantile, lambdas
+            for hard, size, n in ((0.1, 500, 20), (0.1, 500, 50), (0.2, 500, 20), (0.1, 100, 20)):
+                o = run_cell("gaussian", hard, "informative", n, size, reps, 7 + n, bootstrap=200)
+                saved = o["saved"]
+                print(f"{name:22s} {hard:5.2f} {size:4d} {n:3d} | {o['uniform']['coverage']:.3f} "
+                      f"{o['active']['coverage']:.3f} | {saved[0]:+.2f} [{saved[1]:+.2f}, {saved[2]:+.2f}] | "
+                      f"{o['ceiling']:+.2f}", flush=True)
+    finally:
+        estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas = saved_quantile, saved_lambdas
 
 
 def main(argv=None) -> int:
@@ -189,6 +248,12 @@ def main(argv=None) -> int:
     parser.add_argument("--hard", action="store_true", help="the hard cases: rare failures, a constant judge, "
                         "2 and 6 systems")
     parser.add_argument("--floor", type=float, default=None, help="the uniform share (default: screen's ACTIVE_FLOOR)")
+    parser.add_argument("--strength", action="store_true", help="savings over the signal's strength (the share of "
+                        "dialogues keeping their own signal), gaussian, hard share 0.1 and 0.2, beside the ceiling")
+    parser.add_argument("--floors", action="store_true", help="the ceiling over the design's floor, informative and "
+                        "useless signals (closed form, no simulation of the estimator)")
+    parser.add_argument("--decompose", action="store_true", help="the informative gap to the ceiling: the same cells "
+                        "with a normal quantile in place of the t and/or lambda fixed at the design's best (0.88)")
     parser.add_argument("--recheck", action="store_true", help="the cells under 0.94 in the 1,000-study tables, "
                         "the active draw at n only, 4,000 studies on new seeds")
     args = parser.parse_args(argv)
@@ -202,6 +267,30 @@ def main(argv=None) -> int:
                   f"{cover:.3f} +- {np.sqrt(cover * (1 - cover) / 4000):.3f} uniform {o['uniform']['coverage']:.3f} "
                   f"ppi_mean {o['ppi_mean']['coverage']:.3f}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s, 4000 repetitions per cell)")
+        return 0
+    if args.floors:
+        print("N    hard   n | ceiling informative/useless by floor: " + "  ".join(f"{x:.1f}" for x in FLOORS))
+        for size in (100, 500):
+            for hard in (0.1, 0.2):
+                for n in (20, 50):
+                    rng = np.random.default_rng(11)
+                    y, f, signal = population(rng, 100, size, "gaussian", hard)
+                    shuffled = rng.permuted(signal, axis=1)
+                    print(f"{size:4d} {hard:4.2f} {n:3d} | " + "  ".join(
+                        f"{ceiling(y, f, signal, n, x):+.2f}/{ceiling(y, f, shuffled, n, x):+.2f}" for x in FLOORS),
+                        flush=True)
+        return 0
+    if args.decompose:
+        decompose(args.repetitions)
+        return 0
+    if args.strength:
+        print("kind     hard  signal        N   n " + COLUMNS)
+        cells = [("gaussian", hard, f"strength={q}", size, n) for hard in (0.1, 0.2) for q in (0.0, 0.5, 0.8, 1.0)
+                 for size in (100, 500) for n in (20, 50)]
+        for index, (kind, hard, sig, size, n) in enumerate(cells):
+            o = run_cell(kind, hard, sig, n, size, args.repetitions, 300 + index, floor=args.floor)
+            print(line(f"{kind:8s} {hard:4.2f} {sig:13s} {size:4d} {n:3d}", o), flush=True)
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
         return 0
     if args.hard:
         print("kind     signal      S const   n " + COLUMNS)

@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate import effective_labels, ppi_mean  # noqa: E402
+from calibration.study.estimate import bounded_scale, effective_labels, ppi_mean  # noqa: E402
 from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage  # noqa: E402
 
 WEIGHTS = np.array([1.0, 0.8, 0.5, 0.0])  # each judge's correlation, as a share of rho
@@ -202,13 +202,18 @@ def dialsummeval():
 
 
 def real(reps: int, seed: int, sizes=(10, 20, 50)) -> None:
+    """DialSummEval with its 32 metrics as the jury, as `judge estimate` runs it (the scale 1-5 known, so the
+    bounded-scale check on), beside the same intervals without the scale (the t alone) and the labels' own t
+    interval (human-only): a system whose t undercovers for the jury and for its labels alone alike undercovers
+    for its labels' shape (skewed toward the top at 10 labels), not for the jury."""
     criteria, systems, human, metrics, names = dialsummeval()
     single = names.index("questeval")
     d = human.shape[1]
     print(f"DialSummEval: {d} dialogues x {len(systems)} systems, jury of {len(names)} metrics, single judge "
-          f"{names[single]}; {reps} redraws of the labelled dialogues per n")
-    print("criterion     n | jury: cover worst_sys jury/h oracle/h jury/or | questeval: cover one/h | systems "
-          "whose jury/h > 1")
+          f"{names[single]}; {reps} redraws of the labelled dialogues per n (MC se of one system's coverage "
+          f"~{np.sqrt(0.95 * 0.05 / reps):.3f})")
+    print("criterion     n | jury, scale known: cover worst_sys tripped jury/h oracle/h jury/or | t alone: cover "
+          "worst_sys | labels' t: worst_sys | questeval: cover one/h | systems whose jury/h > 1")
     for c, criterion in enumerate(criteria):
         y_all = human[c]
         truth = y_all.mean(0)
@@ -221,23 +226,28 @@ def real(reps: int, seed: int, sizes=(10, 20, 50)) -> None:
         rho = np.array([np.corrcoef(fit[:, s], y_all[:, s])[0, 1] for s in range(len(systems))])
         for n in sizes:
             rng = np.random.default_rng(seed + n)
-            covered, shown, widths, human_widths, one_cov, one_widths, one_human = 0, 0, [], [], [], [], []
-            per_system = np.zeros(len(systems))
+            hits = {key: np.zeros(len(systems)) for key in ("scale", "t", "labels")}
+            shown = {key: np.zeros(len(systems)) for key in hits}
+            widths, human_widths, tripped, one_cov, one_widths, one_human = [], [], 0, [], [], []
             for start in range(0, reps, 10):
                 count = min(10, reps - start)
                 labelled = rng.random((count, d)).argsort(axis=1) < n
                 y = np.where(labelled[..., None], y_all, np.nan)
-                jury = cross_fitted_prediction(np.broadcast_to(metrics, (count,) + metrics.shape), y)
-                r = intervals(np.moveaxis(y, -1, -2), np.moveaxis(jury, -1, -2), True)
+                jury, jury_fit = cross_fitted_prediction(np.broadcast_to(metrics, (count,) + metrics.shape), y,
+                                                         with_fit=True)
+                yy, jj = np.moveaxis(y, -1, -2), np.moveaxis(jury, -1, -2)
+                plain = intervals(yy, jj, True, leverage=fit_leverage(*jury_fit))
+                r = bounded_scale(plain, yy, jj, (1, 5))
+                for key, low, high in (("scale", r.ci_low, r.ci_high), ("t", plain.ci_low, plain.ci_high),
+                                       ("labels", plain.human_only_ci_low, plain.human_only_ci_high)):
+                    ok = np.isfinite(low)
+                    hits[key] += ((low <= truth) & (truth <= high) & ok).sum(0)
+                    shown[key] += ok.sum(0)
                 ok = np.isfinite(r.ci_low)
-                hit = (r.ci_low <= truth) & (truth <= r.ci_high)
-                covered += int((hit & ok).sum())
-                shown += int(ok.sum())
-                per_system += (hit & ok).sum(0)
+                tripped += int((r.no_interval == "bounded").sum())
                 widths.append(np.where(ok, r.ci_high - r.ci_low, np.nan))
                 human_widths.append(np.where(ok, r.human_only_ci_high - r.human_only_ci_low, np.nan))
-                one = intervals(np.moveaxis(y, -1, -2), np.broadcast_to(metrics[..., single].T, (count,) +
-                                                                         metrics[..., single].T.shape), False)
+                one = intervals(yy, np.broadcast_to(metrics[..., single].T, yy.shape), False, bounds=(1, 5))
                 one_cov.append((one.ci_low <= truth) & (truth <= one.ci_high))
                 one_widths.append(one.ci_high - one.ci_low)
                 one_human.append(one.human_only_ci_high - one.human_only_ci_low)
@@ -245,10 +255,17 @@ def real(reps: int, seed: int, sizes=(10, 20, 50)) -> None:
             ratio_sys = np.nanmean(widths, 0) / np.nanmean(human_widths, 0)
             oracle_sys = np.sqrt(1 - rho ** 2 * (1 - n / d))
             one_ratio = np.nanmean(np.concatenate(one_widths)) / np.nanmean(np.concatenate(one_human))
-            print(f"{criterion:12s} {n:3d} | {covered / shown:.3f} {per_system.min() / reps:.3f} "
-                  f"{np.nanmean(widths) / np.nanmean(human_widths):.3f} {oracle_sys.mean():.3f} "
-                  f"{np.mean(ratio_sys / oracle_sys):.3f} | {np.mean(np.concatenate(one_cov)):.3f} "
-                  f"{one_ratio:.3f} | {int((ratio_sys > 1).sum())} of {len(systems)}")
+            cover = {key: hits[key].sum() / shown[key].sum() for key in hits}
+            worst = {key: np.min(hits[key] / np.maximum(shown[key], 1)) for key in hits}
+            print(f"{criterion:12s} {n:3d} | {cover['scale']:.3f} {worst['scale']:.3f} "
+                  f"{tripped / shown['scale'].sum():.2f} {np.nanmean(widths) / np.nanmean(human_widths):.3f} "
+                  f"{oracle_sys.mean():.3f} {np.mean(ratio_sys / oracle_sys):.3f} | {cover['t']:.3f} "
+                  f"{worst['t']:.3f} | {worst['labels']:.3f} | {np.nanmean(np.concatenate(one_cov)):.3f} "
+                  f"{one_ratio:.3f} | {int((ratio_sys > 1).sum())} of {len(systems)}", flush=True)
+            if n == sizes[0]:
+                print(f"   per system at n={n}, jury (scale known) / t alone / labels' t: "
+                      + " ".join(f"{s[:10]}={a:.3f}/{b:.3f}/{h:.3f}" for s, a, b, h in
+                                 zip(systems, *(hits[key] / np.maximum(shown[key], 1) for key in hits))))
             if n == sizes[-1]:
                 print("   per system jury/or at n=%d: " % n + " ".join(f"{s[:10]}={v:.2f}" for s, v in
                                                                         zip(systems, ratio_sys / oracle_sys)))

@@ -38,7 +38,7 @@ from scipy import stats as scipy_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.pairwise import (Pairs, bradley_terry, combined_rank_sets, newton, rank_df,  # noqa: E402
+from calibration.study.pairwise import (Pairs, bradley_terry, bt_rows, combined_rank_sets, newton, rank_df,  # noqa: E402
                                         length_controlled_rows, rank_sets, style_controlled_rows, win_rate_rows)
 
 CONFIDENCE = 0.95
@@ -189,7 +189,9 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
     true_rank = 1 + (theta[None, :] > theta[:, None]).sum(1)
     stats = {key: [] for key in ("win_cover", "win_shown", "bt_cover", "bt_shown", "win_ratio", "bt_ratio",
                                  "rank_cover", "rank_cover_h", "rank_size", "rank_size_h", "rank_larger", "corr",
-                                 "lam", "lc_cover", "lc_ratio", "sc_cover", "sc_ratio")}
+                                 "lam", "lc_cover", "lc_ratio", "sc_cover", "sc_ratio", "win_eff", "win_err2",
+                                 "win_herr2",
+                                 "bt_eff", "bt_err2", "bt_herr2", "win_plug", "bt_plug")}
     covers = ("win_cover", "bt_cover", "lc_cover", "sc_cover", "rank_cover")
     study = {key: [] for key in covers}  # the study each coverage entry came from (its rows are correlated)
     for repetition in range(repetitions):
@@ -210,6 +212,13 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
                     stats["win_cover"].append(r["ci_low"] <= win[s] <= r["ci_high"])
                     if np.isfinite(r["width_ratio"]):
                         stats["win_ratio"].append(r["width_ratio"])
+                    if np.isfinite(r["effective_labels"]) and np.isfinite(r["human_only"]):
+                        # what the printed effective_labels claims, and what the estimate was worth: n x the
+                        # human-only share's squared error over the estimate's (pooled over the studies)
+                        stats["win_eff"].append(r["effective_labels"])
+                        stats["win_plug"].append(r["n_labelled"] / r["width_ratio"] ** 2)  # uncorrected
+                        stats["win_err2"].append((r["estimate"] - win[s]) ** 2)
+                        stats["win_herr2"].append(r["n_labelled"] * (r["human_only"] - win[s]) ** 2)
             fit = bradley_terry(data, 0, CONFIDENCE)
             human = bradley_terry(data, 0, CONFIDENCE, human_only=True)
             stats["lam"].append(fit.lam)
@@ -222,6 +231,13 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
                 if human.ok:
                     both = shown & np.isfinite(human.se[1:]) & np.isfinite(human.theta[1:])
                     stats["bt_ratio"].extend((se / human.se[1:])[both])
+                rows = bt_rows(data, 0, CONFIDENCE, fit, human)
+                for r, s in zip(rows, range(1, k)):
+                    if np.isfinite([r["effective_labels"], r["human_only"], r["estimate"]]).all():
+                        stats["bt_eff"].append(r["effective_labels"])
+                        stats["bt_plug"].append(r["n_labelled"] / r["width_ratio"] ** 2)  # se ratio, uncorrected
+                        stats["bt_err2"].append((r["estimate"] - theta[s]) ** 2)
+                        stats["bt_herr2"].append(r["n_labelled"] * (r["human_only"] - theta[s]) ** 2)
             else:
                 stats["bt_shown"].extend([False] * (k - 1))
             _, low, high = combined_rank_sets(fit, human, CONFIDENCE)
@@ -247,7 +263,19 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
         counted = np.bincount(study[key], minlength=repetitions).astype(float)
         residual = covered - hits.mean() * counted
         return float(1.96 * np.sqrt(np.sum(residual ** 2) * repetitions / (repetitions - 1)) / counted.sum())
-    return {"systems": k, "pairs": cell.pairs, "share": cell.share, "labelled": round(cell.share * cell.dialogues),
+    def over_worth(key, printed="eff"):
+        """Printed effective_labels (mean) over what the estimates were worth (n x the human-only estimate's mean
+        squared error over the estimate's), with a Monte-Carlo se by the delta method over the rows."""
+        eff, err2, herr2 = (np.asarray(stats[f"{key}_{part}"], dtype=float) for part in (printed, "err2", "herr2"))
+        if len(eff) < 2 or err2.sum() <= 0:
+            return float("nan"), float("nan")
+        value = eff.mean() / (herr2.mean() / err2.mean())
+        grad = np.stack([eff / eff.mean(), -herr2 / herr2.mean(), err2 / err2.mean()])
+        return float(value), float(value * np.sqrt(np.var(grad.sum(0)) / len(eff)))
+
+    return {"systems": k, "pairs": cell.pairs, "win_worth": over_worth("win"), "bt_worth": over_worth("bt"),
+            "win_plug": over_worth("win", "plug"), "bt_plug": over_worth("bt", "plug"), "share": cell.share,
+            "labelled": round(cell.share * cell.dialogues),
             "judge": cell.judge + (", all tied" if cell.spread == 0 else ""), "corr": mean("corr"),
             "lambda": mean("lam"),
             "win_cover": mean("win_cover"), "win_n": len(stats["win_cover"]), "win_shown": mean("win_shown"),
@@ -262,7 +290,7 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
 
 HEADER = ("systems  pairs  labelled(dialogues)  judge                       corr  lambda | win cover (n) +-MC   width | "
           "BT cover (n) +-MC    width | LC cover (n) +-MC    width | SC cover (n) +-MC    width | rank cover +-MC  "
-          "human | set size  human  larger")
+          "human | set size  human  larger | eff/worth: win  BT (plug-in n/ratio^2: win  BT)")
 
 
 def line(r: dict) -> str:
@@ -271,7 +299,9 @@ def line(r: dict) -> str:
     return (f"{r['systems']:>7} {r['pairs']:>6} {r['share']:>8.0%} ({r['labelled']:>4})   {r['judge']:<26} "
             f"{r['corr']:5.2f} {r['lambda']:6.2f} | {cover('win')} | {cover('bt')} | {cover('lc')} | {cover('sc')} | "
             f"{r['rank_cover']:10.3f} {r['rank_cover_margin']:.3f} {r['rank_cover_h']:6.3f} | "
-            f"{r['rank_size']:8.2f} {r['rank_size_h']:6.2f} {r['rank_larger']:6.3f}")
+            f"{r['rank_size']:8.2f} {r['rank_size_h']:6.2f} {r['rank_larger']:6.3f} | "
+            f"{r['win_worth'][0]:.2f}+-{r['win_worth'][1]:.2f} {r['bt_worth'][0]:.2f}+-{r['bt_worth'][1]:.2f} "
+            f"({r['win_plug'][0]:.2f} {r['bt_plug'][0]:.2f})")
 
 
 def main(argv=None) -> int:

@@ -193,7 +193,9 @@ def test_every_printed_bradley_terry_number_is_the_reference_one(clustered):
         assert row["width_ratio"] == pytest.approx(se[k] / hse[k], rel=1e-5)
         touches = (data.first == s) | (data.second == s)
         assert row["n_labelled"] == (touches & lab).sum() and row["n_judged"] == touches.sum()
-        assert row["effective_labels"] == pytest.approx((touches & lab).sum() / (se[k] / hse[k]) ** 2, rel=1e-5)
+        # worth in votes: the printed widths' ratio, t quantiles included (the tuned lambda's lost degree of freedom)
+        assert row["effective_labels"] == pytest.approx((touches & lab).sum() / (q * se[k] / (qh * hse[k])) ** 2,
+                                                        rel=1e-5)
         assert row["interval_note"] == ""
 
 

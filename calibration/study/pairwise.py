@@ -70,8 +70,8 @@ from scipy import sparse
 from scipy import stats as scipy_stats
 
 from ..errors import CalibrationError
-from .estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, cross_fitted_lambdas, interval_note, ppi_mean,
-                       t_quantile)
+from .estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, cross_fitted_lambdas, effective_labels,
+                       interval_note, ppi_mean, t_quantile)
 
 ESTIMATE_COLUMNS = ["criterion", "quantity", "system", "baseline", "estimate", "ci_low", "ci_high", "human_only",
                     "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_judged", "width_ratio",
@@ -218,6 +218,15 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
     wider = ratio > 1.0
     result.estimate = np.where(wider, result.human_only, result.estimate)
     low, high, ratio = np.where(wider, human_low, low), np.where(wider, human_high, high), np.where(wider, 1.0, ratio)
+    # What the estimate is worth in votes: the plain PPI interval's effective_labels (its width against the votes'
+    # own, the plug-in's overstatement divided out), not the pseudo-voted ratio: the four pseudo-votes widen the
+    # votes-alone interval more than the judge's (whose pseudo-votes carry the judge's matching predictions), which
+    # overstated a good judge's worth by 27% at 20 labelled dialogues (benchmarks/pairwise_coverage.py).
+    # Where the votes all agree the plain interval has none: the pseudo-voted ratio then.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own = effective_labels(result)
+        own = np.where(np.isfinite(own), own, result.n_labelled / ratio ** 2)
+        worth = np.where(small | wider, result.n_labelled, own)
     rows = []
     for row, s in enumerate(others):
         n_labelled, n_judged = counts[row]
@@ -233,7 +242,7 @@ def win_rate_rows(data: Pairs, baseline: int, confidence: float) -> list[dict]:
                      "human_only_ci_low": human_low[row] if shown else nan,
                      "human_only_ci_high": human_high[row] if shown else nan, "n_labelled": n_labelled,
                      "n_judged": n_judged, "width_ratio": ratio[row] if shown else nan,
-                     "effective_labels": _effective(n, ratio[row]) if shown else nan, "interval_note": note})
+                     "effective_labels": float(worth[row]) if shown else nan, "interval_note": note})
     return rows
 
 
@@ -605,6 +614,9 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
         human_shown = human.ok and n_lab_d >= MIN_LABELLED and np.isfinite(human_value) and np.isfinite(hse)
         hlow, hhigh = (human_value - qh * hse, human_value + qh * hse) if human_shown else (math.nan, math.nan)
         ratio = float(se / hse) if shown and human_shown and hse > 0 else math.nan
+        # What the strength is worth in votes: the printed intervals' ratio, t quantiles included (a tuned lambda's
+        # lost degree of freedom counts, as estimate.effective_labels counts it).
+        worth = ratio * q / qh if np.isfinite(ratio) else math.nan
         if not note and not human.ok:
             note = f"human-only: {human.note}"
         elif not note and np.isinf(human_value):
@@ -615,7 +627,7 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
                      "human_only": float(human_value) if np.isfinite(human_value) else math.nan,
                      "human_only_ci_low": hlow, "human_only_ci_high": hhigh, "n_labelled": int((touches & lab).sum()),
                      "n_judged": int(touches.sum()), "width_ratio": ratio,
-                     "effective_labels": _effective(int((touches & lab).sum()), ratio), "interval_note": note})
+                     "effective_labels": _effective(int((touches & lab).sum()), worth), "interval_note": note})
     return rows
 
 
