@@ -111,6 +111,7 @@ TESTS = {
     "calibration/cascade/report.py": ["tests/test_escalate_mutants.py", "tests/test_escalate.py",
                                       "tests/test_escalate_properties.py"],
     "calibration/cascade/cli.py": ["tests/test_cli_properties.py", "tests/test_escalate.py"],
+    "calibration/cascade/runs.py": ["tests/test_escalate_runs.py", "tests/test_escalate_mutants.py"],
     "calibration/study/report.py": ["tests/test_study_report_branches.py", "tests/test_report_properties.py",
                                     "tests/test_estimate.py", "tests/test_screen.py", "tests/test_study_report.py",
                                     "tests/test_study_contract.py", "tests/test_study_mutants.py"],
