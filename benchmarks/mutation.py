@@ -26,6 +26,7 @@ runs every mapped file, as does `--select files` (the old way). A mutant no mapp
     python benchmarks/mutation.py --select files        # every mapped test file for every mutant (no coverage map)
     python benchmarks/mutation.py --list                # count the sites, run nothing
     python benchmarks/mutation.py --survivors-of /tmp/mutation_results.json  # only the last run's survivors
+    python benchmarks/mutation.py --mutants-of /tmp/mutation_results.json --select files  # the same mutants, old way
     python benchmarks/mutation.py --table /tmp/mutation_results.json         # a saved run's table again
 """
 
@@ -344,7 +345,6 @@ _RCFILE = """[run]
 source_pkgs = {packages}
 parallel = true
 patch = subprocess
-context = ${{MUTATION_CONTEXT}}
 data_file = {data}
 """
 
@@ -383,7 +383,7 @@ def test_file_coverage(copy: Path, test_file: str, base: str, cache: Path) -> di
                                      data=work / ".coverage"), encoding="utf-8")
         times = work / "times.json"
         env = {**_environment(copy), "PYTHONPATH": f"{copy}{os.pathsep}{copy / 'benchmarks'}",
-               "MUTATION_TIMES": str(times), "MUTATION_CONTEXT": ""}
+               "MUTATION_TIMES": str(times)}
         started = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", "-q",
                                "-p", "no:cacheprovider", "-p", "mutation_contexts", test_file],
@@ -555,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="/tmp/mutation_results.json", help="every result, survivors included")
     parser.add_argument("--survivors-of", metavar="JSON",
                         help="run only the mutants that survived in an earlier run's --json (same sites)")
+    parser.add_argument("--mutants-of", metavar="JSON",
+                        help="run the same mutants as an earlier run's --json, all of them (e.g. the other --select)")
     parser.add_argument("--table", metavar="JSON", help="print the table of an earlier run's --json, with the "
                         "equivalent survivors as benchmarks/mutation_equivalent.json says now; run nothing")
     args = parser.parse_args(argv)
@@ -585,10 +587,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:34} {count:5d}")
         return 0
     chosen = mutants if args.all else random.Random(args.seed).sample(mutants, min(args.sample, len(mutants)))
-    if args.survivors_of:
-        earlier = json.loads(Path(args.survivors_of).read_text(encoding="utf-8"))["results"]
+    if args.survivors_of or args.mutants_of:
+        earlier = json.loads(Path(args.survivors_of or args.mutants_of).read_text(encoding="utf-8"))["results"]
         wanted = {(r["file"], r["line"], r["col"], r["operator"], r.get("start")) for r in earlier
-                  if r["status"] == "survived"}
+                  if args.mutants_of or r["status"] == "survived"}
         chosen = [m for m in mutants if m.key in wanted or m.key[:4] + (None,) in wanted]
     chosen.sort(key=lambda m: (m.file, m.line, m.col, m.operator))
     equivalent = equivalents()

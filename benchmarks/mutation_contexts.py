@@ -2,8 +2,9 @@
 
 Under `coverage run`, coverage's dynamic context is named after the running test and its phase ("<node id>|setup",
 "<node id>|call"; a fixture's body runs in the setup of the first test that asks for it), and the same name is put in
-MUTATION_CONTEXT, which a subprocess's coverage takes as its static context. Lines run while collecting (a test module's
-top level) keep the empty context. Each test's seconds and outcome go to the JSON file named by MUTATION_TIMES.
+the configuration coverage hands to subprocesses (its `patch = subprocess`) as their static context. Lines run while
+collecting (a test module's top level) keep the empty context. Each test's seconds and outcome go to the JSON file
+named by MUTATION_TIMES.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 
 import coverage
 import pytest
+from coverage.config import CoverageConfig
 
 _times: dict[str, dict] = {}
 
@@ -21,7 +23,10 @@ def _switch(label: str) -> None:
     cov = coverage.Coverage.current()
     if cov is not None:
         cov.switch_context(label)
-    os.environ["MUTATION_CONTEXT"] = label
+    if "COVERAGE_PROCESS_CONFIG" in os.environ:  # what a subprocess started now measures with
+        config = CoverageConfig.deserialize(os.environ["COVERAGE_PROCESS_CONFIG"])
+        config.context = label or None
+        os.environ["COVERAGE_PROCESS_CONFIG"] = config.serialize()
 
 
 @pytest.hookimpl(hookwrapper=True)
