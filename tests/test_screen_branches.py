@@ -116,3 +116,62 @@ def test_the_targeted_part_takes_equal_priorities_in_the_order_of_their_ids():
     assert plan["item_id"].tolist() == ["d4", "d0", "d1"] and set(plan["part"]) == {"targeted"}
     shuffled = make_plan(items.sample(frac=1.0, random_state=1), 3, "dialogues", 0.0, 0)
     assert shuffled["item_id"].tolist() == plan["item_id"].tolist()
+
+
+# -- the active design's signal check on a pilot ---------------------------------------------------------------------
+
+def _pilot(size: int, marked: tuple[int, ...] = (2, 7)):
+    """`size` pilot dialogues of one system and criterion: the judge's scores 1..size, the human's the same plus a
+    large error on the `marked` dialogues, which are the ones the judge is uncertain about."""
+    ids = [f"d{i}" for i in range(size)]
+    score = np.arange(1.0, size + 1.0)
+    human = score + np.where(np.isin(np.arange(size), marked), [4.0 if i % 2 else -4.0 for i in range(size)], 0.0)
+    uncertainty = np.where(np.isin(np.arange(size), marked), 1.0, 0.0)
+    items = pd.DataFrame({"item_id": ids, "uncertainty": uncertainty})
+    judge = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "score": score, "status": "ok"})
+    pilot = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "human": human})
+    return items, judge, pilot, score, human, uncertainty
+
+
+def _exact_permutation_p(score, human, uncertainty):
+    """The one-sided p of T = sum r^2 (1 - 1/p~) over every placement of the uncertain dialogues (scipy's least
+    squares for the residuals), p~ = floor + (1 - floor) u / mean(u)."""
+    from itertools import combinations
+
+    from calibration.study.screen import ACTIVE_FLOOR
+
+    fit = stats.linregress(score, human)
+    r2 = (human - fit.intercept - fit.slope * score) ** 2
+    relative = ACTIVE_FLOOR + (1.0 - ACTIVE_FLOOR) * uncertainty / uncertainty.mean()
+    gain = 1.0 - 1.0 / relative
+    observed = r2 @ gain
+    high, low = gain.max(), gain.min()
+    k = int((uncertainty > 0).sum())
+    stats_all = []
+    for chosen in combinations(range(len(score)), k):
+        g = np.full(len(score), low)
+        g[list(chosen)] = high
+        stats_all.append(r2 @ g)
+    return float(np.mean(np.array(stats_all) >= observed - 1e-9 * abs(observed)))
+
+
+@pytest.mark.parametrize("size", [9, 10, 12])
+def test_the_signal_is_checked_from_ten_pilot_dialogues_on_and_its_p_is_the_permutation_p(size):
+    """From PILOT_CHECK (10) pilot dialogues the uncertainty is checked: here it marks the two dialogues the judge
+    gets wrong, so the draw goes active, and the printed p is the exact permutation p (every placement of the two
+    uncertain dialogues) within the Monte-Carlo error of 1,999 shuffles; at 9 the draw is uniform, unchecked."""
+    import re
+
+    from calibration.study.screen import ACTIVE_FLOOR, PILOT_CHECK, PERMUTATIONS, signal_check
+
+    items, judge, pilot, score, human, uncertainty = _pilot(size)
+    share, why = signal_check(items, judge, pilot)
+    if size < PILOT_CHECK:
+        assert share == 0.0 and f"{size} pilot dialogues (fewer than {PILOT_CHECK})" in why
+        return
+    exact = _exact_permutation_p(score, human, uncertainty)
+    assert exact < 0.05  # the planted signal is real
+    assert share == pytest.approx(1.0 - ACTIVE_FLOOR) and f"checked on {size} pilot dialogues" in why
+    printed = float(re.search(r"permutation p ([0-9.]+)", why).group(1))
+    sd = np.sqrt(exact * (1.0 - exact) / PERMUTATIONS)
+    assert abs(printed - exact) <= 4.0 * sd + 1.0 / (PERMUTATIONS + 1) + 0.0005  # + the printed rounding
