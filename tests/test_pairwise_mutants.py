@@ -181,3 +181,27 @@ def test_a_system_that_won_every_labelled_pair_but_not_every_judged_one_says_its
     row = {r["system"]: r for r in bt_rows(data, 0, 0.95, fit, human)}["a"]
     assert np.isnan(row["human_only"]) and np.isfinite(row["estimate"])
     assert row["interval_note"] == "human-only: a won every labelled pair (strength infinite)"
+
+
+@pytest.mark.parametrize("votes", [(1.0, 0.0), (1.0, 0.0, 1.0), (1.0, 0.0, 1.0, 1.0)])
+def test_the_human_only_strength_has_an_interval_from_three_labelled_dialogues_on(votes):
+    """One pair a dialogue against the baseline: the human-only Bradley-Terry strength is the logit of the votes'
+    share, and from MIN_LABELLED (3) labelled dialogues on its interval is the intercept-only logistic fit's
+    (cluster sandwich by hand, t quantile on n - 1 df, from scipy); below, none."""
+    from scipy import stats
+
+    from calibration.study.pairwise import MIN_LABELLED, bt_rows
+
+    data, _ = _against_base(votes, unlabelled=4)
+    fit, human = bradley_terry(data, 0, 0.95), bradley_terry(data, 0, 0.95, lam=0.0)
+    row, = bt_rows(data, 0, 0.95, fit, human)
+    h, n = np.array(votes), len(votes)
+    p = h.mean()
+    assert row["human_only"] == pytest.approx(np.log(p / (1 - p)), abs=1e-6)
+    if n < MIN_LABELLED:
+        assert np.isnan(row["human_only_ci_low"]) and np.isnan(row["human_only_ci_high"])
+        return
+    se = np.sqrt(h.var(ddof=1) / (n * p * p * (1 - p) * (1 - p)))
+    q = stats.t.ppf(0.975, n - 1)
+    assert [row["human_only_ci_low"], row["human_only_ci_high"]] == pytest.approx(
+        [np.log(p / (1 - p)) - q * se, np.log(p / (1 - p)) + q * se], abs=1e-6)
