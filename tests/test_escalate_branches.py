@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import calibration
@@ -67,3 +68,22 @@ def test_every_table_of_the_result_has_one_row_per_index_label(tmp_path):
         frame = getattr(result, name)
         assert frame["criterion"].nunique() == 2, name
         assert frame.index.equals(pd.RangeIndex(len(frame))), name
+
+
+@pytest.mark.parametrize("steps", [2, 4])
+def test_the_fixed_sequence_tests_each_step_up_to_the_first_it_cannot_reject(steps):
+    """Fixed-sequence testing from the first step: each step is tested while the ones before were rejected (p <=
+    delta), and the first whose p exceeds delta is tested too (its p-value decides the stop); none after it. The
+    judge is right above confidence 0.5 and mostly wrong below: of two steps only the first is rejected."""
+    from calibration.cascade.escalate import fit_cascade
+
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0, 1, (400, 1))
+    agree = (conf[:, 0] > 0.5) | (rng.random(400) < 0.3)
+    pool = rng.uniform(0, 1, (2000, 1))
+    fit = fit_cascade(conf, agree[:, None], pool, 0.1, 0.1, steps=steps)
+    p = fit.path["p_value"].to_numpy()
+    stop = next(k for k in range(steps) if p[k] > 0.1)
+    assert fit.chosen == stop - 1 >= 0 and (steps != 2 or stop == 1)
+    assert list(fit.path["rejected"]) == [k < stop for k in range(steps)]
+    assert list(fit.path["tested"]) == [k <= stop for k in range(steps)]
