@@ -87,3 +87,19 @@ def test_the_fixed_sequence_tests_each_step_up_to_the_first_it_cannot_reject(ste
     assert fit.chosen == stop - 1 >= 0 and (steps != 2 or stop == 1)
     assert list(fit.path["rejected"]) == [k < stop for k in range(steps)]
     assert list(fit.path["tested"]) == [k <= stop for k in range(steps)]
+
+
+@pytest.mark.parametrize("kind", ["likert", "pairwise"])
+@pytest.mark.parametrize("missing", [None, [4.0]])
+@pytest.mark.parametrize("share, found", [(0.4, False), (0.5, True), (0.6, True)])
+def test_the_samples_signal_is_offered_when_half_the_verdicts_record_two_or_more(share, found, missing, kind):
+    """Re-asks are a confidence signal when at least half the verdicts keep two or more samples (a lone sample or
+    none is no spread); never for pairwise verdicts, whose samples are the two orders (the `order` signal)."""
+    import pandas as pd
+
+    from calibration.cascade.escalate import available_signals
+
+    n = 10
+    frame = pd.DataFrame({"status": "ok", "score": 3.0,
+                          "samples": [[3.0, 4.0, 3.0] if k < share * n else missing for k in range(n)]})
+    assert ("samples" in available_signals(frame, kind, 1)) == (found and kind != "pairwise")
