@@ -315,3 +315,30 @@ def test_the_weighted_lambda_is_tuned_from_exactly_min_tuned_labels():
     assert at.n_labelled[()] == MIN_TUNED and at.lam[()] != 0.0
     fewer = np.where(np.cumsum(~np.isnan(y)) < MIN_TUNED, y, np.nan)
     assert ppi_mean_weighted(fewer, f, pi).lam[()] == 0.0
+
+
+@pytest.mark.parametrize("labelled, rho", [(20, 0.8), (30, 0.5), (45, 0.2)])
+def test_the_cross_fitted_lambda_is_each_labels_others_ppi_lambda_shrunk_by_their_correlation_t(labelled, rho):
+    """From MIN_CROSS_FITTED labels each labelled dialogue's lambda is tuned on the k = n - 1 others: PPI++'s
+    cov(y, f) / (var(f_labelled) + n/m var(f_all)), times t^2 / (1 + t^2) with t the others' correlation t statistic
+    on k - 2 degrees of freedom (scipy's pearsonr for r); the printed lambda is their mean."""
+    from calibration.study.estimate import MIN_CROSS_FITTED
+
+    rng = np.random.default_rng(labelled)
+    human, judge = _study(rng, 1, 120, labelled, rho=rho)
+    human, judge = human[0], judge[0]
+    result = ppi_mean(human, judge)
+    lab = ~np.isnan(human)
+    n, m = int(lab.sum()), int((~lab).sum())
+    assert n >= MIN_CROSS_FITTED
+    var_all = np.var(judge, ddof=1)
+    lams = []
+    for i in np.flatnonzero(lab):
+        others = lab.copy()
+        others[i] = False
+        y, f = human[others], judge[others]
+        k = len(y)
+        r = stats.pearsonr(y, f).statistic
+        t2 = r * r * (k - 2) / (1 - r * r)
+        lams.append(np.cov(y, f)[0, 1] / (np.var(f, ddof=1) + n / m * var_all) * t2 / (1 + t2))
+    assert float(np.asarray(result.lam).ravel()[0]) == pytest.approx(np.mean(lams), rel=1e-9)
