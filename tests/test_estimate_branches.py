@@ -342,3 +342,45 @@ def test_the_cross_fitted_lambda_is_each_labels_others_ppi_lambda_shrunk_by_thei
         t2 = r * r * (k - 2) / (1 - r * r)
         lams.append(np.cov(y, f)[0, 1] / (np.var(f, ddof=1) + n / m * var_all) * t2 / (1 + t2))
     assert float(np.asarray(result.lam).ravel()[0]) == pytest.approx(np.mean(lams), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_shared_lambda_is_the_pooled_within_row_slope_on_the_other_dialogues_written_out(seed):
+    """shared_cross_fitted_lambdas against its definition, one dialogue at a time: leave dialogue i out of every
+    row, sum each tuned row's within-row cross-products (its own means removed, rows with two or more others),
+    add each row's (k - 1) n/m var(f), and shrink by the pooled correlation's t^2 / (1 + t^2) on
+    sum(k - 1) - 1 degrees of freedom; a row outside `rows` neither gets a lambda nor enters the fit. The 2-d
+    call (rows, dialogues) and the same call under a leading axis agree."""
+    from calibration.study.estimate import shared_cross_fitted_lambdas
+
+    rng = np.random.default_rng(seed)
+    rows_n, dialogues = 4, 40
+    labelled = rng.random((rows_n, dialogues)) < 0.35
+    labelled[:, :3] = True  # a few dialogues labelled in every row
+    f = rng.normal(0, 1, (rows_n, dialogues))
+    y = 0.7 * f + rng.normal(0, 1, (rows_n, dialogues)) + rng.normal(0, 3, (rows_n, 1))  # rows at other levels
+    y0, fl = np.where(labelled, y, 0.0), np.where(labelled, f, 0.0)
+    n = labelled.sum(-1, keepdims=True).astype(float)
+    m = dialogues - n
+    var_f = f.var(-1, ddof=1, keepdims=True)
+    tuned = np.array([[True], [True], [False], [True]])
+    got = shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, tuned)
+    assert np.array_equal(got, shared_cross_fitted_lambdas(labelled[None], y0[None], fl[None], n[None], m[None],
+                                                           var_f[None], tuned[None])[0])
+    for i in range(dialogues):
+        c_yf = c_ff = c_yy = c_u = dof = 0.0
+        for r in np.flatnonzero(tuned[:, 0]):
+            others = labelled[r] & (np.arange(dialogues) != i)
+            k = int(others.sum())
+            if k < 2:
+                continue
+            dy, df_ = y[r, others] - y[r, others].mean(), f[r, others] - f[r, others].mean()
+            c_yf, c_ff, c_yy = c_yf + dy @ df_, c_ff + df_ @ df_, c_yy + dy @ dy
+            c_u += (k - 1) * n[r, 0] / m[r, 0] * var_f[r, 0]
+            dof += k - 1
+        r2 = min(c_yf * c_yf / (c_ff * c_yy), 1 - 1e-12)
+        t2 = r2 * (dof - 1) / (1 - r2)
+        expected = c_yf / (c_ff + c_u) * t2 / (1 + t2)
+        for r in range(rows_n):
+            want = expected if (tuned[r, 0] and labelled[r, i]) else 0.0
+            assert got[r, i] == pytest.approx(want, rel=1e-9, abs=1e-12), (r, i)
