@@ -384,3 +384,21 @@ def test_the_shared_lambda_is_the_pooled_within_row_slope_on_the_other_dialogues
         for r in range(rows_n):
             want = expected if (tuned[r, 0] and labelled[r, i]) else 0.0
             assert got[r, i] == pytest.approx(want, rel=1e-9, abs=1e-12), (r, i)
+
+
+def test_the_lambda_fitted_on_ten_to_nineteen_labels_is_ppi_plus_plus_even_when_the_labelled_judge_mean_is_exact():
+    """Likert judge scores whose labelled mean equals the judged mean exactly (sums of centred scores exactly 0, as
+    integer scores often give): the lambda fitted on the row's own 12 labels is still PPI++'s cov(y, f) /
+    (var(f_labelled) + n/m var(f_all)) from numpy, not lost to a 0 / 0."""
+    from calibration.study.estimate import MIN_CROSS_FITTED, MIN_TUNED
+
+    judge = np.array([1.0, 5.0, 2.0, 4.0, 3.0, 3.0, 1.0, 5.0, 2.0, 4.0, 3.0, 3.0] + [1.0, 5.0, 2.0, 4.0, 3.0] * 4)
+    human = np.full(judge.shape, np.nan)
+    human[:12] = [1.0, 4.0, 3.0, 4.0, 2.0, 3.0, 2.0, 5.0, 2.0, 3.0, 4.0, 3.0]
+    lab = ~np.isnan(human)
+    n, m = int(lab.sum()), int((~lab).sum())
+    assert MIN_TUNED <= n < MIN_CROSS_FITTED and judge[lab].mean() == judge.mean()  # the exact case
+    result = ppi_mean(human, judge)
+    expected = np.cov(human[lab], judge[lab])[0, 1] / (np.var(judge[lab], ddof=1) + n / m * np.var(judge, ddof=1))
+    assert expected > 0.1
+    assert float(np.asarray(result.lam).ravel()[0]) == pytest.approx(expected, rel=1e-9)
