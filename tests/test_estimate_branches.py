@@ -402,3 +402,25 @@ def test_the_lambda_fitted_on_ten_to_nineteen_labels_is_ppi_plus_plus_even_when_
     expected = np.cov(human[lab], judge[lab])[0, 1] / (np.var(judge[lab], ddof=1) + n / m * np.var(judge, ddof=1))
     assert expected > 0.1
     assert float(np.asarray(result.lam).ravel()[0]) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("lam", [0.3, 0.9])
+def test_the_worth_in_labels_correction_takes_the_residual_share_of_se_squared(lam):
+    """With a fixed lambda, effective_labels' correction is _jensen at the residual part's share of se^2,
+    var_residual / (var_unlabelled + var_residual), and the adjusted squared correlation of the labels with their
+    rectified values y - lambda f (numpy), on n labels."""
+    from calibration.study.estimate import _jensen
+
+    rng = np.random.default_rng(5)
+    human, judge = _study(rng, 1, 80, 25)
+    human, judge = human[0], judge[0]
+    result = ppi_mean(human, judge, lam=lam)
+    lab = ~np.isnan(human)
+    n = int(lab.sum())
+    share = result.var_residual / (result.var_unlabelled + result.var_residual)
+    assert 0 < float(share) < 1
+    rectified = human[lab] - lam * (judge[lab] - judge.mean())
+    r2 = np.corrcoef(human[lab], rectified)[0, 1] ** 2
+    rho2 = 1 - (1 - r2) * (n - 1) / (n - 2)
+    expected = _jensen(np.array([share]), np.array([rho2]), np.array([float(n)]))
+    assert float(np.asarray(result.jensen).ravel()[0]) == pytest.approx(float(np.ravel(expected)[0]), rel=1e-9)
