@@ -205,3 +205,22 @@ def test_the_human_only_strength_has_an_interval_from_three_labelled_dialogues_o
     q = stats.t.ppf(0.975, n - 1)
     assert [row["human_only_ci_low"], row["human_only_ci_high"]] == pytest.approx(
         [np.log(p / (1 - p)) - q * se, np.log(p / (1 - p)) + q * se], abs=1e-6)
+
+
+@pytest.mark.parametrize("votes", [(1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0, 0.5)])
+def test_win_rate_bounds_stay_within_zero_and_one_where_the_t_interval_leaves_them(votes):
+    """Three or four labelled pairs all (nearly) won or lost: the pseudo-voted t interval reaches past 1 (or below
+    0) — (n + 2 wins) / (n + 4) plus t_{n+3} se (scipy) — and every printed bound, the human-only ones too, is
+    clipped to [0, 1]."""
+    from scipy import stats
+
+    from calibration.study.pairwise import win_rate_rows
+
+    data, _ = _against_base(votes, unlabelled=4)
+    row, = win_rate_rows(data, 0, 0.95)
+    augmented = np.array([*votes, 1.0, 1.0, 0.0, 0.0])
+    reach = augmented.mean() + np.array([-1, 1]) * stats.t.ppf(0.975, len(augmented) - 1) * stats.sem(augmented)
+    assert reach[1] > 1.0 or reach[0] < 0.0  # the unclipped interval leaves [0, 1]
+    for name in ("ci_low", "ci_high", "human_only_ci_low", "human_only_ci_high"):
+        assert 0.0 <= row[name] <= 1.0, name
+    assert row["human_only_ci_high"] == pytest.approx(min(reach[1], 1.0)) or reach[1] <= 1.0
