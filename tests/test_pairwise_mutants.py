@@ -224,3 +224,21 @@ def test_win_rate_bounds_stay_within_zero_and_one_where_the_t_interval_leaves_th
     for name in ("ci_low", "ci_high", "human_only_ci_low", "human_only_ci_high"):
         assert 0.0 <= row[name] <= 1.0, name
     assert row["human_only_ci_high"] == pytest.approx(min(reach[1], 1.0)) or reach[1] <= 1.0
+
+
+@pytest.mark.parametrize("theta, expected", [
+    ([0.0, 0.4], 20.0),                                  # one strength: the fit's df
+    ([0.0, 0.4, -0.2], 19.0),                            # two: one spent beyond the first
+    ([0.0, 0.4, -0.2, 1.1], 18.0),
+    ([0.0, 0.4, np.inf, 1.1], 19.0),                     # an infinite strength is not estimated
+    ([0.0, np.nan, -np.inf], 20.0),
+])
+def test_the_rank_sets_spend_one_degree_of_freedom_per_strength_beyond_the_first(theta, expected):
+    """rank_df: the fit's degrees of freedom less the finite strengths it estimates beyond one (the baseline's 0
+    is not estimated); a fit without an estimate has none."""
+    from calibration.study.pairwise import BTFit, rank_df
+
+    k = len(theta)
+    fit = BTFit(np.array(theta), np.zeros((k, k)), 20.0, 0.0, 21)
+    assert rank_df(fit) == expected
+    assert np.isnan(rank_df(BTFit(np.array(theta), np.zeros((k, k)), 20.0, 0.0, 21, ok=False)))
