@@ -198,7 +198,8 @@ def test_the_human_only_strength_has_an_interval_from_three_labelled_dialogues_o
     h, n = np.array(votes), len(votes)
     p = h.mean()
     assert row["human_only"] == pytest.approx(np.log(p / (1 - p)), abs=1e-6)
-    if n < MIN_LABELLED:
+    if n < 3:  # MIN_LABELLED, as documented (a changed constant must fail here)
+        assert MIN_LABELLED == 3
         assert np.isnan(row["human_only_ci_low"]) and np.isnan(row["human_only_ci_high"])
         return
     se = np.sqrt(h.var(ddof=1) / (n * p * p * (1 - p) * (1 - p)))
@@ -242,3 +243,19 @@ def test_the_rank_sets_spend_one_degree_of_freedom_per_strength_beyond_the_first
     fit = BTFit(np.array(theta), np.zeros((k, k)), 20.0, 0.0, 21)
     assert rank_df(fit) == expected
     assert np.isnan(rank_df(BTFit(np.array(theta), np.zeros((k, k)), 20.0, 0.0, 21, ok=False)))
+
+
+@pytest.mark.parametrize("labelled", [19, 20])
+def test_the_win_rate_uses_the_judge_from_twenty_labelled_votes_on(labelled):
+    """A judge that agrees with every vote: from WIN_TUNED (20) labelled dialogues the win rate's lambda is tuned
+    and its interval narrower than the votes' alone (width ratio < 1); at 19 it is the human-only share's,
+    ratio 1 and the estimate the votes' pseudo-voted share."""
+    from calibration.study.pairwise import win_rate_rows
+
+    votes = tuple(float(k % 5 != 0) for k in range(labelled))
+    data, _ = _against_base(votes, unlabelled=60)
+    row, = win_rate_rows(data, 0, 0.95)
+    if labelled < 20:  # the documented threshold, not the constant (a changed constant must fail here)
+        assert row["width_ratio"] == pytest.approx(1.0) and row["estimate"] == pytest.approx(np.mean(votes))
+    else:
+        assert row["width_ratio"] < 0.99
