@@ -344,8 +344,8 @@ def test_the_cross_fitted_lambda_is_each_labels_others_ppi_lambda_shrunk_by_thei
     assert float(np.asarray(result.lam).ravel()[0]) == pytest.approx(np.mean(lams), rel=1e-9)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_shared_lambda_is_the_pooled_within_row_slope_on_the_other_dialogues_written_out(seed):
+@pytest.mark.parametrize("seed, sparse", [(0, False), (1, False), (2, True)])
+def test_the_shared_lambda_is_the_pooled_within_row_slope_on_the_other_dialogues_written_out(seed, sparse):
     """shared_cross_fitted_lambdas against its definition, one dialogue at a time: leave dialogue i out of every
     row, sum each tuned row's within-row cross-products (its own means removed, rows with two or more others),
     add each row's (k - 1) n/m var(f), and shrink by the pooled correlation's t^2 / (1 + t^2) on
@@ -357,6 +357,8 @@ def test_the_shared_lambda_is_the_pooled_within_row_slope_on_the_other_dialogues
     rows_n, dialogues = 4, 40
     labelled = rng.random((rows_n, dialogues)) < 0.35
     labelled[:, :3] = True  # a few dialogues labelled in every row
+    if sparse:  # a row with 3 labels: 2 others where one of them is left out, the fewest that enter the fit
+        labelled[1] = np.arange(dialogues) < 3
     f = rng.normal(0, 1, (rows_n, dialogues))
     y = 0.7 * f + rng.normal(0, 1, (rows_n, dialogues)) + rng.normal(0, 3, (rows_n, 1))  # rows at other levels
     y0, fl = np.where(labelled, y, 0.0), np.where(labelled, f, 0.0)
