@@ -100,3 +100,18 @@ def test_the_python_function_names_a_judge_file_that_is_not_there(missing, tmp_p
     with pytest.raises(calibration.CalibrationError) as caught:
         calibration.select(study / "labels.csv", {"a": tmp_path / missing, "b": study / "judgments.jsonl"})
     assert str(caught.value).startswith(f"{tmp_path / missing}: ")
+
+
+@pytest.mark.parametrize("confidence", ["0.9", None, 1.0, 0.3, 0.49])
+def test_a_confidence_that_is_not_a_level_is_refused_in_the_clis_words(confidence):
+    """calibration.select's confidence: a text, None, 1 or below one half is refused naming --confidence and the
+    value, as the CLI says it (never a TypeError from comparing a text with a number)."""
+    from pathlib import Path
+
+    import calibration
+
+    study = Path(__file__).resolve().parents[1] / "examples" / "study"
+    with pytest.raises(calibration.CalibrationError) as caught:
+        calibration.select(study / "labels.csv", {"a": study / "judgments.jsonl", "b": study / "judgments_rerun.jsonl"},
+                           confidence=confidence)
+    assert str(caught.value) == f"--confidence must be between 0.5 and 1, got {confidence!r}"
