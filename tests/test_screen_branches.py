@@ -176,3 +176,31 @@ def test_the_signal_is_checked_from_ten_pilot_dialogues_on_and_its_p_is_the_perm
     printed = float(re.search(r"permutation p ([0-9.]+)", why).group(1))
     sd = np.sqrt(exact * (1.0 - exact) / PERMUTATIONS)
     assert abs(printed - exact) <= 4.0 * sd + 1.0 / (PERMUTATIONS + 1) + 0.0005  # + the printed rounding
+
+
+# -- a plan directory read back (read_plan): bad input, one row each ---------------------------------------------------
+
+PLAN_CSV = "item_id,part,inclusion_probability\nd1,random,0.5\nd2,targeted,\n"
+PLAN_ROWS = [
+    ('{"version": 2}', PLAN_CSV, "plan.json: not a plan file (expected \"version\": 1)"),
+    ('[1]', PLAN_CSV, "plan.json: not a plan file (expected \"version\": 1)"),
+    ('{"versions": 1}', PLAN_CSV, "plan.json: not a plan file (expected \"version\": 1)"),
+    ('{"version": 1}', PLAN_CSV + "d3,random,0.5\nd1,targeted,\n", "plan.csv:5: dialogue 'd1' is listed twice"),
+    ('{"version": 1}', "item_id,part\nd1,random\nd1,random\n", "plan.csv:3: dialogue 'd1' is listed twice"),
+]
+
+
+@pytest.mark.parametrize("info, csv, message", PLAN_ROWS)
+def test_a_plan_that_is_not_one_is_refused_naming_file_and_line(info, csv, message, tmp_path):
+    """A plan.json of another version or shape, a plan.csv listing a dialogue twice: refused, naming the file and
+    the line of the second listing; the files are left as they were."""
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import read_plan
+
+    (tmp_path / "plan.json").write_text(info, encoding="utf-8")
+    (tmp_path / "plan.csv").write_text(csv, encoding="utf-8")
+    with pytest.raises(CalibrationError) as caught:
+        read_plan(tmp_path)
+    assert str(caught.value) == f"{tmp_path}/{message}"
+    assert (tmp_path / "plan.json").read_text(encoding="utf-8") == info
+    assert (tmp_path / "plan.csv").read_text(encoding="utf-8") == csv
