@@ -6,6 +6,7 @@ has. Written after fresh draws of benchmarks/mutation.py left survivors on these
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -106,3 +107,19 @@ def test_a_changed_share_without_re_asks_asks_for_the_normal_approximations_dial
     assert row["dialogues_needed"] == max(approximation, row["n_dialogues"] + 1) == 21
     exact_if_unchanged = math.ceil(math.log(0.05) / math.log(1 - margin))
     assert exact_if_unchanged > row["dialogues_needed"]  # so the rule for nothing changed would show
+
+
+def test_the_text_shows_a_mean_shift_for_scores_and_none_for_labels(runs):
+    """Each criterion's line of the text: for scores, the mean shift and its interval as the table holds them; for
+    labels (no mean shift), no shift at all, never a 'nan'."""
+    reference, new = runs
+    result = drift(reference, new, bootstrap=200)
+    row = result.drift.iloc[0]
+    line = next(t for t in result.text().splitlines() if t.startswith(f"{row['criterion']}: "))
+    assert f"mean shift {row['mean_shift']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], " in line
+    as_labels = [frame.assign(label=frame["score"].round().astype(int).astype(str), score=np.nan,
+                              status="label").drop(columns="samples") for frame in (reference, new)]
+    labelled = drift(*as_labels, bootstrap=200)
+    assert labelled.drift.iloc[0]["kind"] == "labels"
+    text = labelled.text()
+    assert "mean shift" not in text and not re.search(r"\bnan\b", text)
