@@ -204,3 +204,15 @@ def test_a_plan_that_is_not_one_is_refused_naming_file_and_line(info, csv, messa
     assert str(caught.value) == f"{tmp_path}/{message}"
     assert (tmp_path / "plan.json").read_text(encoding="utf-8") == info
     assert (tmp_path / "plan.csv").read_text(encoding="utf-8") == csv
+
+
+def test_a_missing_uncertainty_counts_as_none_in_the_signal_check():
+    """A pilot dialogue whose uncertainty was not recorded (NaN) is checked as one the judge is sure of (0): the
+    same verdict and message as with 0 written there, and not the same as with the dialogue marked uncertain."""
+    from calibration.study.screen import signal_check
+
+    items, judge, pilot, *_ = _pilot(12)
+    zero, missing, marked = items.copy(), items.copy(), items.copy()
+    zero.loc[0, "uncertainty"], missing.loc[0, "uncertainty"], marked.loc[0, "uncertainty"] = 0.0, np.nan, 1.0
+    assert signal_check(missing, judge, pilot) == signal_check(zero, judge, pilot)
+    assert signal_check(marked, judge, pilot) != signal_check(zero, judge, pilot)
