@@ -216,3 +216,30 @@ def test_a_missing_uncertainty_counts_as_none_in_the_signal_check():
     zero.loc[0, "uncertainty"], missing.loc[0, "uncertainty"], marked.loc[0, "uncertainty"] = 0.0, np.nan, 1.0
     assert signal_check(missing, judge, pilot) == signal_check(zero, judge, pilot)
     assert signal_check(marked, judge, pilot) != signal_check(zero, judge, pilot)
+
+
+@pytest.mark.parametrize("pilot_size", [2, 3])
+def test_the_power_tables_pilot_correlation_needs_three_labelled_differences(pilot_size):
+    """The top two systems' judge differences on 20 dialogues, the pilot's human differences on the first
+    `pilot_size`: from 3 labelled differences the table has their correlation with the judge's (numpy) and the
+    human effect; with 2, neither."""
+    from calibration.study.screen import power_table
+
+    rng = np.random.default_rng(9)
+    ids = [f"d{i}" for i in range(20)]
+    a, b = rng.normal(4.0, 0.6, 20), rng.normal(3.0, 0.6, 20)
+    judge = pd.DataFrame({"item_id": ids * 2, "system": ["a"] * 20 + ["b"] * 20, "criterion": "c",
+                          "score": np.r_[a, b], "status": "ok"})
+    systems = pd.DataFrame({"criterion": "c", "system": ["a", "b"], "rank": [1, 2]})
+    human_a, human_b = a + rng.normal(0, 0.5, 20), b + rng.normal(0, 0.5, 20)
+    chosen = ids[:pilot_size]
+    pilot = pd.DataFrame({"item_id": chosen * 2, "system": ["a"] * pilot_size + ["b"] * pilot_size,
+                          "criterion": "c", "human": np.r_[human_a[:pilot_size], human_b[:pilot_size]]})
+    row = power_table(judge, systems, ["c"], pilot=pilot).iloc[0]
+    assert row["n_pilot"] == pilot_size
+    if pilot_size < 3:
+        assert np.isnan(row["rho"]) and ("human_effect" not in row or np.isnan(row["human_effect"]))
+        return
+    d, g = (human_a - human_b)[:pilot_size], (a - b)[:pilot_size]
+    assert row["rho"] == pytest.approx(np.corrcoef(d, g)[0, 1])
+    assert np.isfinite(row["human_effect"])
