@@ -243,3 +243,21 @@ def test_the_power_tables_pilot_correlation_needs_three_labelled_differences(pil
     d, g = (human_a - human_b)[:pilot_size], (a - b)[:pilot_size]
     assert row["rho"] == pytest.approx(np.corrcoef(d, g)[0, 1])
     assert np.isfinite(row["human_effect"])
+
+
+@pytest.mark.parametrize("uncertainty_share, active", [(None, True), (0.4, True), (0.0, False)])
+def test_each_drawn_dialogue_says_whether_the_draw_was_active_or_fell_back(uncertainty_share, active):
+    """The random part's reason: an active draw on the judge's uncertainty whenever any share of the draw follows it,
+    a uniform draw that fell back when none does; with the seed either way. The inclusion probabilities say the same:
+    uniform (budget / dialogues) exactly when the draw fell back."""
+    from calibration.study.screen import _active_plan
+
+    items = pd.DataFrame({"item_id": [f"d{i:02d}" for i in range(30)],
+                          "uncertainty": np.linspace(0.0, 1.0, 30), "discrimination": 0.0, "priority": 0.0})
+    plan = _active_plan(items, 10, "dialogues", 1.0, 7, uncertainty_share)
+    drawn = plan[plan["part"] == "random"]
+    assert len(drawn) == 10
+    expected = ("active draw on the judge's uncertainty (seed 7)" if active
+                else "uniform draw: the active design fell back (plan.json says why; seed 7)")
+    assert set(drawn["reason"]) == {expected}
+    assert np.allclose(drawn["inclusion_probability"], 10 / 30) != active
