@@ -426,3 +426,19 @@ def test_the_worth_in_labels_correction_takes_the_residual_share_of_se_squared(l
     rho2 = 1 - (1 - r2) * (n - 1) / (n - 2)
     expected = _jensen(np.array([share]), np.array([rho2]), np.array([float(n)]))
     assert float(np.asarray(result.jensen).ravel()[0]) == pytest.approx(float(np.ravel(expected)[0]), rel=1e-9)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_both_estimators_count_the_labelled_and_the_unlabelled_judged_dialogues(weighted):
+    """n_labelled + n_unlabelled is every judged dialogue of the row (a NaN judge score is not judged), counted
+    with numpy, for the uniform and the weighted (active) estimator alike."""
+    rng = np.random.default_rng(12)
+    human, judge = _study(rng, 3, 60, 18)
+    judge[1, :7] = np.nan  # row 1: 7 dialogues not judged
+    human[1, :7] = np.nan
+    pi = rng.uniform(0.2, 0.8, human.shape)
+    result = ppi_mean_weighted(human, judge, pi) if weighted else ppi_mean(human, judge)
+    judged = ~np.isnan(judge)
+    labelled = judged & ~np.isnan(human)
+    assert result.n_labelled.tolist() == labelled.sum(-1).tolist()
+    assert result.n_unlabelled.tolist() == (judged & ~labelled).sum(-1).tolist()
