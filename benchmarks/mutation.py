@@ -9,14 +9,24 @@ and <-> or (the whole chain), a `not` removed. Text is never mutated: docstrings
 arguments of print / logging / warnings / parser.error, the exception of a `raise`, assert messages and annotations.
 
 The mutant replaces exactly its node's source text in a copy of the tree made once in a temporary directory (the
-working tree is never written: an interrupted run leaves it as it was), the mapped tests run there with
+working tree is never written: an interrupted run leaves it as it was), the tests run there with
 `python -m pytest -x -q -p no:cacheprovider` and a timeout, and the original file is put back.
+
+Which tests: by default only those that run the mutated code. Each test file mapped to a source file in TESTS is run
+once under coverage with one context per test (benchmarks/mutation_contexts.py), and the map kept in a cache keyed
+by the hash of the tree outside tests/test_*.py and of that test file, so it is never stale and a new test file costs
+only its own run. A mutant in a function's body runs the mapped tests that executed its statement, in the mapped
+order; a test that executed it while setting up (a fixture shared by several tests) brings its whole file; code run
+when a module is imported (module and class level, decorators, default arguments) or while a test module is collected
+runs every mapped file, as does `--select files` (the old way). A mutant no mapped test executes survives unrun.
 
     python benchmarks/mutation.py                       # 150 mutants, seed 1 (about 30 minutes on 2 cores)
     python benchmarks/mutation.py --seed 7 --sample 40  # another draw
     python benchmarks/mutation.py --all                 # every site
+    python benchmarks/mutation.py --select files        # every mapped test file for every mutant (no coverage map)
     python benchmarks/mutation.py --list                # count the sites, run nothing
     python benchmarks/mutation.py --survivors-of /tmp/mutation_results.json  # only the last run's survivors
+    python benchmarks/mutation.py --mutants-of /tmp/mutation_results.json --select files  # the same mutants, old way
     python benchmarks/mutation.py --table /tmp/mutation_results.json         # a saved run's table again
 """
 
@@ -24,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import bisect
+import hashlib
 import json
 import os
 import random
@@ -63,7 +75,7 @@ TESTS = {
     "calibration/trust/select.py": ["tests/test_select_branches.py", "tests/test_select_properties.py",
                                     "tests/test_select.py", "tests/test_select_guards.py",
                                     "tests/test_trust_mutants.py"],
-    "calibration/trust/cli.py": _TRUST_CLI + ["tests/test_trust_mutants.py"],
+    "calibration/trust/cli.py": ["tests/test_cli_branches.py"] + _TRUST_CLI + ["tests/test_trust_mutants.py"],
     "calibration/trust/report.py": ["tests/test_report_properties.py", "tests/test_audit_cli.py",
                                     "tests/test_select.py", "tests/test_drift.py", "tests/test_api.py",
                                     "tests/test_trust_mutants.py"],
@@ -87,7 +99,7 @@ TESTS = {
                                    "tests/test_study_properties.py", "tests/test_power_small_n.py",
                                    "tests/test_screen_power.py", "tests/test_screen.py", "tests/test_study_mutants.py",
                                    "tests/test_estimate_jury.py"],
-    "calibration/study/cli.py": _STUDY_CLI + ["tests/test_study_mutants.py"],
+    "calibration/study/cli.py": ["tests/test_cli_branches.py"] + _STUDY_CLI + ["tests/test_study_mutants.py"],
     "calibration/study/pairwise.py": ["tests/test_pairwise_branches.py", "tests/test_pairwise_mutants.py",
                                       "tests/test_narrow_mutants.py",
                                       "tests/test_pairwise_properties.py", "tests/test_pairwise_estimate.py"],
@@ -99,7 +111,9 @@ TESTS = {
                                         "tests/test_escalate_real.py"],
     "calibration/cascade/report.py": ["tests/test_escalate_mutants.py", "tests/test_escalate.py",
                                       "tests/test_escalate_properties.py"],
-    "calibration/cascade/cli.py": ["tests/test_cli_properties.py", "tests/test_escalate.py"],
+    "calibration/cascade/cli.py": ["tests/test_cli_branches.py", "tests/test_cli_properties.py",
+                                   "tests/test_escalate.py"],
+    "calibration/cascade/runs.py": ["tests/test_escalate_runs.py", "tests/test_escalate_mutants.py"],
     "calibration/study/report.py": ["tests/test_study_report_branches.py", "tests/test_report_properties.py",
                                     "tests/test_estimate.py", "tests/test_screen.py", "tests/test_study_report.py",
                                     "tests/test_study_contract.py", "tests/test_study_mutants.py"],
@@ -297,9 +311,7 @@ def copy_tree(target: Path) -> None:
 
 
 def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[str, float, str]:
-    # The tests find the shared data sets beside the repository; the copy is elsewhere.
-    env = {"JUDGE_SHARED_DATA": str(ROOT.parent / "shared" / "data"), **os.environ, "PYTHONPATH": str(copy),
-           "PYTHONDONTWRITEBYTECODE": "1"}
+    env = _environment(copy)
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                             cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -320,7 +332,157 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[str, float,
         return "survived", seconds, lines[-1]
     if proc.returncode in (1, 2, 3):  # tests failed, interrupted, internal error: the mutant was noticed
         return "killed", seconds, (failed[0] if failed else lines[-1])[:200]
+    if proc.returncode in (4, 5):  # a usage error or no test found: the tool's fault, not the mutant's
+        raise RuntimeError(f"pytest exit {proc.returncode} on {' '.join(tests)[:300]}: {lines[-1][:200]}")
     return "killed", seconds, f"exit {proc.returncode}: {lines[-1][:160]}"
+
+
+# -- which tests run a mutant: the coverage map -----------------------------------------------------------------------
+
+COVERAGE_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "judge-mutation"
+# The tool's own files and outputs: changing them changes no line a test runs.
+_NOT_HASHED = {"benchmarks/mutation.py", "benchmarks/mutation_equivalent.json", "benchmarks/mutation_table.txt"}
+_RCFILE = """[run]
+source_pkgs = {packages}
+parallel = true
+patch = subprocess
+data_file = {data}
+"""
+
+
+def tree_digest(copy: Path) -> str:
+    """The hash of every file of the copy but the test modules (each keyed by its own hash) and this tool's own."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in copy.rglob("*") if p.is_file()):
+        relative = path.relative_to(copy).as_posix()
+        if relative in _NOT_HASHED or (relative.startswith("tests/test_") and relative.endswith(".py")):
+            continue
+        digest.update(relative.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _environment(copy: Path) -> dict[str, str]:
+    # The tests find the shared data sets beside the repository; the copy is elsewhere.
+    return {"JUDGE_SHARED_DATA": str(ROOT.parent / "shared" / "data"), **os.environ, "PYTHONPATH": str(copy),
+            "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def test_file_coverage(copy: Path, test_file: str, base: str, cache: Path) -> dict:
+    """One test file run under coverage in the unmutated copy: {"tests": {node id: {seconds, outcome}} in the order
+    run, "lines": {source file: {line: [[node id, phase], ...]}}, "collect": {source file: [lines]}} (lines run
+    while collecting the module); cached under the tree's and the test file's hashes."""
+    key = hashlib.sha256((base + hashlib.sha256((copy / test_file).read_bytes()).hexdigest()).encode()).hexdigest()
+    cached = cache / f"{Path(test_file).stem}-{key[:24]}.json"
+    if cached.exists():
+        return json.loads(cached.read_text(encoding="utf-8"))
+    import coverage
+
+    work = Path(tempfile.mkdtemp(prefix="mutation-coverage-"))
+    try:
+        rc = work / "coveragerc"
+        rc.write_text(_RCFILE.format(packages=", ".join(p.replace("/", ".") for p in PACKAGES),
+                                     data=work / ".coverage"), encoding="utf-8")
+        times = work / "times.json"
+        env = {**_environment(copy), "PYTHONPATH": f"{copy}{os.pathsep}{copy / 'benchmarks'}",
+               "MUTATION_TIMES": str(times)}
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", "-q",
+                               "-p", "no:cacheprovider", "-p", "mutation_contexts", test_file],
+                              cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        tests = json.loads(times.read_text(encoding="utf-8")) if times.exists() else {}
+        failed = [t for t, row in tests.items() if row["outcome"] == "failed"]
+        if proc.returncode not in (0, 5) or failed:
+            raise RuntimeError(f"the unmutated {test_file} fails in the copy: "
+                               f"{failed[:3] or proc.stdout.strip().splitlines()[-1:]}")
+        cov = coverage.Coverage(config_file=str(rc), data_file=str(work / ".coverage"))
+        cov.combine(data_paths=[str(work)], keep=False)
+        data = cov.get_data()
+        lines: dict[str, dict[str, list]] = {}
+        collect: dict[str, list[int]] = {}
+        for measured in data.measured_files():
+            parts = Path(measured).as_posix().split("/calibration/")
+            if len(parts) < 2:
+                continue
+            source = "calibration/" + parts[-1]
+            for line, contexts in data.contexts_by_lineno(measured).items():
+                for context in contexts:
+                    test, _, phase = context.rpartition("|")
+                    if test:
+                        lines.setdefault(source, {}).setdefault(str(line), []).append([test, phase])
+                    else:
+                        collect.setdefault(source, []).append(line)
+        result = {"tests": tests, "lines": lines, "collect": collect}
+        cache.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(result), encoding="utf-8")
+        print(f"  coverage {time.monotonic() - started:6.1f}s  {test_file} ({len(tests)} tests)", flush=True)
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _function_bodies(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int, int, bool]]]:
+    """Character spans of the function and lambda bodies (code run when called, not when the module is imported),
+    and every statement's (start, end, first line, compound)."""
+    tree = ast.parse(text)
+    lines_bytes = [line.encode("utf-8") for line in text.splitlines(keepends=True)]
+    starts = _offsets(text)
+
+    def span(first, last):
+        return (_char(lines_bytes, starts, first.lineno, first.col_offset),
+                _char(lines_bytes, starts, last.end_lineno, last.end_col_offset))
+
+    bodies, statements = [], []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bodies.append(span(node.body[0], node.body[-1]))
+        elif isinstance(node, ast.Lambda):
+            bodies.append(span(node.body, node.body))
+        if isinstance(node, ast.stmt):
+            statements.append((*span(node, node), node.lineno, hasattr(node, "body")))
+    return bodies, statements
+
+
+class Selector:
+    """The tests to run for a mutant, from the coverage maps of its mapped test files."""
+
+    def __init__(self, copy: Path, cache: Path):
+        self.copy, self.cache, self.base = copy, cache, tree_digest(copy)
+        self.maps: dict[str, dict] = {}
+        self.shapes: dict[str, tuple] = {}
+
+    def coverage_of(self, test_file: str) -> dict:
+        if test_file not in self.maps:
+            self.maps[test_file] = test_file_coverage(self.copy, test_file, self.base, self.cache)
+        return self.maps[test_file]
+
+    def select(self, m: Mutant, test_files: list[str]) -> tuple[list[str], float] | None:
+        """(pytest arguments, seconds they took unmutated), or None when every mapped file must run."""
+        if m.file not in self.shapes:
+            text = (self.copy / m.file).read_text(encoding="utf-8")
+            self.shapes[m.file] = (*_function_bodies(text), _offsets(text))
+        bodies, statements, starts = self.shapes[m.file]
+        if not any(a <= m.start and m.end <= b for a, b in bodies):
+            return None  # run when the module is imported: every test that imports it depends on it
+        a, b, first, compound = min((s for s in statements if s[0] <= m.start and m.end <= s[1]),
+                                    key=lambda s: s[1] - s[0])
+        last = bisect.bisect_right(starts, m.end - 1) if compound else bisect.bisect_right(starts, b - 1)
+        wanted = {str(line) for line in range(first, last + 1)}
+        chosen, seconds = [], 0.0
+        for test_file in test_files:
+            found = self.coverage_of(test_file)
+            if any(int(line) in found["collect"].get(m.file, []) for line in wanted):
+                return None  # run while a test module is collected
+            runs = [hit for line in wanted for hit in found["lines"].get(m.file, {}).get(line, [])]
+            if any(phase == "setup" for _, phase in runs):  # a fixture's value may be shared by the whole file
+                chosen.append(test_file)
+                seconds += sum(row["seconds"] for row in found["tests"].values())
+                continue
+            tests = {test for test, _ in runs}
+            for test, row in found["tests"].items():  # in the order they ran
+                if test in tests:
+                    chosen.append(test)
+                    seconds += row["seconds"]
+        return chosen, seconds
 
 
 def clopper_pearson(k: int, n: int) -> tuple[float, float]:
@@ -385,10 +547,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file", action="append", default=[], help="only sites in files whose path contains this")
     parser.add_argument("--list", action="store_true", help="count the sites per file and operator; run nothing")
     parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds per mutant (default: 3 x the unmutated run of its tests + 60)")
+                        help="seconds per mutant (default: 3 x the unmutated run of its tests + 60); given, the "
+                             "unmutated tests are not run first")
+    parser.add_argument("--select", choices=("coverage", "files"), default="coverage",
+                        help="run each mutant's tests that execute its statement, from a cached coverage map "
+                             "(default), or every test file mapped to its source file (the old way)")
+    parser.add_argument("--coverage-cache", default=str(COVERAGE_CACHE), metavar="DIR",
+                        help=f"where the coverage maps are kept (default {COVERAGE_CACHE})")
     parser.add_argument("--json", default="/tmp/mutation_results.json", help="every result, survivors included")
     parser.add_argument("--survivors-of", metavar="JSON",
                         help="run only the mutants that survived in an earlier run's --json (same sites)")
+    parser.add_argument("--mutants-of", metavar="JSON",
+                        help="run the same mutants as an earlier run's --json, all of them (e.g. the other --select)")
     parser.add_argument("--table", metavar="JSON", help="print the table of an earlier run's --json, with the "
                         "equivalent survivors as benchmarks/mutation_equivalent.json says now; run nothing")
     args = parser.parse_args(argv)
@@ -419,10 +589,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:34} {count:5d}")
         return 0
     chosen = mutants if args.all else random.Random(args.seed).sample(mutants, min(args.sample, len(mutants)))
-    if args.survivors_of:
-        earlier = json.loads(Path(args.survivors_of).read_text(encoding="utf-8"))["results"]
+    if args.survivors_of or args.mutants_of:
+        earlier = json.loads(Path(args.survivors_of or args.mutants_of).read_text(encoding="utf-8"))["results"]
         wanted = {(r["file"], r["line"], r["col"], r["operator"], r.get("start")) for r in earlier
-                  if r["status"] == "survived"}
+                  if args.mutants_of or r["status"] == "survived"}
         chosen = [m for m in mutants if m.key in wanted or m.key[:4] + (None,) in wanted]
     chosen.sort(key=lambda m: (m.file, m.line, m.col, m.operator))
     equivalent = equivalents()
@@ -436,9 +606,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         copy_tree(copy)
         baseline: dict[tuple, float] = {}
+        selector = Selector(copy, Path(args.coverage_cache)) if args.select == "coverage" else None
         for i, m in enumerate(chosen, 1):
             tests = [t for t in TESTS[m.file] if (copy / t).exists()]
-            if tuple(tests) not in baseline:  # the unmutated tests must pass in the copy, and set the timeout
+            picked = selector.select(m, tests) if selector else None
+            if selector and picked is None:  # every mapped file; the coverage runs checked them and timed them
+                picked = tests, sum(row["seconds"] for t in tests for row in selector.coverage_of(t)["tests"].values())
+            if picked is not None:
+                tests, seconds = picked
+                baseline[tuple(tests)] = seconds
+            if not tests:
+                results.append({**{k: v for k, v in asdict(m).items() if k != "end"}, "status": "survived",
+                                "seconds": 0.0, "detail": "no mapped test executes this statement",
+                                "equivalent": equivalent.get((m.file, m.original_line, m.mutated_line)), "tests": 0})
+                print(f"[{i:3d}/{len(chosen)}] survived   0.0s  {m.file}:{m.line}  [{m.operator}]  "
+                      f"(no mapped test executes it)", flush=True)
+                continue
+            if tuple(tests) not in baseline and not args.timeout:  # the unmutated tests must pass, and time them
                 status, seconds, last = run_tests(copy, tests, 1800)
                 if status != "survived":
                     print(f"the unmutated tests fail in the copy ({' '.join(tests)}): {last}", file=sys.stderr)
@@ -463,13 +647,14 @@ def main(argv: list[str] | None = None) -> int:
                 target.write_text(original, encoding="utf-8")
             reason = equivalent.get((m.file, m.original_line, m.mutated_line))
             results.append({**{k: v for k, v in asdict(m).items() if k != "end"}, "status": status,
-                            "seconds": round(seconds, 1), "detail": last, "equivalent": reason})
+                            "seconds": round(seconds, 1), "detail": last, "equivalent": reason, "tests": len(tests)})
             print(f"[{i:3d}/{len(chosen)}] {status:8} {seconds:5.1f}s  {m.file}:{m.line}  [{m.operator}]  "
-                  f"{'' if status != 'killed' else last}", flush=True)
+                  f"{len(tests)} test{'s' * (len(tests) != 1)}  {'' if status != 'killed' else last}", flush=True)
     finally:
         shutil.rmtree(copy, ignore_errors=True)
         if results:
             Path(args.json).write_text(json.dumps({"seed": args.seed, "sample": len(chosen), "sites": len(mutants),
+                                                   "select": args.select,
                                                    "results": results}, indent=1), encoding="utf-8")
     print()
     print(report(results, equivalent))

@@ -383,3 +383,22 @@ def test_a_dialogue_without_an_own_or_another_system_is_left_out_without_a_numpy
         warnings.simplefilter("error")
         row = self_preference(part, human, _boot(judge), "c", ["sys0"])
     assert row["n_dialogues"] == len(ids) - 2 and np.isfinite(row["judge_gap"])
+
+
+def test_a_pairwise_self_preference_whose_own_system_has_no_labels_is_the_judges_gap_alone(pairwise_study,
+                                                                                           tmp_path):
+    """Labels given, but none for the own system: no own-against-other pair is labelled, so the row is the judge's
+    gap with the no-labels note, as without labels, and no human gap or self-preference (never a 0/0)."""
+    import pandas as pd
+
+    from calibration.trust.audit import NO_LABELS_NOTE
+
+    judgments, items, labels, _, _ = pairwise_study
+    frame = pd.read_csv(labels)
+    unlabelled_a = tmp_path / "labels_without_a.csv"
+    frame[frame["system"] != "a"].to_csv(unlabelled_a, index=False)
+    row = audit(judgments, items, unlabelled_a, self_systems="a", bootstrap=100).self_preference.iloc[0]
+    alone = audit(judgments, items, None, self_systems="a", bootstrap=100).self_preference.iloc[0]
+    assert row["note"].startswith(NO_LABELS_NOTE) and row["note"] == alone["note"]
+    assert row["judge_gap"] == pytest.approx(alone["judge_gap"])
+    assert np.isnan(row["self_preference"]) and np.isnan(row.get("human_gap", np.nan))

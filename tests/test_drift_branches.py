@@ -6,6 +6,7 @@ has. Written after fresh draws of benchmarks/mutation.py left survivors on these
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -86,3 +87,39 @@ def test_a_verdict_that_one_answer_could_give_is_a_label_or_a_whole_number(value
     from calibration.trust.drift import _could_be_one_sample
 
     assert _could_be_one_sample(value) is one
+
+
+def test_a_changed_share_without_re_asks_asks_for_the_normal_approximations_dialogues():
+    """Four summaries a dialogue, kept without their samples, 5% of verdicts moved: the re-ask noise is unknown and
+    the verdict inconclusive. The dialogues asked for are the normal approximation's for the share at 80% power
+    (scipy's quantiles; p = noise + margin / 2, per dialogue), at least one more than there are; the exact bound
+    for nothing changed, which counts a dialogue once, is not applied to a share that did change."""
+    from scipy import stats
+
+    reference, new = simulated_runs(np.random.default_rng(4), n_items=20, n_systems=4, shift=0.1, noise=0.0)
+    reference, new = reference.drop(columns="samples"), new.drop(columns="samples")
+    margin = 0.1
+    row = drift(reference, new, margin=5.0, share_margin=margin, bootstrap=400).drift.iloc[0]
+    assert row["verdict"] == "inconclusive" and row["changed_share"] > 0 and row["reask_noise"] == 0.0
+    p, per_dialogue = margin / 2, row["n"] / row["n_dialogues"]
+    z = stats.norm.ppf(0.95) + stats.norm.ppf(0.80)
+    approximation = math.ceil(z * z * p * (1 - p) / margin ** 2 / per_dialogue)
+    assert row["dialogues_needed"] == max(approximation, row["n_dialogues"] + 1) == 21
+    exact_if_unchanged = math.ceil(math.log(0.05) / math.log(1 - margin))
+    assert exact_if_unchanged > row["dialogues_needed"]  # so the rule for nothing changed would show
+
+
+def test_the_text_shows_a_mean_shift_for_scores_and_none_for_labels(runs):
+    """Each criterion's line of the text: for scores, the mean shift and its interval as the table holds them; for
+    labels (no mean shift), no shift at all, never a 'nan'."""
+    reference, new = runs
+    result = drift(reference, new, bootstrap=200)
+    row = result.drift.iloc[0]
+    line = next(t for t in result.text().splitlines() if t.startswith(f"{row['criterion']}: "))
+    assert f"mean shift {row['mean_shift']:+.3f} [{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], " in line
+    as_labels = [frame.assign(label=frame["score"].round().astype(int).astype(str), score=np.nan,
+                              status="label").drop(columns="samples") for frame in (reference, new)]
+    labelled = drift(*as_labels, bootstrap=200)
+    assert labelled.drift.iloc[0]["kind"] == "labels"
+    text = labelled.text()
+    assert "mean shift" not in text and not re.search(r"\bnan\b", text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import calibration
@@ -67,3 +68,38 @@ def test_every_table_of_the_result_has_one_row_per_index_label(tmp_path):
         frame = getattr(result, name)
         assert frame["criterion"].nunique() == 2, name
         assert frame.index.equals(pd.RangeIndex(len(frame))), name
+
+
+@pytest.mark.parametrize("steps", [2, 4])
+def test_the_fixed_sequence_tests_each_step_up_to_the_first_it_cannot_reject(steps):
+    """Fixed-sequence testing from the first step: each step is tested while the ones before were rejected (p <=
+    delta), and the first whose p exceeds delta is tested too (its p-value decides the stop); none after it. The
+    judge is right above confidence 0.5 and mostly wrong below: of two steps only the first is rejected."""
+    from calibration.cascade.escalate import fit_cascade
+
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0, 1, (400, 1))
+    agree = (conf[:, 0] > 0.5) | (rng.random(400) < 0.3)
+    pool = rng.uniform(0, 1, (2000, 1))
+    fit = fit_cascade(conf, agree[:, None], pool, 0.1, 0.1, steps=steps)
+    p = fit.path["p_value"].to_numpy()
+    stop = next(k for k in range(steps) if p[k] > 0.1)
+    assert fit.chosen == stop - 1 >= 0 and (steps != 2 or stop == 1)
+    assert list(fit.path["rejected"]) == [k < stop for k in range(steps)]
+    assert list(fit.path["tested"]) == [k <= stop for k in range(steps)]
+
+
+@pytest.mark.parametrize("kind", ["likert", "pairwise"])
+@pytest.mark.parametrize("missing", [None, [4.0]])
+@pytest.mark.parametrize("share, found", [(0.4, False), (0.5, True), (0.6, True)])
+def test_the_samples_signal_is_offered_when_half_the_verdicts_record_two_or_more(share, found, missing, kind):
+    """Re-asks are a confidence signal when at least half the verdicts keep two or more samples (a lone sample or
+    none is no spread); never for pairwise verdicts, whose samples are the two orders (the `order` signal)."""
+    import pandas as pd
+
+    from calibration.cascade.escalate import available_signals
+
+    n = 10
+    frame = pd.DataFrame({"status": "ok", "score": 3.0,
+                          "samples": [[3.0, 4.0, 3.0] if k < share * n else missing for k in range(n)]})
+    assert ("samples" in available_signals(frame, kind, 1)) == (found and kind != "pairwise")

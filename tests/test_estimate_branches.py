@@ -315,3 +315,130 @@ def test_the_weighted_lambda_is_tuned_from_exactly_min_tuned_labels():
     assert at.n_labelled[()] == MIN_TUNED and at.lam[()] != 0.0
     fewer = np.where(np.cumsum(~np.isnan(y)) < MIN_TUNED, y, np.nan)
     assert ppi_mean_weighted(fewer, f, pi).lam[()] == 0.0
+
+
+@pytest.mark.parametrize("labelled, rho", [(20, 0.8), (30, 0.5), (45, 0.2)])
+def test_the_cross_fitted_lambda_is_each_labels_others_ppi_lambda_shrunk_by_their_correlation_t(labelled, rho):
+    """From MIN_CROSS_FITTED labels each labelled dialogue's lambda is tuned on the k = n - 1 others: PPI++'s
+    cov(y, f) / (var(f_labelled) + n/m var(f_all)), times t^2 / (1 + t^2) with t the others' correlation t statistic
+    on k - 2 degrees of freedom (scipy's pearsonr for r); the printed lambda is their mean."""
+    from calibration.study.estimate import MIN_CROSS_FITTED
+
+    rng = np.random.default_rng(labelled)
+    human, judge = _study(rng, 1, 120, labelled, rho=rho)
+    human, judge = human[0], judge[0]
+    result = ppi_mean(human, judge)
+    lab = ~np.isnan(human)
+    n, m = int(lab.sum()), int((~lab).sum())
+    assert n >= MIN_CROSS_FITTED
+    var_all = np.var(judge, ddof=1)
+    lams = []
+    for i in np.flatnonzero(lab):
+        others = lab.copy()
+        others[i] = False
+        y, f = human[others], judge[others]
+        k = len(y)
+        r = stats.pearsonr(y, f).statistic
+        t2 = r * r * (k - 2) / (1 - r * r)
+        lams.append(np.cov(y, f)[0, 1] / (np.var(f, ddof=1) + n / m * var_all) * t2 / (1 + t2))
+    assert float(np.asarray(result.lam).ravel()[0]) == pytest.approx(np.mean(lams), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed, sparse", [(0, False), (1, False), (2, True)])
+def test_the_shared_lambda_is_the_pooled_within_row_slope_on_the_other_dialogues_written_out(seed, sparse):
+    """shared_cross_fitted_lambdas against its definition, one dialogue at a time: leave dialogue i out of every
+    row, sum each tuned row's within-row cross-products (its own means removed, rows with two or more others),
+    add each row's (k - 1) n/m var(f), and shrink by the pooled correlation's t^2 / (1 + t^2) on
+    sum(k - 1) - 1 degrees of freedom; a row outside `rows` neither gets a lambda nor enters the fit. The 2-d
+    call (rows, dialogues) and the same call under a leading axis agree."""
+    from calibration.study.estimate import shared_cross_fitted_lambdas
+
+    rng = np.random.default_rng(seed)
+    rows_n, dialogues = 4, 40
+    labelled = rng.random((rows_n, dialogues)) < 0.35
+    labelled[:, :3] = True  # a few dialogues labelled in every row
+    if sparse:  # a row with 3 labels: 2 others where one of them is left out, the fewest that enter the fit
+        labelled[1] = np.arange(dialogues) < 3
+    f = rng.normal(0, 1, (rows_n, dialogues))
+    y = 0.7 * f + rng.normal(0, 1, (rows_n, dialogues)) + rng.normal(0, 3, (rows_n, 1))  # rows at other levels
+    y0, fl = np.where(labelled, y, 0.0), np.where(labelled, f, 0.0)
+    n = labelled.sum(-1, keepdims=True).astype(float)
+    m = dialogues - n
+    var_f = f.var(-1, ddof=1, keepdims=True)
+    tuned = np.array([[True], [True], [False], [True]])
+    got = shared_cross_fitted_lambdas(labelled, y0, fl, n, m, var_f, tuned)
+    assert np.array_equal(got, shared_cross_fitted_lambdas(labelled[None], y0[None], fl[None], n[None], m[None],
+                                                           var_f[None], tuned[None])[0])
+    for i in range(dialogues):
+        c_yf = c_ff = c_yy = c_u = dof = 0.0
+        for r in np.flatnonzero(tuned[:, 0]):
+            others = labelled[r] & (np.arange(dialogues) != i)
+            k = int(others.sum())
+            if k < 2:
+                continue
+            dy, df_ = y[r, others] - y[r, others].mean(), f[r, others] - f[r, others].mean()
+            c_yf, c_ff, c_yy = c_yf + dy @ df_, c_ff + df_ @ df_, c_yy + dy @ dy
+            c_u += (k - 1) * n[r, 0] / m[r, 0] * var_f[r, 0]
+            dof += k - 1
+        r2 = min(c_yf * c_yf / (c_ff * c_yy), 1 - 1e-12)
+        t2 = r2 * (dof - 1) / (1 - r2)
+        expected = c_yf / (c_ff + c_u) * t2 / (1 + t2)
+        for r in range(rows_n):
+            want = expected if (tuned[r, 0] and labelled[r, i]) else 0.0
+            assert got[r, i] == pytest.approx(want, rel=1e-9, abs=1e-12), (r, i)
+
+
+def test_the_lambda_fitted_on_ten_to_nineteen_labels_is_ppi_plus_plus_even_when_the_labelled_judge_mean_is_exact():
+    """Likert judge scores whose labelled mean equals the judged mean exactly (sums of centred scores exactly 0, as
+    integer scores often give): the lambda fitted on the row's own 12 labels is still PPI++'s cov(y, f) /
+    (var(f_labelled) + n/m var(f_all)) from numpy, not lost to a 0 / 0."""
+    from calibration.study.estimate import MIN_CROSS_FITTED, MIN_TUNED
+
+    judge = np.array([1.0, 5.0, 2.0, 4.0, 3.0, 3.0, 1.0, 5.0, 2.0, 4.0, 3.0, 3.0] + [1.0, 5.0, 2.0, 4.0, 3.0] * 4)
+    human = np.full(judge.shape, np.nan)
+    human[:12] = [1.0, 4.0, 3.0, 4.0, 2.0, 3.0, 2.0, 5.0, 2.0, 3.0, 4.0, 3.0]
+    lab = ~np.isnan(human)
+    n, m = int(lab.sum()), int((~lab).sum())
+    assert MIN_TUNED <= n < MIN_CROSS_FITTED and judge[lab].mean() == judge.mean()  # the exact case
+    result = ppi_mean(human, judge)
+    expected = np.cov(human[lab], judge[lab])[0, 1] / (np.var(judge[lab], ddof=1) + n / m * np.var(judge, ddof=1))
+    assert expected > 0.1
+    assert float(np.asarray(result.lam).ravel()[0]) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("lam", [0.3, 0.9])
+def test_the_worth_in_labels_correction_takes_the_residual_share_of_se_squared(lam):
+    """With a fixed lambda, effective_labels' correction is _jensen at the residual part's share of se^2,
+    var_residual / (var_unlabelled + var_residual), and the adjusted squared correlation of the labels with their
+    rectified values y - lambda f (numpy), on n labels."""
+    from calibration.study.estimate import _jensen
+
+    rng = np.random.default_rng(5)
+    human, judge = _study(rng, 1, 80, 25)
+    human, judge = human[0], judge[0]
+    result = ppi_mean(human, judge, lam=lam)
+    lab = ~np.isnan(human)
+    n = int(lab.sum())
+    share = result.var_residual / (result.var_unlabelled + result.var_residual)
+    assert 0 < float(share) < 1
+    rectified = human[lab] - lam * (judge[lab] - judge.mean())
+    r2 = np.corrcoef(human[lab], rectified)[0, 1] ** 2
+    rho2 = 1 - (1 - r2) * (n - 1) / (n - 2)
+    expected = _jensen(np.array([share]), np.array([rho2]), np.array([float(n)]))
+    assert float(np.asarray(result.jensen).ravel()[0]) == pytest.approx(float(np.ravel(expected)[0]), rel=1e-9)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_both_estimators_count_the_labelled_and_the_unlabelled_judged_dialogues(weighted):
+    """n_labelled + n_unlabelled is every judged dialogue of the row (a NaN judge score is not judged), counted
+    with numpy, for the uniform and the weighted (active) estimator alike."""
+    rng = np.random.default_rng(12)
+    human, judge = _study(rng, 3, 60, 18)
+    judge[1, :7] = np.nan  # row 1: 7 dialogues not judged
+    human[1, :7] = np.nan
+    pi = rng.uniform(0.2, 0.8, human.shape)
+    result = ppi_mean_weighted(human, judge, pi) if weighted else ppi_mean(human, judge)
+    judged = ~np.isnan(judge)
+    labelled = judged & ~np.isnan(human)
+    assert result.n_labelled.tolist() == labelled.sum(-1).tolist()
+    assert result.n_unlabelled.tolist() == (judged & ~labelled).sum(-1).tolist()

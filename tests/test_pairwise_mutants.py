@@ -181,3 +181,81 @@ def test_a_system_that_won_every_labelled_pair_but_not_every_judged_one_says_its
     row = {r["system"]: r for r in bt_rows(data, 0, 0.95, fit, human)}["a"]
     assert np.isnan(row["human_only"]) and np.isfinite(row["estimate"])
     assert row["interval_note"] == "human-only: a won every labelled pair (strength infinite)"
+
+
+@pytest.mark.parametrize("votes", [(1.0, 0.0), (1.0, 0.0, 1.0), (1.0, 0.0, 1.0, 1.0)])
+def test_the_human_only_strength_has_an_interval_from_three_labelled_dialogues_on(votes):
+    """One pair a dialogue against the baseline: the human-only Bradley-Terry strength is the logit of the votes'
+    share, and from MIN_LABELLED (3) labelled dialogues on its interval is the intercept-only logistic fit's
+    (cluster sandwich by hand, t quantile on n - 1 df, from scipy); below, none."""
+    from scipy import stats
+
+    from calibration.study.pairwise import MIN_LABELLED, bt_rows
+
+    data, _ = _against_base(votes, unlabelled=4)
+    fit, human = bradley_terry(data, 0, 0.95), bradley_terry(data, 0, 0.95, lam=0.0)
+    row, = bt_rows(data, 0, 0.95, fit, human)
+    h, n = np.array(votes), len(votes)
+    p = h.mean()
+    assert row["human_only"] == pytest.approx(np.log(p / (1 - p)), abs=1e-6)
+    if n < 3:  # MIN_LABELLED, as documented (a changed constant must fail here)
+        assert MIN_LABELLED == 3
+        assert np.isnan(row["human_only_ci_low"]) and np.isnan(row["human_only_ci_high"])
+        return
+    se = np.sqrt(h.var(ddof=1) / (n * p * p * (1 - p) * (1 - p)))
+    q = stats.t.ppf(0.975, n - 1)
+    assert [row["human_only_ci_low"], row["human_only_ci_high"]] == pytest.approx(
+        [np.log(p / (1 - p)) - q * se, np.log(p / (1 - p)) + q * se], abs=1e-6)
+
+
+@pytest.mark.parametrize("votes", [(1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0, 0.5)])
+def test_win_rate_bounds_stay_within_zero_and_one_where_the_t_interval_leaves_them(votes):
+    """Three or four labelled pairs all (nearly) won or lost: the pseudo-voted t interval reaches past 1 (or below
+    0) — (n + 2 wins) / (n + 4) plus t_{n+3} se (scipy) — and every printed bound, the human-only ones too, is
+    clipped to [0, 1]."""
+    from scipy import stats
+
+    from calibration.study.pairwise import win_rate_rows
+
+    data, _ = _against_base(votes, unlabelled=4)
+    row, = win_rate_rows(data, 0, 0.95)
+    augmented = np.array([*votes, 1.0, 1.0, 0.0, 0.0])
+    reach = augmented.mean() + np.array([-1, 1]) * stats.t.ppf(0.975, len(augmented) - 1) * stats.sem(augmented)
+    assert reach[1] > 1.0 or reach[0] < 0.0  # the unclipped interval leaves [0, 1]
+    for name in ("ci_low", "ci_high", "human_only_ci_low", "human_only_ci_high"):
+        assert 0.0 <= row[name] <= 1.0, name
+    assert row["human_only_ci_high"] == pytest.approx(min(reach[1], 1.0)) or reach[1] <= 1.0
+
+
+@pytest.mark.parametrize("theta, expected", [
+    ([0.0, 0.4], 20.0),                                  # one strength: the fit's df
+    ([0.0, 0.4, -0.2], 19.0),                            # two: one spent beyond the first
+    ([0.0, 0.4, -0.2, 1.1], 18.0),
+    ([0.0, 0.4, np.inf, 1.1], 19.0),                     # an infinite strength is not estimated
+    ([0.0, np.nan, -np.inf], 20.0),
+])
+def test_the_rank_sets_spend_one_degree_of_freedom_per_strength_beyond_the_first(theta, expected):
+    """rank_df: the fit's degrees of freedom less the finite strengths it estimates beyond one (the baseline's 0
+    is not estimated); a fit without an estimate has none."""
+    from calibration.study.pairwise import BTFit, rank_df
+
+    k = len(theta)
+    fit = BTFit(np.array(theta), np.zeros((k, k)), 20.0, 0.0, 21)
+    assert rank_df(fit) == expected
+    assert np.isnan(rank_df(BTFit(np.array(theta), np.zeros((k, k)), 20.0, 0.0, 21, ok=False)))
+
+
+@pytest.mark.parametrize("labelled", [19, 20])
+def test_the_win_rate_uses_the_judge_from_twenty_labelled_votes_on(labelled):
+    """A judge that agrees with every vote: from WIN_TUNED (20) labelled dialogues the win rate's lambda is tuned
+    and its interval narrower than the votes' alone (width ratio < 1); at 19 it is the human-only share's,
+    ratio 1 and the estimate the votes' pseudo-voted share."""
+    from calibration.study.pairwise import win_rate_rows
+
+    votes = tuple(float(k % 5 != 0) for k in range(labelled))
+    data, _ = _against_base(votes, unlabelled=60)
+    row, = win_rate_rows(data, 0, 0.95)
+    if labelled < 20:  # the documented threshold, not the constant (a changed constant must fail here)
+        assert row["width_ratio"] == pytest.approx(1.0) and row["estimate"] == pytest.approx(np.mean(votes))
+    else:
+        assert row["width_ratio"] < 0.99

@@ -116,3 +116,148 @@ def test_the_targeted_part_takes_equal_priorities_in_the_order_of_their_ids():
     assert plan["item_id"].tolist() == ["d4", "d0", "d1"] and set(plan["part"]) == {"targeted"}
     shuffled = make_plan(items.sample(frac=1.0, random_state=1), 3, "dialogues", 0.0, 0)
     assert shuffled["item_id"].tolist() == plan["item_id"].tolist()
+
+
+# -- the active design's signal check on a pilot ---------------------------------------------------------------------
+
+def _pilot(size: int, marked: tuple[int, ...] = (2, 7)):
+    """`size` pilot dialogues of one system and criterion: the judge's scores 1..size, the human's the same plus a
+    large error on the `marked` dialogues, which are the ones the judge is uncertain about."""
+    ids = [f"d{i}" for i in range(size)]
+    score = np.arange(1.0, size + 1.0)
+    human = score + np.where(np.isin(np.arange(size), marked), [4.0 if i % 2 else -4.0 for i in range(size)], 0.0)
+    uncertainty = np.where(np.isin(np.arange(size), marked), 1.0, 0.0)
+    items = pd.DataFrame({"item_id": ids, "uncertainty": uncertainty})
+    judge = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "score": score, "status": "ok"})
+    pilot = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "human": human})
+    return items, judge, pilot, score, human, uncertainty
+
+
+def _exact_permutation_p(score, human, uncertainty):
+    """The one-sided p of T = sum r^2 (1 - 1/p~) over every placement of the uncertain dialogues (scipy's least
+    squares for the residuals), p~ = floor + (1 - floor) u / mean(u)."""
+    from itertools import combinations
+
+    from calibration.study.screen import ACTIVE_FLOOR
+
+    fit = stats.linregress(score, human)
+    r2 = (human - fit.intercept - fit.slope * score) ** 2
+    relative = ACTIVE_FLOOR + (1.0 - ACTIVE_FLOOR) * uncertainty / uncertainty.mean()
+    gain = 1.0 - 1.0 / relative
+    observed = r2 @ gain
+    high, low = gain.max(), gain.min()
+    k = int((uncertainty > 0).sum())
+    stats_all = []
+    for chosen in combinations(range(len(score)), k):
+        g = np.full(len(score), low)
+        g[list(chosen)] = high
+        stats_all.append(r2 @ g)
+    return float(np.mean(np.array(stats_all) >= observed - 1e-9 * abs(observed)))
+
+
+@pytest.mark.parametrize("size", [9, 10, 12])
+def test_the_signal_is_checked_from_ten_pilot_dialogues_on_and_its_p_is_the_permutation_p(size):
+    """From PILOT_CHECK (10) pilot dialogues the uncertainty is checked: here it marks the two dialogues the judge
+    gets wrong, so the draw goes active, and the printed p is the exact permutation p (every placement of the two
+    uncertain dialogues) within the Monte-Carlo error of 1,999 shuffles; at 9 the draw is uniform, unchecked."""
+    import re
+
+    from calibration.study.screen import ACTIVE_FLOOR, PILOT_CHECK, PERMUTATIONS, signal_check
+
+    items, judge, pilot, score, human, uncertainty = _pilot(size)
+    share, why = signal_check(items, judge, pilot)
+    assert PILOT_CHECK == 10  # the documented count, so a changed constant fails here too
+    if size < 10:
+        assert share == 0.0 and f"{size} pilot dialogues (fewer than 10)" in why
+        return
+    exact = _exact_permutation_p(score, human, uncertainty)
+    assert exact < 0.05  # the planted signal is real
+    assert share == pytest.approx(1.0 - ACTIVE_FLOOR) and f"checked on {size} pilot dialogues" in why
+    printed = float(re.search(r"permutation p ([0-9.]+)", why).group(1))
+    sd = np.sqrt(exact * (1.0 - exact) / PERMUTATIONS)
+    assert abs(printed - exact) <= 4.0 * sd + 1.0 / (PERMUTATIONS + 1) + 0.0005  # + the printed rounding
+
+
+# -- a plan directory read back (read_plan): bad input, one row each ---------------------------------------------------
+
+PLAN_CSV = "item_id,part,inclusion_probability\nd1,random,0.5\nd2,targeted,\n"
+PLAN_ROWS = [
+    ('{"version": 2}', PLAN_CSV, "plan.json: not a plan file (expected \"version\": 1)"),
+    ('[1]', PLAN_CSV, "plan.json: not a plan file (expected \"version\": 1)"),
+    ('{"versions": 1}', PLAN_CSV, "plan.json: not a plan file (expected \"version\": 1)"),
+    ('{"version": 1}', PLAN_CSV + "d3,random,0.5\nd1,targeted,\n", "plan.csv:5: dialogue 'd1' is listed twice"),
+    ('{"version": 1}', "item_id,part\nd1,random\nd1,random\n", "plan.csv:3: dialogue 'd1' is listed twice"),
+]
+
+
+@pytest.mark.parametrize("info, csv, message", PLAN_ROWS)
+def test_a_plan_that_is_not_one_is_refused_naming_file_and_line(info, csv, message, tmp_path):
+    """A plan.json of another version or shape, a plan.csv listing a dialogue twice: refused, naming the file and
+    the line of the second listing; the files are left as they were."""
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import read_plan
+
+    (tmp_path / "plan.json").write_text(info, encoding="utf-8")
+    (tmp_path / "plan.csv").write_text(csv, encoding="utf-8")
+    with pytest.raises(CalibrationError) as caught:
+        read_plan(tmp_path)
+    assert str(caught.value) == f"{tmp_path}/{message}"
+    assert (tmp_path / "plan.json").read_text(encoding="utf-8") == info
+    assert (tmp_path / "plan.csv").read_text(encoding="utf-8") == csv
+
+
+def test_a_missing_uncertainty_counts_as_none_in_the_signal_check():
+    """A pilot dialogue whose uncertainty was not recorded (NaN) is checked as one the judge is sure of (0): the
+    same verdict and message as with 0 written there, and not the same as with the dialogue marked uncertain."""
+    from calibration.study.screen import signal_check
+
+    items, judge, pilot, *_ = _pilot(12)
+    zero, missing, marked = items.copy(), items.copy(), items.copy()
+    zero.loc[0, "uncertainty"], missing.loc[0, "uncertainty"], marked.loc[0, "uncertainty"] = 0.0, np.nan, 1.0
+    assert signal_check(missing, judge, pilot) == signal_check(zero, judge, pilot)
+    assert signal_check(marked, judge, pilot) != signal_check(zero, judge, pilot)
+
+
+@pytest.mark.parametrize("pilot_size", [2, 3])
+def test_the_power_tables_pilot_correlation_needs_three_labelled_differences(pilot_size):
+    """The top two systems' judge differences on 20 dialogues, the pilot's human differences on the first
+    `pilot_size`: from 3 labelled differences the table has their correlation with the judge's (numpy) and the
+    human effect; with 2, neither."""
+    from calibration.study.screen import power_table
+
+    rng = np.random.default_rng(9)
+    ids = [f"d{i}" for i in range(20)]
+    a, b = rng.normal(4.0, 0.6, 20), rng.normal(3.0, 0.6, 20)
+    judge = pd.DataFrame({"item_id": ids * 2, "system": ["a"] * 20 + ["b"] * 20, "criterion": "c",
+                          "score": np.r_[a, b], "status": "ok"})
+    systems = pd.DataFrame({"criterion": "c", "system": ["a", "b"], "rank": [1, 2]})
+    human_a, human_b = a + rng.normal(0, 0.5, 20), b + rng.normal(0, 0.5, 20)
+    chosen = ids[:pilot_size]
+    pilot = pd.DataFrame({"item_id": chosen * 2, "system": ["a"] * pilot_size + ["b"] * pilot_size,
+                          "criterion": "c", "human": np.r_[human_a[:pilot_size], human_b[:pilot_size]]})
+    row = power_table(judge, systems, ["c"], pilot=pilot).iloc[0]
+    assert row["n_pilot"] == pilot_size
+    if pilot_size < 3:
+        assert np.isnan(row["rho"]) and ("human_effect" not in row or np.isnan(row["human_effect"]))
+        return
+    d, g = (human_a - human_b)[:pilot_size], (a - b)[:pilot_size]
+    assert row["rho"] == pytest.approx(np.corrcoef(d, g)[0, 1])
+    assert np.isfinite(row["human_effect"])
+
+
+@pytest.mark.parametrize("uncertainty_share, active", [(None, True), (0.4, True), (0.0, False)])
+def test_each_drawn_dialogue_says_whether_the_draw_was_active_or_fell_back(uncertainty_share, active):
+    """The random part's reason: an active draw on the judge's uncertainty whenever any share of the draw follows it,
+    a uniform draw that fell back when none does; with the seed either way. The inclusion probabilities say the same:
+    uniform (budget / dialogues) exactly when the draw fell back."""
+    from calibration.study.screen import _active_plan
+
+    items = pd.DataFrame({"item_id": [f"d{i:02d}" for i in range(30)],
+                          "uncertainty": np.linspace(0.0, 1.0, 30), "discrimination": 0.0, "priority": 0.0})
+    plan = _active_plan(items, 10, "dialogues", 1.0, 7, uncertainty_share)
+    drawn = plan[plan["part"] == "random"]
+    assert len(drawn) == 10
+    expected = ("active draw on the judge's uncertainty (seed 7)" if active
+                else "uniform draw: the active design fell back (plan.json says why; seed 7)")
+    assert set(drawn["reason"]) == {expected}
+    assert np.allclose(drawn["inclusion_probability"], 10 / 30) != active

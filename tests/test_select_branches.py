@@ -67,3 +67,51 @@ def test_a_judge_without_a_statistic_on_the_fitting_half_is_never_the_cross_fitt
     items, systems = np.array([f"d{i}" for i in range(30)]), np.array(["a", "b", "c"])
     out = _cross_fitted(scores, human, items, systems, "summary", "pearson", 0, 200)
     np.testing.assert_allclose(out[BEST_PICKED], _standardise(scores["good"]))
+
+
+@pytest.mark.parametrize("missing", ["absent.csv", "absent.jsonl", "folder.csv"])
+def test_a_judge_file_that_is_not_there_is_named_exit_2_nothing_written(missing, tmp_path, monkeypatch, capsys):
+    """A judge given as a path that is not a file (a CSV too, whose header select reads first for a column named
+    after the judge; a folder named like a CSV) is the reader's one line, exit 2, not a traceback."""
+    from pathlib import Path
+
+    from judge.cli import main
+
+    study = Path(__file__).resolve().parents[1] / "examples" / "study"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder.csv").mkdir()
+    assert main(["select", "--human", str(study / "labels.csv"), "--judge", f"a={tmp_path / missing}",
+                 "--judge", f"b={study / 'judgments.jsonl'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(f"judge select: error: {tmp_path / missing}: ")
+    assert "Traceback" not in err and sorted(p.name for p in tmp_path.iterdir()) == ["folder.csv"]
+
+
+@pytest.mark.parametrize("missing", ["absent.csv", "folder.csv"])
+def test_the_python_function_names_a_judge_file_that_is_not_there(missing, tmp_path):
+    """calibration.select given a judge path that is not a file: the reader's CalibrationError naming it, as the CLI
+    says it, never an OSError from reading the CSV's header first."""
+    from pathlib import Path
+
+    import calibration
+
+    study = Path(__file__).resolve().parents[1] / "examples" / "study"
+    (tmp_path / "folder.csv").mkdir()
+    with pytest.raises(calibration.CalibrationError) as caught:
+        calibration.select(study / "labels.csv", {"a": tmp_path / missing, "b": study / "judgments.jsonl"})
+    assert str(caught.value).startswith(f"{tmp_path / missing}: ")
+
+
+@pytest.mark.parametrize("confidence", ["0.9", None, 1.0, 0.3, 0.49])
+def test_a_confidence_that_is_not_a_level_is_refused_in_the_clis_words(confidence):
+    """calibration.select's confidence: a text, None, 1 or below one half is refused naming --confidence and the
+    value, as the CLI says it (never a TypeError from comparing a text with a number)."""
+    from pathlib import Path
+
+    import calibration
+
+    study = Path(__file__).resolve().parents[1] / "examples" / "study"
+    with pytest.raises(calibration.CalibrationError) as caught:
+        calibration.select(study / "labels.csv", {"a": study / "judgments.jsonl", "b": study / "judgments_rerun.jsonl"},
+                           confidence=confidence)
+    assert str(caught.value) == f"--confidence must be between 0.5 and 1, got {confidence!r}"

@@ -481,3 +481,14 @@ def test_a_study_rubric_beside_the_judgments_checks_the_labels(tmp_path, capsys,
     assert main([verb, "--judgments", str(study / "judgments.jsonl"), flag, str(labels)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "labels.csv:4: score 99" in err and "rubric toy@1" in err, err
+
+
+def test_every_table_of_an_estimate_with_a_plan_has_one_row_per_index_label(study):
+    """The estimates, the differences and the targeted part's means as a script receives them: a RangeIndex (so
+    .loc and joins work), the targeted table covering both criteria."""
+    import pandas as pd
+
+    result = estimate(study["judgments"], study["labels"], plan=study["plan"])
+    assert len(result.targeted) > 1 and result.targeted["criterion"].nunique() >= 2
+    for frame in (result.estimates, result.differences, result.targeted):
+        assert isinstance(frame.index, pd.RangeIndex) and frame.index.equals(pd.RangeIndex(len(frame)))

@@ -425,9 +425,7 @@ def _changed_and_noise(part: pd.DataFrame) -> tuple[pd.DataFrame, float, str, bo
                 noise[run].append(d / p)
             if not groups[run]:
                 groups[run] = {"forward": [_comparable(getattr(row, f"value_{run}"))]}
-        d, p = _across(groups["ref"], groups["new"])
-        if not p:  # e.g. a pair judged in both orders against one kept without its samples
-            d, p = float(_comparable(row.value_ref) != _comparable(row.value_new)), 1.0
+        d, p = _across(groups["ref"], groups["new"])  # both runs have a non-empty "forward" order: p >= 1
         changed.append(d / p)
     # Each judgment's own re-ask noise beside its change: drift is decided on their paired difference per dialogue.
     source = "ref" if noise["ref"] else "new"
