@@ -101,3 +101,25 @@ def test_tokens_are_counted_when_a_backend_records_only_one_side_of_the_usage(tm
     path = tmp_path / "judge.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     assert sorted(_tokens(path).values()) == [12.0, 300.0]
+
+
+@pytest.mark.parametrize("name", ["judge.jsonl", "judge.JSONL", "judge.out", "judge"])  # .json/.toml: run options
+def test_tokens_are_counted_for_a_judgments_file_of_any_name_but_csv(tmp_path, name):
+    """calibration.io reads any judge file but a CSV as judgments JSONL; its tokens are counted alike (they were
+    counted only for a name ending .jsonl, so a cascade's cost table said 0 tokens for the same verdicts)."""
+    import json
+
+    from calibration.cascade.escalate import _tokens
+    from calibration.io import load_judge_scores
+    from test_escalate import JUDGES
+
+    rows = [json.loads(line) for line in JUDGES["small"].read_text(encoding="utf-8").splitlines()[:2]]
+    for row in rows:
+        row["usage"] = {"prompt_tokens": 100, "completion_tokens": 5}
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert len(load_judge_scores(path)) == 2  # read as judgments, so its tokens must count
+    assert sorted(_tokens(path).values()) == [105.0, 105.0]
+    csv = tmp_path / "scores.csv"
+    csv.write_text("item_id,system,criterion,score\nd1,a,coherence,3\n", encoding="utf-8")
+    assert _tokens(csv) == {}

@@ -517,7 +517,8 @@ def _tokens(source) -> dict[tuple, float]:
 
     if isinstance(source, pd.DataFrame):  # a run judge's frame names its whole judgments file
         source = source.attrs.get("tokens_from", "")
-    if not str(source) or Path(str(source)).suffix.lower() != ".jsonl" or not Path(str(source)).is_file():
+    # Read as calibration.io reads a judge file: anything but a CSV is a judgments JSONL, whatever its name.
+    if not str(source) or Path(str(source)).suffix.lower() == ".csv" or not Path(str(source)).is_file():
         return {}
     from judge.judgment import read_judgments
 
