@@ -1,9 +1,5 @@
-"""Model backends. Every backend answers one chat request (an OpenAI chat-completions body) as a plain dict:
-
-    {"content": str, "finish_reason": str, "logprobs": [token dicts] | None,
-     "usage": {"prompt_tokens": int, "completion_tokens": int}}
-
-and raises `RetryableError` (429, 5xx, timeout, connection), `ResponseFormatUnsupported` or `BackendError`.
+"""Model backends. Every backend answers one chat request (an OpenAI chat-completions body) as a `Completion`
+(below: the text, why it stopped, the token log-probabilities, the usage and what served it), and raises `RetryableError` (429, 5xx, timeout, connection), `ResponseFormatUnsupported` or `BackendError`.
 A backend is a `ChatClient`: `await complete(body, timeout)` and `await aclose()`. The engine's asking layer
 (judge/asking.py) owns caching, retries and concurrency, so a backend only transports one request; a backend that
 runs whole batches (the in-process vLLM engine) gathers the requests in flight into batches behind this same call.
@@ -18,7 +14,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from judge.errors import BackendError, JudgeError
 
@@ -26,10 +22,35 @@ if TYPE_CHECKING:
     from judge.options import RunOptions
 
 
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None  # the server's prefix-cache hits, where it says
+
+
+class Served(TypedDict):
+    """What answered, as the judgment's provenance records it (never a credential)."""
+
+    model: str | None
+    system_fingerprint: str | None
+    engine: str | None  # a local engine's name and version, when the backend started it
+    model_digest: str | None
+
+
+class Completion(TypedDict):
+    """What every backend's `complete` returns (a plain dict at run time; the asking layer and the cache read it)."""
+
+    content: str
+    finish_reason: str | None
+    logprobs: list[dict] | None  # one dict per generated token, OpenAI's shape
+    usage: Usage
+    served: Served
+
+
 class ChatClient(Protocol):
     name: str
 
-    async def complete(self, body: dict, timeout: float) -> dict: ...
+    async def complete(self, body: dict, timeout: float) -> Completion: ...
 
     async def aclose(self) -> None: ...
 

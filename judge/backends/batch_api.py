@@ -326,9 +326,9 @@ class BatchAPIClient(Batcher):
     async def _find(self, file_ids: Iterable[str]) -> dict:
         """input file id -> the batch made of it, for those of `file_ids` the provider has a batch of."""
         wanted, found = set(file_ids), {}
-        async for batch in self._client.batches.list(limit=100):
-            if batch.input_file_id in wanted and batch.input_file_id not in found:
-                found[batch.input_file_id] = batch
+        async for made in self._client.batches.list(limit=100):
+            if made.input_file_id in wanted and made.input_file_id not in found:
+                found[made.input_file_id] = made
                 if len(found) == len(wanted):
                     break
         return found
@@ -337,8 +337,8 @@ class BatchAPIClient(Batcher):
         """A crash between uploading a file and recording its batch: find that batch by its input file."""
         orphans = {b["file_id"]: b for b in self.manifest.batches if not b.get("batch_id")}
         if orphans:
-            for file_id, batch in (await self._find(orphans)).items():
-                orphans.pop(file_id).update(batch_id=batch.id, status=batch.status)
+            for file_id, made in (await self._find(orphans)).items():
+                orphans.pop(file_id).update(batch_id=made.id, status=made.status)
             for entry in orphans.values():  # uploaded, never submitted: its requests are new
                 entry["status"] = "never submitted"
                 if "custom_ids" in entry:

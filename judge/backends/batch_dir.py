@@ -274,8 +274,6 @@ class BatchDirClient(Batcher):
     def _commit(self) -> set[int]:
         """This pass's shard files under their final names, round{R}-{NNN}.jsonl (shard by shard), and the
         manifest's round; the numbers of the files written."""
-        from judge.outputs import write_files
-
         order = [n for shard in self._writers for n in shard]  # shard by shard
         self._writers = []
         keys, self._keys = self._keys, None

@@ -17,7 +17,7 @@ import json
 import time
 from urllib.parse import urlparse
 
-from judge.backends import ChatClient
+from judge.backends import ChatClient, Completion, Served
 from judge.cache import Request
 from judge.errors import BackendError, ResponseFormatUnsupported, RetryableError
 from judge.secrets import Redactor
@@ -65,14 +65,14 @@ def cached_tokens(data: dict) -> int | None:
     return timings.get("cache_n") if isinstance(timings, dict) and isinstance(timings.get("cache_n"), int) else None
 
 
-def served(data: dict, engine: dict | None = None) -> dict:
+def served(data: dict, engine: dict | None = None) -> Served:
     """What the server says about itself: the model it answered with (hosted APIs name a dated version) and its
     system_fingerprint; `engine` adds what a local engine knows (its version, the model file's digest)."""
     return {"model": data.get("model"), "system_fingerprint": data.get("system_fingerprint"),
             "engine": None, "model_digest": None, **(engine or {})}
 
 
-def _completion(data: dict, engine: dict | None = None) -> dict:
+def _completion(data: dict, engine: dict | None = None) -> Completion:
     try:
         choice = data["choices"][0]
         logprobs = choice.get("logprobs") or {}

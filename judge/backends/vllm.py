@@ -43,7 +43,7 @@ import re
 import threading
 from pathlib import Path
 
-from judge.backends import Opened
+from judge.backends import Completion, Opened
 from judge.errors import BackendError
 
 # The measured recipe for CPU-only machines (set only where the user has not set them):
@@ -172,7 +172,7 @@ class VLLMClient:
             fields["structured_outputs"] = self._structured(json_object=True)
         return self._sampling_params(**fields)
 
-    def _completion(self, body: dict, output) -> dict:
+    def _completion(self, body: dict, output) -> Completion:
         choice = output.outputs[0]
         logprobs = None
         if body.get("logprobs"):
