@@ -261,3 +261,24 @@ def test_each_drawn_dialogue_says_whether_the_draw_was_active_or_fell_back(uncer
                 else "uniform draw: the active design fell back (plan.json says why; seed 7)")
     assert set(drawn["reason"]) == {expected}
     assert np.allclose(drawn["inclusion_probability"], 10 / 30) != active
+
+
+def test_each_dialogues_counts_of_failed_na_abstained_and_order_disagreements_are_a_crosstabs():
+    """items_table's per-dialogue counts against pandas' crosstab of the statuses (the seed-18 draw left its
+    'na' and 'abstain' counts untested: either could count the other statuses)."""
+    from calibration.study.screen import items_table
+
+    statuses = ["ok", "error", "na", "abstain", "ok", "na", "abstain", "abstain", "error", "ok"]
+    judge = pd.DataFrame({
+        "item_id": ["d1", "d1", "d1", "d1", "d2", "d2", "d2", "d3", "d3", "d3"],
+        "system": list("abcdabcabc"), "criterion": "c",
+        "score": [3.0 if s == "ok" else np.nan for s in statuses], "status": statuses,
+        "spread": np.nan, "probs": None,
+        "order_disagreement": [True, False, False, False, 1, 0, False, False, False, True]})
+    systems = pd.DataFrame(columns=["criterion", "system", "estimate"])
+    table = items_table(judge, systems, ["c"]).set_index("item_id")
+    counts = pd.crosstab(judge["item_id"], judge["status"])
+    for column, status in (("n_failed", "error"), ("n_na", "na"), ("n_abstained", "abstain")):
+        assert table[column].tolist() == counts[status].tolist(), column
+    assert table["n_judgments"].tolist() == judge.groupby("item_id").size().tolist()
+    assert table["n_order_disagreement"].tolist() == [1, 1, 1]
