@@ -442,3 +442,63 @@ def test_both_estimators_count_the_labelled_and_the_unlabelled_judged_dialogues(
     labelled = judged & ~np.isnan(human)
     assert result.n_labelled.tolist() == labelled.sum(-1).tolist()
     assert result.n_unlabelled.tolist() == (judged & ~labelled).sum(-1).tolist()
+
+
+@pytest.mark.parametrize("n", [12, 30])
+def test_the_weighted_design_effect_is_one_at_equal_probabilities_and_the_hajek_over_the_uniform_width(monkeypatch, n):
+    """What effective_labels divides out of an active design's estimate is the Hajek human-only interval's width over
+    a uniform draw's, 2 t_{n-1} sqrt(var_y / n) with var_y the weighted label variance (times _jensen's bias, set to
+    1 here to read the design effect alone): 1 exactly when every probability is equal, and the two widths' squared
+    ratio, written out with scipy's t, otherwise (either factor of the uniform width changed fails it)."""
+    import calibration.study.estimate as estimate_module
+
+    monkeypatch.setattr(estimate_module, "_jensen", lambda share, rho2, df: np.ones(np.shape(share)))
+    rng = np.random.default_rng(n)
+    big_n = 120
+    truth = rng.normal(3.0, 1.0, (4, big_n))
+    judge = truth + rng.normal(0.0, 0.6, (4, big_n))
+    human = np.full_like(truth, np.nan)
+    for row in range(4):
+        chosen = rng.choice(big_n, n, replace=False)
+        human[row, chosen] = np.round(truth[row, chosen])
+    assert np.allclose(ppi_mean_weighted(human, judge, 0.3).jensen, 1.0)
+    pi = rng.uniform(0.1, 0.9, (4, big_n))
+    result = ppi_mean_weighted(human, judge, pi)
+    for row in range(4):
+        labelled = ~np.isnan(human[row])
+        a = 1.0 / pi[row, labelled]
+        a /= a.sum()
+        y = human[row, labelled]
+        var_y = (a * (y - a @ y) ** 2).sum() * n / (n - 1)
+        uniform = 2.0 * stats.t.ppf(0.975, n - 1) * np.sqrt(var_y / n)
+        hajek = result.human_only_ci_high[row] - result.human_only_ci_low[row]
+        assert result.jensen[row] == pytest.approx((hajek / uniform) ** 2, rel=1e-9)
+        assert result.jensen[row] != pytest.approx(1.0, abs=1e-3)  # uneven weights: a real design effect
+
+
+def test_the_weighted_judged_only_variance_is_lambdas_share_of_var_f_plus_the_cross_term_written_out():
+    """var_unlabelled of an active design's estimate at 10-19 labels (one lambda fitted on all of them) is
+    lambda^2 var(f) / N + (2 lambda / N) sum_L a_i (f_i - mean f) r_i, r the a-centred rectified labels: the
+    docstring's variance of phi, written out with numpy (kills the seed-18 survivor estimate.py:575, the cross
+    term's 2 changed)."""
+    rng = np.random.default_rng(18)
+    big_n, n = 150, 14
+    truth = rng.normal(3.0, 1.0, (5, big_n))
+    judge = truth + rng.normal(0.0, 0.5, (5, big_n))
+    human = np.full_like(truth, np.nan)
+    for row in range(5):
+        chosen = rng.choice(big_n, n, replace=False)
+        human[row, chosen] = truth[row, chosen] + rng.normal(0.0, 0.3, n)
+    pi = rng.uniform(0.1, 0.9, (5, big_n))
+    result = ppi_mean_weighted(human, judge, pi)
+    for row in range(5):
+        lam = result.lam[row]
+        assert lam != 0.0  # the cross term is there to check
+        labelled = ~np.isnan(human[row])
+        a = 1.0 / pi[row, labelled]
+        a /= a.sum()
+        fc = judge[row] - judge[row].mean()
+        rectified = human[row, labelled] - lam * fc[labelled]
+        r = rectified - a @ rectified
+        expected = lam ** 2 * np.var(judge[row], ddof=1) / big_n + 2.0 * lam / big_n * (a * fc[labelled] * r).sum()
+        assert result.var_unlabelled[row] == pytest.approx(expected, rel=1e-9)
