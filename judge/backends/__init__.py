@@ -1,5 +1,6 @@
 """Model backends. Every backend answers one chat request (an OpenAI chat-completions body) as a `Completion`
-(below: the text, why it stopped, the token log-probabilities, the usage and what served it), and raises `RetryableError` (429, 5xx, timeout, connection), `ResponseFormatUnsupported` or `BackendError`.
+(below: the text, why it stopped, the token log-probabilities, the usage and what served it), and raises
+`RetryableError` (429, 5xx, timeout, connection), `ResponseFormatUnsupported` or `BackendError`.
 A backend is a `ChatClient`: `await complete(body, timeout)` and `await aclose()`. The engine's asking layer
 (judge/asking.py) owns caching, retries and concurrency, so a backend only transports one request; a backend that
 runs whole batches (the in-process vLLM engine) gathers the requests in flight into batches behind this same call.

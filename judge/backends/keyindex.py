@@ -43,7 +43,8 @@ class KeyIndex:
             self._merge()
 
     def rows(self, key: str) -> list[tuple[int, ...]]:
-        if not (self._tail_rows or self._hi):  # a fresh run's indexes are empty: each request asks several
+        # A fresh run's indexes are empty, and each request asks several: len(self) inline, without a method call.
+        if not (self._tail_rows or self._hi):
             return []
         hi, lo = split(key)
         found = []
