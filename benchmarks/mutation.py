@@ -413,7 +413,10 @@ def test_file_coverage(copy: Path, test_file: str, base: str, cache: Path) -> di
                         collect.setdefault(source, []).append(line)
         result = {"tests": tests, "lines": lines, "collect": collect}
         cache.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(result), encoding="utf-8")
+        # Written whole then renamed: two runs sharing the cache never read half a map.
+        partial = cached.with_suffix(f".{os.getpid()}.part")
+        partial.write_text(json.dumps(result), encoding="utf-8")
+        os.replace(partial, cached)
         print(f"  coverage {time.monotonic() - started:6.1f}s  {test_file} ({len(tests)} tests)", flush=True)
         return result
     finally:
