@@ -524,7 +524,7 @@ def test_ranking_table_and_files():
     columns = result.estimates.columns.tolist()
     assert columns == ["criterion", "quantity", "system", "baseline", "estimate", "ci_low", "ci_high", "human_only",
                        "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_judged", "width_ratio",
-                       "effective_labels", "interval_note"]
+                       "effective_labels", "labels_saved", "interval_note"]
     assert len(result.estimates) == 2 * 4
     bt = result.estimates[result.estimates["quantity"] == "bradley_terry"].set_index("system")
     assert bt.loc["delta", "ci_low"] > 0 and bt.loc["gamma", "ci_high"] < 0

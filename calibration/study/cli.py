@@ -63,7 +63,9 @@ one end of the scale takes, on the other side, the betting bound valid for any s
 says so: a share of failures none of its labels drew could lie there). width_ratio = PPI interval /
 human-only interval from the same labels; effective_labels = n_labelled / width_ratio^2 (divided by that ratio's
 own upward bias at small n), the labels the human-only estimate would need for an interval this narrow (the
-judge's worth in labels). With --judge, the judgments and
+judge's worth in labels); labels_saved = effective_labels - n_labelled. A judge no better than the systems it rates
+is worth at most twice its labels (Dorner, Nastl & Hardt 2025): a note names the rows above that. With --judge, the
+judgments and
 every --judge are one predictor: a ridge regression on the labels, pooled over systems and cross-fitted over
 folds of labelled dialogues, weighted by the unlabelled share m/(n+m): no degree of freedom spent, from 3 labels on.
 A --plan from `judge screen --design active` records each random dialogue's inclusion probability p: every labelled

@@ -95,10 +95,10 @@ from .predictor import fit_leverage
 
 ESTIMATE_COLUMNS = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
                     "human_only_ci_high", "n_labelled", "n_judged", "n_dialogues", "width_ratio",
-                    "effective_labels", "lambda", "n_missing_labels", "interval_note"]
+                    "effective_labels", "labels_saved", "lambda", "n_missing_labels", "interval_note"]
 DIFFERENCE_COLUMNS = ["criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high", "human_only",
                       "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_dialogues", "width_ratio",
-                      "effective_labels", "lambda", "interval_note"]
+                      "effective_labels", "labels_saved", "lambda", "interval_note"]
 
 
 @dataclass
@@ -772,6 +772,24 @@ def effective_labels(result: PPIResult) -> np.ndarray:
         return np.where(ratio > 0, result.n_labelled / ratio ** 2 / jensen, np.nan)
 
 
+def with_labels_saved(frame: pd.DataFrame) -> pd.DataFrame:
+    """`labels_saved`: the human labels a human-only estimate would need beyond those labelled for an interval this
+    narrow (effective_labels - n_labelled; negative where the judge cost labels)."""
+    return frame.assign(labels_saved=frame["effective_labels"].astype(float) - frame["n_labelled"].astype(float))
+
+
+def twice_the_labels(frame: pd.DataFrame, *units: str) -> str:
+    """The note on rows worth more than twice their labels, which a judge no better than the systems it rates cannot
+    be (Dorner, Nastl & Hardt 2025: then no debiasing saves more than half the labels); blank when none is."""
+    over = frame[frame["effective_labels"].astype(float) > 2.0 * frame["n_labelled"].astype(float)]
+    if over.empty:
+        return ""
+    names = ", ".join("/".join(str(row[c]) for c in ("criterion", *units)) for _, row in over.iterrows())
+    return (f"effective_labels above twice n_labelled for {len(over)} of {len(frame)} rows ({names}): a judge no "
+            "better than the systems it rates is worth at most twice the labels (Dorner, Nastl & Hardt 2025), so "
+            "read these as a judge stronger than these systems, or check them with more labels")
+
+
 def _rows(result: PPIResult, index: int) -> dict:
     width = float(result.ci_high[index] - result.ci_low[index])
     human_width = float(result.human_only_ci_high[index] - result.human_only_ci_low[index])
@@ -895,8 +913,10 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
                          f"({bounded['interval_note'].iloc[0]})")
     targeted_frame = pd.concat(targeted, ignore_index=True) if targeted else pd.DataFrame(
         columns=["criterion", "system", "n_labelled", "human_mean", "judge_mean"])
-    return Estimates(pd.concat(estimates, ignore_index=True)[ESTIMATE_COLUMNS],
-                     pd.concat(differences, ignore_index=True)[DIFFERENCE_COLUMNS], targeted_frame,
+    estimates, differences = (with_labels_saved(pd.concat(t, ignore_index=True)) for t in (estimates, differences))
+    if note := twice_the_labels(estimates, "system"):
+        notes.append(note)
+    return Estimates(estimates[ESTIMATE_COLUMNS], differences[DIFFERENCE_COLUMNS], targeted_frame,
                      list(criteria), confidence, source, len(random_labelled), clean, notes)
 
 

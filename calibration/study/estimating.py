@@ -392,7 +392,8 @@ def print_estimate(result, out=None) -> None:
         print(f"{result.n_imputed} labelled cell(s) had no judgment line: counted as failed judgments.", file=out)
     print("\nPer system (estimate = prediction-powered; human_only = the same labels alone)", file=out)
     columns = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
-               "human_only_ci_high", "n_labelled", "n_judged", "width_ratio", "effective_labels", "lambda"]
+               "human_only_ci_high", "n_labelled", "n_judged", "width_ratio", "effective_labels", "labels_saved",
+               "lambda"]
     print(format_table(_with_note(result.estimates)[columns + ["note"]]), file=out)
     print(f"\nPaired differences system_a - system_b (per dialogue); each interval holds at {level} on its own, "
           "not for all pairs at once; separated only where both bounds are finite and exclude 0", file=out)
@@ -400,7 +401,7 @@ def print_estimate(result, out=None) -> None:
         {True: "yes", False: ""}))
     print(format_table(differences[["criterion", "system_a", "system_b", "estimate", "ci_low", "ci_high",
                                "human_only_ci_low", "human_only_ci_high", "n_labelled", "width_ratio",
-                               "effective_labels", "separated", "note"]]), file=out)
+                               "effective_labels", "labels_saved", "separated", "note"]]), file=out)
     if not result.targeted.empty:
         print("\nLabels on targeted dialogues (not a random sample: not in the estimates above; read with care)",
               file=out)

@@ -71,11 +71,11 @@ from scipy import stats as scipy_stats
 
 from ..errors import CalibrationError
 from .estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, cross_fitted_lambdas, effective_labels,
-                       interval_note, ppi_mean, t_quantile)
+                       interval_note, ppi_mean, t_quantile, twice_the_labels, with_labels_saved)
 
 ESTIMATE_COLUMNS = ["criterion", "quantity", "system", "baseline", "estimate", "ci_low", "ci_high", "human_only",
                     "human_only_ci_low", "human_only_ci_high", "n_labelled", "n_judged", "width_ratio",
-                    "effective_labels", "interval_note"]
+                    "effective_labels", "labels_saved", "interval_note"]
 RANKING_COLUMNS = ["criterion", "system", "rank", "rank_low", "rank_high", "human_only_rank_low",
                    "human_only_rank_high"]
 VERDICT = {"1": 1.0, "2": 0.0, "0": 0.5}
@@ -1100,7 +1100,9 @@ def pairwise_estimate(judge: pd.DataFrame, labels: pd.DataFrame, baseline: str, 
                          f"votes' alone (lambda = 0); the judge is used from {MIN_TUNED} on")
         if not human.ok:
             notes.append(f"{criterion}: {human.note}")
-    frame = pd.concat(estimates, ignore_index=True)
+    frame = with_labels_saved(pd.concat(estimates, ignore_index=True))
+    if note := twice_the_labels(frame, "quantity", "system"):
+        notes.append(note)
     columns = list(ESTIMATE_COLUMNS)
     if margin is not None:
         low = frame["ci_low"].astype(float)
