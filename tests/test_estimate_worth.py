@@ -1,0 +1,161 @@
+"""What an estimate is worth in labels (effective_labels) for the uniform estimator, ppi_mean, pinned in every
+lambda regime against its definition written out one row at a time: n over the squared width ratio of the printed
+intervals, divided by the plug-in ratio's bias E[X / Y] / (E X / E Y) (g from scipy's chi^2 expectation, not the
+module's Gauss-Laguerre) at the residual share of se^2 and the adjusted squared correlation of the labels with
+their rectified values (numpy), times 1 + lambda's own error over se^2 where lambda is shared by the rows or the
+judge is a fitted predictor. Each regime: human-only (fewer than MIN_TUNED labels), one lambda fitted on the row's
+labels (left uncorrected), shared by the criterion's rows, cross-fitted per row, fixed (a jury: fitted_judge, with
+and without its coefficients' fit_leverage). The lambdas themselves are written out too (leave one out, np.cov,
+scipy's pearsonr), so the intervals are checked on the way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from calibration.study.estimate import MIN_CROSS_FITTED, MIN_TUNED, effective_labels, ppi_mean
+
+
+def _bias(share, rho2, df):
+    """1 + (g - 1)(1 - rho^2 / share), g = E[(c + 1) / (c + W)], W ~ chi^2_df / df, c = 1 / share - 1; at least 1."""
+    if not df > 2 or not share > 0:
+        return 1.0
+    c = 1.0 / share - 1.0
+    g = stats.chi2.expect(lambda x: (c + 1.0) / (c + x / df), args=(df,))
+    return max(1.0 + (g - 1.0) * (1.0 - min(max(rho2, 0.0), 1.0) / share), 1.0)
+
+
+def _shrink(y, f):
+    """t^2 / (1 + t^2), t the correlation t statistic of (y, f) (scipy's pearsonr) on len - 2 df."""
+    r = stats.pearsonr(y, f).statistic
+    t2 = r * r * (len(y) - 2) / (1 - r * r)
+    return t2 / (1 + t2)
+
+
+def crossed_lambdas(y, f, lab, var_f, n, m):
+    """Each labelled dialogue's lambda from the other labels: PPI++'s cov / (var f_L + n/m var f), shrunk."""
+    lams = np.zeros(len(y))
+    for i in np.flatnonzero(lab):
+        others = lab.copy()
+        others[i] = False
+        (_, cov), (_, var_fl) = np.cov(y[others], f[others])
+        lams[i] = cov / (var_fl + n / m * var_f) * _shrink(y[others], f[others])
+    return lams
+
+
+def shared_lambdas(human, f, lab, var_f, n, m):
+    """One lambda per labelled dialogue for all rows: within-row sums of the other labels pooled over the rows."""
+    lams = np.zeros(lab.shape[1])
+    for i in np.flatnonzero(lab[0]):
+        c_yf = c_ff = c_yy = c_u = dof = 0.0
+        for s in range(lab.shape[0]):
+            others = lab[s].copy()
+            others[i] = False
+            dy, df_ = human[s, others] - human[s, others].mean(), f[s, others] - f[s, others].mean()
+            c_yf, c_ff, c_yy = c_yf + dy @ df_, c_ff + df_ @ df_, c_yy + dy @ dy
+            c_u += (others.sum() - 1) * n[s] / m[s] * var_f[s]
+            dof += others.sum() - 1
+        r2 = c_yf ** 2 / (c_ff * c_yy)
+        t2 = r2 * (dof - 1) / (1 - r2)
+        lams[i] = c_yf / (c_ff + c_u) * t2 / (1 + t2)
+    return np.where(lab, lams, 0.0)
+
+
+def reference(human, judge, regime, lam=None, fitted_judge=False, fit_leverage=None, confidence=0.95):
+    """Per row: (estimate, ci_low, ci_high, lambda, effective_labels), written out."""
+    judged = ~np.isnan(judge)
+    lab = judged & ~np.isnan(human)
+    n, m = lab.sum(-1), (judged & ~lab).sum(-1)
+    f = judge - np.nanmean(judge, -1, keepdims=True)
+    var_f = np.array([np.var(f[s, judged[s]], ddof=1) for s in range(len(f))])
+    y = np.where(lab, human, 0.0)
+    if regime == "shared":
+        lams = shared_lambdas(human, f, lab, var_f, n, m)
+    elif regime == "crossed":
+        lams = np.array([crossed_lambdas(y[s], f[s], lab[s], var_f[s], n[s], m[s]) for s in range(len(f))])
+    elif regime == "fixed":
+        lams = np.where(lab, np.asarray(lam, dtype=float)[:, None], 0.0)
+    else:  # human only
+        lams = np.zeros(lab.shape)
+    rows = []
+    for s in range(len(f)):
+        ys, fl, fu = y[s, lab[s]], f[s, lab[s]], f[s, judged[s] & ~lab[s]]
+        li = lams[s, lab[s]]
+        rectified = ys - li * fl
+        lam_bar = li.mean()
+        estimate = rectified.mean() + lam_bar * fu.mean()
+        var_unlabelled = lam_bar ** 2 * var_f[s] / m[s]
+        s_r2 = np.var(rectified, ddof=1)
+        se2 = var_unlabelled + s_r2 / n[s]
+        q = stats.t.ppf(0.5 + confidence / 2, n[s] - 1)
+        low, high = estimate - q * np.sqrt(se2), estimate + q * np.sqrt(se2)
+        human_width = 2 * q * stats.sem(ys)
+        r2 = np.corrcoef(ys, rectified)[0, 1] ** 2 if lam_bar != 0 else 1.0
+        rho2 = 1 - (1 - r2) * (n[s] - 1) / (n[s] - 2)
+        share = 1.0 if fitted_judge else (s_r2 / n[s]) / se2
+        bias = _bias(share, rho2, n[s] - 1.0)
+        # lambda's own error, (lambda_hat - lambda)(mean_U f - mean_L f): from the rows' pooled sums where shared,
+        # lambda^2 s_r^2 fit_leverage for a fitted predictor's coefficients.
+        error = 0.0
+        if regime == "shared" and lam_bar != 0:
+            c_ff = sum(np.sum((f[r, lab[r]] - f[r, lab[r]].mean()) ** 2) for r in range(len(f)))
+            c_u = sum((n[r] - 1) * n[r] / m[r] * var_f[r] for r in range(len(f)))
+            error = s_r2 * c_ff / (c_ff + c_u) ** 2 * (fu.mean() - fl.mean()) ** 2
+        if fit_leverage is not None:
+            error += lam_bar ** 2 * s_r2 * fit_leverage[s]
+        worth = n[s] / ((high - low) / human_width) ** 2 / (bias * (1 + error / se2))
+        rows.append((estimate, low, high, lam_bar, worth))
+    return np.array(rows)
+
+
+def _study(rng, rows, dialogues, n, rho=0.7, offset=0.0):
+    """Likert labels of rows sharing a dialogue effect, a judge of correlation about rho on another scale; the same
+    n dialogues labelled in every row (a criterion's systems), the labelled ones' judge scores shifted by `offset`
+    (so lambda's own error, at mean_U f - mean_L f, matters)."""
+    quality = rng.normal(0, 1, (1, dialogues)) + 0.6 * rng.normal(0, 1, (rows, dialogues))
+    judge = 10 + 2 * (rho * quality + np.sqrt(1 - rho ** 2) * rng.normal(0, 1, (rows, dialogues)))
+    human = np.clip(np.round(3 + quality), 1, 5) + 0.3 * np.arange(rows)[:, None]
+    lab = np.broadcast_to(rng.permutation(dialogues) < n, human.shape)
+    return np.where(lab, human, np.nan), np.where(lab, judge + offset, judge)
+
+
+COLUMNS = ("estimate", "ci_low", "ci_high", "lam")
+
+
+def _check(result, expected):
+    for column, name in enumerate(COLUMNS):
+        np.testing.assert_allclose(getattr(result, name), expected[:, column], rtol=1e-9, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(effective_labels(result), expected[:, 4], rtol=1e-4, err_msg="effective_labels")
+
+
+@pytest.mark.parametrize("n, rows, regime, shared, rho", [
+    (6, 3, "human", True, 0.9), (MIN_TUNED, 2, "shared", True, 0.9), (16, 4, "shared", True, 0.9),
+    (14, 3, "fitted", False, 0.9), (MIN_CROSS_FITTED, 2, "crossed", True, 0.5), (30, 3, "crossed", False, 0.5)])
+def test_the_worth_in_labels_of_each_lambda_regime_written_out(n, rows, regime, shared, rho):
+    rng = np.random.default_rng(300 + n)
+    human, judge = _study(rng, rows, 80, n, rho=rho, offset=0.6)
+    result = ppi_mean(human, judge, shared=shared)
+    if regime == "fitted":  # lambda fitted on the row's own labels: the interval is test_estimate's; worth uncorrected
+        ratio = (result.ci_high - result.ci_low) / (result.human_only_ci_high - result.human_only_ci_low)
+        np.testing.assert_allclose(effective_labels(result), n / ratio ** 2, rtol=1e-12)
+        assert np.all(result.lam != 0.0)
+        return
+    _check(result, reference(human, judge, regime))
+    if regime != "human":  # the cases hold what they check: lambda used and a correction larger than the tolerance
+        plug_in = n / ((result.ci_high - result.ci_low) / (result.human_only_ci_high - result.human_only_ci_low)) ** 2
+        assert np.all(result.lam != 0.0) and np.any(effective_labels(result) < plug_in * 0.998)
+
+
+@pytest.mark.parametrize("with_leverage", [False, True])
+def test_the_worth_in_labels_of_a_fitted_predictor_counts_all_of_se_squared_as_noisy_and_its_coefficients(
+        with_leverage):
+    rng = np.random.default_rng(41)
+    human, judge = _study(rng, 3, 90, 12, rho=0.8, offset=0.4)
+    lam = np.array([0.5, 0.8, 0.3])
+    leverage = np.array([0.02, 0.05, 0.1]) if with_leverage else None
+    result = ppi_mean(human, judge, lam=lam, fitted_judge=True, fit_leverage=leverage)
+    _check(result, reference(human, judge, "fixed", lam=lam, fitted_judge=True, fit_leverage=leverage))
+    plain = ppi_mean(human, judge, lam=lam)
+    _check(plain, reference(human, judge, "fixed", lam=lam))
+    assert np.all(effective_labels(result) < effective_labels(plain))
