@@ -160,3 +160,47 @@ def test_the_satterthwaite_df_moves_the_interval_of_a_row_with_one_heavy_residua
     assert half / se == pytest.approx(stats.t.ppf(0.975, want["df"]), rel=1e-7)
     for name in PRINTED:
         assert getattr(result, name)[0] == pytest.approx(want[name], rel=1e-6, abs=1e-9), name
+
+
+def test_an_active_designs_rows_whose_labels_bunch_at_one_end_get_no_interval_and_say_why():
+    """unseen_hidden: with the scale given, the rows unseen_pull trips (labels tight at one end) lose every interval
+    (the betting bound assumes a uniform draw), with the note "unseen"; a row without an interval keeps its own
+    note; every other row and every estimate is the unbounded result. Through estimate(), the tables' note and the
+    summary note say so, and the inclusion probabilities are read by dialogue id."""
+    import pandas as pd
+
+    from calibration.study.estimate import estimate, interval_note, unseen_pull
+
+    rng = np.random.default_rng(5)
+    big_n = 60
+    judge = rng.normal(3.0, 1.0, (3, big_n))
+    pi = rng.uniform(0.1, 0.6, (3, big_n))
+    human = np.full((3, big_n), np.nan)
+    human[0, :12] = [5, 5, 4, 5, 5, 5, 5, 4, 5, 5, 5, 5]  # bunched at the top
+    human[1, :12] = [1, 3, 5, 2, 4, 3, 2, 5, 1, 4, 3, 2]  # spread
+    human[2, :2] = [5, 5]  # too few for any interval
+    plain = ppi_mean_weighted(human, judge, pi)
+    bounded = ppi_mean_weighted(human, judge, pi, bounds=(1.0, 5.0))
+    assert unseen_pull(human, judge, (1.0, 5.0)).tolist() == [True, False, False]
+    assert bounded.no_interval.tolist() == ["unseen", "", "few"]
+    for name in ("se", "ci_low", "ci_high", "human_only_se", "human_only_ci_low", "human_only_ci_high"):
+        assert np.isnan(getattr(bounded, name)[0]) and np.isfinite(getattr(plain, name)[0]), name
+        np.testing.assert_array_equal(getattr(bounded, name)[1:], getattr(plain, name)[1:])
+    np.testing.assert_array_equal(bounded.estimate, plain.estimate)
+    np.testing.assert_array_equal(bounded.human_only, plain.human_only)
+    assert np.isnan(effective_labels(bounded)[0])
+    assert interval_note("unseen", 12).startswith("the 12 labels bunch at one end of the scale")
+    # Through the tables: an active design's estimate with the rubric's scale.
+    items = [f"d{i:02d}" for i in range(big_n)]
+    frame = pd.DataFrame({"item_id": items * 2, "system": ["x"] * big_n + ["y"] * big_n, "criterion": "c",
+                          "score": np.r_[judge[0], judge[1]], "status": "ok"})
+    labels = pd.DataFrame({"item_id": items[:12] * 2, "system": ["x"] * 12 + ["y"] * 12, "criterion": "c",
+                           "annotator": "a", "score": np.r_[human[0, :12], human[1, :12]]})
+    inclusion = {item: p for item, p in zip(items, pi[0])}
+    tables = estimate(frame, labels, inclusion=inclusion, scales={"c": (1.0, 5.0)})
+    rows = tables.estimates.set_index("system")
+    assert rows.loc["x", "interval_note"] == interval_note("unseen", 12) and np.isnan(rows.loc["x", "ci_low"])
+    assert rows.loc["y", "interval_note"] == "" and np.isfinite(rows.loc["y", "ci_low"])
+    assert f"c: no interval for x ({interval_note('unseen', 12)})" in tables.notes
+    hajek = np.sum(human[1, :12] / pi[0, :12]) / np.sum(1 / pi[0, :12])  # the probabilities are the dialogues'
+    assert rows.loc["y", "human_only"] == pytest.approx(hajek)
