@@ -204,3 +204,19 @@ def test_an_active_designs_rows_whose_labels_bunch_at_one_end_get_no_interval_an
     assert f"c: no interval for x ({interval_note('unseen', 12)})" in tables.notes
     hajek = np.sum(human[1, :12] / pi[0, :12]) / np.sum(1 / pi[0, :12])  # the probabilities are the dialogues'
     assert rows.loc["y", "human_only"] == pytest.approx(hajek)
+
+
+def test_three_labels_worth_two_get_the_t_interval_on_one_degree_of_freedom():
+    """Kish's effective n of 2 (one of 3 labels drawn with a far larger probability): the Hajek interval is on
+    1 degree of freedom, the smallest t_quantile gives (below 1, none); scipy's t(1) written out."""
+    human = np.r_[[2.0, 4.0, 5.0], np.full(17, np.nan)]
+    judge = np.linspace(1.0, 5.0, 20)
+    pi = np.r_[[0.01, 0.01, 0.9], np.full(17, 0.2)]
+    result = ppi_mean_weighted(human, judge, pi)
+    want = weighted_reference(human, judge, pi)
+    a = (1 / pi[:3]) / np.sum(1 / pi[:3])
+    assert np.floor(1 / np.sum(a * a)) == 2 and want["df"] == 1.0
+    for name in PRINTED:
+        assert getattr(result, name)[()] == pytest.approx(want[name], rel=1e-9), name
+    half = (result.human_only_ci_high - result.human_only_ci_low) / 2
+    assert half == pytest.approx(stats.t.ppf(0.975, 1) * result.human_only_se, rel=1e-12)
