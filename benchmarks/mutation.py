@@ -87,7 +87,7 @@ TESTS = {
                                     "tests/test_estimate_jury.py"],
     "calibration/study/estimate.py": ["tests/test_estimate_branches.py", "tests/test_estimate_weighted.py",
                                       "tests/test_estimate_worth.py", "tests/test_estimate_tables.py",
-                                      "tests/test_narrow_mutants.py",
+                                      "tests/test_estimate_bounded_written.py", "tests/test_narrow_mutants.py",
                                       "tests/test_study_weighted_mutants.py", "tests/test_study_properties.py",
                                       "tests/test_estimate.py", "tests/test_cli_numbers.py",
                                       "tests/test_estimate_coverage.py", "tests/test_study_mutants.py",
