@@ -159,3 +159,24 @@ def test_the_worth_in_labels_of_a_fitted_predictor_counts_all_of_se_squared_as_n
     plain = ppi_mean(human, judge, lam=lam)
     _check(plain, reference(human, judge, "fixed", lam=lam))
     assert np.all(effective_labels(result) < effective_labels(plain))
+
+
+@pytest.mark.parametrize("lam", [None, 0.6])
+def test_the_judge_is_used_from_two_unlabelled_dialogues(lam):
+    """The judged-only part needs a variance: with one unlabelled dialogue the estimate is the labels' mean (lambda
+    0), with two the judge is used, fixed or tuned (12 labels: fitted on them), the estimate mean_L(y) + lambda
+    (mean_U f - mean_L f) written out."""
+    rng = np.random.default_rng(17)
+    f = rng.normal(3, 1, 14)
+    y = np.round(f + rng.normal(0, 0.5, 14))
+    for m in (1, 2):
+        human = np.r_[y[:12], np.full(m, np.nan)]
+        judge = f[:12 + m]
+        result = ppi_mean(human, judge, lam=lam)
+        if m == 1:
+            assert result.lam[()] == 0.0 and result.estimate[()] == pytest.approx(y[:12].mean())
+            continue
+        used = lam if lam is not None else np.cov(y[:12], f[:12])[0, 1] / (
+            np.var(f[:12], ddof=1) + 12 / 2 * np.var(judge, ddof=1))
+        assert result.lam[()] == pytest.approx(used, rel=1e-9) and abs(used) > 0.05
+        assert result.estimate[()] == pytest.approx(y[:12].mean() + used * (f[12:14].mean() - f[:12].mean()))
