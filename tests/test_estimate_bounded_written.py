@@ -43,3 +43,34 @@ def test_the_bounded_rows_written_out(confidence):
         assert result.no_interval[row] == "bounded"
         assert effective_labels(result)[row] == pytest.approx(len(y))  # the human labels alone: worth n
     assert result.ci_high[3] == 5.0 and plain.ci_high[3] > 5.0  # the near side clipped to the scale
+
+
+@pytest.mark.parametrize("confidence", [0.8, 0.95])
+def test_unseen_pull_written_out_on_many_label_sets(confidence):
+    """unseen_pull's rule per row with scipy's t: n >= 3 labels and q |low + high - 2 mean| > t s / sqrt(n), q =
+    1 - 0.1^(1/n) the share of dialogues n labels all miss one time in ten; on 400 random label sets of 2-25
+    labels from skewed scales (both outcomes common), labels on unjudged dialogues ignored."""
+    rng = np.random.default_rng(int(confidence * 100))
+    rows, width = 400, 30
+    n = rng.integers(2, 26, rows)
+    top = rng.random(rows) < 0.5
+    values = np.where(rng.random((rows, width)) < rng.uniform(0.0, 0.6, (rows, 1)),
+                      rng.integers(1, 5, (rows, width)).astype(float), 5.0)
+    values = np.where(top[:, None], values, 6.0 - values) + rng.choice([0.0, -0.5, 0.5], (rows, width), p=[.8, .1, .1])
+    values = np.clip(values, 1.0, 5.0)
+    present = np.arange(width) < n[:, None]
+    human = np.where(present, values, np.nan)
+    judge = rng.normal(3, 1, (rows, width))
+    judge[:, -1] = np.nan  # an unjudged dialogue ...
+    human[:, -1] = 1.0  # ... whose label must not count
+    got = unseen_pull(human, judge, (1.0, 5.0), confidence)
+    want = []
+    for row in range(rows):
+        y = values[row, :n[row]]
+        if len(y) < 3:
+            want.append(False)
+            continue
+        half = stats.t.ppf(0.5 + confidence / 2, len(y) - 1) * np.std(y, ddof=1) / np.sqrt(len(y))
+        want.append((1 - 0.1 ** (1 / len(y))) * abs(1.0 + 5.0 - 2 * y.mean()) > half)
+    assert got.tolist() == want
+    assert 0.2 < np.mean(want) < 0.8
