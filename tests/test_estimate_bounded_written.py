@@ -74,3 +74,47 @@ def test_unseen_pull_written_out_on_many_label_sets(confidence):
         want.append((1 - 0.1 ** (1 / len(y))) * abs(1.0 + 5.0 - 2 * y.mean()) > half)
     assert got.tolist() == want
     assert 0.2 < np.mean(want) < 0.8
+
+
+def _betting_reference(labels, bounds, confidence, grid=1001):
+    """Waudby-Smith & Ramdas's hedged betting interval in the labels' order (one order), written out with loops."""
+    x = (np.asarray(labels, float) - bounds[0]) / (bounds[1] - bounds[0])
+    alpha, n = 1 - confidence, len(x)
+
+    def wealth(m):
+        var, up, down, total, squares = 0.25, 1.0, 1.0, 0.0, 0.0
+        for i, xi in enumerate(x):
+            bet = np.sqrt(2 * np.log(2 / alpha) / (n * var))
+            up *= 1 + min(bet, 0.75 / max(m, 1e-12)) * (xi - m)
+            down *= 1 - min(bet, 0.75 / max(1 - m, 1e-12)) * (xi - m)
+            total += xi
+            squares += (xi - (0.5 + total) / (i + 2)) ** 2
+            var = (0.25 + squares) / (i + 2)
+        return max(up, down) / 2
+
+    points = np.linspace(0, 1, grid)
+    kept = [m for m in points if wealth(m) < 1 / alpha]
+    step = 1 / (grid - 1)
+    low, high = max(min(kept) - step, 0.0), min(max(kept) + step, 1.0)
+    return bounds[0] + (bounds[1] - bounds[0]) * low, bounds[0] + (bounds[1] - bounds[0]) * high
+
+
+@pytest.mark.parametrize("confidence, bounds", [(0.95, (1.0, 5.0)), (0.9, (0.0, 10.0))])
+def test_the_betting_interval_of_rows_with_gaps_and_other_counts_written_out(confidence, bounds):
+    """Rows of a batch with different numbers of labels, unlabelled cells between them (never read), labels at the
+    scale's ends (the grid's first and last points, the caps' 1e-12): each row is the written-out interval of its
+    labels in their order (orders=1), the grid step and the clip to the scale included."""
+    low_end, high_end = bounds
+    span = high_end - low_end
+    rows = [[5, 5, 4, 5, 5], [1, 2, 1, 1, 3, 1, 2, 1, 1], [1, 5, 3, 2, 4, 5, 1]]
+    values = np.full((3, 12), np.nan)
+    used = np.zeros((3, 12), bool)
+    for r, labels in enumerate(rows):
+        cells = np.sort(np.random.default_rng(r).choice(12, len(labels), replace=False))
+        values[r, cells] = low_end + span * (np.array(labels) - 1) / 4
+        used[r, cells] = True
+    values[~used] = high_end  # what an unlabelled cell holds is never read
+    low, high = betting_interval(values, used, bounds, confidence, orders=1)
+    for r, labels in enumerate(rows):
+        want = _betting_reference(low_end + span * (np.array(labels) - 1) / 4, bounds, confidence)
+        assert (low[r], high[r]) == pytest.approx(want, abs=1e-9), r
