@@ -180,3 +180,21 @@ def test_the_judge_is_used_from_two_unlabelled_dialogues(lam):
             np.var(f[:12], ddof=1) + 12 / 2 * np.var(judge, ddof=1))
         assert result.lam[()] == pytest.approx(used, rel=1e-9) and abs(used) > 0.05
         assert result.estimate[()] == pytest.approx(y[:12].mean() + used * (f[12:14].mean() - f[:12].mean()))
+
+
+def test_no_correction_where_the_ratio_has_no_finite_mean_or_the_residuals_are_exactly_zero():
+    """_jensen keeps 1 where its expectation does not exist or is not needed: at 2 residual degrees of freedom (3
+    labels) E[1 / W] of chi^2_2 / 2 diverges at share 1, so no finite correction is made at any share; and with
+    residuals exactly 0 (labels exactly linear in the judge at the fixed lambda: dyadic numbers, exact sums) nothing
+    in se^2 is noisy. Both: effective_labels is the plug-in n / width_ratio^2."""
+    from calibration.study.estimate import _jensen
+
+    for share in (0.3, 0.7, 1.0):
+        assert _jensen(np.array([share]), np.array([0.0]), np.array([3.0]))[0] == 1.0
+        assert _jensen(np.array([share]), np.array([0.0]), np.array([4.0]))[0] > 1.0  # from 3 df on, corrected
+    f = np.array([1.0, 3.0, 2.0, 5.0, 4.0, 2.0, 1.0, 3.0, 5.0, 4.0, 3.0, 1.0, 2.0, 2.0, 4.0, 5.0])
+    human = np.r_[2.0 + 0.5 * f[:8], np.full(8, np.nan)]
+    result = ppi_mean(human, f, lam=0.5)
+    assert result.var_residual[()] == 0.0 and result.se[()] > 0.0
+    ratio = (result.ci_high - result.ci_low) / (result.human_only_ci_high - result.human_only_ci_low)
+    assert effective_labels(result)[()] == pytest.approx(8 / ratio ** 2, rel=1e-12)
