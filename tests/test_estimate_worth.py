@@ -198,3 +198,19 @@ def test_no_correction_where_the_ratio_has_no_finite_mean_or_the_residuals_are_e
     assert result.var_residual[()] == 0.0 and result.se[()] > 0.0
     ratio = (result.ci_high - result.ci_low) / (result.human_only_ci_high - result.human_only_ci_low)
     assert effective_labels(result)[()] == pytest.approx(8 / ratio ** 2, rel=1e-12)
+
+
+def test_a_system_whose_judge_is_constant_does_not_move_the_other_systems_shared_lambda():
+    """A judge that gives one system the same score everywhere cannot help it (lambda 0 there, the labels' mean)
+    and must not enter the lambda the criterion's other systems share: their results are those computed without
+    that system (before, its labels' spread entered the pooled correlation and moved the others' lambda by 2%)."""
+    rng = np.random.default_rng(3)
+    f = rng.normal(3, 1, (3, 60))
+    y = np.round(f + rng.normal(0, 0.6, (3, 60)))
+    human = np.where(rng.permutation(60) < 12, y, np.nan)
+    f[2] = 5.0
+    both, alone = ppi_mean(human, f, shared=True), ppi_mean(human[:2], f[:2], shared=True)
+    for name in ("estimate", "ci_low", "ci_high", "lam"):
+        np.testing.assert_allclose(getattr(both, name)[:2], getattr(alone, name), rtol=1e-12, err_msg=name)
+    assert both.lam[2] == 0.0 and both.estimate[2] == pytest.approx(np.nanmean(human[2]))
+    assert np.all(alone.lam != 0.0)

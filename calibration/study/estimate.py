@@ -254,8 +254,9 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, 
         if lam is None:
             # lambda is tuned only where it can be: enough labels, and labelled dialogues whose judge scores
             # spread over a fair part of the judge's range. Both conditions look at the judge's scores only,
-            # never at the labels, so choosing between tuned and human-only does not bias the interval.
-            estimable = (n >= MIN_TUNED) & (var_fl >= MIN_SPREAD * var_f) & (m >= 2)
+            # never at the labels, so choosing between tuned and human-only does not bias the interval. A constant
+            # judge (var_f 0) is never used, so its row does not enter a shared lambda's fit either.
+            estimable = (n >= MIN_TUNED) & (var_fl >= MIN_SPREAD * var_f) & (m >= 2) & (var_f > 0)
             crossed = estimable & (n >= MIN_CROSS_FITTED)
             fitted = estimable & ~crossed
             # Shared: the criterion's rows below MIN_CROSS_FITTED labels tune one lambda together, cross-fitted
