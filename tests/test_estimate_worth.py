@@ -214,3 +214,17 @@ def test_a_system_whose_judge_is_constant_does_not_move_the_other_systems_shared
         np.testing.assert_allclose(getattr(both, name)[:2], getattr(alone, name), rtol=1e-12, err_msg=name)
     assert both.lam[2] == 0.0 and both.estimate[2] == pytest.approx(np.nanmean(human[2]))
     assert np.all(alone.lam != 0.0)
+
+
+@pytest.mark.parametrize("constant", [0.0, 3.0])
+def test_a_constant_judge_with_a_fixed_lambda_reports_lambda_zero_and_the_human_interval(constant):
+    """A fixed lambda (a jury's) on a judge without variance: the judge cannot help, the printed lambda is 0 and
+    the interval the labels' scipy t interval."""
+    from scipy import stats as scipy_stats
+
+    y = np.array([2.0, 4.0, 3.0, 5.0, 1.0, 3.0, 4.0, 2.0])
+    human = np.r_[y, np.full(20, np.nan)]
+    result = ppi_mean(human, np.full(28, constant), lam=0.7)
+    low, high = scipy_stats.t.interval(0.95, 7, loc=y.mean(), scale=scipy_stats.sem(y))
+    assert result.lam[()] == 0.0
+    assert (result.ci_low[()], result.ci_high[()]) == pytest.approx((low, high), rel=1e-12)
