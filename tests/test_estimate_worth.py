@@ -228,3 +228,22 @@ def test_a_constant_judge_with_a_fixed_lambda_reports_lambda_zero_and_the_human_
     low, high = scipy_stats.t.interval(0.95, 7, loc=y.mean(), scale=scipy_stats.sem(y))
     assert result.lam[()] == 0.0
     assert (result.ci_low[()], result.ci_high[()]) == pytest.approx((low, high), rel=1e-12)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_judge_is_used_when_its_labelled_spread_is_exactly_a_quarter_of_the_judged(shared):
+    """MIN_SPREAD is inclusive: 10 labelled judge scores at the judged mean with squared deviations summing to 10,
+    28 judged with 120 (integers: the variances 10/9 and 120/27 are exact ratios, a quarter apart to the last
+    bit): lambda is tuned; with the labelled scores a little tighter it is not."""
+    from calibration.study.estimate import MIN_SPREAD
+
+    labelled_f = 3.0 + np.array([-1.0, 1.0] * 5)
+    others = 3.0 + np.array([3.0, -3.0] * 5 + [2.0, -2.0] * 2 + [1.0, -1.0] * 2)
+    judge = np.r_[labelled_f, others]
+    y = np.array([2.0, 4.0, 3.0, 4.0, 2.0, 5.0, 1.0, 3.0, 2.0, 4.0])
+    human = np.r_[y, np.full(18, np.nan)]
+    assert np.var(labelled_f, ddof=1) == MIN_SPREAD * np.var(judge, ddof=1)
+    result = ppi_mean(human, judge, shared=shared)
+    assert result.lam[()] != 0.0
+    tighter = np.r_[3.0 + 0.9 * (labelled_f - 3.0), others]
+    assert ppi_mean(human, tighter, shared=shared).lam[()] == 0.0
