@@ -220,3 +220,22 @@ def test_three_labels_worth_two_get_the_t_interval_on_one_degree_of_freedom():
         assert getattr(result, name)[()] == pytest.approx(want[name], rel=1e-9), name
     half = (result.human_only_ci_high - result.human_only_ci_low) / 2
     assert half == pytest.approx(stats.t.ppf(0.975, 1) * result.human_only_se, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [14, 25])
+def test_dialogues_the_judge_did_not_judge_are_outside_the_population(n):
+    """A NaN judge score (an N/A cell) takes the dialogue out of the row: the weighted estimate is the one computed
+    without those dialogues, and the written-out reference agrees."""
+    rng = np.random.default_rng(n)
+    human, judge, pi = _active_study(rng, 1, 90, n, 0.8, 0.6)
+    out = np.flatnonzero(np.isnan(human[0]))[:15]
+    judge[0, out] = np.nan
+    human[0, out] = 3.0  # a label there is not read either
+    keep = ~np.isin(np.arange(90), out)
+    result = ppi_mean_weighted(human, judge, pi)
+    alone = ppi_mean_weighted(human[:, keep], judge[:, keep], pi[:, keep])
+    want = weighted_reference(np.where(keep, human[0], np.nan), judge[0], pi[0])
+    for name in PRINTED:
+        assert getattr(result, name)[0] == pytest.approx(getattr(alone, name)[0], rel=1e-9, abs=1e-12), name
+        assert getattr(result, name)[0] == pytest.approx(want[name], rel=1e-6, abs=1e-9), name
+    assert result.lam[0] != 0.0 and result.n_unlabelled[0] == 90 - n - 15
