@@ -44,22 +44,25 @@ def crossed_lambdas(y, f, lab, var_f, n, m):
     return lams
 
 
-def shared_lambdas(human, f, lab, var_f, n, m):
-    """One lambda per labelled dialogue for all rows: within-row sums of the other labels pooled over the rows."""
-    lams = np.zeros(lab.shape[1])
-    for i in np.flatnonzero(lab[0]):
+def shared_lambdas(human, f, lab, var_f, n, m, rows):
+    """One lambda per labelled dialogue for the rows sharing it (`rows`): within-row sums of the other labels
+    pooled over those rows; 0 elsewhere."""
+    lams = np.zeros(lab.shape)
+    for i in np.flatnonzero(lab[rows].any(0)):
         c_yf = c_ff = c_yy = c_u = dof = 0.0
-        for s in range(lab.shape[0]):
+        for s in rows:
             others = lab[s].copy()
             others[i] = False
+            if others.sum() < 2:
+                continue
             dy, df_ = human[s, others] - human[s, others].mean(), f[s, others] - f[s, others].mean()
             c_yf, c_ff, c_yy = c_yf + dy @ df_, c_ff + df_ @ df_, c_yy + dy @ dy
             c_u += (others.sum() - 1) * n[s] / m[s] * var_f[s]
             dof += others.sum() - 1
         r2 = c_yf ** 2 / (c_ff * c_yy)
         t2 = r2 * (dof - 1) / (1 - r2)
-        lams[i] = c_yf / (c_ff + c_u) * t2 / (1 + t2)
-    return np.where(lab, lams, 0.0)
+        lams[rows, i] = np.where(lab[rows, i], c_yf / (c_ff + c_u) * t2 / (1 + t2), 0.0)
+    return lams
 
 
 def reference(human, judge, regime, lam=None, fitted_judge=False, fit_leverage=None, confidence=0.95):
@@ -70,8 +73,11 @@ def reference(human, judge, regime, lam=None, fitted_judge=False, fit_leverage=N
     f = judge - np.nanmean(judge, -1, keepdims=True)
     var_f = np.array([np.var(f[s, judged[s]], ddof=1) for s in range(len(f))])
     y = np.where(lab, human, 0.0)
+    # The rows sharing one lambda: MIN_TUNED to MIN_CROSS_FITTED - 1 labels (the judge spread enough in these
+    # fixtures); a row with fewer is human-only.
+    together = [s for s in range(len(f)) if MIN_TUNED <= n[s] < MIN_CROSS_FITTED]
     if regime == "shared":
-        lams = shared_lambdas(human, f, lab, var_f, n, m)
+        lams = shared_lambdas(human, f, lab, var_f, n, m, together)
     elif regime == "crossed":
         lams = np.array([crossed_lambdas(y[s], f[s], lab[s], var_f[s], n[s], m[s]) for s in range(len(f))])
     elif regime == "fixed":
@@ -98,9 +104,9 @@ def reference(human, judge, regime, lam=None, fitted_judge=False, fit_leverage=N
         # lambda's own error, (lambda_hat - lambda)(mean_U f - mean_L f): from the rows' pooled sums where shared,
         # lambda^2 s_r^2 fit_leverage for a fitted predictor's coefficients.
         error = 0.0
-        if regime == "shared" and lam_bar != 0:
-            c_ff = sum(np.sum((f[r, lab[r]] - f[r, lab[r]].mean()) ** 2) for r in range(len(f)))
-            c_u = sum((n[r] - 1) * n[r] / m[r] * var_f[r] for r in range(len(f)))
+        if regime == "shared" and s in together and lam_bar != 0:
+            c_ff = sum(np.sum((f[r, lab[r]] - f[r, lab[r]].mean()) ** 2) for r in together)
+            c_u = sum((n[r] - 1) * n[r] / m[r] * var_f[r] for r in together)
             error = s_r2 * c_ff / (c_ff + c_u) ** 2 * (fu.mean() - fl.mean()) ** 2
         if fit_leverage is not None:
             error += lam_bar ** 2 * s_r2 * fit_leverage[s]
@@ -247,3 +253,15 @@ def test_the_judge_is_used_when_its_labelled_spread_is_exactly_a_quarter_of_the_
     assert result.lam[()] != 0.0
     tighter = np.r_[3.0 + 0.9 * (labelled_f - 3.0), others]
     assert ppi_mean(human, tighter, shared=shared).lam[()] == 0.0
+
+
+def test_rows_outside_the_shared_lambda_do_not_enter_its_pooled_error():
+    """A criterion whose systems differ in labels: two with 14 share one lambda, one with 7 is human-only (and
+    enters neither the shared fit nor the pooled sums of lambda's own error). Every row written out."""
+    rng = np.random.default_rng(77)
+    human, judge = _study(rng, 3, 80, 14, rho=0.9, offset=0.6)
+    human[2, np.flatnonzero(~np.isnan(human[2]))[:7]] = np.nan
+    judge = 0.1 * judge  # a judge on a small scale: its sums of squares are of order 1
+    result = ppi_mean(human, judge, shared=True)
+    assert result.n_labelled.tolist() == [14, 14, 7] and result.lam[2] == 0.0 and result.lam[0] != 0.0
+    _check(result, reference(human, judge, "shared"))
