@@ -239,3 +239,23 @@ def test_dialogues_the_judge_did_not_judge_are_outside_the_population(n):
         assert getattr(result, name)[0] == pytest.approx(getattr(alone, name)[0], rel=1e-9, abs=1e-12), name
         assert getattr(result, name)[0] == pytest.approx(want[name], rel=1e-6, abs=1e-9), name
     assert result.lam[0] != 0.0 and result.n_unlabelled[0] == 90 - n - 15
+
+
+@pytest.mark.parametrize("scale", [0.1, 10.0])
+def test_the_weighted_lambda_waits_for_labelled_judge_scores_that_spread(scale):
+    """The judge is used only where the labelled dialogues' judge scores vary at least MIN_SPREAD as much as all
+    judged ones (a ratio: the judge's scale does not matter): labelled scores bunched in a tenth of the judge's
+    spread get lambda 0 and the Hajek mean, the same labels on dialogues spread over the range a tuned lambda."""
+    rng = np.random.default_rng(4)
+    big_n, n = 100, 15
+    judge = scale * np.linspace(-3.0, 3.0, big_n)
+    pi = rng.uniform(0.1, 0.5, big_n)
+    y = np.round(3.0 + rng.normal(0.0, 1.0, n))
+    for cells, used in ((np.arange(45, 45 + n), False), (np.linspace(0, big_n - 1, n).astype(int), True)):
+        human = np.full(big_n, np.nan)
+        human[cells] = y + np.round(judge[cells] / scale)
+        result = ppi_mean_weighted(human, judge, pi)
+        assert (result.lam[()] != 0.0) == used
+        if not used:
+            a = 1 / pi[cells] / np.sum(1 / pi[cells])
+            assert result.estimate[()] == pytest.approx(a @ human[cells])
