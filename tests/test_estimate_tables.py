@@ -140,3 +140,26 @@ def test_the_notes_name_the_rows_without_an_interval_the_bounded_ones_and_a_full
                             "the human means"]
     assert tables.estimates["estimate"].tolist() == pytest.approx(
         every.groupby("system")["score"].mean().loc[["a", "b"]].tolist())
+
+
+def test_the_criteria_asked_for_are_estimated_and_unknown_ones_refused_with_what_there_is():
+    """--criteria through estimate(): only the criteria asked for; one without human scores, or without judge
+    scores, refused naming what the files have; a judge whose scores are for every criterion ('*', a wide metric
+    file) serves any criterion the labels have."""
+    from calibration.errors import CalibrationError
+
+    judge, labels, random_items, _ = _fixture()
+    one = estimate(judge, labels, criteria=["overall"], random_items=random_items)
+    assert one.criteria == ["overall"] and set(one.estimates["criterion"]) == {"overall"}
+    with pytest.raises(CalibrationError, match=r"--criteria: no human scores for coherence; the labels have "
+                                               r"fluency, overall"):
+        estimate(judge, labels, criteria=["coherence"])
+    extra = pd.concat([labels, labels.assign(criterion="coherence")], ignore_index=True)
+    with pytest.raises(CalibrationError, match=r"--criteria: no judge scores for coherence; the judgments have "
+                                               r"fluency, overall"):
+        estimate(judge, extra, criteria=["coherence"])
+    assert estimate(judge, extra).criteria == ["fluency", "overall"]  # shared criteria only, coherence left out
+    wide = judge[judge["criterion"] == "overall"].assign(criterion="*")
+    both = estimate(wide, labels, criteria=["fluency", "overall"], random_items=random_items)
+    assert both.criteria == ["fluency", "overall"]
+    assert estimate(wide, labels, random_items=random_items).criteria == ["fluency", "overall"]
