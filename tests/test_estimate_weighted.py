@@ -97,7 +97,8 @@ def weighted_reference(human, judge, pi, confidence=0.95):
     design_effect = ((human_high - human_low) / (2.0 * quantile(n - 1) * np.sqrt(var_y / n))) ** 2
     c = np.cov(y, r, aweights=a, bias=True)
     rho2 = 1.0 - (1.0 - c[0, 1] ** 2 / (c[0, 0] * c[1, 1])) * (n - 1.0) / (n - 2.0)
-    bias = _jensen_bias(var_residual / se ** 2, rho2, np.round(2.0 * satterthwaite) / 2.0)
+    # The residual share of se^2, at most 1 (a negative cross term can make the judged-only part negative).
+    bias = _jensen_bias(min(var_residual / se ** 2, 1.0), rho2, np.round(2.0 * satterthwaite) / 2.0)
     worth = n / (((high - low) / (human_high - human_low)) ** 2 * design_effect * bias)
     return {"estimate": estimate + 0.0, "ci_low": low, "ci_high": high, "human_only": hajek,
             "human_only_ci_low": human_low, "human_only_ci_high": human_high, "lam": lam, "df": df,
@@ -259,3 +260,18 @@ def test_the_weighted_lambda_waits_for_labelled_judge_scores_that_spread(scale):
         if not used:
             a = 1 / pi[cells] / np.sum(1 / pi[cells])
             assert result.estimate[()] == pytest.approx(a @ human[cells])
+
+
+def test_a_negative_judged_only_part_counts_all_of_se_squared_as_residual():
+    """A weak judge on an active design (rho 0.3): the cross term can outweigh lambda^2 var(f) / N, leaving the
+    judged-only part of se^2 negative; the residual share is then 1 (not above), and every printed number is still
+    the written-out one."""
+    rng = np.random.default_rng(2)
+    human, judge, pi = _active_study(rng, 4, 60, 14, 0.3, 0.9)
+    result = ppi_mean_weighted(human, judge, pi)
+    assert result.var_unlabelled[1] < 0 < result.var_residual[1]
+    want = weighted_reference(human[1], judge[1], pi[1])
+    for name in PRINTED:
+        assert getattr(result, name)[1] == pytest.approx(want[name], rel=1e-6, abs=1e-9), name
+    assert effective_labels(result)[1] == pytest.approx(want["effective_labels"], rel=1e-4)
+    assert want["bias"] > 1.001
