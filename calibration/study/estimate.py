@@ -254,8 +254,9 @@ def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, 
         if lam is None:
             # lambda is tuned only where it can be: enough labels, and labelled dialogues whose judge scores
             # spread over a fair part of the judge's range. Both conditions look at the judge's scores only,
-            # never at the labels, so choosing between tuned and human-only does not bias the interval.
-            estimable = (n >= MIN_TUNED) & (var_fl >= MIN_SPREAD * var_f) & (m >= 2)
+            # never at the labels, so choosing between tuned and human-only does not bias the interval. A constant
+            # judge (var_f 0) is never used, so its row does not enter a shared lambda's fit either.
+            estimable = (n >= MIN_TUNED) & (var_fl >= MIN_SPREAD * var_f) & (m >= 2) & (var_f > 0)
             crossed = estimable & (n >= MIN_CROSS_FITTED)
             fitted = estimable & ~crossed
             # Shared: the criterion's rows below MIN_CROSS_FITTED labels tune one lambda together, cross-fitted
@@ -581,7 +582,9 @@ def _ppi_mean_weighted(human, judge, inclusion, confidence: float) -> PPIResult:
         var_y = (a * dy * dy).sum(-1, keepdims=True) * n / (n - 1)
         kish = a2.sum(-1, keepdims=True)
         components = a2 * r * r  # the residual variance's terms, one per label (weighted_df)
-        s_yr, s_rr = (a * dy * r).sum(-1, keepdims=True), (a * r * r).sum(-1, keepdims=True)
+        # The labels' a-weighted correlation with their residuals (_jensen's rho), all three moments on the same
+        # weights (var_y's n / (n - 1) would shrink it by (n - 1) / n, and a human-only row's rho^2 of 1 with it).
+        s_yr, s_rr, s_yy = ((a * u * v).sum(-1, keepdims=True) for u, v in ((dy, r), (r, r), (dy, dy)))
     n, big_n, se, human_se, lam, k, tuned, var_unlabelled, var_residual, var_y = (
         v[..., 0] for v in (n, big_n, se, human_se, lam, k, tuned, var_unlabelled, var_residual, var_y))
     estimate, mean_y = estimate[..., 0] + offset, y_a[..., 0] + offset
@@ -599,7 +602,8 @@ def _ppi_mean_weighted(human, judge, inclusion, confidence: float) -> PPIResult:
         # ... and, as for ppi_mean (_jensen), the ratio's own upward bias, on the residual terms' Satterthwaite df
         # (unbounded: uneven terms, a heavy-tailed residual drawn or not, make se^2 noisy and the ratio high).
         share = np.clip(var_residual / (var_unlabelled + var_residual), 0.0, 1.0)
-        rho2 = 1.0 - (1.0 - np.clip(s_yr[..., 0] ** 2 / (var_y * s_rr[..., 0]), 0.0, 1.0)) * (n - 1.0) / (n - 2.0)
+        r2 = np.clip(s_yr[..., 0] ** 2 / (s_yy[..., 0] * s_rr[..., 0]), 0.0, 1.0)
+        rho2 = 1.0 - (1.0 - r2) * (n - 1.0) / (n - 2.0)
         df = np.round(2.0 * satterthwaite(components, n, k)) / 2.0
     bias = _jensen(np.where(np.isfinite(share), share, 0.0), np.nan_to_num(rho2), df + 1.0)
     return replace(result, jensen=design_effect * bias)
