@@ -123,3 +123,14 @@ def test_the_text_shows_a_mean_shift_for_scores_and_none_for_labels(runs):
     assert labelled.drift.iloc[0]["kind"] == "labels"
     text = labelled.text()
     assert "mean shift" not in text and not re.search(r"\bnan\b", text)
+
+
+@pytest.mark.parametrize("shift, verdict", [(0.0, "no drift"), (0.6, "drift")])
+def test_a_settled_verdict_asks_for_no_more_anchor_dialogues(shift, verdict):
+    """drift.csv's dialogues_needed is what would settle an inconclusive verdict; a settled one (30 anchor dialogues,
+    nothing planted or 60% of judgments moved up a point) needs none: 0, and no note. Written after the seed-18 draw
+    let the placeholder 0 become 1."""
+    reference, new = simulated_runs(np.random.default_rng(3), n_items=30, shift=shift)
+    row = drift(reference, new, bootstrap=200).drift.iloc[0]
+    assert row["verdict"] == verdict
+    assert row["dialogues_needed"] == 0 and row["note"] == ""

@@ -5,6 +5,7 @@ has been (the second round of set_apart)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from calibration.study.pairwise import Pairs, bradley_terry, set_apart
@@ -259,3 +260,52 @@ def test_the_win_rate_uses_the_judge_from_twenty_labelled_votes_on(labelled):
         assert row["width_ratio"] == pytest.approx(1.0) and row["estimate"] == pytest.approx(np.mean(votes))
     else:
         assert row["width_ratio"] < 0.99
+
+
+def test_a_length_gap_under_one_word_on_average_is_still_controlled_for():
+    """Texts within a word of the baseline's (gaps -1, 0, +1: their spread is below 1): the length-controlled win
+    rate is still sigmoid of the intercept of the votes' logistic fit on tanh(gap / spread) (statsmodels' GLM,
+    the spread over every judged pair against the baseline), not the plain share. Below 10 labelled dialogues
+    lambda is 0, so the estimate is that fit's too. Written after the seed-18 draw let `spread > 0` become
+    `spread > 1`."""
+    import statsmodels.api as sm
+
+    from calibration.study.pairwise import length_controlled_rows
+
+    votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0)
+    gaps = np.array([1.0, -1.0, 1.0, -1.0, 0.0, 1.0, -1.0, -1.0, 1.0, 0.0, 1.0, -1.0])
+    data, lengths = _against_base(votes, unlabelled=3, gaps=gaps)
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    spread = gaps.std()
+    assert 0 < spread < 1
+    x = sm.add_constant(np.tanh(gaps[:len(votes)] / spread))
+    glm = sm.GLM(np.array(votes), x, family=sm.families.Binomial()).fit(tol=1e-14)
+    expected = 1.0 / (1.0 + np.exp(-glm.params[0]))
+    assert abs(expected - np.mean(votes)) > 0.01  # controlling for length moves it here
+    assert row["human_only"] == pytest.approx(expected, abs=1e-6)
+    assert row["estimate"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_one_order_verdicts_beside_an_empty_score_column_are_the_verdicts():
+    """A judgments file read with a score column that is empty (verdicts only, one order asked): each pair's
+    prediction is its verdict (1, 0, 1/2), none failed; the score column is P(system_1 wins) only when no verdict
+    is there at all."""
+    from calibration.study.pairwise import judge_predictions
+
+    frame = pd.DataFrame({"label": ["1", "2", "0", None], "score": [np.nan] * 4})
+    f, failed = judge_predictions(frame)
+    assert f.tolist() == [1.0, 0.0, 0.5, 0.5] and failed == 1
+
+
+@pytest.mark.parametrize("lam, human_only", [(None, False), (0.0, False), (None, True)])
+def test_a_group_of_systems_that_wins_every_pair_has_no_finite_strength(lam, human_only):
+    """a and c split the pairs between them but win every pair against the baseline and d (which split theirs):
+    no system alone won everything (set_apart keeps them), yet the pair's strengths run to +infinity together.
+    The fit must say it did not converge rather than print a finite strength near 27 where Newton's loss stopped
+    moving (its divergence bound is 25 in log odds)."""
+    rows = [(f, s, 1.0, 8 * rep + k) for rep in range(4) for k, (f, s) in enumerate(
+        [(1, 0), (2, 0), (1, 3), (2, 3), (1, 2), (2, 1), (0, 3), (3, 0)])]
+    data = pairs(["base", "a", "c", "d"], rows)
+    fit = bradley_terry(data, 0, 0.95, lam=lam, human_only=human_only)
+    assert not fit.ok and np.isnan(fit.theta).all()
+    assert ("a group of systems" in fit.note) and ("did not converge" in fit.note or "no finite strength" in fit.note)
