@@ -309,3 +309,44 @@ def test_a_group_of_systems_that_wins_every_pair_has_no_finite_strength(lam, hum
     fit = bradley_terry(data, 0, 0.95, lam=lam, human_only=human_only)
     assert not fit.ok and np.isnan(fit.theta).all()
     assert ("a group of systems" in fit.note) and ("did not converge" in fit.note or "no finite strength" in fit.note)
+
+
+def test_where_every_vote_agrees_the_win_rate_is_worth_the_labels_over_the_squared_pseudo_voted_ratio():
+    """24 labelled dialogues all won, a judge that mostly agrees: the plain PPI interval has no width to compare
+    (every vote the same), so the estimate's worth in votes is the printed (pseudo-voted) width ratio's:
+    n / ratio^2, as _effective and the module docstring define it."""
+    from calibration.study.pairwise import win_rate_rows
+
+    rng = np.random.default_rng(2)
+    votes = (1.0,) * 24
+    data, _ = _against_base(votes, unlabelled=60)
+    data.judge[len(votes):] = rng.choice([1.0, 0.0, 0.5], 60, p=[0.8, 0.1, 0.1])
+    data.judge[:len(votes)] = rng.choice([1.0, 0.5], len(votes), p=[0.8, 0.2])
+    row, = win_rate_rows(data, 0, 0.95)
+    assert row["interval_note"] == "" and 0.0 < row["width_ratio"] < 1.0
+    assert row["effective_labels"] == pytest.approx(24 / row["width_ratio"] ** 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e3])
+@pytest.mark.parametrize("ppi", [False, True])
+def test_newton_solves_the_score_equation_to_rounding(scale, ppi):
+    """Newton's answer is the root of the loss's gradient sum_k x_k (w_k sigmoid(x_k theta) - v_k) as scipy's root
+    finder gives it from there (analytic Jacobian), to 1e-9 in log odds, whatever the weights'
+    scale; `ppi`: targets v / w outside [0, 1], as a PPI loss at lambda in (0, 1) has them (the loss can then be
+    near 0 or negative). A step is accepted unless it raises the loss beyond rounding; one that had to lower it by
+    1e-15 of itself stopped 5e-8 short."""
+    from scipy import optimize
+
+    from calibration.study.pairwise import newton
+
+    rng = np.random.default_rng(9)
+    for _ in range(5):
+        x = rng.choice([-1.0, 0.0, 1.0], size=(80, 4))
+        w = rng.uniform(0.2, 2.0, 80) * scale
+        v = w * (rng.uniform(-0.3, 1.3, 80) if ppi else rng.uniform(0.1, 0.9, 80))
+        theta, ok = newton(x, w, v)
+        p = lambda t: 1.0 / (1.0 + np.exp(-(x @ t)))  # noqa: E731
+        score = lambda t: x.T @ (w * p(t) - v) / scale  # noqa: E731
+        root = optimize.root(score, theta, tol=1e-15, jac=lambda t: (x * (w * p(t) * (1 - p(t)))[:, None]).T @ x / scale)
+        assert np.max(np.abs(score(root.x))) < 1e-12  # the root finder's answer is a root
+        assert ok and theta == pytest.approx(root.x, abs=1e-9)
