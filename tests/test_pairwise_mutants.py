@@ -350,3 +350,18 @@ def test_newton_solves_the_score_equation_to_rounding(scale, ppi):
         root = optimize.root(score, theta, tol=1e-15, jac=lambda t: (x * (w * p(t) * (1 - p(t)))[:, None]).T @ x / scale)
         assert np.max(np.abs(score(root.x))) < 1e-12  # the root finder's answer is a root
         assert ok and theta == pytest.approx(root.x, abs=1e-9)
+
+
+def test_newton_whose_linear_solve_fails_says_it_did_not_converge():
+    """Two identical columns (the strengths are not identified) with weights so large that the 1e-12 ridge added to
+    the Hessian is lost to rounding: numpy's solve refuses the singular system, and Newton must report no
+    convergence (the caller then says so), never a converged fit at its starting point."""
+    from calibration.study.pairwise import newton
+
+    x = np.array([[1.0, 1.0], [-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
+    w = np.full(4, 1e6)
+    hess = (x * (w * 0.25)[:, None]).T @ x + 1e-12 * np.eye(2)
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.solve(hess, np.ones(2))
+    theta, ok = newton(x, w, w * np.array([0.7, 0.2, 0.6, 0.5]))
+    assert not ok
