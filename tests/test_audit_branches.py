@@ -402,3 +402,19 @@ def test_a_pairwise_self_preference_whose_own_system_has_no_labels_is_the_judges
     assert row["note"].startswith(NO_LABELS_NOTE) and row["note"] == alone["note"]
     assert row["judge_gap"] == pytest.approx(alone["judge_gap"])
     assert np.isnan(row["self_preference"]) and np.isnan(row.get("human_gap", np.nan))
+
+
+def test_a_rerun_of_pairwise_verdicts_is_the_noise_floor(tmp_path):
+    """Pairwise judgments (verdicts, no score: status 'label') re-run with every third verdict changed: the noise
+    floor is the share of changed verdicts, counted by pandas, from the re-run, over all 12 pairs. Written after
+    the seed-302 draw let the judgments' own status be replaced by one read from the (empty) score."""
+    from calibration.io import load_judge_scores
+    from test_audit_cli import write_pairs
+
+    items, judgments = write_pairs(tmp_path, dialogues=12)
+    frame = load_judge_scores(judgments)
+    rerun = frame.copy()
+    rerun.loc[rerun.index % 3 == 0, "label"] = "1"
+    noise = audit(frame, items, rerun=rerun, bootstrap=100).noise.iloc[0]
+    assert noise["source"] == "rerun" and noise["n"] == 12
+    assert noise["changed_share"] == pytest.approx((frame["label"] != rerun["label"]).mean())
