@@ -418,3 +418,14 @@ def test_a_rerun_of_pairwise_verdicts_is_the_noise_floor(tmp_path):
     noise = audit(frame, items, rerun=rerun, bootstrap=100).noise.iloc[0]
     assert noise["source"] == "rerun" and noise["n"] == 12
     assert noise["changed_share"] == pytest.approx((frame["label"] != rerun["label"]).mean())
+
+
+@pytest.mark.parametrize("low, high, excludes", [
+    (0.0, 1.0, False), (-1.0, 0.0, False), (0.0, 0.0, False), (1e-12, 1.0, True), (-1.0, -1e-12, True),
+    (-0.5, 0.5, False), (np.nan, 1.0, False), (0.2, np.nan, False), (0.2, np.inf, False), (-np.inf, -0.2, False)])
+def test_an_effect_is_flagged_only_when_its_finite_closed_interval_leaves_out_zero(low, high, excludes):
+    """The effect column reads an interval [low, high]: a bound exactly at 0 still holds 0, and an interval without
+    two finite bounds claims nothing."""
+    from calibration.trust.audit import _excludes_zero
+
+    assert _excludes_zero(low, high) is excludes
