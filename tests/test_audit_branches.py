@@ -429,3 +429,18 @@ def test_an_effect_is_flagged_only_when_its_finite_closed_interval_leaves_out_ze
     from calibration.trust.audit import _excludes_zero
 
     assert _excludes_zero(low, high) is excludes
+
+
+@pytest.mark.parametrize("a", [0.05, 20.0])
+def test_the_humans_units_move_no_judge_side_number(study, a):
+    """Human readings on another scale (each annotator's times a: a 1-5 scale read as 0.05-0.25, or as 20-100): the
+    excess is the judge's own length effect in its points and identified by the sign of the readings' agreement,
+    so it and its interval are unchanged; the humans' slope scales by a."""
+    judge, words, human, _, _, _ = study
+    base = length_slopes(judge, words, human, _boot(judge), "c")
+    scaled = human.assign(**{c: a * human[c] for c in ("human", "human_a", "human_b")})
+    moved = length_slopes(judge, words, scaled, _boot(judge), "c")
+    assert np.isfinite([base[k] for k in LENGTH]).all()
+    for key in LENGTH:
+        assert moved[key] == pytest.approx(base[key], rel=1e-9), key
+    assert moved["human_slope"] == pytest.approx(a * base["human_slope"], rel=1e-9)
