@@ -444,3 +444,30 @@ def test_the_humans_units_move_no_judge_side_number(study, a):
     for key in LENGTH:
         assert moved[key] == pytest.approx(base[key], rel=1e-9), key
     assert moved["human_slope"] == pytest.approx(a * base["human_slope"], rel=1e-9)
+
+
+@pytest.mark.parametrize("seed, bias", [(1, 0.12), (5, -0.07)])
+def test_a_position_effect_is_flagged_when_the_first_shown_share_interval_leaves_out_one_half(seed, bias):
+    """Pairwise position: the effect column says whether the first-shown candidate's win share interval excludes
+    1/2, the share with no position effect. The two studies put a bound just beside 1/2 (within 0.05 of it), where a
+    reference moved off 1/2 would flag the other way."""
+    from test_audit import simulate_pairs
+
+    pairs, _, _ = simulate_pairs(np.random.default_rng(seed), bias, dialogues=30)
+    row = pairwise_position(pairs, None, Dialogues(pairs["item_id"], 200, 0), "c")[0]
+    low, high = row["first_shown_ci_low"], row["first_shown_ci_high"]
+    assert 0.5 < low <= 0.55 or 0.5 <= high < 0.55  # the case this test is for
+    assert row["effect"] == (low > 0.5 or high < 0.5)
+
+
+def test_two_own_systems_are_averaged_before_the_gap(study):
+    """--self with two systems: per dialogue, the mean of the own systems' scores less the mean of the others'
+    (pandas), averaged over dialogues; the humans' likewise."""
+    judge, _, human, _, _, _ = study
+    own = ["sys0", "sys1"]
+    row = self_preference(judge, human, _boot(judge), "c", own)
+    frame = judge.merge(human)
+    per = frame.assign(own=frame["system"].isin(own)).groupby(["item_id", "own"])[["score", "human"]].mean()
+    gaps = per.xs(True, level="own") - per.xs(False, level="own")
+    assert row["judge_gap"] == pytest.approx(gaps["score"].mean(), rel=1e-12)
+    assert row["human_gap"] == pytest.approx(gaps["human"].mean(), rel=1e-12)
