@@ -471,3 +471,22 @@ def test_two_own_systems_are_averaged_before_the_gap(study):
     gaps = per.xs(True, level="own") - per.xs(False, level="own")
     assert row["judge_gap"] == pytest.approx(gaps["score"].mean(), rel=1e-12)
     assert row["human_gap"] == pytest.approx(gaps["human"].mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed, bias", [(1, 0.12), (5, -0.07), (3, 0.0)])
+def test_a_pairwise_position_p_value_tests_the_first_shown_share_against_one_half(seed, bias):
+    """family_wise reads a pairwise position row's p-value from its first-shown share and interval, less 1/2 (the
+    share with no position effect): the t test (scipy) whose interval it is, on the dialogues' degrees of freedom;
+    alone in its family, Holm leaves it as it is."""
+    from calibration.trust.audit import family_wise
+    from test_audit import simulate_pairs
+
+    pairs, _, _ = simulate_pairs(np.random.default_rng(seed), bias, dialogues=30)
+    position = pd.DataFrame(pairwise_position(pairs, None, Dialogues(pairs["item_id"], 200, 0), "c"))
+    assert family_wise(pd.DataFrame(columns=["excess_slope"]), position, pd.DataFrame(columns=["self_preference"]),
+                       30) == 1
+    row = position.iloc[0]
+    estimate, low, high = (row[c] - 0.5 for c in ("first_shown_wins", "first_shown_ci_low", "first_shown_ci_high"))
+    se = (estimate - low if estimate >= 0 else high - estimate) / stats.t.ppf(0.975, 29)
+    assert row["p_adjusted"] == pytest.approx(2 * stats.t.sf(abs(estimate) / se, 29), rel=1e-9)
+    assert row["effect"] == (row["p_adjusted"] < 0.05)

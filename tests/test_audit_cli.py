@@ -194,6 +194,8 @@ BAD = [
     ("--self system that does not exist", lambda t: ["--self", "gpt-9"], "--self: no system 'gpt-9'"),
     ("items not matching the judgments", lambda t: ["--items", str(write_items(t / "few.jsonl", dialogues=5))],
      "base.jsonl:31: no item with id 'd5' and system 'short' in --items (and 41 more judgments)"),
+    ("items lacking exactly one judgment's summary", lambda t: _one_judgment_unmatched(t),
+     "in --items: the items file must be the one that was judged"),  # one missing: no "(and 0 more ...)"
     ("a rerun with no judgment in common", lambda t: ["--rerun", str(write_pairs(t)[1])],
      "has no judgment in common"),
     ("labels with no criterion in common", lambda t: ["--human", str(_other_criterion_labels(t))],
@@ -202,6 +204,16 @@ BAD = [
     ("a missing judgments file", lambda t: ["--judgments", str(t / "nope.jsonl")], "nope.jsonl: no such file"),
     ("an unknown criterion", lambda t: ["--criteria", "fluency"], "--criteria: no judgments for criterion 'fluency'"),
 ]
+
+
+def _one_judgment_unmatched(tmp_path: Path) -> list[str]:
+    """The last summary left out of the items and its last criterion out of the judgments: one judgment (its other
+    criterion's) has no item."""
+    items, judgments = write_items(tmp_path / "all_but_one.jsonl"), write_judgments(tmp_path / "one_criterion.jsonl")
+    for path in (items, judgments):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        path.write_text("".join(lines[:-1]), encoding="utf-8")
+    return ["--items", str(items), "--judgments", str(judgments)]
 
 
 def _other_criterion_labels(tmp_path: Path) -> Path:
