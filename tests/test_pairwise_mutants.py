@@ -365,3 +365,18 @@ def test_newton_whose_linear_solve_fails_says_it_did_not_converge():
         np.linalg.solve(hess, np.ones(2))
     theta, ok = newton(x, w, w * np.array([0.7, 0.2, 0.6, 0.5]))
     assert not ok
+
+
+def test_a_judge_whose_own_fit_runs_away_halves_lambda_from_one():
+    """20 labelled dialogues where the judge agrees with each vote, 40 judged-only ones where it says a wins every
+    time: the judge's own fit (lambda = 1, where the tuning starts) has no finite optimum, so lambda falls back to
+    1 and is halved until the fit converges: 1/2. There the PPI loss is half the votes' plus half the judge's on the
+    judged-only pairs, whose optimum is sigmoid(theta) = (the votes' share + 1) / 2 (written out here)."""
+    rng = np.random.default_rng(1)
+    votes = (rng.random(20) < 0.7).astype(float)
+    rows = [(1, 0, votes[d] if d < 20 else np.nan, d) for d in range(60)]
+    data = pairs(["base", "a"], rows, judge=[*votes, *[1.0] * 40])
+    fit = bradley_terry(data, 0, 0.95)
+    share = (votes.mean() + 1.0) / 2.0
+    assert fit.ok and fit.lam == 0.5
+    assert fit.theta[1] == pytest.approx(np.log(share / (1.0 - share)), abs=1e-8)
