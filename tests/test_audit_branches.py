@@ -490,3 +490,51 @@ def test_a_pairwise_position_p_value_tests_the_first_shown_share_against_one_hal
     se = (estimate - low if estimate >= 0 else high - estimate) / stats.t.ppf(0.975, 29)
     assert row["p_adjusted"] == pytest.approx(2 * stats.t.sf(abs(estimate) / se, 29), rel=1e-9)
     assert row["effect"] == (row["p_adjusted"] < 0.05)
+
+
+@pytest.mark.parametrize("seed, length, flagged", [(20, 0.1, False), (18, 0.25, True)])
+def test_a_ranking_changed_at_equal_length_is_said_only_where_length_is_a_finding(seed, length, flagged):
+    """length_controlled.csv's rank_changed: the length-controlled rank differs from the raw one and the criterion's
+    length effect is flagged. Seed 20 (a faint length taste, noisy judge, 12 dialogues) has ranks that move at equal
+    length while its length slope is not flagged: nothing is said; seed 18 (a clear taste): the moved ranks are."""
+    from calibration.trust.audit import read_items
+
+    judge, words, _, _ = simulate(np.random.default_rng(seed), dialogues=12, judge_length=length,
+                                  quality_length=0.0 if length < 0.2 else 0.5, judge_noise=1.0 if length < 0.2 else 0.8)
+    items = pd.DataFrame({"id": words["item_id"], "system": words["system"], "dialogue": "A: hi",
+                          "candidate": [" ".join(["w"] * int(n)) for n in words["words"]]})
+    result = audit(judge, items, bootstrap=200, seed=1)
+    assert bool(result.length["effect"].iloc[0]) is flagged
+    table = result.length_controlled
+    moved = table["raw_rank"] != table["lc_rank"]
+    assert moved.any()  # the ranking does move at equal length
+    assert (table["rank_changed"] == (moved & flagged)).all()
+    alone = length_controlled_means(judge, read_items(items), None, Dialogues(judge["item_id"], 200, 1), "c")
+    assert (alone["rank_changed"] == (alone["raw_rank"] != alone["lc_rank"])).all()
+
+
+def test_the_audit_result_says_whether_it_had_human_labels(tmp_path):
+    """AuditResult.has_human, read by Python callers: True with --human, False without."""
+    from test_audit_cli import write_items, write_judgments, write_labels
+
+    items, judgments = write_items(tmp_path / "items.jsonl"), write_judgments(tmp_path / "j.jsonl")
+    labels = write_labels(tmp_path / "labels.csv")
+    assert audit(judgments, items, labels, bootstrap=50).has_human is True
+    assert audit(judgments, items, bootstrap=50).has_human is False
+
+
+def test_one_decided_pair_of_different_lengths_is_reported_not_called_none(tmp_path):
+    """Pairwise judgments where every pair but one is a tie: the length preference rests on that one decided pair,
+    and the sentence reports it (100% of 1 decided pairs), never 'no decided pair'."""
+    from calibration.io import load_judge_scores
+    from test_audit_cli import write_pairs
+
+    items, judgments = write_pairs(tmp_path, dialogues=10)
+    frame = load_judge_scores(judgments)
+    frame["label"] = np.where(np.arange(len(frame)) == 1, "2", "0")  # pair p1: the longer (second) candidate wins
+    result = audit(frame, items, bootstrap=50)
+    row = result.length.iloc[0]
+    assert row["n_pairs"] == 1 and row["prefers_longer"] == 1.0
+    (said,) = [s for s in result.sentences if s.startswith("overall: the judge prefers")]
+    assert "the longer candidate in 100%" in said and "of 1 decided pairs" in said
+    assert not any("no decided pair" in s for s in result.sentences)

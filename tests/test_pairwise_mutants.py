@@ -380,3 +380,29 @@ def test_a_judge_whose_own_fit_runs_away_halves_lambda_from_one():
     share = (votes.mean() + 1.0) / 2.0
     assert fit.ok and fit.lam == 0.5
     assert fit.theta[1] == pytest.approx(np.log(share / (1.0 - share)), abs=1e-8)
+
+
+def test_the_pairwise_estimate_prints_no_numpy_warning():
+    """A user would see numpy's RuntimeWarnings ("divide by zero encountered in divide") on stderr beside the
+    tables: the whole estimate (win rates, strengths, rank sets, length- and style-controlled win rates) runs with
+    warnings as errors on three studies (a few votes; many; labelled dialogues with some pairs unvoted, whose
+    pairs weigh pairs / labelled pairs, and judged-only dialogues with none)."""
+    import warnings
+
+    from calibration.study.pairwise import (length_controlled_rows, pairwise_estimate, read_pairs,
+                                            style_controlled_rows)
+    from test_pairwise_estimate import study
+    from test_pairwise_properties import partly_labelled, prepared
+
+    for judge, labels in (study(seed=61, dialogues=80, labelled=30, copy=0.8), study(seed=3, dialogues=30,
+                                                                                      labelled=6), partly_labelled(seed=2)):
+        rng = np.random.default_rng(7)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pairwise_estimate(judge, prepared(judge, labels), "base")
+            data = read_pairs(judge, prepared(judge, labels), "quality", "labels")
+            styles = {(d, s): np.array([rng.integers(20, 200), rng.integers(0, 3), rng.integers(0, 6),
+                                        rng.integers(0, 4)], dtype=float) for d in data.dialogues for s in data.systems}
+            base = data.systems.index("base")
+            length_controlled_rows(data, base, 0.95, {key: value[0] for key, value in styles.items()})
+            style_controlled_rows(data, base, 0.95, styles)
