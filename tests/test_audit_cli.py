@@ -430,3 +430,21 @@ def test_pairwise_rubric_cannot_take_a_probe(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "compares pairs; probes perturb the candidates" in err, err
     assert not (tmp_path / "audit").exists()
+
+
+def test_probe_items_are_kept_as_utf8_and_rewritten_when_the_sample_changes(stub_server, tmp_path, capsys):
+    """The probes' perturbed items are kept in --output-dir as readable UTF-8 JSON lines (an accented candidate
+    stays accented, not \\u-escaped); a rerun with another --probe-sample rewrites them, and the probes are judged
+    on the new sample (5 candidates, not the 4 kept from before)."""
+    items = write_items(tmp_path / "items.jsonl", dialogues=6)
+    records = [json.loads(line) for line in items.read_text(encoding="utf-8").splitlines()]
+    items.write_text("".join(json.dumps({**r, "candidate": r["candidate"] + " Café crème."}, ensure_ascii=False)
+                             + "\n" for r in records), encoding="utf-8")
+    judgments = _judge(stub_server, tmp_path, items, "j.jsonl")
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler") == 0
+    kept = tmp_path / "audit" / "probe_filler_items.jsonl"
+    assert "Café crème." in kept.read_text(encoding="utf-8")
+    assert len(kept.read_text(encoding="utf-8").splitlines()) == 4
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler", "--probe-sample", "5") == 0
+    assert len(kept.read_text(encoding="utf-8").splitlines()) == 5
+    assert (pd.read_csv(tmp_path / "audit" / "probes.csv")["n"] == 5).all()
