@@ -134,3 +134,15 @@ def test_a_settled_verdict_asks_for_no_more_anchor_dialogues(shift, verdict):
     row = drift(reference, new, bootstrap=200).drift.iloc[0]
     assert row["verdict"] == verdict
     assert row["dialogues_needed"] == 0 and row["note"] == ""
+
+
+@pytest.mark.parametrize("one, other, same", [
+    ({"coherence": 3, "relevance": 4}, {"relevance": 4, "coherence": 3}, True),  # a verdict per segment, keys reordered
+    ([{"a": 1, "b": 2}], [{"b": 2, "a": 1}], True),
+    ({"coherence": 3}, {"coherence": 4}, False), (3, "3.0", True), ("A", "B", False)])
+def test_structured_verdicts_compare_by_content_not_key_order(one, other, same):
+    """A verdict that is a mapping (one score per segment or criterion) is the same verdict whatever order its keys
+    were written in; drift counts it changed only when a value changes."""
+    from calibration.trust.drift import _comparable
+
+    assert (_comparable(one) == _comparable(other)) is same
