@@ -406,3 +406,33 @@ def test_the_pairwise_estimate_prints_no_numpy_warning():
             base = data.systems.index("base")
             length_controlled_rows(data, base, 0.95, {key: value[0] for key, value in styles.items()})
             style_controlled_rows(data, base, 0.95, styles)
+
+
+def test_a_judge_whose_gradients_barely_vary_still_gets_ppi_plus_pluss_lambda():
+    """A probabilistic judge close to the fitted probabilities (its pair score the true P(first wins), moved 5% of
+    the way to the vote plus noise of sd 0.1): its gradients vary little, so PPI++'s denominator
+    2 (1 + n/m) tr(H^-1 Var(g_f) H^-1) is below 1 here, yet lambda is still the ratio (written out in
+    tests/test_pairwise_properties.py's Reference, from the module docstring), an interior 0.8, not 0."""
+    from test_pairwise_properties import Reference
+
+    rng = np.random.default_rng(3)
+    strength = np.array([0.0, 0.6, -0.4, 0.2])
+    rows, judge = [], []
+    for d in range(120):
+        for first, second in ((1, 0), (2, 0), (3, 0), (1, 2), (2, 3), (3, 1)):
+            p = 1.0 / (1.0 + np.exp(-(strength[first] - strength[second])))
+            vote = float(rng.random() < p)
+            rows.append((first, second, vote if d < 40 else np.nan, d))
+            judge.append(np.clip(p + 0.05 * (vote - p) + rng.normal(0, 0.1), 0.0, 1.0))
+    data = pairs(["base", "a", "c", "d"], rows, judge=judge)
+    ref = Reference(data, 0)
+    start = ref.fit(1.0)
+    _, gf_l, gf_u, _ = ref.gradients(start)
+    h_inv = np.linalg.inv(ref.hessian(start, 1.0))
+    n, m = len(ref.L), len(ref.U)
+    bottom = 2 * (1 + n / m) * np.trace(h_inv @ np.cov(np.vstack([gf_l, gf_u]), rowvar=False) @ h_inv)
+    assert 0.0 < bottom < 1.0  # the case this test is for
+    expected = ref.tuned_lambda(start)
+    assert 0.1 < expected < 0.99
+    fit = bradley_terry(data, 0, 0.95)
+    assert fit.lam == pytest.approx(expected, rel=1e-5) and fit.df == n - 2
