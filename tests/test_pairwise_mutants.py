@@ -408,13 +408,9 @@ def test_the_pairwise_estimate_prints_no_numpy_warning():
             style_controlled_rows(data, base, 0.95, styles)
 
 
-def test_a_judge_whose_gradients_barely_vary_still_gets_ppi_plus_pluss_lambda():
-    """A probabilistic judge close to the fitted probabilities (its pair score the true P(first wins), moved 5% of
-    the way to the vote plus noise of sd 0.1): its gradients vary little, so PPI++'s denominator
-    2 (1 + n/m) tr(H^-1 Var(g_f) H^-1) is below 1 here, yet lambda is still the ratio (written out in
-    tests/test_pairwise_properties.py's Reference, from the module docstring), an interior 0.8, not 0."""
-    from test_pairwise_properties import Reference
-
+def _near_calibrated_judge(toward_vote, noise):
+    """Four systems, 120 dialogues of 6 pairs, 40 labelled; the judge's pair score is the true P(first wins) moved
+    `toward_vote` of the way to the vote, plus normal noise of sd `noise` (clipped to 0..1)."""
     rng = np.random.default_rng(3)
     strength = np.array([0.0, 0.6, -0.4, 0.2])
     rows, judge = [], []
@@ -423,16 +419,28 @@ def test_a_judge_whose_gradients_barely_vary_still_gets_ppi_plus_pluss_lambda():
             p = 1.0 / (1.0 + np.exp(-(strength[first] - strength[second])))
             vote = float(rng.random() < p)
             rows.append((first, second, vote if d < 40 else np.nan, d))
-            judge.append(np.clip(p + 0.05 * (vote - p) + rng.normal(0, 0.1), 0.0, 1.0))
-    data = pairs(["base", "a", "c", "d"], rows, judge=judge)
+            judge.append(np.clip(p + toward_vote * (vote - p) + rng.normal(0, noise), 0.0, 1.0))
+    return pairs(["base", "a", "c", "d"], rows, judge=judge)
+
+
+@pytest.mark.parametrize("toward_vote, noise, clipped", [(0.05, 0.1, False), (0.1, 0.12, True)])
+def test_ppi_plus_pluss_lambda_for_a_judge_near_the_fitted_probabilities(toward_vote, noise, clipped):
+    """A probabilistic judge close to the fitted probabilities: its gradients vary little, so PPI++'s denominator
+    2 (1 + n/m) tr(H^-1 Var(g_f) H^-1) is small (below 1 in the first study), yet lambda is still the ratio
+    (written out in tests/test_pairwise_properties.py's Reference, from the module docstring): an interior 0.8;
+    in the second study the ratio exceeds 1 and lambda is clipped to 1, where the PPI loss is still convex."""
+    from test_pairwise_properties import Reference
+
+    data = _near_calibrated_judge(toward_vote, noise)
     ref = Reference(data, 0)
     start = ref.fit(1.0)
-    _, gf_l, gf_u, _ = ref.gradients(start)
+    gh, gf_l, gf_u, _ = ref.gradients(start)
     h_inv = np.linalg.inv(ref.hessian(start, 1.0))
     n, m = len(ref.L), len(ref.U)
     bottom = 2 * (1 + n / m) * np.trace(h_inv @ np.cov(np.vstack([gf_l, gf_u]), rowvar=False) @ h_inv)
-    assert 0.0 < bottom < 1.0  # the case this test is for
-    expected = ref.tuned_lambda(start)
-    assert 0.1 < expected < 0.99
+    cross = (gh - gh.mean(0)).T @ (gf_l - gf_l.mean(0)) / (n - 1)
+    ratio = np.trace(h_inv @ (cross + cross.T) @ h_inv) / bottom
+    assert (ratio > 1.0) == clipped and (0.0 < bottom < 1.0 or clipped)  # the cases this test is for
     fit = bradley_terry(data, 0, 0.95)
-    assert fit.lam == pytest.approx(expected, rel=1e-5) and fit.df == n - 2
+    assert fit.lam == pytest.approx(min(ratio, 1.0), rel=1e-5) and fit.df == n - 2
+    assert fit.lam == pytest.approx(ref.tuned_lambda(start), rel=1e-5)
