@@ -146,3 +146,19 @@ def test_structured_verdicts_compare_by_content_not_key_order(one, other, same):
     from calibration.trust.drift import _comparable
 
     assert (_comparable(one) == _comparable(other)) is same
+
+
+def test_a_tight_share_margin_plans_dialogues_for_a_share_of_at_least_one_percent():
+    """--share-margin 0.01 without re-asks (noise unknown, 0): the normal approximation's share p = noise +
+    margin / 2 = 0.005 is floored at 1%, so the dialogues asked for are ceil(z^2 p (1 - p) / margin^2 / judgments
+    per dialogue) at p = 0.01 (scipy's quantiles), 154 here."""
+    from scipy import stats
+
+    reference, new = simulated_runs(np.random.default_rng(0), n_items=20, n_systems=4, shift=0.015, noise=0.0)
+    reference, new = reference.drop(columns="samples"), new.drop(columns="samples")
+    margin = 0.01
+    row = drift(reference, new, margin=5.0, share_margin=margin, bootstrap=400).drift.iloc[0]
+    assert row["verdict"] == "inconclusive" and 0 < row["changed_share"] and row["reask_noise"] == 0.0
+    z = stats.norm.ppf(0.95) + stats.norm.ppf(0.80)
+    p = 0.01
+    assert row["dialogues_needed"] == math.ceil(z * z * p * (1 - p) / margin ** 2 / (row["n"] / row["n_dialogues"]))
