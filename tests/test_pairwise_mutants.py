@@ -444,3 +444,27 @@ def test_ppi_plus_pluss_lambda_for_a_judge_near_the_fitted_probabilities(toward_
     fit = bradley_terry(data, 0, 0.95)
     assert fit.lam == pytest.approx(min(ratio, 1.0), rel=1e-5) and fit.df == n - 2
     assert fit.lam == pytest.approx(ref.tuned_lambda(start), rel=1e-5)
+
+
+def test_style_control_with_three_labelled_pairs_on_the_short_side_is_estimated():
+    """a's text is longer than the baseline's on 9 of 12 labelled pairs and shorter on exactly 3: equal style is
+    inside the labelled gaps (3 a side is enough), so the style-controlled win rate is estimated: the human-only
+    one is sigmoid of the intercept of statsmodels' logistic GLM of the votes on the length gap
+    (s - b) / (s + b + 1) scaled by its root mean square over every judged pair; the markdown features, zero
+    everywhere, are left out and said."""
+    import statsmodels.api as sm
+
+    from calibration.study.pairwise import style_controlled_rows
+
+    votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0)
+    data, _ = _against_base(votes, unlabelled=6)
+    length = np.array([80.0 - d if d in (1, 4, 7) else 100.0 + d for d in range(18)])
+    styles = {**{(f"d{d}", "base"): np.array([90.0, 0, 0, 0]) for d in range(18)},
+              **{(f"d{d}", "a"): np.array([length[d], 0, 0, 0]) for d in range(18)}}
+    (row,), note = style_controlled_rows(data, 0, 0.95, styles)
+    assert note == "over length; left out, non-zero on fewer than 3 labelled pairs: headers, list items, bold"
+    assert row["interval_note"] == "" and np.isfinite(row["ci_low"])
+    gap = (length - 90.0) / (length + 90.0 + 1.0)
+    x = sm.add_constant(gap / np.sqrt(np.mean(gap ** 2)))[:len(votes)]
+    glm = sm.GLM(np.array(votes), x, family=sm.families.Binomial()).fit(tol=1e-14)
+    assert row["human_only"] == pytest.approx(1.0 / (1.0 + np.exp(-glm.params[0])), abs=1e-6)
