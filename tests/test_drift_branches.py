@@ -162,3 +162,32 @@ def test_a_tight_share_margin_plans_dialogues_for_a_share_of_at_least_one_percen
     z = stats.norm.ppf(0.95) + stats.norm.ppf(0.80)
     p = 0.01
     assert row["dialogues_needed"] == math.ceil(z * z * p * (1 - p) / margin ** 2 / (row["n"] / row["n_dialogues"]))
+
+
+def _label_runs(moved_share, seed=0, dialogues=40):
+    """Two runs of a labelling judge (A, B or C on 4 summaries a dialogue) without re-asks: the new run moves
+    `moved_share` of the verdicts one label on (A -> B -> C -> A)."""
+    rng = np.random.default_rng(seed)
+    rows = [{"item_id": f"d{i}", "system": f"s{j}", "criterion": "verdict", "label": str(rng.choice(list("ABC"))),
+             "score": np.nan, "status": "label"} for i in range(dialogues) for j in range(4)]
+    reference = pd.DataFrame(rows)
+    new = reference.copy()
+    moved = rng.random(len(new)) < moved_share
+    new.loc[moved, "label"] = [{"A": "B", "B": "C", "C": "A"}[v] for v in new.loc[moved, "label"]]
+    return reference, new
+
+
+def test_labels_that_barely_change_are_no_drift_by_stuart_maxwell_and_the_share():
+    """Labels (no mean shift): 5 of 160 verdicts moved. Stuart-Maxwell's test of marginal homogeneity
+    (statsmodels) does not reject at 5% and the changed share's one-sided bound is within --share-margin: no
+    drift, the only verdict that lets a pipeline go on."""
+    from statsmodels.stats.contingency_tables import SquareTable
+
+    reference, new = _label_runs(0.03)
+    row = drift(reference, new, bootstrap=300).drift.iloc[0]
+    table = pd.crosstab(reference["label"], new["label"]).reindex(index=list("ABC"), columns=list("ABC"),
+                                                                  fill_value=0)
+    p = SquareTable(table.to_numpy(float), shift_zeros=False).homogeneity().pvalue
+    assert row["kind"] == "labels" and row["stuart_maxwell_p"] == pytest.approx(p) and p > 0.05
+    assert row["changed_share"] == pytest.approx((reference["label"] != new["label"]).mean())
+    assert row["verdict"] == "no drift"
