@@ -468,3 +468,20 @@ def test_style_control_with_three_labelled_pairs_on_the_short_side_is_estimated(
     x = sm.add_constant(gap / np.sqrt(np.mean(gap ** 2)))[:len(votes)]
     glm = sm.GLM(np.array(votes), x, family=sm.families.Binomial()).fit(tol=1e-14)
     assert row["human_only"] == pytest.approx(1.0 / (1.0 + np.exp(-glm.params[0])), abs=1e-6)
+
+
+def test_a_markdown_habit_of_one_system_is_its_own_and_left_out_of_style_control():
+    """a writes one markdown header in every text, the baseline none: the header gap is the same on every pair
+    (no spread to learn an effect from: the systems explain all of it), so it is left out as the systems' own,
+    said in the note, and the fit runs over length alone."""
+    from calibration.study.pairwise import style_controlled_rows
+
+    votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0)
+    data, _ = _against_base(votes, unlabelled=6)
+    length = np.array([80.0 - d if d in (1, 4, 7) else 100.0 + d for d in range(18)])
+    styles = {**{(f"d{d}", "base"): np.array([90.0, 0, 0, 0]) for d in range(18)},
+              **{(f"d{d}", "a"): np.array([length[d], 1, 0, 0]) for d in range(18)}}
+    (row,), note = style_controlled_rows(data, 0, 0.95, styles)
+    assert note == ("over length; left out, non-zero on fewer than 3 labelled pairs: list items, bold; left out, "
+                    "the systems' own on the labelled pairs (variance inflation 10 or more): headers")
+    assert row["interval_note"] == "" and np.isfinite(row["estimate"])
