@@ -191,3 +191,31 @@ def test_labels_that_barely_change_are_no_drift_by_stuart_maxwell_and_the_share(
     assert row["kind"] == "labels" and row["stuart_maxwell_p"] == pytest.approx(p) and p > 0.05
     assert row["changed_share"] == pytest.approx((reference["label"] != new["label"]).mean())
     assert row["verdict"] == "no drift"
+
+
+def test_verdicts_without_samples_in_one_run_are_drift_only_beyond_the_share_margin():
+    """The reference kept 3 samples a judgment (its scores are their means), the new run only its scores, 8% of them
+    moved a point up or down: a verdict's re-ask noise is then unknown, so a changed share whose lower bound is
+    above 0 but within --share-margin (0.1) is not drift: inconclusive, said in its note."""
+    reference, _ = simulated_runs(np.random.default_rng(1), n_items=30, shift=0.0, noise=0.15)
+    new = reference.drop(columns="samples").copy()
+    moved = np.flatnonzero(np.random.default_rng(11).random(len(new)) < 0.06)
+    new.loc[moved, "score"] += np.where(np.arange(len(moved)) % 2 == 0, 1.0, -1.0)
+    result = drift(reference, new, bootstrap=300)
+    row = result.drift.iloc[0]
+    assert 0.0 < row["changed_ci_low"] < 0.1 and row["reask_noise"] == 0.0  # the case this test is for
+    assert row["verdict"] == "inconclusive"
+    assert "changed verdicts are drift only beyond --share-margin" in row["note"]
+
+
+def test_judgments_in_one_run_only_or_failed_are_counted_in_the_warning():
+    """The reference has 2 judgments the new run lacks, the new run 3 the reference lacks, and 1 common judgment
+    failed in the new run: compared on the rest, and the warning counts each kind."""
+    reference, new = simulated_runs(np.random.default_rng(3), n_items=30, shift=0.0)
+    new = pd.concat([new.drop(index=[5, 9]), new.iloc[:3].assign(item_id=["x1", "x2", "x3"])], ignore_index=True)
+    new.loc[20, "score"] = np.nan
+    new.loc[20, "samples"] = None
+    result = drift(reference, new, bootstrap=200)
+    assert result.drift.iloc[0]["n"] == 120 - 2 - 1
+    assert ("compared 117 judgments in common; left out 2 only in the reference, 3 only in the new run, 1 failed, "
+            "N/A or abstained in either") in result.warnings
