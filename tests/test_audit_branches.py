@@ -402,3 +402,139 @@ def test_a_pairwise_self_preference_whose_own_system_has_no_labels_is_the_judges
     assert row["note"].startswith(NO_LABELS_NOTE) and row["note"] == alone["note"]
     assert row["judge_gap"] == pytest.approx(alone["judge_gap"])
     assert np.isnan(row["self_preference"]) and np.isnan(row.get("human_gap", np.nan))
+
+
+def test_a_rerun_of_pairwise_verdicts_is_the_noise_floor(tmp_path):
+    """Pairwise judgments (verdicts, no score: status 'label') re-run with every third verdict changed: the noise
+    floor is the share of changed verdicts, counted by pandas, from the re-run, over all 12 pairs. Written after
+    the seed-302 draw let the judgments' own status be replaced by one read from the (empty) score."""
+    from calibration.io import load_judge_scores
+    from test_audit_cli import write_pairs
+
+    items, judgments = write_pairs(tmp_path, dialogues=12)
+    frame = load_judge_scores(judgments)
+    rerun = frame.copy()
+    rerun.loc[rerun.index % 3 == 0, "label"] = "1"
+    noise = audit(frame, items, rerun=rerun, bootstrap=100).noise.iloc[0]
+    assert noise["source"] == "rerun" and noise["n"] == 12
+    assert noise["changed_share"] == pytest.approx((frame["label"] != rerun["label"]).mean())
+
+
+@pytest.mark.parametrize("low, high, excludes", [
+    (0.0, 1.0, False), (-1.0, 0.0, False), (0.0, 0.0, False), (1e-12, 1.0, True), (-1.0, -1e-12, True),
+    (-0.5, 0.5, False), (np.nan, 1.0, False), (0.2, np.nan, False), (0.2, np.inf, False), (-np.inf, -0.2, False)])
+def test_an_effect_is_flagged_only_when_its_finite_closed_interval_leaves_out_zero(low, high, excludes):
+    """The effect column reads an interval [low, high]: a bound exactly at 0 still holds 0, and an interval without
+    two finite bounds claims nothing."""
+    from calibration.trust.audit import _excludes_zero
+
+    assert _excludes_zero(low, high) is excludes
+
+
+@pytest.mark.parametrize("a", [0.05, 20.0])
+def test_the_humans_units_move_no_judge_side_number(study, a):
+    """Human readings on another scale (each annotator's times a: a 1-5 scale read as 0.05-0.25, or as 20-100): the
+    excess is the judge's own length effect in its points and identified by the sign of the readings' agreement,
+    so it and its interval are unchanged; the humans' slope scales by a."""
+    judge, words, human, _, _, _ = study
+    base = length_slopes(judge, words, human, _boot(judge), "c")
+    scaled = human.assign(**{c: a * human[c] for c in ("human", "human_a", "human_b")})
+    moved = length_slopes(judge, words, scaled, _boot(judge), "c")
+    assert np.isfinite([base[k] for k in LENGTH]).all()
+    for key in LENGTH:
+        assert moved[key] == pytest.approx(base[key], rel=1e-9), key
+    assert moved["human_slope"] == pytest.approx(a * base["human_slope"], rel=1e-9)
+
+
+@pytest.mark.parametrize("seed, bias", [(1, 0.12), (5, -0.07)])
+def test_a_position_effect_is_flagged_when_the_first_shown_share_interval_leaves_out_one_half(seed, bias):
+    """Pairwise position: the effect column says whether the first-shown candidate's win share interval excludes
+    1/2, the share with no position effect. The two studies put a bound just beside 1/2 (within 0.05 of it), where a
+    reference moved off 1/2 would flag the other way."""
+    from test_audit import simulate_pairs
+
+    pairs, _, _ = simulate_pairs(np.random.default_rng(seed), bias, dialogues=30)
+    row = pairwise_position(pairs, None, Dialogues(pairs["item_id"], 200, 0), "c")[0]
+    low, high = row["first_shown_ci_low"], row["first_shown_ci_high"]
+    assert 0.5 < low <= 0.55 or 0.5 <= high < 0.55  # the case this test is for
+    assert row["effect"] == (low > 0.5 or high < 0.5)
+
+
+def test_two_own_systems_are_averaged_before_the_gap(study):
+    """--self with two systems: per dialogue, the mean of the own systems' scores less the mean of the others'
+    (pandas), averaged over dialogues; the humans' likewise."""
+    judge, _, human, _, _, _ = study
+    own = ["sys0", "sys1"]
+    row = self_preference(judge, human, _boot(judge), "c", own)
+    frame = judge.merge(human)
+    per = frame.assign(own=frame["system"].isin(own)).groupby(["item_id", "own"])[["score", "human"]].mean()
+    gaps = per.xs(True, level="own") - per.xs(False, level="own")
+    assert row["judge_gap"] == pytest.approx(gaps["score"].mean(), rel=1e-12)
+    assert row["human_gap"] == pytest.approx(gaps["human"].mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed, bias", [(1, 0.12), (5, -0.07), (3, 0.0)])
+def test_a_pairwise_position_p_value_tests_the_first_shown_share_against_one_half(seed, bias):
+    """family_wise reads a pairwise position row's p-value from its first-shown share and interval, less 1/2 (the
+    share with no position effect): the t test (scipy) whose interval it is, on the dialogues' degrees of freedom;
+    alone in its family, Holm leaves it as it is."""
+    from calibration.trust.audit import family_wise
+    from test_audit import simulate_pairs
+
+    pairs, _, _ = simulate_pairs(np.random.default_rng(seed), bias, dialogues=30)
+    position = pd.DataFrame(pairwise_position(pairs, None, Dialogues(pairs["item_id"], 200, 0), "c"))
+    assert family_wise(pd.DataFrame(columns=["excess_slope"]), position, pd.DataFrame(columns=["self_preference"]),
+                       30) == 1
+    row = position.iloc[0]
+    estimate, low, high = (row[c] - 0.5 for c in ("first_shown_wins", "first_shown_ci_low", "first_shown_ci_high"))
+    se = (estimate - low if estimate >= 0 else high - estimate) / stats.t.ppf(0.975, 29)
+    assert row["p_adjusted"] == pytest.approx(2 * stats.t.sf(abs(estimate) / se, 29), rel=1e-9)
+    assert row["effect"] == (row["p_adjusted"] < 0.05)
+
+
+@pytest.mark.parametrize("seed, length, flagged", [(20, 0.1, False), (18, 0.25, True)])
+def test_a_ranking_changed_at_equal_length_is_said_only_where_length_is_a_finding(seed, length, flagged):
+    """length_controlled.csv's rank_changed: the length-controlled rank differs from the raw one and the criterion's
+    length effect is flagged. Seed 20 (a faint length taste, noisy judge, 12 dialogues) has ranks that move at equal
+    length while its length slope is not flagged: nothing is said; seed 18 (a clear taste): the moved ranks are."""
+    from calibration.trust.audit import read_items
+
+    judge, words, _, _ = simulate(np.random.default_rng(seed), dialogues=12, judge_length=length,
+                                  quality_length=0.0 if length < 0.2 else 0.5, judge_noise=1.0 if length < 0.2 else 0.8)
+    items = pd.DataFrame({"id": words["item_id"], "system": words["system"], "dialogue": "A: hi",
+                          "candidate": [" ".join(["w"] * int(n)) for n in words["words"]]})
+    result = audit(judge, items, bootstrap=200, seed=1)
+    assert bool(result.length["effect"].iloc[0]) is flagged
+    table = result.length_controlled
+    moved = table["raw_rank"] != table["lc_rank"]
+    assert moved.any()  # the ranking does move at equal length
+    assert (table["rank_changed"] == (moved & flagged)).all()
+    alone = length_controlled_means(judge, read_items(items), None, Dialogues(judge["item_id"], 200, 1), "c")
+    assert (alone["rank_changed"] == (alone["raw_rank"] != alone["lc_rank"])).all()
+
+
+def test_the_audit_result_says_whether_it_had_human_labels(tmp_path):
+    """AuditResult.has_human, read by Python callers: True with --human, False without."""
+    from test_audit_cli import write_items, write_judgments, write_labels
+
+    items, judgments = write_items(tmp_path / "items.jsonl"), write_judgments(tmp_path / "j.jsonl")
+    labels = write_labels(tmp_path / "labels.csv")
+    assert audit(judgments, items, labels, bootstrap=50).has_human is True
+    assert audit(judgments, items, bootstrap=50).has_human is False
+
+
+def test_one_decided_pair_of_different_lengths_is_reported_not_called_none(tmp_path):
+    """Pairwise judgments where every pair but one is a tie: the length preference rests on that one decided pair,
+    and the sentence reports it (100% of 1 decided pairs), never 'no decided pair'."""
+    from calibration.io import load_judge_scores
+    from test_audit_cli import write_pairs
+
+    items, judgments = write_pairs(tmp_path, dialogues=10)
+    frame = load_judge_scores(judgments)
+    frame["label"] = np.where(np.arange(len(frame)) == 1, "2", "0")  # pair p1: the longer (second) candidate wins
+    result = audit(frame, items, bootstrap=50)
+    row = result.length.iloc[0]
+    assert row["n_pairs"] == 1 and row["prefers_longer"] == 1.0
+    (said,) = [s for s in result.sentences if s.startswith("overall: the judge prefers")]
+    assert "the longer candidate in 100%" in said and "of 1 decided pairs" in said
+    assert not any("no decided pair" in s for s in result.sentences)

@@ -194,6 +194,8 @@ BAD = [
     ("--self system that does not exist", lambda t: ["--self", "gpt-9"], "--self: no system 'gpt-9'"),
     ("items not matching the judgments", lambda t: ["--items", str(write_items(t / "few.jsonl", dialogues=5))],
      "base.jsonl:31: no item with id 'd5' and system 'short' in --items (and 41 more judgments)"),
+    ("items lacking exactly one judgment's summary", lambda t: _one_judgment_unmatched(t),
+     "in --items: the items file must be the one that was judged"),  # one missing: no "(and 0 more ...)"
     ("a rerun with no judgment in common", lambda t: ["--rerun", str(write_pairs(t)[1])],
      "has no judgment in common"),
     ("labels with no criterion in common", lambda t: ["--human", str(_other_criterion_labels(t))],
@@ -202,6 +204,16 @@ BAD = [
     ("a missing judgments file", lambda t: ["--judgments", str(t / "nope.jsonl")], "nope.jsonl: no such file"),
     ("an unknown criterion", lambda t: ["--criteria", "fluency"], "--criteria: no judgments for criterion 'fluency'"),
 ]
+
+
+def _one_judgment_unmatched(tmp_path: Path) -> list[str]:
+    """The last summary left out of the items and its last criterion out of the judgments: one judgment (its other
+    criterion's) has no item."""
+    items, judgments = write_items(tmp_path / "all_but_one.jsonl"), write_judgments(tmp_path / "one_criterion.jsonl")
+    for path in (items, judgments):
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        path.write_text("".join(lines[:-1]), encoding="utf-8")
+    return ["--items", str(items), "--judgments", str(judgments)]
 
 
 def _other_criterion_labels(tmp_path: Path) -> Path:
@@ -418,3 +430,21 @@ def test_pairwise_rubric_cannot_take_a_probe(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "compares pairs; probes perturb the candidates" in err, err
     assert not (tmp_path / "audit").exists()
+
+
+def test_probe_items_are_kept_as_utf8_and_rewritten_when_the_sample_changes(stub_server, tmp_path, capsys):
+    """The probes' perturbed items are kept in --output-dir as readable UTF-8 JSON lines (an accented candidate
+    stays accented, not \\u-escaped); a rerun with another --probe-sample rewrites them, and the probes are judged
+    on the new sample (5 candidates, not the 4 kept from before)."""
+    items = write_items(tmp_path / "items.jsonl", dialogues=6)
+    records = [json.loads(line) for line in items.read_text(encoding="utf-8").splitlines()]
+    items.write_text("".join(json.dumps({**r, "candidate": r["candidate"] + " Café crème."}, ensure_ascii=False)
+                             + "\n" for r in records), encoding="utf-8")
+    judgments = _judge(stub_server, tmp_path, items, "j.jsonl")
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler") == 0
+    kept = tmp_path / "audit" / "probe_filler_items.jsonl"
+    assert "Café crème." in kept.read_text(encoding="utf-8")
+    assert len(kept.read_text(encoding="utf-8").splitlines()) == 4
+    assert _audit_probes(stub_server, tmp_path, judgments, items, "filler", "--probe-sample", "5") == 0
+    assert len(kept.read_text(encoding="utf-8").splitlines()) == 5
+    assert (pd.read_csv(tmp_path / "audit" / "probes.csv")["n"] == 5).all()

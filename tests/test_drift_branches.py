@@ -123,3 +123,99 @@ def test_the_text_shows_a_mean_shift_for_scores_and_none_for_labels(runs):
     assert labelled.drift.iloc[0]["kind"] == "labels"
     text = labelled.text()
     assert "mean shift" not in text and not re.search(r"\bnan\b", text)
+
+
+@pytest.mark.parametrize("shift, verdict", [(0.0, "no drift"), (0.6, "drift")])
+def test_a_settled_verdict_asks_for_no_more_anchor_dialogues(shift, verdict):
+    """drift.csv's dialogues_needed is what would settle an inconclusive verdict; a settled one (30 anchor dialogues,
+    nothing planted or 60% of judgments moved up a point) needs none: 0, and no note. Written after the seed-18 draw
+    let the placeholder 0 become 1."""
+    reference, new = simulated_runs(np.random.default_rng(3), n_items=30, shift=shift)
+    row = drift(reference, new, bootstrap=200).drift.iloc[0]
+    assert row["verdict"] == verdict
+    assert row["dialogues_needed"] == 0 and row["note"] == ""
+
+
+@pytest.mark.parametrize("one, other, same", [
+    ({"coherence": 3, "relevance": 4}, {"relevance": 4, "coherence": 3}, True),  # a verdict per segment, keys reordered
+    ([{"a": 1, "b": 2}], [{"b": 2, "a": 1}], True),
+    ({"coherence": 3}, {"coherence": 4}, False), (3, "3.0", True), ("A", "B", False)])
+def test_structured_verdicts_compare_by_content_not_key_order(one, other, same):
+    """A verdict that is a mapping (one score per segment or criterion) is the same verdict whatever order its keys
+    were written in; drift counts it changed only when a value changes."""
+    from calibration.trust.drift import _comparable
+
+    assert (_comparable(one) == _comparable(other)) is same
+
+
+def test_a_tight_share_margin_plans_dialogues_for_a_share_of_at_least_one_percent():
+    """--share-margin 0.01 without re-asks (noise unknown, 0): the normal approximation's share p = noise +
+    margin / 2 = 0.005 is floored at 1%, so the dialogues asked for are ceil(z^2 p (1 - p) / margin^2 / judgments
+    per dialogue) at p = 0.01 (scipy's quantiles), 154 here."""
+    from scipy import stats
+
+    reference, new = simulated_runs(np.random.default_rng(0), n_items=20, n_systems=4, shift=0.015, noise=0.0)
+    reference, new = reference.drop(columns="samples"), new.drop(columns="samples")
+    margin = 0.01
+    row = drift(reference, new, margin=5.0, share_margin=margin, bootstrap=400).drift.iloc[0]
+    assert row["verdict"] == "inconclusive" and 0 < row["changed_share"] and row["reask_noise"] == 0.0
+    z = stats.norm.ppf(0.95) + stats.norm.ppf(0.80)
+    p = 0.01
+    assert row["dialogues_needed"] == math.ceil(z * z * p * (1 - p) / margin ** 2 / (row["n"] / row["n_dialogues"]))
+
+
+def _label_runs(moved_share, seed=0, dialogues=40):
+    """Two runs of a labelling judge (A, B or C on 4 summaries a dialogue) without re-asks: the new run moves
+    `moved_share` of the verdicts one label on (A -> B -> C -> A)."""
+    rng = np.random.default_rng(seed)
+    rows = [{"item_id": f"d{i}", "system": f"s{j}", "criterion": "verdict", "label": str(rng.choice(list("ABC"))),
+             "score": np.nan, "status": "label"} for i in range(dialogues) for j in range(4)]
+    reference = pd.DataFrame(rows)
+    new = reference.copy()
+    moved = rng.random(len(new)) < moved_share
+    new.loc[moved, "label"] = [{"A": "B", "B": "C", "C": "A"}[v] for v in new.loc[moved, "label"]]
+    return reference, new
+
+
+def test_labels_that_barely_change_are_no_drift_by_stuart_maxwell_and_the_share():
+    """Labels (no mean shift): 5 of 160 verdicts moved. Stuart-Maxwell's test of marginal homogeneity
+    (statsmodels) does not reject at 5% and the changed share's one-sided bound is within --share-margin: no
+    drift, the only verdict that lets a pipeline go on."""
+    from statsmodels.stats.contingency_tables import SquareTable
+
+    reference, new = _label_runs(0.03)
+    row = drift(reference, new, bootstrap=300).drift.iloc[0]
+    table = pd.crosstab(reference["label"], new["label"]).reindex(index=list("ABC"), columns=list("ABC"),
+                                                                  fill_value=0)
+    p = SquareTable(table.to_numpy(float), shift_zeros=False).homogeneity().pvalue
+    assert row["kind"] == "labels" and row["stuart_maxwell_p"] == pytest.approx(p) and p > 0.05
+    assert row["changed_share"] == pytest.approx((reference["label"] != new["label"]).mean())
+    assert row["verdict"] == "no drift"
+
+
+def test_verdicts_without_samples_in_one_run_are_drift_only_beyond_the_share_margin():
+    """The reference kept 3 samples a judgment (its scores are their means), the new run only its scores, 8% of them
+    moved a point up or down: a verdict's re-ask noise is then unknown, so a changed share whose lower bound is
+    above 0 but within --share-margin (0.1) is not drift: inconclusive, said in its note."""
+    reference, _ = simulated_runs(np.random.default_rng(1), n_items=30, shift=0.0, noise=0.15)
+    new = reference.drop(columns="samples").copy()
+    moved = np.flatnonzero(np.random.default_rng(11).random(len(new)) < 0.06)
+    new.loc[moved, "score"] += np.where(np.arange(len(moved)) % 2 == 0, 1.0, -1.0)
+    result = drift(reference, new, bootstrap=300)
+    row = result.drift.iloc[0]
+    assert 0.0 < row["changed_ci_low"] < 0.1 and row["reask_noise"] == 0.0  # the case this test is for
+    assert row["verdict"] == "inconclusive"
+    assert "changed verdicts are drift only beyond --share-margin" in row["note"]
+
+
+def test_judgments_in_one_run_only_or_failed_are_counted_in_the_warning():
+    """The reference has 2 judgments the new run lacks, the new run 3 the reference lacks, and 1 common judgment
+    failed in the new run: compared on the rest, and the warning counts each kind."""
+    reference, new = simulated_runs(np.random.default_rng(3), n_items=30, shift=0.0)
+    new = pd.concat([new.drop(index=[5, 9]), new.iloc[:3].assign(item_id=["x1", "x2", "x3"])], ignore_index=True)
+    new.loc[20, "score"] = np.nan
+    new.loc[20, "samples"] = None
+    result = drift(reference, new, bootstrap=200)
+    assert result.drift.iloc[0]["n"] == 120 - 2 - 1
+    assert ("compared 117 judgments in common; left out 2 only in the reference, 3 only in the new run, 1 failed, "
+            "N/A or abstained in either") in result.warnings

@@ -5,6 +5,7 @@ has been (the second round of set_apart)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from calibration.study.pairwise import Pairs, bradley_terry, set_apart
@@ -259,3 +260,228 @@ def test_the_win_rate_uses_the_judge_from_twenty_labelled_votes_on(labelled):
         assert row["width_ratio"] == pytest.approx(1.0) and row["estimate"] == pytest.approx(np.mean(votes))
     else:
         assert row["width_ratio"] < 0.99
+
+
+def test_a_length_gap_under_one_word_on_average_is_still_controlled_for():
+    """Texts within a word of the baseline's (gaps -1, 0, +1: their spread is below 1): the length-controlled win
+    rate is still sigmoid of the intercept of the votes' logistic fit on tanh(gap / spread) (statsmodels' GLM,
+    the spread over every judged pair against the baseline), not the plain share. Below 10 labelled dialogues
+    lambda is 0, so the estimate is that fit's too. Written after the seed-18 draw let `spread > 0` become
+    `spread > 1`."""
+    import statsmodels.api as sm
+
+    from calibration.study.pairwise import length_controlled_rows
+
+    votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0)
+    gaps = np.array([1.0, -1.0, 1.0, -1.0, 0.0, 1.0, -1.0, -1.0, 1.0, 0.0, 1.0, -1.0])
+    data, lengths = _against_base(votes, unlabelled=3, gaps=gaps)
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    spread = gaps.std()
+    assert 0 < spread < 1
+    x = sm.add_constant(np.tanh(gaps[:len(votes)] / spread))
+    glm = sm.GLM(np.array(votes), x, family=sm.families.Binomial()).fit(tol=1e-14)
+    expected = 1.0 / (1.0 + np.exp(-glm.params[0]))
+    assert abs(expected - np.mean(votes)) > 0.01  # controlling for length moves it here
+    assert row["human_only"] == pytest.approx(expected, abs=1e-6)
+    assert row["estimate"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_one_order_verdicts_beside_an_empty_score_column_are_the_verdicts():
+    """A judgments file read with a score column that is empty (verdicts only, one order asked): each pair's
+    prediction is its verdict (1, 0, 1/2), none failed; the score column is P(system_1 wins) only when no verdict
+    is there at all."""
+    from calibration.study.pairwise import judge_predictions
+
+    frame = pd.DataFrame({"label": ["1", "2", "0", None], "score": [np.nan] * 4})
+    f, failed = judge_predictions(frame)
+    assert f.tolist() == [1.0, 0.0, 0.5, 0.5] and failed == 1
+
+
+@pytest.mark.parametrize("lam, human_only", [(None, False), (0.0, False), (None, True)])
+def test_a_group_of_systems_that_wins_every_pair_has_no_finite_strength(lam, human_only):
+    """a and c split the pairs between them but win every pair against the baseline and d (which split theirs):
+    no system alone won everything (set_apart keeps them), yet the pair's strengths run to +infinity together.
+    The fit must say it did not converge rather than print a finite strength near 27 where Newton's loss stopped
+    moving (its divergence bound is 25 in log odds)."""
+    rows = [(f, s, 1.0, 8 * rep + k) for rep in range(4) for k, (f, s) in enumerate(
+        [(1, 0), (2, 0), (1, 3), (2, 3), (1, 2), (2, 1), (0, 3), (3, 0)])]
+    data = pairs(["base", "a", "c", "d"], rows)
+    fit = bradley_terry(data, 0, 0.95, lam=lam, human_only=human_only)
+    assert not fit.ok and np.isnan(fit.theta).all()
+    assert ("a group of systems" in fit.note) and ("did not converge" in fit.note or "no finite strength" in fit.note)
+
+
+def test_where_every_vote_agrees_the_win_rate_is_worth_the_labels_over_the_squared_pseudo_voted_ratio():
+    """24 labelled dialogues all won, a judge that mostly agrees: the plain PPI interval has no width to compare
+    (every vote the same), so the estimate's worth in votes is the printed (pseudo-voted) width ratio's:
+    n / ratio^2, as _effective and the module docstring define it."""
+    from calibration.study.pairwise import win_rate_rows
+
+    rng = np.random.default_rng(2)
+    votes = (1.0,) * 24
+    data, _ = _against_base(votes, unlabelled=60)
+    data.judge[len(votes):] = rng.choice([1.0, 0.0, 0.5], 60, p=[0.8, 0.1, 0.1])
+    data.judge[:len(votes)] = rng.choice([1.0, 0.5], len(votes), p=[0.8, 0.2])
+    row, = win_rate_rows(data, 0, 0.95)
+    assert row["interval_note"] == "" and 0.0 < row["width_ratio"] < 1.0
+    assert row["effective_labels"] == pytest.approx(24 / row["width_ratio"] ** 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e3])
+@pytest.mark.parametrize("ppi", [False, True])
+def test_newton_solves_the_score_equation_to_rounding(scale, ppi):
+    """Newton's answer is the root of the loss's gradient sum_k x_k (w_k sigmoid(x_k theta) - v_k) as scipy's root
+    finder gives it from there (analytic Jacobian), to 1e-9 in log odds, whatever the weights'
+    scale; `ppi`: targets v / w outside [0, 1], as a PPI loss at lambda in (0, 1) has them (the loss can then be
+    near 0 or negative). A step is accepted unless it raises the loss beyond rounding; one that had to lower it by
+    1e-15 of itself stopped 5e-8 short."""
+    from scipy import optimize
+
+    from calibration.study.pairwise import newton
+
+    rng = np.random.default_rng(9)
+    for _ in range(5):
+        x = rng.choice([-1.0, 0.0, 1.0], size=(80, 4))
+        w = rng.uniform(0.2, 2.0, 80) * scale
+        v = w * (rng.uniform(-0.3, 1.3, 80) if ppi else rng.uniform(0.1, 0.9, 80))
+        theta, ok = newton(x, w, v)
+        p = lambda t: 1.0 / (1.0 + np.exp(-(x @ t)))  # noqa: E731
+        score = lambda t: x.T @ (w * p(t) - v) / scale  # noqa: E731
+        root = optimize.root(score, theta, tol=1e-15, jac=lambda t: (x * (w * p(t) * (1 - p(t)))[:, None]).T @ x / scale)
+        assert np.max(np.abs(score(root.x))) < 1e-12  # the root finder's answer is a root
+        assert ok and theta == pytest.approx(root.x, abs=1e-9)
+
+
+def test_newton_whose_linear_solve_fails_says_it_did_not_converge():
+    """Two identical columns (the strengths are not identified) with weights so large that the 1e-12 ridge added to
+    the Hessian is lost to rounding: numpy's solve refuses the singular system, and Newton must report no
+    convergence (the caller then says so), never a converged fit at its starting point."""
+    from calibration.study.pairwise import newton
+
+    x = np.array([[1.0, 1.0], [-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
+    w = np.full(4, 1e6)
+    hess = (x * (w * 0.25)[:, None]).T @ x + 1e-12 * np.eye(2)
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.solve(hess, np.ones(2))
+    theta, ok = newton(x, w, w * np.array([0.7, 0.2, 0.6, 0.5]))
+    assert not ok
+
+
+def test_a_judge_whose_own_fit_runs_away_halves_lambda_from_one():
+    """20 labelled dialogues where the judge agrees with each vote, 40 judged-only ones where it says a wins every
+    time: the judge's own fit (lambda = 1, where the tuning starts) has no finite optimum, so lambda falls back to
+    1 and is halved until the fit converges: 1/2. There the PPI loss is half the votes' plus half the judge's on the
+    judged-only pairs, whose optimum is sigmoid(theta) = (the votes' share + 1) / 2 (written out here)."""
+    rng = np.random.default_rng(1)
+    votes = (rng.random(20) < 0.7).astype(float)
+    rows = [(1, 0, votes[d] if d < 20 else np.nan, d) for d in range(60)]
+    data = pairs(["base", "a"], rows, judge=[*votes, *[1.0] * 40])
+    fit = bradley_terry(data, 0, 0.95)
+    share = (votes.mean() + 1.0) / 2.0
+    assert fit.ok and fit.lam == 0.5
+    assert fit.theta[1] == pytest.approx(np.log(share / (1.0 - share)), abs=1e-8)
+
+
+def test_the_pairwise_estimate_prints_no_numpy_warning():
+    """A user would see numpy's RuntimeWarnings ("divide by zero encountered in divide") on stderr beside the
+    tables: the whole estimate (win rates, strengths, rank sets, length- and style-controlled win rates) runs with
+    warnings as errors on three studies (a few votes; many; labelled dialogues with some pairs unvoted, whose
+    pairs weigh pairs / labelled pairs, and judged-only dialogues with none)."""
+    import warnings
+
+    from calibration.study.pairwise import (length_controlled_rows, pairwise_estimate, read_pairs,
+                                            style_controlled_rows)
+    from test_pairwise_estimate import study
+    from test_pairwise_properties import partly_labelled, prepared
+
+    for judge, labels in (study(seed=61, dialogues=80, labelled=30, copy=0.8), study(seed=3, dialogues=30,
+                                                                                      labelled=6), partly_labelled(seed=2)):
+        rng = np.random.default_rng(7)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            pairwise_estimate(judge, prepared(judge, labels), "base")
+            data = read_pairs(judge, prepared(judge, labels), "quality", "labels")
+            styles = {(d, s): np.array([rng.integers(20, 200), rng.integers(0, 3), rng.integers(0, 6),
+                                        rng.integers(0, 4)], dtype=float) for d in data.dialogues for s in data.systems}
+            base = data.systems.index("base")
+            length_controlled_rows(data, base, 0.95, {key: value[0] for key, value in styles.items()})
+            style_controlled_rows(data, base, 0.95, styles)
+
+
+def _near_calibrated_judge(toward_vote, noise):
+    """Four systems, 120 dialogues of 6 pairs, 40 labelled; the judge's pair score is the true P(first wins) moved
+    `toward_vote` of the way to the vote, plus normal noise of sd `noise` (clipped to 0..1)."""
+    rng = np.random.default_rng(3)
+    strength = np.array([0.0, 0.6, -0.4, 0.2])
+    rows, judge = [], []
+    for d in range(120):
+        for first, second in ((1, 0), (2, 0), (3, 0), (1, 2), (2, 3), (3, 1)):
+            p = 1.0 / (1.0 + np.exp(-(strength[first] - strength[second])))
+            vote = float(rng.random() < p)
+            rows.append((first, second, vote if d < 40 else np.nan, d))
+            judge.append(np.clip(p + toward_vote * (vote - p) + rng.normal(0, noise), 0.0, 1.0))
+    return pairs(["base", "a", "c", "d"], rows, judge=judge)
+
+
+@pytest.mark.parametrize("toward_vote, noise, clipped", [(0.05, 0.1, False), (0.1, 0.12, True)])
+def test_ppi_plus_pluss_lambda_for_a_judge_near_the_fitted_probabilities(toward_vote, noise, clipped):
+    """A probabilistic judge close to the fitted probabilities: its gradients vary little, so PPI++'s denominator
+    2 (1 + n/m) tr(H^-1 Var(g_f) H^-1) is small (below 1 in the first study), yet lambda is still the ratio
+    (written out in tests/test_pairwise_properties.py's Reference, from the module docstring): an interior 0.8;
+    in the second study the ratio exceeds 1 and lambda is clipped to 1, where the PPI loss is still convex."""
+    from test_pairwise_properties import Reference
+
+    data = _near_calibrated_judge(toward_vote, noise)
+    ref = Reference(data, 0)
+    start = ref.fit(1.0)
+    gh, gf_l, gf_u, _ = ref.gradients(start)
+    h_inv = np.linalg.inv(ref.hessian(start, 1.0))
+    n, m = len(ref.L), len(ref.U)
+    bottom = 2 * (1 + n / m) * np.trace(h_inv @ np.cov(np.vstack([gf_l, gf_u]), rowvar=False) @ h_inv)
+    cross = (gh - gh.mean(0)).T @ (gf_l - gf_l.mean(0)) / (n - 1)
+    ratio = np.trace(h_inv @ (cross + cross.T) @ h_inv) / bottom
+    assert (ratio > 1.0) == clipped and (0.0 < bottom < 1.0 or clipped)  # the cases this test is for
+    fit = bradley_terry(data, 0, 0.95)
+    assert fit.lam == pytest.approx(min(ratio, 1.0), rel=1e-5) and fit.df == n - 2
+    assert fit.lam == pytest.approx(ref.tuned_lambda(start), rel=1e-5)
+
+
+def test_style_control_with_three_labelled_pairs_on_the_short_side_is_estimated():
+    """a's text is longer than the baseline's on 9 of 12 labelled pairs and shorter on exactly 3: equal style is
+    inside the labelled gaps (3 a side is enough), so the style-controlled win rate is estimated: the human-only
+    one is sigmoid of the intercept of statsmodels' logistic GLM of the votes on the length gap
+    (s - b) / (s + b + 1) scaled by its root mean square over every judged pair; the markdown features, zero
+    everywhere, are left out and said."""
+    import statsmodels.api as sm
+
+    from calibration.study.pairwise import style_controlled_rows
+
+    votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0)
+    data, _ = _against_base(votes, unlabelled=6)
+    length = np.array([80.0 - d if d in (1, 4, 7) else 100.0 + d for d in range(18)])
+    styles = {**{(f"d{d}", "base"): np.array([90.0, 0, 0, 0]) for d in range(18)},
+              **{(f"d{d}", "a"): np.array([length[d], 0, 0, 0]) for d in range(18)}}
+    (row,), note = style_controlled_rows(data, 0, 0.95, styles)
+    assert note == "over length; left out, non-zero on fewer than 3 labelled pairs: headers, list items, bold"
+    assert row["interval_note"] == "" and np.isfinite(row["ci_low"])
+    gap = (length - 90.0) / (length + 90.0 + 1.0)
+    x = sm.add_constant(gap / np.sqrt(np.mean(gap ** 2)))[:len(votes)]
+    glm = sm.GLM(np.array(votes), x, family=sm.families.Binomial()).fit(tol=1e-14)
+    assert row["human_only"] == pytest.approx(1.0 / (1.0 + np.exp(-glm.params[0])), abs=1e-6)
+
+
+def test_a_markdown_habit_of_one_system_is_its_own_and_left_out_of_style_control():
+    """a writes one markdown header in every text, the baseline none: the header gap is the same on every pair
+    (no spread to learn an effect from: the systems explain all of it), so it is left out as the systems' own,
+    said in the note, and the fit runs over length alone."""
+    from calibration.study.pairwise import style_controlled_rows
+
+    votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0)
+    data, _ = _against_base(votes, unlabelled=6)
+    length = np.array([80.0 - d if d in (1, 4, 7) else 100.0 + d for d in range(18)])
+    styles = {**{(f"d{d}", "base"): np.array([90.0, 0, 0, 0]) for d in range(18)},
+              **{(f"d{d}", "a"): np.array([length[d], 1, 0, 0]) for d in range(18)}}
+    (row,), note = style_controlled_rows(data, 0, 0.95, styles)
+    assert note == ("over length; left out, non-zero on fewer than 3 labelled pairs: list items, bold; left out, "
+                    "the systems' own on the labelled pairs (variance inflation 10 or more): headers")
+    assert row["interval_note"] == "" and np.isfinite(row["estimate"])

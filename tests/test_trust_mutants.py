@@ -719,3 +719,23 @@ def test_an_interval_is_printed_only_when_both_bounds_are_numbers(low, high, pri
     from calibration.trust.audit import _ci
 
     assert _ci(low, high) == printed
+
+
+def test_the_pairwise_report_figure_titles_each_panel_with_its_own_effect(monkeypatch):
+    """The audit report's pairwise figure: the left panel is the length preference, the right one the position
+    effects, each titled and labelled as such (the figure is caught before it becomes a PNG)."""
+    from calibration.trust import report
+
+    caught = {}
+    monkeypatch.setattr(report, "_png", lambda figure: caught.setdefault("figure", figure) and "png")
+    length = pd.DataFrame({"criterion": ["overall"], "prefers_longer": [0.6], "prefers_longer_ci_low": [0.5],
+                           "prefers_longer_ci_high": [0.7], "human_prefers_longer": [np.nan],
+                           "human_prefers_longer_ci_low": [np.nan], "human_prefers_longer_ci_high": [np.nan]})
+    position = pd.DataFrame({"criterion": ["overall"], "stratum": ["all"], "flip_rate": [0.2], "ci_low": [0.1],
+                             "ci_high": [0.3], "first_shown_wins": [0.55], "first_shown_ci_low": [0.45],
+                             "first_shown_ci_high": [0.65]})
+    report.pairwise_figure(length, position)
+    left, right = caught["figure"].axes[:2]
+    assert left.get_title() == "Prefers the longer candidate" and right.get_title() == "Position"
+    assert left.get_xlabel() == "share of decided pairs (95% CI)"
+    assert right.get_xlabel() == "share (95% CI); dashed: 50%"
