@@ -282,3 +282,83 @@ def test_each_dialogues_counts_of_failed_na_abstained_and_order_disagreements_ar
         assert table[column].tolist() == counts[status].tolist(), column
     assert table["n_judgments"].tolist() == judge.groupby("item_id").size().tolist()
     assert table["n_order_disagreement"].tolist() == [1, 1, 1]
+
+
+# -- the verb as a function: a wide metric column, provenance, defaults, the pilot's fallback -----------------------
+
+def _wide_csv(tmp_path, dialogues=12):
+    """A wide score CSV (one metric column, no criterion): `bleu` per dialogue and system."""
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame([{"item_id": f"d{i:02d}", "system": s, "bleu": float(rng.integers(1, 6))}
+                          for i in range(dialogues) for s in ("a", "b")])
+    path = tmp_path / "wide.csv"
+    frame.to_csv(path, index=False)
+    return path, frame
+
+
+def test_a_wide_metric_column_is_screened_under_its_own_name_or_the_pilots_criteria(tmp_path):
+    """A wide CSV's one metric column stands for every criterion: without a pilot it is screened under the column's
+    name, with one under each of the pilot's criteria, each with the column's means (pandas' groupby); never as
+    the internal wildcard "*"."""
+    from calibration.study.screen import screen
+
+    path, frame = _wide_csv(tmp_path)
+    means = frame.groupby("system")["bleu"].mean()
+    alone = screen(path, score_column="bleu", bootstrap=100)
+    assert alone.criteria == ["bleu"] and set(alone.systems["criterion"]) == {"bleu"}
+    assert alone.systems.set_index("system")["mean"].to_dict() == pytest.approx(means.to_dict())
+    assert alone.power["criterion"].tolist() == ["bleu"]
+    labels = pd.DataFrame([{"item_id": f"d{i:02d}", "system": s, "annotator": "ann", "criterion": c, "score": 3}
+                           for i in range(4) for s in ("a", "b") for c in ("fluency", "accuracy")])
+    labels.to_csv(tmp_path / "human.csv", index=False)
+    piloted = screen(path, tmp_path / "human.csv", score_column="bleu", scale=(1, 5), bootstrap=100)
+    assert piloted.criteria == ["accuracy", "fluency"]
+    for criterion in ("accuracy", "fluency"):
+        rows = piloted.systems[piloted.systems["criterion"] == criterion].set_index("system")
+        assert rows["mean"].to_dict() == pytest.approx(means.to_dict())
+
+
+def test_the_provenance_names_the_judgments_model_and_rubric_or_none():
+    """provenance's model and rubric: the judgments' own (one judge per file), None when they carry none (not an
+    empty string); and the seed used."""
+    from calibration.study.screen import screen
+
+    judge = pd.DataFrame([{"item_id": f"d{i}", "system": s, "criterion": "c", "score": float(i % 3 + (s == "a")),
+                           "status": "ok", "model": "m1", "rubric": "toy@1"}
+                          for i in range(8) for s in ("a", "b")])
+    said = screen(judge, bootstrap=100, seed=4).provenance
+    assert (said["model"], said["rubric"], said["seed"]) == ("m1", "toy@1", 4)
+    bare = screen(judge.assign(model=None, rubric=""), bootstrap=100).provenance
+    assert bare["model"] is None and bare["rubric"] is None
+
+
+def test_a_screen_result_built_without_a_seed_or_resamples_says_the_verbs_defaults():
+    """ScreenResult is public: one built by hand reports the seed and resamples `screen()` uses by default."""
+    import inspect
+
+    from calibration.study.screen import ScreenResult, screen
+
+    defaults = inspect.signature(screen).parameters
+    empty = pd.DataFrame()
+    result = ScreenResult(["c"], empty, {}, empty, empty, "")
+    assert result.seed == defaults["seed"].default
+    assert result.n_resamples == defaults["bootstrap"].default
+
+
+@pytest.mark.parametrize("pilot_size, flat", [(2, False), (6, True)])
+def test_a_pilot_with_no_fit_to_check_the_signal_on_falls_back_to_a_uniform_draw(pilot_size, flat):
+    """Fewer than three labelled dialogues, or judge scores that never vary: no residual to check the uncertainty
+    against, so the share following it is none and the active plan's draw is uniform (budget / dialogues each),
+    its reason saying it fell back."""
+    from calibration.study.screen import _active_plan, signal_check
+
+    items, judge, pilot, *_ = _pilot(12)
+    if flat:
+        judge = judge.assign(score=3.0)
+    pilot = pilot.iloc[:pilot_size]
+    share, why = signal_check(items, judge, pilot)
+    assert why == "the pilot has no labels to check the signal on: uniform"
+    items = items.assign(discrimination=0.0, priority=items["uncertainty"])
+    plan = _active_plan(items, 6, "dialogues", 1.0, 2, share)
+    assert np.allclose(plan["inclusion_probability"], 6 / 12)
+    assert set(plan["reason"]) == {"uniform draw: the active design fell back (plan.json says why; seed 2)"}
