@@ -1,0 +1,54 @@
+"""`judge estimate`'s verb layer (calibration.study.estimating): what it prints where no interval is given, and a
+result built by hand. Written after fresh draws of benchmarks/mutation.py left survivors here (estimating.py:42,
+:375)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from calibration.study.estimate import interval_note
+from calibration.study.estimating import EstimateResult
+
+
+def _judge(dialogues=12, seed=5):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([{"item_id": f"d{i:02d}", "system": s, "criterion": "c", "status": "ok", "label": None,
+                          "score": float(np.clip(np.round(3 + (s == "a") + rng.normal(0, 0.8)), 1, 5))}
+                         for i in range(dialogues) for s in ("a", "b")])
+
+
+def _labels(judge, items):
+    part = judge[judge["item_id"].isin(items)]
+    return pd.DataFrame({"item_id": part["item_id"], "system": part["system"], "annotator": "ann",
+                         "criterion": part["criterion"], "score": part["score"].to_numpy()})
+
+
+def test_a_table_row_without_an_interval_prints_why_in_its_note():
+    """Two labelled dialogues: no interval can hold, and the printed tables (per system and per difference) say so
+    in their note column, in estimate.py's own words (interval_note), not a blank."""
+    from calibration.study.estimating import estimate
+
+    judge = _judge()
+    result = estimate(judge, _labels(judge, ["d00", "d01"]), scale=(1, 5))
+    assert result.estimates["ci_low"].isna().all()
+    text = result.text()
+    per_system, per_difference = text.split("Paired differences")
+    why = interval_note("few", 2)
+    assert why.split(":")[0] in per_system and why.split(":")[0] in per_difference
+    assert per_system.count("2 labelled dialogues: an interval needs") == 2  # one row per system
+
+
+def test_a_result_built_by_hand_claims_no_imputed_or_na_cells():
+    """EstimateResult is public: built from the tables alone, it says no labelled cell lacked a judgment and none
+    was called N/A, in its summary and in what it prints."""
+    from calibration.study.estimating import estimate
+
+    judge = _judge()
+    tables = estimate(judge, _labels(judge, [f"d{i:02d}" for i in range(12)]), scale=(1, 5))
+    bare = EstimateResult(tables.estimates, tables.differences, tables.targeted, tables.criteria, tables.confidence,
+                          tables.random_source, tables.n_random, tables.cleaned, list(tables.notes))
+    summary = bare.summary()
+    assert summary["labelled_cells_without_judgment"] == 0 and summary["cells_humans_called_na"] == 0
+    assert "had no judgment line" not in bare.text()
+    assert bare.text().split("Per system")[1] == tables.text().split("Per system")[1]
