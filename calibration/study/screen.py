@@ -381,7 +381,9 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     for _, part in paired.groupby(level="criterion"):
         if len(part) >= 3 and part["score"].std() > 0:
             slope, intercept = np.polyfit(part["score"], part["human"], 1)
-            residual.append((part["human"] - intercept - slope * part["score"]) ** 2)
+            r = part["human"] - intercept - slope * part["score"]
+            # The fit's rounding is no error: an exactly linear pilot has none for the uncertainty to mark.
+            residual.append(r.where(r.abs() > 1e-9 * part["human"].abs().max(), 0.0) ** 2)
     if not residual:
         return 0.0, "the pilot has no labels to check the signal on: uniform"
     error = pd.concat(residual).groupby(level="item_id").mean()
@@ -394,6 +396,9 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
                      "signal cannot be checked, so the draw is uniform")
     gain = 1.0 - 1.0 / both["relative"].to_numpy()
     r2 = both["error"].to_numpy()
+    if not r2.any():
+        return 0.0, (f"on {len(both)} pilot dialogues the judge's scores fit the labels exactly (a linear function "
+                     "of them): no error for the uncertainty to mark, so the draw is uniform")
     observed = r2 @ gain
     rng = np.random.default_rng(0)  # the same pilot gives the same verdict
     shuffled = np.array([rng.permutation(gain) for _ in range(PERMUTATIONS)]) @ r2
