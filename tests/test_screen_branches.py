@@ -384,3 +384,51 @@ def test_a_pilot_the_judge_fits_exactly_falls_back_to_uniform_whatever_the_round
                                         "uniform")
     pilot.loc[3, "human"] += 0.5
     assert "fit the labels exactly" not in signal_check(items, judge, pilot)[1]
+
+
+def test_the_output_files_read_back_as_the_tables_with_no_index_column():
+    """systems.csv, items.csv, power.csv and plan.csv read back with pandas are the result's tables, column for
+    column (no index column added); plan.json parses back to plan_info."""
+    import io
+    import json
+
+    from calibration.study.screen import screen
+
+    rng = np.random.default_rng(2)
+    judge = pd.DataFrame([{"item_id": f"d{i:02d}", "system": s, "criterion": "c", "status": "ok",
+                           "score": float(rng.integers(1, 6))} for i in range(16) for s in ("a", "b", "c")])
+    result = screen(judge, budget=6, bootstrap=100)
+    files = result.files()
+    for name, table in (("systems.csv", result.systems), ("items.csv", result.items), ("power.csv", result.power),
+                        ("plan.csv", result.plan)):
+        back = pd.read_csv(io.StringIO(files[name]))
+        assert back.columns.tolist() == table.columns.tolist(), name
+        assert len(back) == len(table), name
+    assert json.loads(files["plan.json"]) == json.loads(json.dumps(result.plan_info))
+
+
+def test_pairwise_verdicts_become_each_systems_share_of_its_comparisons_won():
+    """win_shares against a loop written out: per dialogue and system, the mean over its comparisons of 1 for a win,
+    1/2 for a tie, 0 for a loss, whichever side of the pair the system was on; other labels and failures left out."""
+    from calibration.study.screen import win_shares
+
+    rng = np.random.default_rng(4)
+    rows = []
+    for i in range(6):
+        for first, second in (("x", "y"), ("x", "z"), ("y", "z"), ("z", "x")):
+            label = str(rng.choice(["0", "1", "2", "1", "2", "maybe"]))
+            status = "error" if rng.random() < 0.1 else "label"
+            rows.append({"item_id": f"d{i}", "system_1": first, "system_2": second, "criterion": "pref",
+                         "label": label, "status": status})
+    pairs = pd.DataFrame(rows)
+    got = win_shares(pairs).set_index(["item_id", "system"])["score"]
+    points = {}
+    for row in rows:
+        if row["status"] != "label" or row["label"] not in ("0", "1", "2"):
+            continue
+        won_first = {"1": 1.0, "2": 0.0, "0": 0.5}[row["label"]]
+        points.setdefault((row["item_id"], row["system_1"]), []).append(won_first)
+        points.setdefault((row["item_id"], row["system_2"]), []).append(1.0 - won_first)
+    expected = {key: float(np.mean(values)) for key, values in points.items()}
+    assert got.to_dict() == pytest.approx(expected)
+    assert {"0", "1", "2"} <= {r["label"] for r in rows if r["status"] == "label"}  # wins, losses and ties
