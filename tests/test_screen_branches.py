@@ -332,17 +332,31 @@ def test_the_provenance_names_the_judgments_model_and_rubric_or_none():
     assert bare["model"] is None and bare["rubric"] is None
 
 
-def test_a_screen_result_built_without_a_seed_or_resamples_says_the_verbs_defaults():
-    """ScreenResult is public: one built by hand reports the seed and resamples `screen()` uses by default."""
+# screen()'s keyword -> the same setting's name in the helpers and the result
+_SAME_SETTING = {"seed": "seed", "bootstrap": "n_resamples", "power": "power", "random_share": "random_share",
+                 "budget_unit": "unit", "design": "design", "clean": "clean"}
+
+
+def test_a_screen_result_or_helper_called_without_a_setting_uses_the_verbs_default():
+    """ScreenResult and the helpers are public: one built or called without a seed, resamples, power, random share,
+    budget unit, design or cleaning uses what `screen()` uses by default, and says so (a result's seed and
+    resamples are printed)."""
     import inspect
 
-    from calibration.study.screen import ScreenResult, screen
+    from calibration.study import screen as module
 
-    defaults = inspect.signature(screen).parameters
+    defaults = {name: p.default for name, p in inspect.signature(module.screen).parameters.items()}
     empty = pd.DataFrame()
-    result = ScreenResult(["c"], empty, {}, empty, empty, "")
-    assert result.seed == defaults["seed"].default
-    assert result.n_resamples == defaults["bootstrap"].default
+    result = module.ScreenResult(["c"], empty, {}, empty, empty, "")
+    assert (result.seed, result.n_resamples) == (defaults["seed"], defaults["bootstrap"])
+    checked = 0
+    for helper in (module.systems_table, module.screen_tables, module.power_table):
+        parameters = inspect.signature(helper).parameters
+        for verb_name, name in _SAME_SETTING.items():
+            if name in parameters and parameters[name].default is not inspect.Parameter.empty:
+                assert parameters[name].default == defaults[verb_name], (helper.__name__, name)
+                checked += 1
+    assert checked >= 8
 
 
 @pytest.mark.parametrize("pilot_size, flat", [(2, False), (6, True)])
