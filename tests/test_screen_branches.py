@@ -446,3 +446,60 @@ def test_pairwise_verdicts_become_each_systems_share_of_its_comparisons_won():
     expected = {key: float(np.mean(values)) for key, values in points.items()}
     assert got.to_dict() == pytest.approx(expected)
     assert {"0", "1", "2"} <= {r["label"] for r in rows if r["status"] == "label"}  # wins, losses and ties
+
+
+# -- what `judge screen` prints ---------------------------------------------------------------------------------------
+
+def _three_systems(gap=2.0, dialogues=20, seed=0):
+    """Systems a and b close, c `gap` points below on both criteria."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([{"item_id": f"d{i:02d}", "system": s, "criterion": c, "status": "ok",
+                          "score": m + rng.normal(0, 0.3)}
+                         for i in range(dialogues) for c in ("x", "y") for s, m in (("a", 4.0), ("b", 3.9),
+                                                                                   ("c", 4.0 - gap))])
+
+
+def test_the_printed_screen_says_who_is_dominated_tied_and_what_the_plan_holds():
+    """The printed tables and sentences, each against the result it prints: the dominated system and by whom (or
+    that none is), 'tied' exactly on the rows tied with the best, the ten dialogues of highest priority (ties by id)
+    in that order, and the plan's counts with singular and plural (or that no plan was written)."""
+    from calibration.study.screen import screen
+
+    result = screen(_three_systems(), budget=3, bootstrap=200)
+    text = result.text()
+    assert set(result.dominated) == {"c"}
+    assert (f"Dominated on every criterion (kept; candidates to leave out of the human study): "
+            f"c (by {result.dominated['c']})") in text
+    table = text.split("\n\n")[0].splitlines()[2:]
+    assert len(table) == len(result.systems)
+    for line, tied in zip(table, result.systems["tied_with_best"]):
+        assert line.split()[-1] == "tied" if tied else line.split()[-1] != "tied"
+    assert result.systems["tied_with_best"].any() and not result.systems["tied_with_best"].all()
+    block = text.split("Dialogues that most need humans")[1].split("\n\nPower")[0].strip().splitlines()[2:]
+    by_priority = sorted(result.items.itertuples(), key=lambda r: (-r.priority, r.item_id))[:10]
+    assert [line.split()[0] for line in block] == [r.item_id for r in by_priority]
+    result.items["priority"] = (result.items["priority"] * 4).round() / 4  # ties, broken by id
+    block = result.text().split("Dialogues that most need humans")[1].split("\n\nPower")[0].strip().splitlines()[2:]
+    by_priority = sorted(result.items.itertuples(), key=lambda r: (-r.priority, r.item_id))[:10]
+    assert [line.split()[0] for line in block] == [r.item_id for r in by_priority]
+    assert result.items["priority"].duplicated().sum() >= 5
+    n_random, n_targeted = (result.plan["part"] == "random").sum(), (result.plan["part"] == "targeted").sum()
+    assert (n_random, n_targeted) == (2, 1)
+    assert ("Plan: budget 3 dialogues: 2 dialogues drawn uniformly at random (share 0.5, seed 0) and 1 dialogue "
+            "targeted.") in text
+    assert "No --budget given" not in text
+
+    plain = screen(_three_systems(gap=0.0), bootstrap=200).text()
+    assert "No system is dominated on every criterion." in plain and "Dominated on every" not in plain
+    assert "No --budget given: no plan written" in plain and "\nPlan:" not in plain
+
+
+def test_the_printed_plan_says_how_its_random_part_was_drawn():
+    """--design active: the random part was drawn with inclusion probabilities rising with the uncertainty; one
+    dialogue drawn at random is said in the singular."""
+    from calibration.study.screen import screen
+
+    judge = _three_systems(dialogues=12).assign(spread=np.linspace(0.0, 1.0, 72))
+    text = screen(judge, budget=2, bootstrap=100, design="active").text()
+    assert ("1 dialogue drawn at random with inclusion probabilities rising with the judge's uncertainty "
+            "(plan.csv records them) (share 0.5, seed 0) and 1 dialogue targeted.") in text
