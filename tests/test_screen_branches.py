@@ -503,3 +503,23 @@ def test_the_printed_plan_says_how_its_random_part_was_drawn():
     text = screen(judge, budget=2, bootstrap=100, design="active").text()
     assert ("1 dialogue drawn at random with inclusion probabilities rising with the judge's uncertainty "
             "(plan.csv records them) (share 0.5, seed 0) and 1 dialogue targeted.") in text
+
+
+def test_a_system_judged_on_two_dialogues_gets_the_range_of_its_two_scores_and_on_one_no_interval():
+    """The expanded percentile interval at 2 dialogues cuts sqrt(2) t_1 (0.975) = 18 standard errors off each side:
+    a tail below 1e-70 percent, so the interval is the bootstrap's whole range, the two scores' min and max. At 1
+    dialogue no interval is printed (NaN); the systems judged everywhere keep theirs."""
+    from calibration.study.screen import systems_table
+
+    assert stats.norm.sf(np.sqrt(2.0) * stats.t.ppf(0.975, 1)) < 1e-70
+    rng = np.random.default_rng(6)
+    rows = [{"item_id": f"d{i:02d}", "system": s, "criterion": "c", "status": "ok", "score": float(rng.normal(3, 1))}
+            for i in range(12) for s in ("a", "b")]
+    rows += [{"item_id": "d00", "system": "two", "criterion": "c", "status": "ok", "score": 1.5},
+             {"item_id": "d07", "system": "two", "criterion": "c", "status": "ok", "score": 4.25},
+             {"item_id": "d03", "system": "one", "criterion": "c", "status": "ok", "score": 2.0}]
+    table = systems_table(pd.DataFrame(rows), ["c"], n_resamples=400, seed=1)[0].set_index("system")
+    assert (table.loc["two", "ci_low"], table.loc["two", "ci_high"]) == (1.5, 4.25)
+    assert table.loc["two", "n"] == 2 and table.loc["one", "n"] == 1
+    assert np.isnan(table.loc["one", "ci_low"]) and np.isnan(table.loc["one", "ci_high"])
+    assert np.isfinite(table.loc[["a", "b"], ["ci_low", "ci_high"]].to_numpy()).all()
