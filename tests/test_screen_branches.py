@@ -523,3 +523,63 @@ def test_a_system_judged_on_two_dialogues_gets_the_range_of_its_two_scores_and_o
     assert table.loc["two", "n"] == 2 and table.loc["one", "n"] == 1
     assert np.isnan(table.loc["one", "ci_low"]) and np.isnan(table.loc["one", "ci_high"])
     assert np.isfinite(table.loc[["a", "b"], ["ci_low", "ci_high"]].to_numpy()).all()
+
+
+def _bonferroni_t_p(systems, replicates, columns, units):
+    """Each system's adjusted p of being below another of its criterion, written out: every within-criterion pair's
+    paired bootstrap SE (numpy, resamples where some mean is undefined left out), widened by sqrt(u / (u - 1)),
+    a two-sided t_{u-1} p (scipy) times the number of pairs, capped at 1, the smallest over the pairs it loses."""
+    reps = replicates[~np.isnan(replicates).any(axis=1)]
+    point = {(r.criterion, r.system): r.mean for r in systems.itertuples()}
+    pairs = [(i, j) for i in range(len(columns)) for j in range(i + 1, len(columns)) if columns[i][0] == columns[j][0]]
+    p = {column: 1.0 for column in columns}
+    for i, j in pairs:
+        d = point[columns[j]] - point[columns[i]]
+        se = np.std(reps[:, j] - reps[:, i], ddof=1) * np.sqrt(units / (units - 1.0))
+        adjusted = min(1.0, len(pairs) * 2 * stats.t.sf(abs(d) / se, units - 1))
+        loser = columns[i] if d > 0 else columns[j]
+        p[loser] = min(p[loser], adjusted)
+    return p
+
+
+@pytest.mark.parametrize("extra, units", [((), 12), (("two",), 2), (("two", "one"), 2)])
+def test_each_systems_adjusted_p_is_the_bonferroni_t_over_every_pair_written_out(extra, units):
+    """p_adjusted (and tied_with_best) against the Bonferroni-t written out with numpy and scipy, the t's degrees of
+    freedom from the fewest dialogues a system was judged on (12; 2 when one system has only 2; still 2, the least
+    that gives a t, when one has a single dialogue)."""
+    from calibration.study.screen import systems_table
+
+    rng = np.random.default_rng(8)
+    means = {"a": 4.0, "b": 3.8, "c": 1.0}
+    rows = [{"item_id": f"d{i:02d}", "system": s, "criterion": k, "status": "ok",
+             "score": float(m + (k == "y") * 0.3 + rng.normal(0, 0.4))}
+            for i in range(12) for k in ("x", "y") for s, m in means.items()]
+    if "two" in extra:
+        rows += [{"item_id": d, "system": "two", "criterion": k, "status": "ok", "score": v}
+                 for k in ("x", "y") for d, v in (("d01", 0.5), ("d05", 0.8))]
+    if "one" in extra:
+        rows += [{"item_id": "d02", "system": "one", "criterion": k, "status": "ok", "score": 2.0} for k in ("x", "y")]
+    systems, _, replicates, columns = systems_table(pd.DataFrame(rows), ["x", "y"], n_resamples=500, seed=3)
+    expected = _bonferroni_t_p(systems, replicates, columns, units)
+    for row in systems.itertuples():
+        if row.rank == 1:
+            assert np.isnan(row.p_adjusted) and row.tied_with_best
+            continue
+        assert row.p_adjusted == pytest.approx(expected[(row.criterion, row.system)], rel=1e-9)
+    assert systems["p_adjusted"].between(1e-12, 0.999).sum() >= 2  # not capped: the df shows
+    assert (systems["p_adjusted"] < 0.05).any() == (units == 12)  # c is far below, shown at 11 df, not at 1
+
+
+def test_two_systems_the_judge_scores_identically_are_both_tied_with_the_best():
+    """Identical scores on every dialogue: their difference is known to be 0 exactly, so neither is shown below the
+    other; both are tied with the best and neither dominates the other."""
+    from calibration.study.screen import systems_table
+
+    rng = np.random.default_rng(12)
+    base = rng.normal(4.0, 0.5, 15)
+    rows = [{"item_id": f"d{i:02d}", "system": s, "criterion": "c", "status": "ok", "score": float(v)}
+            for i in range(15) for s, v in (("a", base[i]), ("b", base[i]), ("c", base[i] - 1.0 - rng.random()))]
+    systems, dominated, _, _ = systems_table(pd.DataFrame(rows), ["c"], n_resamples=300, seed=0)
+    tied = systems.set_index("system")["tied_with_best"]
+    assert tied.to_dict() == {"a": True, "b": True, "c": False}
+    assert set(dominated) == {"c"}
