@@ -583,3 +583,28 @@ def test_two_systems_the_judge_scores_identically_are_both_tied_with_the_best():
     tied = systems.set_index("system")["tied_with_best"]
     assert tied.to_dict() == {"a": True, "b": True, "c": False}
     assert set(dominated) == {"c"}
+
+
+def test_a_system_is_dominated_only_when_shown_below_one_other_on_every_criterion():
+    """From planted bounds on theta_j - theta_i: 'low' is below 'top' on both criteria (dominated, by the first such
+    system in name order); 'mixed' is below on one criterion only; 'partial' lacks a criterion (no domination
+    without it), whatever its bound on the other; the bounds of 0 exactly or NaN decide nothing."""
+    from calibration.study.screen import dominated_systems
+
+    columns = [("x", "top"), ("x", "low"), ("x", "mixed"), ("x", "partial"), ("x", "zero"),
+               ("y", "top"), ("y", "low"), ("y", "mixed"), ("y", "zero")]
+    where = {c: k for k, c in enumerate(columns)}
+    lower = np.full((len(columns), len(columns)), np.nan)
+
+    def shown(criterion, loser, winner, bound):
+        lower[where[(criterion, loser)], where[(criterion, winner)]] = bound
+
+    for criterion in ("x", "y"):
+        shown(criterion, "low", "top", 0.4)
+        shown(criterion, "low", "mixed", 0.2 if criterion == "x" else np.nan)
+        shown(criterion, "zero", "top", 0.0 if criterion == "x" else 0.3)
+    shown("x", "mixed", "top", 0.3)
+    shown("y", "mixed", "top", -0.1)
+    shown("x", "partial", "top", 0.5)
+    assert dominated_systems(lower, columns, ["x", "y"]) == {"low": "top"}
+    assert dominated_systems(lower, columns, ["x"]) == {"low": "mixed", "mixed": "top", "partial": "top"}
