@@ -608,3 +608,82 @@ def test_a_system_is_dominated_only_when_shown_below_one_other_on_every_criterio
     shown("x", "partial", "top", 0.5)
     assert dominated_systems(lower, columns, ["x", "y"]) == {"low": "top"}
     assert dominated_systems(lower, columns, ["x"]) == {"low": "mixed", "mixed": "top", "partial": "top"}
+
+
+# -- the plan: its refusals at their edges, the targeted part's fill, each row's reason ---------------------------
+
+def _items(n=8, cost=(1, 2, 3)):
+    return pd.DataFrame({"item_id": [f"d{i}" for i in range(n)], "n_judgments": [cost[i % len(cost)] for i in range(n)],
+                         "uncertainty": np.linspace(0.9, 0.1, n), "discrimination": np.linspace(0.0, 0.8, n),
+                         "priority": np.linspace(0.9, 0.1, n) + np.linspace(0.0, 0.8, n) * 0.5})
+
+
+PLAN_EDGES = [
+    # budget, unit, random share, design, refused with (None: a plan of that budget)
+    (8, "dialogues", 1.0, "uniform", None),
+    (15, "judgments", 0.0, "uniform", None),
+    (9, "dialogues", 0.5, "uniform", "--budget 9 dialogues is more than the data has: 8 dialogues in 8 dialogues"),
+    (16, "judgments", 0.5, "uniform", "--budget 16 judgments is more than the data has: 15 judgments in 8 dialogues"),
+    (0, "dialogues", 0.5, "uniform", "--budget must be at least 1, got 0"),
+    (1, "dialogues", 0.5, "uniform", None),
+    (4, "dialogues", 1.5, "uniform", "--random-share must be between 0 and 1, got 1.5"),
+    (4, "dialogues", -0.25, "uniform", "--random-share must be between 0 and 1, got -0.25"),
+    (8, "dialogues", 0.5, "active", None),
+    (9, "dialogues", 0.5, "active", "--budget 9 dialogues is more than the data has: 8 dialogues"),
+    (4, "judgments", 0.5, "active", "--design active draws dialogues with known probabilities"),
+]
+
+
+@pytest.mark.parametrize("budget, unit, share, design, refused", PLAN_EDGES)
+def test_a_plan_is_refused_past_its_edges_and_made_at_them(budget, unit, share, design, refused):
+    """make_plan called directly (it is public): the whole data is a budget, one more is refused with the counts;
+    a budget of 1 and random shares of 0 and 1 are plans, outside [0, 1] refused; an active design counts only
+    dialogues. A made plan spends exactly its budget here (costs 1, 2, 3 fit it)."""
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import make_plan
+
+    items = _items()
+    before = items.copy()
+    if refused:
+        with pytest.raises(CalibrationError) as caught:
+            make_plan(items, budget, unit, share, 0, design)
+        assert str(caught.value).startswith(refused)
+    else:
+        plan = make_plan(items, budget, unit, share, 0, design)
+        cost = items.set_index("item_id")["n_judgments"] if unit == "judgments" else pd.Series(1, items["item_id"])
+        assert cost[plan["item_id"]].sum() == budget and plan["item_id"].is_unique
+    pd.testing.assert_frame_equal(items, before)
+
+
+def test_the_targeted_part_fills_the_budget_greedily_in_priority_order():
+    """Counted in judgments, after the random part: each dialogue in priority order is taken if its cost still fits
+    what is left, else passed over for the next (written out as a loop); one that fits exactly is taken."""
+    from calibration.study.screen import make_plan
+
+    items = _items(n=10, cost=(3, 1, 4, 2, 5))
+    for budget, share in ((9, 0.0), (10, 0.3), (13, 0.5), (7, 0.0)):
+        plan = make_plan(items, budget, "judgments", share, 5)
+        cost = items.set_index("item_id")["n_judgments"]
+        drawn = plan.loc[plan["part"] == "random", "item_id"].tolist()
+        left = budget - cost[drawn].sum()
+        expected = []
+        for row in sorted(items.itertuples(), key=lambda r: (-r.priority, r.item_id)):
+            if row.item_id not in drawn and cost[row.item_id] <= left:
+                expected.append(row.item_id)
+                left -= cost[row.item_id]
+        assert plan.loc[plan["part"] == "targeted", "item_id"].tolist() == expected, (budget, share)
+    # 3 + 1, d2's 4 passed over, + 2, d4 and d5 passed over, + d6's 1: exactly 7
+    assert make_plan(items, 7, "judgments", 0.0, 5)["item_id"].tolist() == ["d0", "d1", "d3", "d6"]
+
+
+@pytest.mark.parametrize("design", ["uniform", "active"])
+def test_each_targeted_row_says_which_of_uncertainty_or_discrimination_put_it_there(design):
+    """'uncertain judgments (u)' when the uncertainty is at least the discrimination (a tie counts as uncertainty),
+    'separates the leading systems (d)' otherwise, each with its value to two decimals."""
+    from calibration.study.screen import make_plan
+
+    items = pd.DataFrame({"item_id": ["a", "b", "c", "d"], "n_judgments": 1, "uncertainty": [0.7, 0.25, 0.5, 0.0],
+                          "discrimination": [0.2, 0.6, 0.5, 0.0], "priority": [0.9, 0.85, 1.0, 0.0]})
+    plan = make_plan(items, 3, "dialogues", 0.0, 0, design, 0.0).set_index("item_id")
+    assert plan["reason"].to_dict() == {"c": "uncertain judgments (0.50)", "a": "uncertain judgments (0.70)",
+                                        "b": "separates the leading systems (0.60)"}
