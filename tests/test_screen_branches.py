@@ -687,3 +687,16 @@ def test_each_targeted_row_says_which_of_uncertainty_or_discrimination_put_it_th
     plan = make_plan(items, 3, "dialogues", 0.0, 0, design, 0.0).set_index("item_id")
     assert plan["reason"].to_dict() == {"c": "uncertain judgments (0.50)", "a": "uncertain judgments (0.70)",
                                         "b": "separates the leading systems (0.60)"}
+
+
+def test_the_entropy_of_probabilities_that_do_not_sum_to_one_is_of_their_renormalised_share():
+    """--logprobs keeps the top tokens only, so the recorded probabilities may sum below 1: the entropy is that of
+    their renormalised shares (scipy's entropy normalises too), over log of the number recorded."""
+    judge = pd.DataFrame({"item_id": ["d1", "d2", "d3"], "system": "a", "criterion": "c", "score": [1.0, 2.0, 3.0],
+                          "status": "ok", "probs": [{"1": 0.3, "2": 0.3}, {"1": 0.1, "2": 0.4, "3": 0.2},
+                                                    {"4": 0.45, "5": 0.05, "3": 0.0}]})
+    got = judgment_uncertainty(judge)["entropy"].to_numpy()
+    expected = [stats.entropy([0.3, 0.3]) / np.log(2), stats.entropy([0.1, 0.4, 0.2]) / np.log(3),
+                stats.entropy([0.45, 0.05]) / np.log(3)]
+    assert got == pytest.approx(expected)
+    assert got[0] == pytest.approx(1.0)
