@@ -700,3 +700,44 @@ def test_the_entropy_of_probabilities_that_do_not_sum_to_one_is_of_their_renorma
                 stats.entropy([0.45, 0.05]) / np.log(3)]
     assert got == pytest.approx(expected)
     assert got[0] == pytest.approx(1.0)
+
+
+# -- the active design's inclusion probabilities, exactly -----------------------------------------------------------
+
+def _mixture_capped(u, size, floor):
+    """The probabilities written out: weights floor / N + (1 - floor) u / sum(u) (uniform when no u), scaled to
+    `size`; any above 1 set to 1 and the rest rescaled to what is left, repeated until none is above 1."""
+    u = np.nan_to_num(np.asarray(u, float)).clip(min=0.0)
+    n = len(u)
+    share = u / u.sum() if u.sum() > 0 else np.full(n, 1.0 / n)
+    weights = floor / n + (1.0 - floor) * share
+    fixed = np.zeros(n, bool)
+    while True:
+        pi = np.where(fixed, 1.0, (size - fixed.sum()) * weights / weights[~fixed].sum())
+        if not (pi[~fixed] > 1.0 + 1e-12).any():
+            return np.minimum(pi, 1.0)
+        fixed |= pi > 1.0 + 1e-12
+
+
+@pytest.mark.parametrize("u, size, floor", [
+    (np.linspace(0.0, 1.0, 12), 4, 0.6),               # none capped
+    (np.r_[50.0, 20.0, np.ones(8)], 4, 0.2),           # two capped, one after the other
+    (np.r_[4.0, np.ones(9)], 4, 0.2),                  # one just over 1 (1.065) before the cap
+    (np.r_[-1.0, np.nan, 2.0, 1.0, 0.5, 0.0], 3, 0.5), # negative and missing uncertainty count as none
+    (np.zeros(7), 3, 0.6),                             # nothing recorded: uniform
+    (np.linspace(0.1, 1.0, 5), 5, 0.6),                # every dialogue: all drawn for certain
+])
+def test_inclusion_probabilities_are_the_floored_mixture_capped_at_one(u, size, floor):
+    from calibration.study.screen import inclusion_probabilities
+
+    pi = inclusion_probabilities(u, size, floor=floor)
+    np.testing.assert_allclose(pi, _mixture_capped(u, size, floor), rtol=1e-12, atol=1e-12)
+    assert pi.sum() == pytest.approx(size) and pi.max() <= 1.0
+
+
+def test_inclusion_probabilities_default_to_the_documented_floor():
+    from calibration.study.screen import ACTIVE_FLOOR, inclusion_probabilities
+
+    u = np.linspace(0.0, 1.0, 10)
+    np.testing.assert_allclose(inclusion_probabilities(u, 3), inclusion_probabilities(u, 3, floor=ACTIVE_FLOOR))
+    np.testing.assert_allclose(inclusion_probabilities(u, 3), _mixture_capped(u, 3, 0.6))
