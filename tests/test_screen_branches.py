@@ -741,3 +741,11 @@ def test_inclusion_probabilities_default_to_the_documented_floor():
     u = np.linspace(0.0, 1.0, 10)
     np.testing.assert_allclose(inclusion_probabilities(u, 3), inclusion_probabilities(u, 3, floor=ACTIVE_FLOOR))
     np.testing.assert_allclose(inclusion_probabilities(u, 3), _mixture_capped(u, 3, 0.6))
+
+
+def test_a_spread_on_a_criterion_with_no_numeric_score_is_read_in_points():
+    """A criterion whose judgments all failed or were N/A has no observed range to measure a spread against: its
+    recorded spread is read in points (over 1), capped at 1, as for a criterion scored the same everywhere."""
+    judge = pd.DataFrame({"item_id": ["d1", "d2", "d3"], "system": "a", "criterion": "k", "score": np.nan,
+                          "status": ["na", "error", "na"], "spread": [0.4, 0.7, 3.0]})
+    np.testing.assert_allclose(judgment_uncertainty(judge)["spread"], [0.4, 0.7, 1.0])
