@@ -749,3 +749,103 @@ def test_a_spread_on_a_criterion_with_no_numeric_score_is_read_in_points():
     judge = pd.DataFrame({"item_id": ["d1", "d2", "d3"], "system": "a", "criterion": "k", "score": np.nan,
                           "status": ["na", "error", "na"], "spread": [0.4, 0.7, 3.0]})
     np.testing.assert_allclose(judgment_uncertainty(judge)["spread"], [0.4, 0.7, 1.0])
+
+
+# -- the power table, column by column ------------------------------------------------------------------------------
+
+def _power_data(seed=21, dialogues=30):
+    """Three systems on two criteria, a few judgments missing; human labels near the judge's."""
+    rng = np.random.default_rng(seed)
+    rows, labels = [], []
+    for i in range(dialogues):
+        for k, shift in (("x", 0.0), ("y", 1.5)):
+            for s, m in (("a", 4.0), ("b", 3.0), ("c", 2.0)):
+                if (i, s, k) in {(3, "a", "x"), (7, "b", "x"), (11, "b", "y")}:
+                    continue
+                score = m + (k == "y" and s == "b") * shift + rng.normal(0, 0.5)
+                rows.append({"item_id": f"d{i:02d}", "system": s, "criterion": k, "status": "ok", "score": score})
+                labels.append({"item_id": f"d{i:02d}", "system": s, "criterion": k,
+                               "human": score + rng.normal(0, 0.3)})
+    return pd.DataFrame(rows), pd.DataFrame(labels)
+
+
+@pytest.mark.parametrize("pilot_share", [None, 1.0, 0.4])
+def test_each_power_table_column_against_its_parts_written_out(pilot_share):
+    """Per criterion, the top two by rank; the judge's paired differences on the dialogues both were judged on: their
+    count, mean, mean / SD (ddof 1); the dialogues needed (calibration.study.power) at that effect. With a pilot that
+    labels every judged dialogue, the human difference is the human mean (the judge adds nothing), its effect the
+    mean over the SD of the human differences, rho their correlation with the judge's (numpy)."""
+    from calibration.study.estimate import ppi_mean
+    from calibration.study.power import dialogues_needed
+    from calibration.study.screen import power_table
+
+    judge, labels = _power_data()
+    systems = pd.DataFrame({"criterion": ["x", "x", "x", "y", "y", "y"], "system": ["a", "b", "c", "b", "a", "c"],
+                            "rank": [1, 2, 3, 1, 2, 3]})
+    pilot = None if pilot_share is None else labels[labels["item_id"] < f"d{round(30 * pilot_share):02d}"]
+    table = power_table(judge, systems, ["x", "y"], power=0.9, alpha=0.1, pilot=pilot).set_index("criterion")
+    for criterion, first, second in (("x", "a", "b"), ("y", "b", "a")):
+        wide = judge[judge["criterion"] == criterion].pivot(index="item_id", columns="system", values="score")
+        both = wide[[first, second]].dropna()
+        g = (both[first] - both[second]).to_numpy()
+        row = table.loc[criterion]
+        assert (row["system_a"], row["system_b"], row["n_judged"]) == (first, second, len(g))
+        assert len(g) == {"x": 28, "y": 29}[criterion]  # the dialogues missing one of the two left out
+        assert row["judge_difference"] == pytest.approx(g.mean())
+        assert row["judge_effect"] == pytest.approx(g.mean() / g.std(ddof=1))
+        assert (row["power"], row["alpha"]) == (0.9, 0.1)
+        effect = g.mean() / g.std(ddof=1)
+        if pilot is None:
+            assert row["dialogues_human_only"] == dialogues_needed(effect, 0.9, 0.1)
+            assert "rho" not in table.columns and pd.isna(row["dialogues_with_judge"])
+            continue
+        human = pilot[pilot["criterion"] == criterion].pivot(index="item_id", columns="system", values="human")
+        d = (human[first] - human[second]).reindex(both.index).to_numpy()
+        labelled = ~np.isnan(d)
+        assert row["n_pilot"] == labelled.sum() == (len(g) if pilot_share == 1.0 else {"x": 10, "y": 11}[criterion])
+        # every judged dialogue labelled: the human mean; else PPI++ on the labelled ones (estimate.py)
+        difference = d.mean() if pilot_share == 1.0 else ppi_mean(d, g).estimate
+        effect = difference / d[labelled].std(ddof=1)
+        rho = np.corrcoef(d[labelled], g[labelled])[0, 1]
+        assert row["human_difference"] == pytest.approx(difference)
+        assert row["human_effect"] == pytest.approx(effect)
+        assert row["rho"] == pytest.approx(rho)
+        assert row["dialogues_human_only"] == dialogues_needed(effect, 0.9, 0.1)
+        with_judge = dialogues_needed(effect, 0.9, 0.1, rho, len(g))
+        got = row["dialogues_with_judge"]
+        assert (pd.isna(got) and with_judge is None) or got == with_judge
+        assert with_judge is not None or pilot_share < 1.0
+
+
+def test_a_criterion_with_one_system_has_no_power_row_and_a_single_difference_no_effect():
+    from calibration.study.screen import effect_size, power_table
+
+    judge, _ = _power_data()
+    judge = judge[~((judge["criterion"] == "y") & (judge["system"] != "a"))]
+    systems = pd.DataFrame({"criterion": ["x", "x", "y"], "system": ["a", "b", "a"], "rank": [1, 2, 1]})
+    assert power_table(judge, systems, ["x", "y"])["criterion"].tolist() == ["x"]
+    assert np.isnan(effect_size(np.array([0.7]))) and np.isnan(effect_size(np.array([0.5, 0.5])))
+    assert effect_size(np.array([1.0, 2.0])) == pytest.approx(1.5 / np.std([1.0, 2.0], ddof=1))
+
+
+@pytest.mark.parametrize("flat", ["human", "judge"])
+def test_a_pilot_with_no_spread_in_one_side_has_no_correlation_and_warns_nothing(flat):
+    """Human differences (or the judge's, on the labelled dialogues) that never vary: no correlation can be
+    measured, so rho is NaN, and no numpy warning leaks to the user's terminal."""
+    import warnings
+
+    from calibration.study.screen import power_table
+
+    judge, labels = _power_data()
+    labelled = [f"d{i:02d}" for i in range(12, 20)]
+    pilot = labels[labels["item_id"].isin(labelled) & (labels["criterion"] == "x")].copy()
+    if flat == "human":
+        pilot["human"] = np.where(pilot["system"] == "a", 4.0, 3.0)
+    else:
+        at = judge["item_id"].isin(labelled) & (judge["criterion"] == "x")
+        judge.loc[at, "score"] = np.where(judge.loc[at, "system"] == "a", 4.5, 3.5)
+    systems = pd.DataFrame({"criterion": "x", "system": ["a", "b", "c"], "rank": [1, 2, 3]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = power_table(judge, systems, ["x"], pilot=pilot).iloc[0]
+    assert row["n_pilot"] == 8 and np.isnan(row["rho"]) and pd.isna(row["dialogues_with_judge"])
