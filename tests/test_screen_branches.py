@@ -849,3 +849,31 @@ def test_a_pilot_with_no_spread_in_one_side_has_no_correlation_and_warns_nothing
         warnings.simplefilter("error")
         row = power_table(judge, systems, ["x"], pilot=pilot).iloc[0]
     assert row["n_pilot"] == 8 and np.isnan(row["rho"]) and pd.isna(row["dialogues_with_judge"])
+
+
+def test_each_dialogues_priority_is_its_uncertainty_plus_the_discrimination_of_the_scores_given():
+    """items_table: priority = uncertainty + discrimination, the discrimination computed from `scored` when given
+    (pairwise win shares) and from the judgments otherwise; a dialogue the contenders have no score on (every
+    judgment failed) discriminates nothing (0), so its priority is its uncertainty, and no numpy warning is
+    printed for it."""
+    from calibration.study.screen import items_table
+
+    import warnings
+
+    judge, systems = _scores(seed=3)
+    judge.loc[judge["item_id"] == "d5", ["score", "status"]] = [np.nan, "error"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing leaks to the user's terminal (numpy's nanstd of no score did)
+        table = items_table(judge, systems, ["c"]).set_index("item_id")
+    expected = discrimination(judge, systems, ["c"])
+    assert table.loc["d5", "discrimination"] == 0.0 and table.loc["d5", "uncertainty"] == 1.0
+    assert table["discrimination"].drop("d5").to_dict() == pytest.approx(expected.drop("d5").to_dict())
+    assert table["priority"].to_dict() == pytest.approx((table["uncertainty"] + table["discrimination"]).to_dict())
+    # scores from elsewhere (win shares), on every dialogue but d5 (its verdicts all failed)
+    other = judge.assign(score=judge["score"].where(judge["system"] != "a", 1.0))
+    other = other[other["item_id"] != "d5"]
+    given = items_table(judge, systems, ["c"], scored=other).set_index("item_id")
+    assert given.loc["d5", "discrimination"] == 0.0
+    assert given["discrimination"].drop("d5").to_dict() == pytest.approx(
+        discrimination(other, systems, ["c"]).to_dict())
+    assert not np.allclose(given["discrimination"], table["discrimination"])

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -279,7 +280,8 @@ def discrimination(judge: pd.DataFrame, systems: pd.DataFrame, criteria) -> pd.S
         keep = np.isin(names, contenders)
         values = np.where(judged, scores, np.nan)[:, keep]
         half_range = (np.nanmax(values) - np.nanmin(values)) / 2.0 if np.isfinite(values).any() else 0.0
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a dialogue no contender has a score on: NaN, then 0
             spread = np.nanstd(values, axis=1) / (half_range if half_range > 0 else 1.0)
         parts.append(pd.Series(np.nan_to_num(np.minimum(spread, 1.0)), index=items))
     if not parts:
