@@ -877,3 +877,25 @@ def test_each_dialogues_priority_is_its_uncertainty_plus_the_discrimination_of_t
     assert given["discrimination"].drop("d5").to_dict() == pytest.approx(
         discrimination(other, systems, ["c"]).to_dict())
     assert not np.allclose(given["discrimination"], table["discrimination"])
+
+
+def test_discrimination_does_not_depend_on_the_judges_units_below_one_point_either():
+    """Scores in tenths (half the observed range below 1): the same discrimination as in points, and as numpy's SD
+    over half the range written out."""
+    judge, systems = _scores(seed=5)
+    points = discrimination(judge, systems, ["c"])
+    tenths = discrimination(judge.assign(score=judge["score"] / 10.0), systems, ["c"])
+    assert tenths.to_dict() == pytest.approx(points.to_dict())
+    table = judge.pivot(index="item_id", columns="system", values="score")[["a", "b", "d"]] / 10.0
+    half = (table.to_numpy().max() - table.to_numpy().min()) / 2
+    assert half < 1.0
+    assert tenths.to_dict() == pytest.approx((table.std(axis=1, ddof=0) / half).clip(upper=1.0).to_dict())
+
+
+def test_uncertainty_does_not_depend_on_the_judges_units_below_one_point_either():
+    judge = _judgments()
+    judge = judge[judge["criterion"] == "c"]
+    base = judgment_uncertainty(judge)
+    tenths = judgment_uncertainty(judge.assign(score=judge["score"] / 10.0, spread=judge["spread"] / 10.0))
+    pd.testing.assert_frame_equal(base, tenths)
+    assert set(base["spread"].dropna()) >= {0.25, 0.5}  # spreads not capped: the units show
