@@ -627,6 +627,7 @@ PLAN_EDGES = [
     (0, "dialogues", 0.5, "uniform", "--budget must be at least 1, got 0"),
     (1, "dialogues", 0.5, "uniform", None),
     (4, "dialogues", 1.5, "uniform", "--random-share must be between 0 and 1, got 1.5"),
+    (4, "dialogues", 1.05, "uniform", "--random-share must be between 0 and 1, got 1.05"),
     (4, "dialogues", -0.25, "uniform", "--random-share must be between 0 and 1, got -0.25"),
     (8, "dialogues", 0.5, "active", None),
     (9, "dialogues", 0.5, "active", "--budget 9 dialogues is more than the data has: 8 dialogues"),
