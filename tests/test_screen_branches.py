@@ -900,3 +900,145 @@ def test_uncertainty_does_not_depend_on_the_judges_units_below_one_point_either(
     tenths = judgment_uncertainty(judge.assign(score=judge["score"] / 10.0, spread=judge["spread"] / 10.0))
     pd.testing.assert_frame_equal(base, tenths)
     assert set(base["spread"].dropna()) >= {0.25, 0.5}  # spreads not capped: the units show
+
+
+# -- a plan read back: each inclusion probability a user could write, one row each ---------------------------------
+
+PROBABILITY_ROWS = [
+    # the rows' (part, inclusion_probability), the message expected (None: read)
+    ([("random", "0.5"), ("targeted", "")], None),
+    ([("random", "1"), ("targeted", "1")], None),                # `judge escalate` writes 1 on a targeted row
+    ([("random", " 0.25 "), ("random", "1.0")], None),           # spaces around a number are read
+    ([("random", "0.5"), ("random", "0")], "plan.csv:3: inclusion_probability must be a number in (0, 1] (empty "
+                                           "allowed on a targeted row), got '0'"),
+    ([("random", "1.0001")], "plan.csv:2: inclusion_probability must be a number in (0, 1]"),
+    ([("random", "-0.5")], "plan.csv:2: inclusion_probability must be a number in (0, 1]"),
+    ([("targeted", ""), ("random", "")], "plan.csv:3: inclusion_probability must be a number in (0, 1] (empty "
+                                         "allowed on a targeted row), got ''"),
+    ([("targeted", "half")], "plan.csv:2: inclusion_probability must be a number in (0, 1] (empty allowed on a "
+                             "targeted row), got 'half'"),
+    ([("targeted", "0")], "plan.csv:2: inclusion_probability must be a number in (0, 1]"),
+]
+
+
+@pytest.mark.parametrize("rows, message", PROBABILITY_ROWS)
+def test_each_inclusion_probability_in_a_plan_is_checked_with_its_line(rows, message, tmp_path):
+    """Every random row needs a probability in (0, 1]; a targeted row may leave it empty or give one in (0, 1];
+    anything else is refused naming plan.csv and the line of the first bad row; the files are left as they were."""
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import read_plan
+
+    csv = "item_id,part,inclusion_probability\n" + "".join(f"d{k},{part},{p}\n" for k, (part, p) in enumerate(rows))
+    (tmp_path / "plan.json").write_text('{"version": 1}', encoding="utf-8")
+    (tmp_path / "plan.csv").write_text(csv, encoding="utf-8")
+    if message is None:
+        plan, info = read_plan(tmp_path)
+        assert plan["item_id"].tolist() == [f"d{k}" for k in range(len(rows))] and info == {"version": 1}
+    else:
+        with pytest.raises(CalibrationError) as caught:
+            read_plan(tmp_path)
+        assert str(caught.value).startswith(f"{tmp_path}/{message}")
+    assert (tmp_path / "plan.csv").read_text(encoding="utf-8") == csv
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"plan.json": '{"version": 1}'}, "plan.csv: no such file (--plan takes the --output-dir of `judge screen "
+                                      "--budget`)"),
+    ({"plan.csv": "item_id,part\nd1,random\n"}, "plan.json: no such file"),
+    ({"plan.json": '{"version": 1,\n "unit": }', "plan.csv": "item_id,part\n"}, "plan.json:2: invalid JSON at "
+                                                                                "column 10"),
+    ({"plan.json": '{"version": 1}', "plan.csv": "item_id,reason\nd1,x\n"}, "plan.csv:1: missing column(s) part"),
+    ({"plan.json": '{"version": 1}', "plan.csv": "part\nrandom\n"}, "plan.csv:1: missing column(s) item_id"),
+    ({"plan.json": '{"version": 1}', "plan.csv": ""}, "plan.csv: not a readable CSV file"),
+])
+def test_a_plan_folder_missing_a_file_or_a_column_is_refused_naming_it(files, message, tmp_path):
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import read_plan
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    with pytest.raises(CalibrationError) as caught:
+        read_plan(tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path}/{message}")
+
+
+# -- the signal check's numbers: its p and the variance ratio it prints ---------------------------------------------
+
+def _noisy_pilot(seed, n=12):
+    """A pilot whose judge errs at random (human = score + N(0, 1)) and an uncertainty that knows nothing of it."""
+    rng = np.random.default_rng(seed)
+    ids = [f"d{i:02d}" for i in range(n)]
+    score = rng.integers(1, 6, n).astype(float)
+    human = score + rng.normal(0, 1, n)
+    u = rng.random(n)
+    items = pd.DataFrame({"item_id": ids, "uncertainty": u})
+    judge = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "score": score, "status": "ok"})
+    pilot = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "human": human})
+    return items, judge, pilot, score, human, u
+
+
+def _ratio_and_p(score, human, u, permutations=1999):
+    """The residual-variance ratio mean(r^2 / p~) / mean(r^2) and the one-sided permutation p of T = r^2 . (1 - 1/p~)
+    written out (scipy's least squares; the shuffles drawn as signal_check draws them: seed 0, one permutation of
+    the gains each), counting ties."""
+    from calibration.study.screen import ACTIVE_FLOOR
+
+    fit = stats.linregress(score, human)
+    r2 = (human - fit.intercept - fit.slope * score) ** 2
+    relative = ACTIVE_FLOOR + (1.0 - ACTIVE_FLOOR) * u / u.mean()
+    gain = 1.0 - 1.0 / relative
+    rng = np.random.default_rng(0)
+    shuffled = np.array([r2 @ rng.permutation(gain) for _ in range(permutations)])
+    observed = r2 @ gain
+    p = (1 + np.sum(shuffled >= observed - 1e-9 * abs(observed))) / (permutations + 1)
+    return np.mean(r2 / relative) / np.mean(r2), p
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, "marked"])
+def test_the_signal_checks_printed_ratio_and_p_are_the_statistics_written_out(seed):
+    """With an uncertainty that knows nothing of the errors (seeds), or follows their size (marked): the
+    verdict is uniform exactly when p >= 0.1, and the printed variance ratio and p are those written out with scipy
+    (to the printed digits: two for a fallback's p, three for an active one's)."""
+    import re
+
+    from calibration.study.screen import signal_check
+
+    if seed == "marked":  # the uncertainty follows the size of the error, with noise: p 0.016
+        items, judge, pilot, score, human, u = _noisy_pilot(15)
+        u = np.abs(human - score) + np.random.default_rng(115).random(12)
+        items = items.assign(uncertainty=u)
+    else:
+        items, judge, pilot, score, human, u = _noisy_pilot(seed)
+    ratio, p = _ratio_and_p(score, human, u)
+    share, why = signal_check(items, judge, pilot)
+    printed = re.search(r"residual variance ([0-9.]+) x a uniform draw's.*permutation p ([0-9.]+)", why)
+    assert float(printed.group(1)) == pytest.approx(ratio, abs=0.005 + 1e-9)
+    assert float(printed.group(2)) == pytest.approx(p, abs=(0.005 if share == 0.0 else 0.0005) + 1e-9)
+    assert (share == 0.0) == (p >= 0.1) and (share == 0.0) == ("falls back to uniform" in why)
+    assert p > 0.0015  # a p of the permutations, not the smallest one (1 / 2000)
+
+
+def test_a_pilot_whose_permutation_p_is_exactly_the_threshold_falls_back_to_uniform():
+    """Active only when p < 0.1 (the docstring's rule): this pilot's p is exactly 200 / 2000 = 0.1 (written out),
+    so the draw stays uniform. The shuffle count is the documented 1,999."""
+    from calibration.study.screen import PERMUTATIONS, signal_check
+
+    assert PERMUTATIONS == 1999
+    items, judge, pilot, score, human, u = _noisy_pilot(2473)
+    assert _ratio_and_p(score, human, u)[1] == pytest.approx(0.1, abs=1e-12)
+    share, why = signal_check(items, judge, pilot)
+    assert share == 0.0 and "permutation p 0.10): the draw falls back to uniform" in why
+
+
+def test_an_active_plan_without_a_share_takes_the_documented_one():
+    """No uncertainty share given: 1 - ACTIVE_FLOOR of the draw follows the uncertainty, the share signal_check gives
+    without a pilot (and 0.4, the documented floor of 0.6 leaves)."""
+    from calibration.study.screen import ACTIVE_FLOOR, _active_plan, signal_check
+
+    items = pd.DataFrame({"item_id": [f"d{i:02d}" for i in range(20)], "uncertainty": np.linspace(0.0, 1.0, 20),
+                          "discrimination": 0.0, "priority": 0.0})
+    assert ACTIVE_FLOOR == 0.6
+    unchecked, _ = signal_check(items, pd.DataFrame(), None)
+    assert unchecked == pytest.approx(0.4)
+    pd.testing.assert_frame_equal(_active_plan(items, 8, "dialogues", 0.5, 3, None),
+                                  _active_plan(items, 8, "dialogues", 0.5, 3, unchecked))
