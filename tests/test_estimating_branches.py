@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from calibration.study.estimate import interval_note
 from calibration.study.estimating import EstimateResult
@@ -52,3 +53,37 @@ def test_a_result_built_by_hand_claims_no_imputed_or_na_cells():
     assert summary["labelled_cells_without_judgment"] == 0 and summary["cells_humans_called_na"] == 0
     assert "had no judgment line" not in bare.text()
     assert bare.text().split("Per system")[1] == tables.text().split("Per system")[1]
+
+
+def test_a_difference_is_separated_only_by_two_finite_distinct_bounds_that_exclude_zero():
+    """separated(): a row per case, the verdict a reader would give."""
+    from calibration.study.estimating import separated
+
+    nan = np.nan
+    rows = [  # ci_low, ci_high, separated
+        (0.1, 0.5, True), (-0.5, -0.1, True), (-0.1, 0.5, False), (0.0, 0.5, False), (-0.5, 0.0, False),
+        (0.3, 0.3, False),  # zero width: labels without variance decide nothing
+        (nan, 0.5, False), (0.1, nan, False), (0.1, np.inf, False), (-np.inf, -0.1, False),
+    ]
+    frame = pd.DataFrame(rows, columns=["ci_low", "ci_high", "expected"])
+    assert separated(frame).tolist() == frame["expected"].tolist()
+
+
+@pytest.mark.parametrize("probabilities, weighted", [
+    (["0.25", "0.25", "0.25"], False),            # a uniform draw recorded
+    (["0.25", "0.25000000000001", "0.25"], False),  # equal up to rounding
+    (["0.2", "0.25", "0.3"], True),
+])
+def test_only_a_plan_with_unequal_probabilities_weighs_the_labels(probabilities, weighted, tmp_path):
+    from calibration.study.estimating import plan_inclusion
+
+    rows = "".join(f"d{k},random,{p}\n" for k, p in enumerate(probabilities)) + "d9,targeted,\n"
+    (tmp_path / "plan.csv").write_text("item_id,part,inclusion_probability\n" + rows, encoding="utf-8")
+    (tmp_path / "plan.json").write_text('{"version": 1}', encoding="utf-8")
+    got = plan_inclusion(tmp_path)
+    if weighted:
+        assert got == {f"d{k}": float(p) for k, p in enumerate(probabilities)}
+    else:
+        assert got is None
+    (tmp_path / "plan.csv").write_text("item_id,part\nd0,random\n", encoding="utf-8")
+    assert plan_inclusion(tmp_path) is None

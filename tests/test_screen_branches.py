@@ -994,26 +994,25 @@ def _ratio_and_p(score, human, u, permutations=1999):
     return np.mean(r2 / relative) / np.mean(r2), p
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3, "marked"])
-def test_the_signal_checks_printed_ratio_and_p_are_the_statistics_written_out(seed):
-    """With an uncertainty that knows nothing of the errors (seeds), or follows their size (marked): the
+@pytest.mark.parametrize("seed, follows", [(1, 0.0), (2, 0.0), (3, 0.0), (15, 1.0), (10, 0.5)])
+def test_the_signal_checks_printed_ratio_and_p_are_the_statistics_written_out(seed, follows):
+    """With an uncertainty that knows nothing of the errors (follows 0), or follows their size with noise: the
     verdict is uniform exactly when p >= 0.1, and the printed variance ratio and p are those written out with scipy
-    (to the printed digits: two for a fallback's p, three for an active one's)."""
+    (the same seeded shuffles, so the printed p is the written-out one to its digits: two for a fallback, three for
+    an active draw; seed 10's p, 13 / 2000, would print 0.007 over 1,998)."""
     import re
 
     from calibration.study.screen import signal_check
 
-    if seed == "marked":  # the uncertainty follows the size of the error, with noise: p 0.016
-        items, judge, pilot, score, human, u = _noisy_pilot(15)
-        u = np.abs(human - score) + np.random.default_rng(115).random(12)
+    items, judge, pilot, score, human, u = _noisy_pilot(seed)
+    if follows:
+        u = follows * np.abs(human - score) + np.random.default_rng(seed + 100).random(12)
         items = items.assign(uncertainty=u)
-    else:
-        items, judge, pilot, score, human, u = _noisy_pilot(seed)
     ratio, p = _ratio_and_p(score, human, u)
     share, why = signal_check(items, judge, pilot)
     printed = re.search(r"residual variance ([0-9.]+) x a uniform draw's.*permutation p ([0-9.]+)", why)
     assert float(printed.group(1)) == pytest.approx(ratio, abs=0.005 + 1e-9)
-    assert float(printed.group(2)) == pytest.approx(p, abs=(0.005 if share == 0.0 else 0.0005) + 1e-9)
+    assert printed.group(2) == (f"{p:.2f}" if share == 0.0 else f"{p:.3f}")
     assert (share == 0.0) == (p >= 0.1) and (share == 0.0) == ("falls back to uniform" in why)
     assert p > 0.0015  # a p of the permutations, not the smallest one (1 / 2000)
 
@@ -1042,3 +1041,71 @@ def test_an_active_plan_without_a_share_takes_the_documented_one():
     assert unchecked == pytest.approx(0.4)
     pd.testing.assert_frame_equal(_active_plan(items, 8, "dialogues", 0.5, 3, None),
                                   _active_plan(items, 8, "dialogues", 0.5, 3, unchecked))
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e4])
+def test_the_signal_check_does_not_depend_on_the_units_of_scores_and_labels(scale):
+    """Judge scores and human labels in other units (thousandths, or tens of thousands): the same verdict, ratio and
+    p; and a pilot the judge fits exactly still falls back, whatever the size of the labels' rounding."""
+    from calibration.study.screen import signal_check
+
+    items, judge, pilot, score, human, u = _noisy_pilot(15)
+    items = items.assign(uncertainty=np.abs(human - score) + np.random.default_rng(115).random(12))
+    base = signal_check(items, judge, pilot)
+    moved = signal_check(items, judge.assign(score=judge["score"] * scale),
+                         pilot.assign(human=pilot["human"] * scale + 7.0 * scale))
+    assert moved == base and base[0] > 0
+    exact = pilot.assign(human=(2.0 * judge["score"] - 1.0) * scale)
+    share, why = signal_check(items, judge.assign(score=judge["score"] * scale), exact)
+    assert share == 0.0 and "fit the labels exactly" in why
+
+
+def test_the_signals_error_per_dialogue_averages_every_criterion_fitted_from_three_labels():
+    """A second criterion labelled on only three dialogues is fitted too (three points make a line with residuals):
+    each dialogue's error is the mean of its squared residuals over the criteria (scipy per criterion), and the
+    printed ratio is computed from those."""
+    import re
+
+    from calibration.study.screen import ACTIVE_FLOOR, signal_check
+
+    items, judge, pilot, score, human, u = _noisy_pilot(15)
+    items = items.assign(uncertainty=u)
+    ids = items["item_id"].tolist()
+    extra_score, extra_human = np.array([1.0, 3.0, 4.0]), np.array([2.0, 2.5, 5.5])
+    judge = pd.concat([judge, pd.DataFrame({"item_id": ids[:3], "system": "a", "criterion": "k",
+                                            "score": extra_score, "status": "ok"})], ignore_index=True)
+    pilot = pd.concat([pilot, pd.DataFrame({"item_id": ids[:3], "system": "a", "criterion": "k",
+                                            "human": extra_human})], ignore_index=True)
+    fit = stats.linregress(score, human)
+    error = (human - fit.intercept - fit.slope * score) ** 2
+    fit_k = stats.linregress(extra_score, extra_human)
+    error[:3] = (error[:3] + (extra_human - fit_k.intercept - fit_k.slope * extra_score) ** 2) / 2.0
+    relative = ACTIVE_FLOOR + (1.0 - ACTIVE_FLOOR) * u / u.mean()
+    ratio = np.mean(error / relative) / np.mean(error)
+    printed = re.search(r"residual variance ([0-9.]+) x", signal_check(items, judge, pilot)[1]).group(1)
+    assert float(printed) == pytest.approx(ratio, abs=0.005)
+    without = re.search(r"residual variance ([0-9.]+) x", signal_check(items, judge[judge["criterion"] == "c"],
+                                                                       pilot[pilot["criterion"] == "c"])[1]).group(1)
+    assert printed != without  # the three labels count
+
+
+def test_an_active_plans_recorded_probabilities_are_the_floored_mixture_and_its_ties_go_by_id():
+    """_active_plan: each drawn dialogue's inclusion_probability is its probability under the floored mixture
+    written out (floor 1 - the uncertainty share), dialogues taken in id order; the targeted rest by priority, ties
+    by id."""
+    from calibration.study.screen import _active_plan
+
+    rng = np.random.default_rng(4)
+    ids = [f"d{i:02d}" for i in range(16)]
+    items = pd.DataFrame({"item_id": ids[::-1], "uncertainty": rng.random(16), "discrimination": 0.0,
+                          "priority": 0.5})
+    for share in (0.4, 0.9):
+        plan = _active_plan(items, 10, "dialogues", 0.5, 1, share)
+        drawn = plan[plan["part"] == "random"]
+        ordered = items.set_index("item_id").loc[ids, "uncertainty"].to_numpy()
+        expected = dict(zip(ids, _mixture_capped(ordered, 5, 1.0 - share)))
+        assert len(drawn) == 5
+        for row in drawn.itertuples():
+            assert row.inclusion_probability == pytest.approx(expected[row.item_id], rel=1e-12)
+        targeted = plan.loc[plan["part"] == "targeted", "item_id"].tolist()
+        assert targeted == sorted(set(ids) - set(drawn["item_id"]))[:5]
