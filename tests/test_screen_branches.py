@@ -726,6 +726,7 @@ def _mixture_capped(u, size, floor):
     (np.r_[4.0, np.ones(9)], 4, 0.2),                  # one just over 1 (1.065) before the cap
     (np.r_[-1.0, np.nan, 2.0, 1.0, 0.5, 0.0], 3, 0.5), # negative and missing uncertainty count as none
     (np.zeros(7), 3, 0.6),                             # nothing recorded: uniform
+    (np.r_[0.1, 0.05, 0.0, 0.2, 0.0, 0.02], 2, 0.5),   # little recorded (summing below 1): still followed
     (np.linspace(0.1, 1.0, 5), 5, 0.6),                # every dialogue: all drawn for certain
 ])
 def test_inclusion_probabilities_are_the_floored_mixture_capped_at_one(u, size, floor):
