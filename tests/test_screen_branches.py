@@ -1110,3 +1110,101 @@ def test_an_active_plans_recorded_probabilities_are_the_floored_mixture_and_its_
             assert row.inclusion_probability == pytest.approx(expected[row.item_id], rel=1e-12)
         targeted = plan.loc[plan["part"] == "targeted", "item_id"].tolist()
         assert targeted == sorted(set(ids) - set(drawn["item_id"]))[:5]
+
+
+# -- screen()'s options and the plan's warnings, one row each ------------------------------------------------------
+
+OPTION_ROWS = [
+    # keyword, value, the message expected (None: accepted); with --budget 4 unless the keyword is budget
+    ("budget", 0, "--budget must be a positive whole number, got 0"),
+    ("budget", 1, None),
+    ("budget", 1.5, "--budget must be a positive whole number, got 1.5"),
+    ("budget", True, "--budget must be a positive whole number, got True"),
+    ("budget", 4, None),
+    ("random_share", 1.0, None),
+    ("random_share", 0.0, None),
+    ("random_share", 1.05, "--random-share must be between 0 and 1, got 1.05"),
+    ("random_share_alone", 1.05, "--random-share must be between 0 and 1, got 1.05"),  # no --budget: no plan
+    ("random_share", "0.5", "--random-share must be between 0 and 1, got '0.5'"),
+    ("power", 0.99, None),
+    ("power", 1.0, "--power must be between 0 and 1, got 1.0"),
+    ("power", 1.05, "--power must be between 0 and 1, got 1.05"),
+    ("power", 0.0, "--power must be between 0 and 1, got 0.0"),
+    ("power", "0.8", "--power must be between 0 and 1, got '0.8'"),
+]
+
+
+@pytest.mark.parametrize("keyword, value, message", OPTION_ROWS)
+def test_each_screen_option_is_checked_at_its_edges(keyword, value, message):
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import screen
+
+    judge = _three_systems(dialogues=12)
+    before = judge.copy()
+    options = {"budget": 4, "bootstrap": 50, keyword: value}
+    if keyword == "budget" and value == 1:
+        options["random_share"] = 1.0  # one dialogue, drawn at random
+    if keyword == "random_share_alone":
+        options = {"bootstrap": 50, "random_share": value}
+    if message is None:
+        assert screen(judge, **options).criteria == ["x", "y"]
+    else:
+        with pytest.raises(CalibrationError) as caught:
+            screen(judge, **options)
+        assert str(caught.value) == message
+    pd.testing.assert_frame_equal(judge, before)
+
+
+@pytest.mark.parametrize("n_random, share, expected", [
+    (0, 0.0, "--random-share 0: the plan has no random part"),
+    (0, 0.5, "refused"),
+    (1, 0.5, "the plan's random part has 1 dialogue: "),
+    (9, 0.5, "the plan's random part has 9 dialogues: "),
+    (10, 0.5, None),
+])
+def test_a_plans_random_part_is_refused_empty_warned_small_and_accepted_from_ten(n_random, share, expected):
+    """A random part left empty by rounding is refused, asked for empty warned about; below 10 dialogues (the
+    documented count for intervals that decide something) warned about, in the singular for one; 10 is enough."""
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import plan_warnings
+
+    plan = pd.DataFrame({"item_id": [f"d{i}" for i in range(n_random + 3)],
+                         "part": ["random"] * n_random + ["targeted"] * 3})
+    if expected == "refused":
+        with pytest.raises(CalibrationError, match="leaves no dialogue drawn at random"):
+            plan_warnings(plan, 3, "dialogues", share)
+        return
+    said = plan_warnings(plan, n_random + 3, "dialogues", share)
+    assert said == [] if expected is None else (len(said) == 1 and said[0].startswith(expected))
+    if 0 < n_random < 10:
+        assert "below about 10" in said[0]
+
+
+def test_the_plan_records_its_own_digest_and_the_verdicts_level():
+    """plan.json's plan_sha256 is the sha256 of the plan.csv written (hashlib); the power is computed at the
+    documented 5% level."""
+    import hashlib
+    import json
+
+    from calibration.study.screen import screen
+
+    result = screen(_three_systems(dialogues=12), budget=4, bootstrap=50)
+    files = result.files()
+    assert json.loads(files["plan.json"])["plan_sha256"] == hashlib.sha256(files["plan.csv"].encode()).hexdigest()
+    assert json.loads(files["plan.json"])["version"] == 1
+    assert (result.power["alpha"] == 0.05).all() and "at the 5% level" in result.sentence
+
+
+def test_screen_names_where_the_pilot_came_from_and_needs_one_for_more_judges():
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import screen
+
+    judge = _three_systems(dialogues=12)
+    labels = pd.DataFrame([{"item_id": f"d{i:02d}", "system": s, "annotator": "ann", "criterion": "x", "score": 3}
+                           for i in range(4) for s in ("a", "b")])
+    piloted = screen(judge, labels, scale=(1, 5), bootstrap=50)
+    assert piloted.provenance["human"] == {"path": "(a DataFrame)", "sha256": None}
+    assert screen(judge, bootstrap=50).provenance["human"] is None
+    with pytest.raises(CalibrationError, match="--judge in screen combines judges by a regression on labels: give a "
+                                               "--human pilot"):
+        screen(judge, judges={"other": judge})
