@@ -1208,3 +1208,19 @@ def test_screen_names_where_the_pilot_came_from_and_needs_one_for_more_judges():
     with pytest.raises(CalibrationError, match="--judge in screen combines judges by a regression on labels: give a "
                                                "--human pilot"):
         screen(judge, judges={"other": judge})
+
+
+def test_only_an_active_design_says_how_its_signal_was_checked():
+    """--design active: a warning and plan.json say how the signal was checked (unchecked without a pilot) and the
+    share that follows it; a uniform plan says neither."""
+    from calibration.study.screen import screen
+
+    judge = _three_systems(dialogues=12).assign(spread=np.linspace(0.0, 1.0, 72))
+    active = screen(judge, budget=4, bootstrap=50, design="active")
+    said = [w for w in active.warnings if w.startswith("--design active: ")]
+    assert said == ["--design active: unchecked (no --human pilot): a useless signal costs labels"]
+    assert active.plan_info["design"] == "active" and active.plan_info["uncertainty_share"] == pytest.approx(0.4)
+    assert active.plan_info["signal"].startswith("unchecked")
+    uniform = screen(judge, budget=4, bootstrap=50)
+    assert not any("--design active" in w for w in uniform.warnings)
+    assert "design" not in uniform.plan_info and "signal" not in uniform.plan_info
