@@ -1224,3 +1224,38 @@ def test_only_an_active_design_says_how_its_signal_was_checked():
     uniform = screen(judge, budget=4, bootstrap=50)
     assert not any("--design active" in w for w in uniform.warnings)
     assert "design" not in uniform.plan_info and "signal" not in uniform.plan_info
+
+
+def test_a_pilot_on_judgments_that_name_no_scale_needs_one_given():
+    """The pilot's labels are checked against a scale: judgments without a rubric and no --scale are refused with
+    what to give, and nothing of the inputs changes."""
+    from calibration.errors import CalibrationError
+    from calibration.study.screen import screen
+
+    judge = _three_systems(dialogues=12)
+    labels = pd.DataFrame([{"item_id": f"d{i:02d}", "system": s, "annotator": "ann", "criterion": "x", "score": 3}
+                           for i in range(4) for s in ("a", "b")])
+    before = labels.copy()
+    with pytest.raises(CalibrationError, match=r"the judgments name no rubric, so the human scores' scale is unknown: "
+                                               r"give --scale MIN,MAX"):
+        screen(judge, labels, bootstrap=50)
+    pd.testing.assert_frame_equal(labels, before)
+
+
+def test_the_power_tables_counts_are_whole_numbers_or_empty_in_power_csv():
+    """dialogues_human_only and dialogues_with_judge are counts (pandas Int64): power.csv writes 274, not 274.0, and
+    an empty cell where no study size reaches the power."""
+    import io
+
+    from calibration.study.screen import screen
+
+    judge, labels = _power_data()
+    result = screen(judge, labels.rename(columns={"human": "score"}).assign(annotator="ann"), scale=(0, 7),
+                    bootstrap=50)
+    assert str(result.power["dialogues_human_only"].dtype) == "Int64"
+    assert str(result.power["dialogues_with_judge"].dtype) == "Int64"
+    text = result.files()["power.csv"]
+    back = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    for column in ("dialogues_human_only", "dialogues_with_judge"):
+        assert all(v == "" or v.isdigit() for v in back[column]), (column, back[column].tolist())
+    assert any(v.isdigit() for v in back["dialogues_human_only"])
