@@ -1259,3 +1259,21 @@ def test_the_power_tables_counts_are_whole_numbers_or_empty_in_power_csv():
     for column in ("dialogues_human_only", "dialogues_with_judge"):
         assert all(v == "" or v.isdigit() for v in back[column]), (column, back[column].tolist())
     assert any(v.isdigit() for v in back["dialogues_human_only"])
+
+
+def test_the_jurys_differences_turn_round_with_the_pair():
+    """jury_differences(first, second) is the cross-fitted jury's first minus second on each judged dialogue: the
+    pair turned round gives its negative, and a system against itself nothing."""
+    from calibration.study.screen import jury_differences
+
+    judge, labels = _power_data()
+    judge, labels = judge[judge["criterion"] == "x"], labels[labels["criterion"] == "x"]
+    rng = np.random.default_rng(2)
+    other = judge.assign(score=judge["score"] + rng.normal(0, 0.4, len(judge)), system_1=None)
+    judge = judge.assign(system_1=None)
+    wide = labels[labels["item_id"] < "d15"].pivot(index="item_id", columns="system", values="human")
+    ab = jury_differences(judge, wide, "x", {"other": other}, "a", "b")
+    ba = jury_differences(judge, wide, "x", {"other": other}, "b", "a")
+    assert np.isfinite(ab).sum() >= 20 and np.nanstd(ab) > 0
+    np.testing.assert_allclose(ab, -ba)
+    assert np.nanmax(np.abs(jury_differences(judge, wide, "x", {"other": other}, "a", "a"))) == 0.0
