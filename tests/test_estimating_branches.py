@@ -87,3 +87,18 @@ def test_only_a_plan_with_unequal_probabilities_weighs_the_labels(probabilities,
         assert got is None
     (tmp_path / "plan.csv").write_text("item_id,part\nd0,random\n", encoding="utf-8")
     assert plan_inclusion(tmp_path) is None
+
+
+def test_the_estimate_files_read_back_as_the_tables_with_no_index_column():
+    import io
+    import json
+
+    from calibration.study.estimating import estimate
+
+    judge = _judge()
+    result = estimate(judge, _labels(judge, [f"d{i:02d}" for i in range(12)]), scale=(1, 5))
+    files = result.files()
+    for name, table in (("estimates.csv", result.estimates), ("differences.csv", result.differences)):
+        back = pd.read_csv(io.StringIO(files[name]))
+        assert back.columns.tolist() == table.columns.tolist() and len(back) == len(table), name
+    assert json.loads(files["summary.json"])["criteria"] == ["c"]
