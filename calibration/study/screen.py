@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -279,7 +280,8 @@ def discrimination(judge: pd.DataFrame, systems: pd.DataFrame, criteria) -> pd.S
         keep = np.isin(names, contenders)
         values = np.where(judged, scores, np.nan)[:, keep]
         half_range = (np.nanmax(values) - np.nanmin(values)) / 2.0 if np.isfinite(values).any() else 0.0
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a dialogue no contender has a score on: NaN, then 0
             spread = np.nanstd(values, axis=1) / (half_range if half_range > 0 else 1.0)
         parts.append(pd.Series(np.nan_to_num(np.minimum(spread, 1.0)), index=items))
     if not parts:
@@ -381,7 +383,9 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     for _, part in paired.groupby(level="criterion"):
         if len(part) >= 3 and part["score"].std() > 0:
             slope, intercept = np.polyfit(part["score"], part["human"], 1)
-            residual.append((part["human"] - intercept - slope * part["score"]) ** 2)
+            r = part["human"] - intercept - slope * part["score"]
+            # The fit's rounding is no error: an exactly linear pilot has none for the uncertainty to mark.
+            residual.append(r.where(r.abs() > 1e-9 * part["human"].abs().max(), 0.0) ** 2)
     if not residual:
         return 0.0, "the pilot has no labels to check the signal on: uniform"
     error = pd.concat(residual).groupby(level="item_id").mean()
@@ -394,6 +398,9 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
                      "signal cannot be checked, so the draw is uniform")
     gain = 1.0 - 1.0 / both["relative"].to_numpy()
     r2 = both["error"].to_numpy()
+    if not r2.any():
+        return 0.0, (f"on {len(both)} pilot dialogues the judge's scores fit the labels exactly (a linear function "
+                     "of them): no error for the uncertainty to mark, so the draw is uniform")
     observed = r2 @ gain
     rng = np.random.default_rng(0)  # the same pilot gives the same verdict
     shuffled = np.array([rng.permutation(gain) for _ in range(PERMUTATIONS)]) @ r2

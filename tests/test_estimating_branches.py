@@ -1,0 +1,104 @@
+"""`judge estimate`'s verb layer (calibration.study.estimating): what it prints where no interval is given, and a
+result built by hand. Written after fresh draws of benchmarks/mutation.py left survivors here (estimating.py:42,
+:375)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration.study.estimate import interval_note
+from calibration.study.estimating import EstimateResult
+
+
+def _judge(dialogues=12, seed=5):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame([{"item_id": f"d{i:02d}", "system": s, "criterion": "c", "status": "ok", "label": None,
+                          "score": float(np.clip(np.round(3 + (s == "a") + rng.normal(0, 0.8)), 1, 5))}
+                         for i in range(dialogues) for s in ("a", "b")])
+
+
+def _labels(judge, items):
+    part = judge[judge["item_id"].isin(items)]
+    return pd.DataFrame({"item_id": part["item_id"], "system": part["system"], "annotator": "ann",
+                         "criterion": part["criterion"], "score": part["score"].to_numpy()})
+
+
+def test_a_table_row_without_an_interval_prints_why_in_its_note():
+    """Two labelled dialogues: no interval can hold, and the printed tables (per system and per difference) say so
+    in their note column, in estimate.py's own words (interval_note), not a blank."""
+    from calibration.study.estimating import estimate
+
+    judge = _judge()
+    result = estimate(judge, _labels(judge, ["d00", "d01"]), scale=(1, 5))
+    assert result.estimates["ci_low"].isna().all()
+    text = result.text()
+    per_system, per_difference = text.split("Paired differences")
+    why = interval_note("few", 2)
+    assert why.split(":")[0] in per_system and why.split(":")[0] in per_difference
+    assert per_system.count("2 labelled dialogues: an interval needs") == 2  # one row per system
+
+
+def test_a_result_built_by_hand_claims_no_imputed_or_na_cells():
+    """EstimateResult is public: built from the tables alone, it says no labelled cell lacked a judgment and none
+    was called N/A, in its summary and in what it prints."""
+    from calibration.study.estimating import estimate
+
+    judge = _judge()
+    tables = estimate(judge, _labels(judge, [f"d{i:02d}" for i in range(12)]), scale=(1, 5))
+    bare = EstimateResult(tables.estimates, tables.differences, tables.targeted, tables.criteria, tables.confidence,
+                          tables.random_source, tables.n_random, tables.cleaned, list(tables.notes))
+    summary = bare.summary()
+    assert summary["labelled_cells_without_judgment"] == 0 and summary["cells_humans_called_na"] == 0
+    assert "had no judgment line" not in bare.text()
+    assert bare.text().split("Per system")[1] == tables.text().split("Per system")[1]
+
+
+def test_a_difference_is_separated_only_by_two_finite_distinct_bounds_that_exclude_zero():
+    """separated(): a row per case, the verdict a reader would give."""
+    from calibration.study.estimating import separated
+
+    nan = np.nan
+    rows = [  # ci_low, ci_high, separated
+        (0.1, 0.5, True), (-0.5, -0.1, True), (-0.1, 0.5, False), (0.0, 0.5, False), (-0.5, 0.0, False),
+        (0.3, 0.3, False),  # zero width: labels without variance decide nothing
+        (nan, 0.5, False), (0.1, nan, False), (0.1, np.inf, False), (-np.inf, -0.1, False),
+    ]
+    frame = pd.DataFrame(rows, columns=["ci_low", "ci_high", "expected"])
+    assert separated(frame).tolist() == frame["expected"].tolist()
+
+
+@pytest.mark.parametrize("probabilities, weighted", [
+    (["0.25", "0.25", "0.25"], False),            # a uniform draw recorded
+    (["0.25", "0.25000000000001", "0.25"], False),  # equal up to rounding
+    (["0.2", "0.25", "0.3"], True),
+])
+def test_only_a_plan_with_unequal_probabilities_weighs_the_labels(probabilities, weighted, tmp_path):
+    from calibration.study.estimating import plan_inclusion
+
+    rows = "".join(f"d{k},random,{p}\n" for k, p in enumerate(probabilities)) + "d9,targeted,\n"
+    (tmp_path / "plan.csv").write_text("item_id,part,inclusion_probability\n" + rows, encoding="utf-8")
+    (tmp_path / "plan.json").write_text('{"version": 1}', encoding="utf-8")
+    got = plan_inclusion(tmp_path)
+    if weighted:
+        assert got == {f"d{k}": float(p) for k, p in enumerate(probabilities)}
+    else:
+        assert got is None
+    (tmp_path / "plan.csv").write_text("item_id,part\nd0,random\n", encoding="utf-8")
+    assert plan_inclusion(tmp_path) is None
+
+
+def test_the_estimate_files_read_back_as_the_tables_with_no_index_column():
+    import io
+    import json
+
+    from calibration.study.estimating import estimate
+
+    judge = _judge()
+    result = estimate(judge, _labels(judge, [f"d{i:02d}" for i in range(12)]), scale=(1, 5))
+    files = result.files()
+    for name, table in (("estimates.csv", result.estimates), ("differences.csv", result.differences)):
+        back = pd.read_csv(io.StringIO(files[name]))
+        assert back.columns.tolist() == table.columns.tolist() and len(back) == len(table), name
+    assert json.loads(files["summary.json"])["criteria"] == ["c"]
