@@ -216,3 +216,18 @@ def test_drift_takes_every_confidence_its_message_promises(confidence, accepted)
     else:
         with pytest.raises(CalibrationError, match="--confidence must be between 0.5 and 1"):
             drift_module._check_options(0.25, 0.1, 1000, confidence)
+
+
+@pytest.mark.parametrize("human, judge, expected", [
+    ([np.nan], [3.0], 1.0),  # one judged dialogue, unlabelled: m / (n + m) = 1
+    ([4.0], [3.0], 0.0),  # one judged dialogue, labelled: 0
+    ([np.nan, 2.0, np.nan], [3.0, 1.0, 2.0], 2 / 3),
+    ([np.nan, 2.0, 5.0], [np.nan, 1.0, np.nan], 0.0),  # a label without a judgment is no unit
+    ([np.nan], [np.nan], 0.0)])  # nothing judged
+def test_the_cross_fitted_predictors_lambda_is_the_unlabelled_share_of_the_judged_dialogues(human, judge, expected):
+    """cross_prediction_lambda = m / (n + m) over the judged dialogues (its docstring), down to a single one
+    (written after the seed-19 draw let n + m > 0 become n + m > 1)."""
+    from calibration.study.predictor import cross_prediction_lambda
+
+    got = cross_prediction_lambda(np.array([human]), np.array([judge]))
+    assert got == pytest.approx([expected])

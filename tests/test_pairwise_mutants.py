@@ -485,3 +485,20 @@ def test_a_markdown_habit_of_one_system_is_its_own_and_left_out_of_style_control
     assert note == ("over length; left out, non-zero on fewer than 3 labelled pairs: list items, bold; left out, "
                     "the systems' own on the labelled pairs (variance inflation 10 or more): headers")
     assert row["interval_note"] == "" and np.isfinite(row["estimate"])
+
+
+def test_summary_md_shows_each_win_rates_human_only_share_to_three_decimals():
+    """summary.md's win-rate table: the human-only column is estimates.csv's human_only to three decimals where it
+    is a number, '-' where it is not (written after the seed-19 draw let the test's `not` go)."""
+    from pathlib import Path
+
+    import calibration
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "pairwise"
+    result = calibration.estimate(examples / "judgments.jsonl", examples / "labels.csv", baseline="lead-3")
+    markdown = result.files()["summary.md"]
+    rates = result.estimates[result.estimates["quantity"] == "win_rate"]
+    assert len(rates) and rates["human_only"].notna().all()
+    for r in rates.itertuples():
+        row = next(line for line in markdown.splitlines() if line.startswith(f"| {r.criterion} | {r.system} |"))
+        assert row.split("|")[5].strip() == f"{r.human_only:.3f}"
