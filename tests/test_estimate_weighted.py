@@ -16,6 +16,7 @@ from scipy import stats
 from scipy.optimize import minimize_scalar
 
 from calibration.study.estimate import MIN_CROSS_FITTED, MIN_SPREAD, MIN_TUNED, effective_labels, ppi_mean_weighted
+from test_estimate_worth import _bias  # _jensen's factor written out with scipy, shared with the unweighted tests
 
 
 def _variance(lam, y, fc, b, var_f, big_n):
@@ -38,15 +39,6 @@ def _shrinkage(y, fc, b):
     return t2 / (1.0 + t2)
 
 
-def _jensen_bias(share, rho2, df):
-    """_jensen's factor with g = E[(c + 1) / (c + W)], W ~ chi^2_df / df, by scipy's numerical expectation."""
-    if not df > 2 or not share > 0:
-        return 1.0
-    c = 1.0 / share - 1.0
-    g = stats.chi2.expect(lambda x: (c + 1.0) / (c + x / df), args=(df,))
-    return max(1.0 + (g - 1.0) * (1.0 - min(max(rho2, 0.0), 1.0) / share), 1.0)
-
-
 def weighted_reference(human, judge, pi, confidence=0.95):
     """One row of ppi_mean_weighted, written out: a dict of what it prints."""
     judged = ~np.isnan(judge)
@@ -54,7 +46,6 @@ def weighted_reference(human, judge, pi, confidence=0.95):
     y, f, w = human[lab], judge[judged], 1.0 / pi[lab]
     a = w / w.sum()
     n, big_n = len(y), len(f)
-    fc_all = f - f.mean()
     fc = judge[lab] - f.mean()
     var_f = np.var(f, ddof=1)
     kish = int(np.floor(1.0 / np.sum(a * a) + 1e-9))
@@ -98,7 +89,7 @@ def weighted_reference(human, judge, pi, confidence=0.95):
     c = np.cov(y, r, aweights=a, bias=True)
     rho2 = 1.0 - (1.0 - c[0, 1] ** 2 / (c[0, 0] * c[1, 1])) * (n - 1.0) / (n - 2.0)
     # The residual share of se^2, at most 1 (a negative cross term can make the judged-only part negative).
-    bias = _jensen_bias(min(var_residual / se ** 2, 1.0), rho2, np.round(2.0 * satterthwaite) / 2.0)
+    bias = _bias(min(var_residual / se ** 2, 1.0), rho2, np.round(2.0 * satterthwaite) / 2.0)
     worth = n / (((high - low) / (human_high - human_low)) ** 2 * design_effect * bias)
     return {"estimate": estimate + 0.0, "ci_low": low, "ci_high": high, "human_only": hajek,
             "human_only_ci_low": human_low, "human_only_ci_high": human_high, "lam": lam, "df": df,
