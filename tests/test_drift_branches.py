@@ -248,3 +248,21 @@ def test_ten_anchor_dialogues_are_the_fewest_with_a_verdict(dialogues, verdict_g
     assert ("no interval or verdict below 10 anchor dialogues" in row["note"]) is not verdict_given
     assert bool(np.isfinite(row["ci_low"])) is verdict_given
     assert (row["verdict"] == "no drift") is verdict_given
+
+
+@pytest.mark.parametrize("fingerprint, shown", [({}, None), ("abc", None), (None, None), ({"model": "m"}, "model")])
+def test_only_a_recorded_fingerprint_is_hashed_into_the_provenance(runs, fingerprint, shown):
+    """provenance.csv's fingerprint row: the first 12 hex digits of the SHA-256 of a recorded fingerprint's canonical
+    JSON (hashlib written out); an empty or malformed one is '(not recorded)', not the hash of '{}' (written after
+    the seed-20 draw let `isinstance(...) and fingerprint` become `or`)."""
+    import hashlib
+    import json
+
+    reference, new = (run.assign(fingerprint=[fingerprint] * len(run)) for run in runs)
+    row = drift(reference, new, bootstrap=200).provenance.set_index("field").loc["fingerprint"]
+    if shown is None:
+        assert row["reference"] == row["new"] == "(not recorded)"
+    else:
+        digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12]
+        assert row["reference"] == row["new"] == digest
+    assert not row["changed"]
