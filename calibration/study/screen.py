@@ -405,7 +405,7 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     rng = np.random.default_rng(0)  # the same pilot gives the same verdict
     shuffled = np.array([rng.permutation(gain) for _ in range(PERMUTATIONS)]) @ r2
     p_value = (1 + np.sum(shuffled >= observed - 1e-12 * np.abs(observed))) / (PERMUTATIONS + 1)
-    change = np.mean(r2 / both["relative"].to_numpy()) / np.mean(r2) if np.mean(r2) > 0 else 1.0
+    change = np.mean(r2 / both["relative"].to_numpy()) / np.mean(r2)  # some r2 > 0: returned above otherwise
     if p_value < 0.1:
         return 1.0 - ACTIVE_FLOOR, (f"checked on {len(both)} pilot dialogues: the uncertainty marks where the judge "
                                     f"errs (the active draw's residual variance {change:.2f} x a uniform draw's on "
