@@ -7,6 +7,8 @@ import base64
 import html
 import io
 
+import numpy as np
+
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.85em}
@@ -44,6 +46,47 @@ def grid(count: int, width: float = 4.2, height: float = 3.6, columns: int = 3):
     for axis in axes.ravel()[count:]:
         axis.set_visible(False)
     return figure, axes.ravel()
+
+
+def rows_grid(count: int, rows: int, width: float = 5.0, columns: int = 3):
+    """Small multiples of up to `rows` labelled rows each: tall enough for every row's tick label."""
+    return grid(count, width=width, height=max(2.4, 0.35 * rows + 1.2), columns=columns)
+
+
+def interval_rows(axis, labels, series, reference: float | None = None, scale: tuple[float, float] | None = None):
+    """Points with horizontal intervals on one axis, a row per label and an offset per series, each series a
+    (name, colour, marker, centre, low, high); a row without an interval (none could hold) is a hollow point.
+
+    `scale`: the rubric's, drawn as two grey lines, the intervals clipped to it in the plot only (an interval past the
+    scale says nothing the scale does not; the tables keep the numbers), its edges dotted. `reference`: a dashed line
+    (0 for effects and differences, 50% for shares)."""
+    positions = np.arange(len(labels))
+    offsets = np.linspace(-0.15, 0.15, len(series)) if len(series) > 1 else [0.0]
+    hollow = False
+    for offset, (name, colour, marker, centre, low, high) in zip(offsets, series):
+        centre, low, high = (np.asarray(v, dtype=float) for v in (centre, low, high))
+        if scale is not None:
+            low, high = np.clip(low, *scale), np.clip(high, *scale)
+        has = np.isfinite(centre) & np.isfinite(low) & np.isfinite(high)
+        # An estimate beyond its clipped bound has no bar that way (abs would mirror it).
+        error = np.maximum(np.vstack([centre - low, high - centre])[:, has], 0.0)
+        axis.errorbar(centre[has], positions[has] + offset, xerr=error, fmt=marker, capsize=3, color=colour,
+                      label=name)
+        bare = np.isfinite(centre) & ~has
+        if bare.any():
+            hollow = True
+            axis.plot(centre[bare], positions[bare] + offset, marker, markerfacecolor="none", color=colour,
+                      label=f"{name}: no interval")
+    if scale is not None:
+        for edge in scale:
+            axis.axvline(edge, color="0.6", linewidth=1, linestyle=":")
+        margin = 0.05 * (scale[1] - scale[0])
+        axis.set_xlim(scale[0] - margin, scale[1] + margin)
+    if reference is not None:
+        axis.axvline(reference, color="0.3", linewidth=1, linestyle="--")
+    axis.set_yticks(positions, labels, fontsize=7)
+    if len(series) > 1 or hollow:
+        axis.legend(fontsize=7)
 
 
 def table(frame) -> str:

@@ -56,7 +56,13 @@ def same(got, expected):
 
 
 def dashed(axis):
+    """Where the reference lines are (0, or 50%)."""
     return sorted(float(line.get_xdata()[0]) for line in axis.lines if line.get_linestyle() == "--")
+
+
+def dotted(axis):
+    """Where the scale's edges are."""
+    return sorted(float(line.get_xdata()[0]) for line in axis.lines if line.get_linestyle() == ":")
 
 
 def ticks(axis):
@@ -137,7 +143,7 @@ def test_the_study_figure_sorts_clips_to_the_scale_and_draws_a_hollow_point_with
     assert same(bars["with the judge (PPI++)"], [(3.0, 1.15, 2.0, 4.0), (4.5, 2.15, 3.5, 5.0)])
     assert same(bars["humans only"], [(2.1, -0.15, 1.0, 3.2), (3.2, 0.85, 1.5, 4.9), (4.4, 1.85, 3.0, 5.0)])
     assert hollow == [("with the judge (PPI++): no interval", 2.0, 0.15)]
-    assert dashed(first) == [1.0, 5.0] and first.get_xlim() == pytest.approx((0.8, 5.2))
+    assert dotted(first) == [1.0, 5.0] and dashed(first) == [] and first.get_xlim() == pytest.approx((0.8, 5.2))
     assert same(drawn(second)[0]["with the judge (PPI++)"], [(1.5, 0.15, 1.0, 2.5)])  # 0 clipped to 1
 
 
@@ -146,15 +152,14 @@ def test_a_figure_of_differences_uses_the_scale_of_a_difference_and_a_line_at_ze
                           "ci_low": [-0.2, -5.0], "ci_high": [1.2, -3.5]})
     study_report.intervals_figure(frame, "pair", "estimate", "ci_low", "ci_high", bounds={"c": (1, 5)}, zero=True)
     axis = figures[0].axes[0]
-    assert dashed(axis) == [-4.0, 4.0] and axis.get_xlim() == pytest.approx((-4.4, 4.4))
+    assert dotted(axis) == [-4.0, 4.0] and axis.get_xlim() == pytest.approx((-4.4, 4.4))
     bars, _ = drawn(axis)
     assert same(bars["judge"], [(-3.95, 0, -4.0, -3.5), (0.5, 1, -0.2, 1.2)])
-    zero = [line for line in axis.lines if line.get_linestyle() == "-" and line.get_xdata()[0] == 0.0]
-    assert len(zero) == 1
+    assert dashed(axis) == [0.0]
     # without a scale nothing is clipped and no edge is drawn
     study_report.intervals_figure(frame, "pair", "estimate", "ci_low", "ci_high", zero=True)
     axis = figures[1].axes[0]
-    assert dashed(axis) == [] and same(drawn(axis)[0]["judge"], [(-3.95, 0, -5.0, -3.5), (0.5, 1, -0.2, 1.2)])
+    assert dotted(axis) == [] and dashed(axis) == [0.0] and same(drawn(axis)[0]["judge"], [(-3.95, 0, -5.0, -3.5), (0.5, 1, -0.2, 1.2)])
 
 
 def test_an_estimate_beyond_the_scale_gets_no_bar_past_it(figures):
@@ -166,3 +171,15 @@ def test_an_estimate_beyond_the_scale_gets_no_bar_past_it(figures):
     (series,) = bars.values()
     (value, _, low, high), = series
     assert (value, low, high) == pytest.approx((0.8, 0.8, 1.6))
+
+
+@pytest.mark.parametrize("rows", [1, 6, 40])
+def test_a_panel_is_tall_enough_for_each_rows_tick_label(rows):
+    """html_kit.rows_grid: at 7-point tick labels (0.1 in), each row gets at least three times its label's height,
+    and a single row still gets a readable panel."""
+    from calibration.html_kit import rows_grid
+
+    figure, _ = rows_grid(1, rows)
+    height = figure.get_size_inches()[1]
+    plt.close(figure)
+    assert height >= 2.4 and height / rows >= 0.3

@@ -8,10 +8,10 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from ..html_kit import STYLE, grid as _grid, png as _png, table as _table
+from ..html_kit import STYLE, interval_rows as _interval_rows, png as _png, rows_grid as _rows_grid
+from ..html_kit import table as _table
 
 
 def _first(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -44,39 +44,17 @@ def intervals_figure(frame: pd.DataFrame, label: str, centre: str, low: str, hig
     without an interval (NaN bounds: none could hold) is drawn as a hollow point. `zero`: a line at 0 (differences).
     """
     criteria = list(dict.fromkeys(frame["criterion"]))
-    figure, axes = _grid(len(criteria), width=5.0, height=max(2.5, 0.32 * frame.groupby("criterion").size().max()))
+    figure, axes = _rows_grid(len(criteria), frame.groupby("criterion").size().max())
     for axis, criterion in zip(axes, criteria):
         part = frame[frame["criterion"] == criterion].sort_values(centre)
-        positions = np.arange(len(part))
-        offset = 0.15 if human_only else 0.0
         scale = _bounds_of(bounds, criterion)
         if scale is not None and zero:  # a difference of two scores lies within +-(high - low)
             scale = (scale[0] - scale[1], scale[1] - scale[0])
-        series = [(centre, low, high, +offset, "tab:orange", "o",
-                   "with the judge (PPI++)" if human_only else "judge")]
-        if human_only:
-            series.append((*human_only, -offset, "tab:blue", "s", "humans only"))
-        for mid, lo, hi, shift, colour, marker, name in series:
-            values, lows, highs = (part[c].to_numpy(float) for c in (mid, lo, hi))
-            if scale is not None:
-                lows, highs = np.clip(lows, *scale), np.clip(highs, *scale)
-            has = np.isfinite(lows) & np.isfinite(highs)
-            error = np.vstack([values - lows, highs - values])[:, has]
-            # An estimate beyond the scale has the clipped bound on its other side: no bar that way (abs mirrored it).
-            axis.errorbar(values[has], positions[has] + shift, xerr=np.maximum(error, 0.0), fmt=marker, capsize=3,
-                          color=colour, label=name)
-            if (~has).any():
-                axis.plot(values[~has], positions[~has] + shift, marker, markerfacecolor="none", color=colour,
-                          label=f"{name}: no interval")
-        if scale is not None:
-            for edge in scale:
-                axis.axvline(edge, color="0.6", linewidth=1, linestyle="--")
-            axis.set_xlim(scale[0] - 0.05 * (scale[1] - scale[0]), scale[1] + 0.05 * (scale[1] - scale[0]))
-        if zero:
-            axis.axvline(0.0, color="0.3", linewidth=1)
-        if human_only or not part[[low, high]].notna().all().all():
-            axis.legend(fontsize=7)
-        axis.set_yticks(positions, part[label], fontsize=7)
+        name = "with the judge (PPI++)" if human_only else "judge"
+        series = [(name, "tab:orange", "o", *(part[c] for c in (centre, low, high)))]
+        if human_only:  # drawn below the judge's point
+            series.insert(0, ("humans only", "tab:blue", "s", *(part[c] for c in human_only)))
+        _interval_rows(axis, list(part[label]), series, reference=0.0 if zero else None, scale=scale)
         axis.set(title=criterion, xlabel=xlabel)
     return _png(figure)
 

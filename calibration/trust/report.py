@@ -7,80 +7,61 @@ from __future__ import annotations
 
 import html
 
-import numpy as np
 import pandas as pd
 
-from ..html_kit import grid as _grid, png as _png, table as _table
+from ..html_kit import interval_rows as _interval_rows, png as _png, rows_grid as _rows_grid, table as _table
 
 
-def _intervals(axis, labels, rows: list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]], reference: float):
-    """Several series of points with intervals on one axis, one row per label; a line at `reference`."""
-    positions = np.arange(len(labels))
-    offsets = np.linspace(-0.15, 0.15, len(rows)) if len(rows) > 1 else [0.0]
-    for offset, (name, colour, centre, low, high) in zip(offsets, rows):
-        shown = np.isfinite(centre)
-        error = np.vstack([centre - low, high - centre])[:, shown]
-        axis.errorbar(centre[shown], positions[shown] + offset, xerr=np.nan_to_num(np.abs(error)), fmt="o",
-                      capsize=3, color=colour, label=name)
-    axis.axvline(reference, color="#888", linewidth=0.8, linestyle="--")
-    axis.set_yticks(positions, labels, fontsize=8)
-    if len(rows) > 1:
-        axis.legend(fontsize=7)
+def _series(frame: pd.DataFrame, *series) -> list:
+    """(name, colour, centre, low, high columns) -> interval_rows' series, each a point with its interval."""
+    return [(name, colour, "o", *(frame[c] for c in columns)) for name, colour, *columns in series]
 
 
 def length_figure(length: pd.DataFrame) -> str:
     numeric = length[length["judge_slope"].notna()]
-    figure, axes = _grid(1, width=6.0, height=max(2.4, 0.6 * len(numeric) + 1.2))
-    axis = axes[0]
+    figure, axes = _rows_grid(1, len(numeric), width=6.0)
     series = [("judge", "tab:orange", "judge_slope", "judge_slope_ci_low", "judge_slope_ci_high")]
     if numeric["human_slope"].notna().any():
         series += [("humans", "tab:blue", "human_slope", "human_slope_ci_low", "human_slope_ci_high"),
                    ("excess beyond quality (2SLS)", "tab:red", "excess_slope", "excess_ci_low", "excess_ci_high")]
-    _intervals(axis, list(numeric["criterion"]),
-               [(name, colour, *(numeric[c].to_numpy(float) for c in columns))
-                for name, colour, *columns in series], 0.0)
-    axis.set(title="Length slope (95% CI)", xlabel="points per within-dialogue SD of length")
+    _interval_rows(axes[0], list(numeric["criterion"]), _series(numeric, *series), reference=0.0)
+    axes[0].set(title="Length slope (95% CI)", xlabel="points per within-dialogue SD of length")
     return _png(figure)
 
 
 def pairwise_figure(length: pd.DataFrame, position: pd.DataFrame) -> str:
-    figure, axes = _grid(2, width=5.0, height=max(2.4, 0.6 * len(length) + 1.2), columns=2)
+    figure, axes = _rows_grid(2, len(length), columns=2)
     series = [("judge", "tab:orange", "prefers_longer", "prefers_longer_ci_low", "prefers_longer_ci_high")]
     if length["human_prefers_longer"].notna().any():
         series.append(("humans", "tab:blue", "human_prefers_longer", "human_prefers_longer_ci_low",
                        "human_prefers_longer_ci_high"))
-    _intervals(axes[0], list(length["criterion"]), [(name, colour, *(length[c].to_numpy(float) for c in columns))
-                                                    for name, colour, *columns in series], 0.5)
+    _interval_rows(axes[0], list(length["criterion"]), _series(length, *series), reference=0.5)
     axes[0].set(title="Prefers the longer candidate", xlabel="share of decided pairs (95% CI)")
     overall = position[position["stratum"] == "all"]
-    _intervals(axes[1], list(overall["criterion"]), [
-        ("order flips", "tab:purple", *(overall[c].to_numpy(float) for c in ("flip_rate", "ci_low", "ci_high"))),
-        ("first shown wins", "tab:green", *(overall[c].to_numpy(float) for c in
-                                            ("first_shown_wins", "first_shown_ci_low", "first_shown_ci_high")))],
-        0.5)
+    _interval_rows(axes[1], list(overall["criterion"]), _series(
+        overall, ("order flips", "tab:purple", "flip_rate", "ci_low", "ci_high"),
+        ("first shown wins", "tab:green", "first_shown_wins", "first_shown_ci_low", "first_shown_ci_high")),
+        reference=0.5)
     axes[1].set(title="Position", xlabel="share (95% CI); dashed: 50%")
     return _png(figure)
 
 
 def effects_figure(frame: pd.DataFrame, centre: str, low: str, high: str, title: str, xlabel: str) -> str:
-    figure, axes = _grid(1, width=6.0, height=max(2.4, 0.5 * len(frame) + 1.2))
-    _intervals(axes[0], list(frame["criterion"]), [("", "tab:red", *(frame[c].to_numpy(float)
-                                                                      for c in (centre, low, high)))], 0.0)
+    figure, axes = _rows_grid(1, len(frame), width=6.0)
+    _interval_rows(axes[0], list(frame["criterion"]), _series(frame, ("effect", "tab:red", centre, low, high)),
+                   reference=0.0)
     axes[0].set(title=title, xlabel=xlabel)
     return _png(figure)
 
 
 def controlled_figure(controlled: pd.DataFrame) -> str:
     criteria = list(dict.fromkeys(controlled["criterion"]))
-    figure, axes = _grid(len(criteria), width=4.6, height=max(2.6, 0.35 * controlled.groupby("criterion").size().max()
-                                                              + 1.2), columns=2)
+    figure, axes = _rows_grid(len(criteria), controlled.groupby("criterion").size().max(), columns=2)
     for axis, criterion in zip(axes, criteria):
         part = controlled[controlled["criterion"] == criterion].sort_values("raw_mean")
-        _intervals(axis, list(part["system"]), [
-            ("raw", "tab:gray", *(part[c].to_numpy(float) for c in ("raw_mean", "raw_ci_low", "raw_ci_high"))),
-            ("at equal length", "tab:orange", *(part[c].to_numpy(float)
-                                                for c in ("length_controlled", "lc_ci_low", "lc_ci_high")))],
-            np.nan)
+        _interval_rows(axis, list(part["system"]), _series(
+            part, ("raw", "tab:gray", "raw_mean", "raw_ci_low", "raw_ci_high"),
+            ("at equal length", "tab:orange", "length_controlled", "lc_ci_low", "lc_ci_high")))
         axis.set(title=criterion, xlabel="mean judge score (95% CI)")
     return _png(figure)
 
