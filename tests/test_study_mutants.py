@@ -135,8 +135,9 @@ def test_the_estimate_report_draws_each_interval_from_its_bounds_on_the_scale(mo
         axis = estimates.axes[0]
         assert axis.get_xlim() == pytest.approx((0.8, 5.2))  # the 1-5 scale and 5% of it either side
         assert differences.axes[0].get_xlim() == pytest.approx((-4.4, 4.4))  # differences lie within +-4
+        (judged,) = [c for c in axis.containers if c.get_label() == "with the judge (PPI++)"]
         drawn = sorted((round(float(a), 9), round(float(b), 9)) for a, b in
-                       (segment[:, 0] for segment in axis.containers[0].lines[2][0].get_segments()))
+                       (segment[:, 0] for segment in judged.lines[2][0].get_segments()))
         table = result.estimates
         assert drawn == sorted((round(float(a), 9), round(float(b), 9)) for a, b in
                                zip(table["ci_low"].clip(1, 5), table["ci_high"].clip(1, 5)))
