@@ -183,3 +183,26 @@ def test_a_panel_is_tall_enough_for_each_rows_tick_label(rows):
     height = figure.get_size_inches()[1]
     plt.close(figure)
     assert height >= 2.4 and height / rows >= 0.3
+
+
+def test_a_pairwise_audit_report_leaves_out_the_columns_no_pair_filled(figures):
+    """Without human votes the length and position tables of a pairwise audit hold no human columns (all NaN),
+    and every criterion's row stays. (Written after the report's mutation sweep let dropna's axis turn to rows.)"""
+    from types import SimpleNamespace
+
+    from calibration.trust.report import audit_section
+
+    length = pd.DataFrame({"criterion": ["q", "r"], "prefers_longer": [0.7, 0.4], "prefers_longer_ci_low": [0.6, 0.3],
+                           "prefers_longer_ci_high": [0.8, 0.5], "human_prefers_longer": [np.nan, np.nan],
+                           "human_prefers_longer_ci_low": [np.nan, np.nan],
+                           "human_prefers_longer_ci_high": [np.nan, np.nan]})
+    position = pd.DataFrame({"criterion": ["q", "r"], "stratum": ["all", "all"], "flip_rate": [0.2, 0.1],
+                             "ci_low": [0.1, 0.05], "ci_high": [0.3, 0.2], "first_shown_wins": [0.6, 0.5],
+                             "first_shown_ci_low": [0.52, 0.4], "first_shown_ci_high": [0.68, 0.6],
+                             "human_gap": [np.nan, np.nan]})
+    result = SimpleNamespace(sentences=["s"], n_resamples=200, seed=0, noise=pd.DataFrame(), mode="pairwise",
+                             length=length, position=position, self_preference=pd.DataFrame(), probes=None)
+    page = audit_section(result)
+    assert "human_prefers_longer" not in page and "human_gap" not in page
+    assert page.count("<th>prefers_longer</th>") == 1 and page.count("<th>flip_rate</th>") == 1
+    assert page.count("<td>q</td>") == 2 and page.count("<td>r</td>") == 2

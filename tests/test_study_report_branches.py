@@ -34,3 +34,27 @@ def test_the_screen_report_lists_the_dialogues_that_most_need_humans_first():
     top = result.items.sort_values("priority", ascending=False)["item_id"].head(20).tolist()
     shown = [i for i in re.findall(r"<td>([^<]+)</td>", table) if i in set(result.items["item_id"])]
     assert shown == top and len(result.items) > 20
+
+
+def test_the_estimate_report_says_where_its_random_sample_comes_from_and_shows_targeted_labels_apart():
+    """The sources line names the plan's random part when a plan gave it, else every labelled dialogue taken as
+    random; the targeted labels get their own section only when there are some. (Written after the report's
+    mutation sweep let `== "plan"` become `!=`, and the `not` of the targeted check go.)"""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from calibration.study.report import estimate_section
+    from test_study_mutants import estimate, human_labels, judge_frame
+
+    judge = judge_frame({"c": {"alpha": 3.5, "beta": 3.0}})
+    result = estimate(judge, human_labels(judge, [f"d{i:02d}" for i in range(12)]), scale=(1, 5))
+    assert result.random_source != "plan" and result.targeted.empty
+    plain = estimate_section(result)
+    assert "no plan given" in plain and "the plan&#x27;s random part" not in plain
+    assert "Labels on targeted dialogues" not in plain
+    targeted = pd.DataFrame({"criterion": ["c"], "system": ["alpha"], "n_labelled": [3], "human_mean": [2.5]})
+    planned = estimate_section(replace(result, random_source="plan", targeted=targeted))
+    assert "the plan&#x27;s random part" in planned and "no plan given" not in planned
+    section = planned[planned.index("Labels on targeted dialogues (not in the estimates)"):]
+    assert "<td>alpha</td>" in section and "2.500" in section

@@ -19,7 +19,7 @@ def _series(frame: pd.DataFrame, *series) -> list:
 
 def length_figure(length: pd.DataFrame) -> str:
     numeric = length[length["judge_slope"].notna()]
-    figure, axes = _rows_grid(1, len(numeric), width=6.0)
+    figure, axes = _rows_grid(1, len(numeric))
     series = [("judge", "tab:orange", "judge_slope", "judge_slope_ci_low", "judge_slope_ci_high")]
     if numeric["human_slope"].notna().any():
         series += [("humans", "tab:blue", "human_slope", "human_slope_ci_low", "human_slope_ci_high"),
@@ -30,7 +30,7 @@ def length_figure(length: pd.DataFrame) -> str:
 
 
 def pairwise_figure(length: pd.DataFrame, position: pd.DataFrame) -> str:
-    figure, axes = _rows_grid(2, len(length), columns=2)
+    figure, axes = _rows_grid(2, len(length))
     series = [("judge", "tab:orange", "prefers_longer", "prefers_longer_ci_low", "prefers_longer_ci_high")]
     if length["human_prefers_longer"].notna().any():
         series.append(("humans", "tab:blue", "human_prefers_longer", "human_prefers_longer_ci_low",
@@ -47,7 +47,7 @@ def pairwise_figure(length: pd.DataFrame, position: pd.DataFrame) -> str:
 
 
 def effects_figure(frame: pd.DataFrame, centre: str, low: str, high: str, title: str, xlabel: str) -> str:
-    figure, axes = _rows_grid(1, len(frame), width=6.0)
+    figure, axes = _rows_grid(1, len(frame))
     _interval_rows(axes[0], list(frame["criterion"]), _series(frame, ("effect", "tab:red", centre, low, high)),
                    reference=0.0)
     axes[0].set(title=title, xlabel=xlabel)
@@ -56,7 +56,7 @@ def effects_figure(frame: pd.DataFrame, centre: str, low: str, high: str, title:
 
 def controlled_figure(controlled: pd.DataFrame) -> str:
     criteria = list(dict.fromkeys(controlled["criterion"]))
-    figure, axes = _rows_grid(len(criteria), controlled.groupby("criterion").size().max(), columns=2)
+    figure, axes = _rows_grid(len(criteria), controlled.groupby("criterion").size().max())
     for axis, criterion in zip(axes, criteria):
         part = controlled[controlled["criterion"] == criterion].sort_values("raw_mean")
         _interval_rows(axis, list(part["system"]), _series(
