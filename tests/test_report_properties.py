@@ -206,3 +206,27 @@ def test_a_pairwise_audit_report_leaves_out_the_columns_no_pair_filled(figures):
     assert "human_prefers_longer" not in page and "human_gap" not in page
     assert page.count("<th>prefers_longer</th>") == 1 and page.count("<th>flip_rate</th>") == 1
     assert page.count("<td>q</td>") == 2 and page.count("<td>r</td>") == 2
+
+
+def test_a_score_audit_report_draws_a_self_preference_without_an_interval_and_trims_the_block_table(figures):
+    """A self-preference whose interval could not be had is still drawn (a hollow point), and the table of the
+    position in the block leaves out its all-empty columns but no row. (Written after the report's mutation sweep
+    let the figure's check read the interval's low end, and dropna's axis turn to rows.)"""
+    from types import SimpleNamespace
+
+    from calibration.trust.report import audit_section
+
+    length = pd.DataFrame({"criterion": ["q"], "judge_slope": [np.nan]})
+    position = pd.DataFrame({"criterion": ["q", "r"], "mode": ["block", "block"], "position_slope": [0.1, -0.2],
+                             "position_slope_ci_low": [0.0, -0.4], "position_slope_ci_high": [0.2, 0.0],
+                             "human_position_slope": [np.nan, np.nan]})
+    own = pd.DataFrame({"criterion": ["q"], "self_preference": [0.3], "ci_low": [np.nan], "ci_high": [np.nan]})
+    result = SimpleNamespace(sentences=["s"], n_resamples=200, seed=0, noise=pd.DataFrame(), mode="scores",
+                             length=length, length_controlled=pd.DataFrame(), position=position,
+                             self_preference=own, probes=None)
+    page = audit_section(result)
+    assert 'alt="self-preference"' in page
+    (axis,) = figures[-1].axes
+    assert [(label, x) for label, x, _ in drawn(axis)[1]] == [("effect: no interval", 0.3)]
+    block = page[page.index("position in the block"):page.index("Audit: self-preference")]
+    assert "human_position_slope" not in block and block.count("<td>q</td>") == 1 and block.count("<td>r</td>") == 1
