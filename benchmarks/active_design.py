@@ -198,6 +198,16 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
         return float(np.nanmean(plain_effective[rows]) / (n * np.mean(human[rows]) / np.mean(plain_errors[rows])))
 
     out["effective_plain"] = (plain_ratio(everyone), float(np.std([plain_ratio(rows) for rows in draws])))
+
+    # The same comparison in squared-error units: the harmonic mean of the printed values over the worth, i.e.
+    # mean(n / effective_labels), the printed variance ratio, against own squared error / human-only (per label).
+    # An estimate whose precision varies from draw to draw (which dialogues it drew) has an arithmetic mean of its
+    # per-draw worths above the worth of its mean squared error (AM >= HM) even when each is printed exactly.
+    def harmonic(printed, own, rows):
+        return float(1.0 / np.nanmean(1.0 / printed[rows]) / (n * np.mean(human[rows]) / np.mean(own[rows])))
+
+    for key, printed, own in (("harmonic", effective, errors), ("harmonic_plain", plain_effective, plain_errors)):
+        out[key] = (harmonic(printed, own, everyone), float(np.std([harmonic(printed, own, rows) for rows in draws])))
     out["ceiling"] = ceiling(y[:100], f[:100], signal[:100], n, floor) if systems == 1 else np.nan
     return out
 
@@ -281,7 +291,8 @@ def main(argv=None) -> int:
         print(f"({time.perf_counter() - started:.0f}s, 4000 repetitions per cell)")
         return 0
     if args.worth:
-        print("kind     hard  signal      N   n | eff/worth [+- MC se]: active  uniform (ppi_mean)")
+        print("kind     hard  signal      N   n | eff/worth [+- MC se]: active  uniform (ppi_mean) | harmonic mean "
+              "of eff over worth: active  uniform")
         cells = [(kind, hard, sig, size, n) for kind in ("gaussian", "likert") for hard in (0.0, 0.1, 0.2)
                  for sig in ("informative", "useless") for size in (100, 500) for n in (10, 20, 50)
                  if not (hard == 0.0 and sig == "informative")]  # hard 0: the signal marks nothing either way
@@ -289,8 +300,9 @@ def main(argv=None) -> int:
             o = run_cell(kind, hard, sig, n, size, args.repetitions, 900 + index, fractions=(1.0,), bootstrap=200,
                          floor=args.floor)
             (a, a_se), (u, u_se) = o["effective"], o["effective_plain"]
-            print(f"{kind:8s} {hard:4.2f} {sig:11s} {size:4d} {n:3d} | {a:.2f} +- {a_se:.2f}  {u:.2f} +- {u_se:.2f}",
-                  flush=True)
+            (ha, ha_se), (hu, hu_se) = o["harmonic"], o["harmonic_plain"]
+            print(f"{kind:8s} {hard:4.2f} {sig:11s} {size:4d} {n:3d} | {a:.2f} +- {a_se:.2f}  {u:.2f} +- {u_se:.2f} | "
+                  f"{ha:.2f} +- {ha_se:.2f}  {hu:.2f} +- {hu_se:.2f}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
         return 0
     if args.floors:
