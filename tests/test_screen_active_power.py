@@ -15,8 +15,8 @@ from scipy import stats
 
 from calibration.study.estimate import ppi_mean_weighted
 from calibration.study.power import dialogues_needed
-from calibration.study.screen import (ACTIVE_FLOOR, active_design_factor, inclusion_probabilities, power_table,
-                                      relative_probabilities, systematic_sample)
+from calibration.study.screen import (ACTIVE_FLOOR, active_design_factor, inclusion_probabilities, power_sentence,
+                                      power_table, relative_probabilities, systematic_sample)
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,11 +106,11 @@ def test_the_active_count_reaches_the_power_with_the_weighted_estimator(signal):
     assert separated.mean() == pytest.approx(0.8, abs=0.05), (separated.mean(), n, uniform)
 
 
-def _frames(size=60, seed=3, relative_share=1.0 - ACTIVE_FLOOR):
+def _frames(size=60, seed=3, relative_share=1.0 - ACTIVE_FLOOR, shift=1.0):
     """A judge's scores for two systems, a labelled pilot of 30 dialogues and an uncertainty per dialogue."""
     rng = np.random.default_rng(seed)
     ids = [f"d{i:02d}" for i in range(size)]
-    quality = rng.standard_normal((size, 2)) + [1.0, 0.0]
+    quality = rng.standard_normal((size, 2)) + [shift, 0.0]
     judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "status": "ok",
                            "score": quality[k, j] + 0.5 * rng.standard_normal()}
                           for k, i in enumerate(ids) for j, s in enumerate("ab")])
@@ -155,6 +155,17 @@ def test_without_a_pilot_the_count_is_the_uniform_one_at_the_floors_worst_case()
     judge, pilot, systems, flat = _frames(relative_share=0.0)
     row = power_table(judge, systems, ["c"], pilot=pilot, relative=flat).iloc[0]
     assert row.active_basis == "uniform" and row.dialogues_active == row.dialogues_with_judge
+
+
+@pytest.mark.parametrize("with_pilot, said", [(True, "with this active design, more than the 60 judged"),
+                                               (False, "with this active design at most")])
+def test_the_sentence_says_the_active_count_and_its_basis(with_pilot, said):
+    """A difference too small for the 60 judged dialogues with the pilot (no count within them), and the
+    no-pilot bound, each said in the plan's sentence."""
+    judge, pilot, systems, relative = _frames(shift=0.05 if with_pilot else 1.0)
+    table = power_table(judge, systems, ["c"], pilot=pilot if with_pilot else None, relative=relative)
+    assert table["dialogues_active"].isna().all() == with_pilot
+    assert said in power_sentence(table, 0.8, 0.05)
 
 
 def test_the_cli_says_what_the_active_design_needs_in_power_csv_plan_json_and_the_sentence(tmp_path, capsys):

@@ -600,7 +600,8 @@ def active_clause(row) -> str:
     if row.active_basis == "uniform":
         return "; the active design draws uniformly here (the --design active warning says why), so the same"
     if pd.isna(count):
-        return (f"; with this active design, more than the {row.n_judged} judged" if not pd.isna(row.get("rho"))
+        return (f"; with this active design, more than the {row.n_judged} judged"
+                if not pd.isna(getattr(row, "rho", np.nan))
                 else "; with this active design, more than any study can label")
     if row.active_basis == "pilot":
         return (f"; with this active design {count} (its 1/p-weighted variance {row.design_factor:.2f} x a uniform "
