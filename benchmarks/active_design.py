@@ -30,6 +30,7 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     nice -n 10 python benchmarks/active_design.py --strength # savings over the signal's strength, with the ceiling
     python benchmarks/active_design.py --floors              # the ceiling over the design's floor (closed form)
     nice -n 10 python benchmarks/active_design.py --decompose  # the informative gap: the t's df or lambda
+    nice -n 10 python benchmarks/active_design.py --worth    # eff/worth alone, active and uniform, hard 0 beside
 """
 
 from __future__ import annotations
@@ -189,6 +190,24 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
         out[key] = (saved(everyone, reference), *np.nanpercentile(spread, [2.5, 97.5]))
     spread = np.array([ratio(rows) for rows in draws])
     out["effective"] = (ratio(everyone), float(np.std(spread)))
+    # The same for the uniform draw's ppi_mean (what `judge estimate` prints for a uniform plan), on its own errors.
+    plain_effective = effective_labels(plain)
+    plain_errors = (plain.estimate - truth) ** 2
+
+    def plain_ratio(rows):
+        return float(np.nanmean(plain_effective[rows]) / (n * np.mean(human[rows]) / np.mean(plain_errors[rows])))
+
+    out["effective_plain"] = (plain_ratio(everyone), float(np.std([plain_ratio(rows) for rows in draws])))
+
+    # The same comparison in squared-error units: the harmonic mean of the printed values over the worth, i.e.
+    # mean(n / effective_labels), the printed variance ratio, against own squared error / human-only (per label).
+    # An estimate whose precision varies from draw to draw (which dialogues it drew) has an arithmetic mean of its
+    # per-draw worths above the worth of its mean squared error (AM >= HM) even when each is printed exactly.
+    def harmonic(printed, own, rows):
+        return float(1.0 / np.nanmean(1.0 / printed[rows]) / (n * np.mean(human[rows]) / np.mean(own[rows])))
+
+    for key, printed, own in (("harmonic", effective, errors), ("harmonic_plain", plain_effective, plain_errors)):
+        out[key] = (harmonic(printed, own, everyone), float(np.std([harmonic(printed, own, rows) for rows in draws])))
     out["ceiling"] = ceiling(y[:100], f[:100], signal[:100], n, floor) if systems == 1 else np.nan
     return out
 
@@ -254,6 +273,9 @@ def main(argv=None) -> int:
                         "useless signals (closed form, no simulation of the estimator)")
     parser.add_argument("--decompose", action="store_true", help="the informative gap to the ceiling: the same cells "
                         "with a normal quantile in place of the t and/or lambda fixed at the design's best (0.88)")
+    parser.add_argument("--worth", action="store_true", help="eff/worth only (the draw at n, no savings grid): "
+                        "the main table's cells at N = 100 and 500, n = 10, 20, 50, the active draw's and the uniform "
+                        "draw's ppi_mean, and a judge without a hard share (hard 0: normal residuals) beside them")
     parser.add_argument("--recheck", action="store_true", help="the cells under 0.94 in the 1,000-study tables, "
                         "the active draw at n only, 4,000 studies on new seeds")
     args = parser.parse_args(argv)
@@ -267,6 +289,21 @@ def main(argv=None) -> int:
                   f"{cover:.3f} +- {np.sqrt(cover * (1 - cover) / 4000):.3f} uniform {o['uniform']['coverage']:.3f} "
                   f"ppi_mean {o['ppi_mean']['coverage']:.3f}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s, 4000 repetitions per cell)")
+        return 0
+    if args.worth:
+        print("kind     hard  signal      N   n | eff/worth [+- MC se]: active  uniform (ppi_mean) | harmonic mean "
+              "of eff over worth: active  uniform")
+        cells = [(kind, hard, sig, size, n) for kind in ("gaussian", "likert") for hard in (0.0, 0.1, 0.2)
+                 for sig in ("informative", "useless") for size in (100, 500) for n in (10, 20, 50)
+                 if not (hard == 0.0 and sig == "informative")]  # hard 0: the signal marks nothing either way
+        for index, (kind, hard, sig, size, n) in enumerate(cells):
+            o = run_cell(kind, hard, sig, n, size, args.repetitions, 900 + index, fractions=(1.0,), bootstrap=200,
+                         floor=args.floor)
+            (a, a_se), (u, u_se) = o["effective"], o["effective_plain"]
+            (ha, ha_se), (hu, hu_se) = o["harmonic"], o["harmonic_plain"]
+            print(f"{kind:8s} {hard:4.2f} {sig:11s} {size:4d} {n:3d} | {a:.2f} +- {a_se:.2f}  {u:.2f} +- {u_se:.2f} | "
+                  f"{ha:.2f} +- {ha_se:.2f}  {hu:.2f} +- {hu_se:.2f}", flush=True)
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
         return 0
     if args.floors:
         print("N    hard   n | ceiling informative/useless by floor: " + "  ".join(f"{x:.1f}" for x in FLOORS))

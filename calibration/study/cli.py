@@ -32,6 +32,9 @@ writes (with --output-dir): systems.csv, items.csv, power.csv and, with --budget
              inclusion_probability (each random row's probability of being drawn: estimate weighs it by 1/p)
   plan.json  unit, budget, random share, seed, the judgments file and its sha256, the plan's own sha256, the power
              analysis
+--design active: power.csv (and plan.json's power) gain dialogues_active, what that design needs: with a --human
+pilot, from the pilot's errors weighed by 1/p (design_factor, active_basis "pilot"); without one, at most the
+uniform count at the worst case the design's floor allows (active_basis "worst case").
 A plan is a contract: an --output-dir that holds one is refused (a plan is never replaced), `judge export --plan`
 records its digest in the key, and `judge estimate --plan` refuses a plan edited since or made from other judgments.
 Only the random part may enter `judge estimate`: a plan with none is refused (or, with --random-share 0, warned

@@ -34,7 +34,8 @@ def paired_power(effect: float, n, alpha: float = 0.05, variance_share=1.0, df_s
 
 
 def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho: float | None = None,
-                     n_judged: int | None = None, combined: bool = False) -> int | None:
+                     n_judged: int | None = None, combined: bool = False, design_factor: float = 1.0,
+                     human_factor: float | None = None) -> int | None:
     """Smallest n reaching `power` with an interval `judge estimate` prints (n >= MIN_LABELLED); None when none
     does (within n_judged for PPI, MAX_DIALOGUES otherwise).
 
@@ -43,6 +44,11 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
     degree of freedom, and from MIN_CROSS_FITTED on (cross-fitted) it costs none. `combined`: rho is that of
     several judges' cross-fitted predictor (`judge estimate --judge`), whose weight m / (n + m) is fixed by the
     design: used from MIN_LABELLED on, no degree of freedom spent, nothing tuned.
+    `design_factor`: the labels' draw multiplies the variance of the part they estimate (the residual, or the
+    differences themselves without a judge) by this much against a uniform draw (an active design: screen's
+    active_design_factor); the judged part, from all n_judged dialogues, is left as it is. `human_factor`: the same
+    for the differences themselves, where the judge is not used (below MIN_TUNED labels; default design_factor).
+    The t's degrees of freedom stay the uniform draw's (an active draw's lie between Kish's effective n and n).
     """
     from .estimate import MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED
 
@@ -52,15 +58,20 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
     if limit is None or limit < 2:
         return None
 
+    extra = design_factor - 1.0  # the sampled part's variance beyond a uniform draw's, per unit of that part
+
     def reaches(n: int) -> bool:
         if combined and rho is not None:
-            return bool(paired_power(effect, n, alpha, 1.0 - rho * rho * (n_judged - n) / n_judged) >= power)
+            share = 1.0 - rho * rho * (n_judged - n) / n_judged + extra * (1.0 - rho * rho)
+            return bool(paired_power(effect, n, alpha, share) >= power)
         if rho is None or n < MIN_TUNED:
-            return bool(paired_power(effect, n, alpha) >= power)
+            return bool(paired_power(effect, n, alpha, design_factor if human_factor is None else human_factor)
+                        >= power)
         # lambda's own error adds about (1 - rho^2) / (n - 1) of the residual variance (the expected leverage of
         # the unlabelled mean, E[(mean_U f - mean_L f)^2 / S_ff] ~ 1 / (n (n - 1)); cross-fitted, the noise of
         # each dialogue's lambda adds about as much).
-        share = 1.0 - rho * rho * (n_judged - n) / n_judged + (1.0 - rho * rho) / (n - 1)
+        residual = (1.0 - rho * rho) * (1.0 + 1.0 / (n - 1))
+        share = 1.0 - rho * rho * (n_judged - n) / n_judged + (1.0 - rho * rho) / (n - 1) + extra * residual
         return bool(paired_power(effect, n, alpha, share, df_spent=1 if n >= MIN_CROSS_FITTED else 2) >= power)
 
     # Power grows with n (more dialogues, more degrees of freedom, less variance left): bisect.

@@ -389,9 +389,7 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     if not residual:
         return 0.0, "the pilot has no labels to check the signal on: uniform"
     error = pd.concat(residual).groupby(level="item_id").mean()
-    uncertainty = items.set_index("item_id")["uncertainty"].astype(float).clip(lower=0.0).fillna(0.0)
-    relative = ACTIVE_FLOOR + (1.0 - ACTIVE_FLOOR) * uncertainty / uncertainty.mean() if uncertainty.mean() > 0 \
-        else pd.Series(1.0, index=uncertainty.index)
+    relative = relative_probabilities(items, 1.0 - ACTIVE_FLOOR)
     both = relative.rename("relative").to_frame().join(error.rename("error"), how="inner")
     if len(both) < PILOT_CHECK or both["relative"].nunique() < 2:
         return 0.0, (f"{len(both)} pilot dialogues (fewer than {PILOT_CHECK}) or no spread of uncertainty: the "
@@ -413,6 +411,25 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     return 0.0, (f"on {len(both)} pilot dialogues the uncertainty does not mark where the judge errs (the active "
                  f"draw's residual variance {change:.2f} x a uniform draw's, permutation p {p_value:.2f}): the draw "
                  "falls back to uniform")
+
+
+def relative_probabilities(items: pd.DataFrame, share: float) -> pd.Series:
+    """p~ by item_id: each dialogue's inclusion probability over their mean in an active draw of which `share`
+    follows the uncertainty (inclusion_probabilities before its cap at 1, which only a draw of most dialogues
+    reaches): 1 - share + share x uncertainty / its mean; all 1 (uniform) when no uncertainty is recorded."""
+    uncertainty = items.set_index("item_id")["uncertainty"].astype(float).clip(lower=0.0).fillna(0.0)
+    if not uncertainty.mean() > 0:
+        return pd.Series(1.0, index=uncertainty.index)
+    return (1.0 - share) + share * uncertainty / uncertainty.mean()
+
+
+def active_design_factor(values: np.ndarray, relative: np.ndarray) -> float:
+    """How much an active draw multiplies the variance of a 1/p-weighted mean of `values` against a uniform draw of
+    as many: mean(v^2 / p~) / mean(v^2), v the values centred (Hansen-Hurwitz; sampling a small share of the
+    dialogues). 1 when the values do not vary."""
+    v = np.asarray(values, dtype=float) - np.mean(values)
+    squares = v * v
+    return float(np.mean(squares / relative) / np.mean(squares)) if squares.sum() > 0 else 1.0
 
 
 # Shuffles of the pilot's uncertainty in signal_check's permutation test.
@@ -465,7 +482,8 @@ ACTIVE_FLOOR = 0.6
 
 
 def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: float = 0.8, alpha: float = 0.05,
-                pilot: pd.DataFrame | None = None, judges: dict | None = None) -> pd.DataFrame:
+                pilot: pd.DataFrame | None = None, judges: dict | None = None,
+                relative: pd.Series | None = None) -> pd.DataFrame:
     """Per criterion: dialogues humans must label to separate the judge's top two systems.
 
     Without a pilot the standardised effect is the judge's (mean / sd of its paired per-dialogue differences),
@@ -474,6 +492,14 @@ def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: flo
     paired differences on the pilot, gives the prediction-powered count as well. With `judges` (more judges'
     frames, `--judge`), the judge is the one predictor `judge estimate --judge` would use: their cross-fitted
     combination on the pilot's labels (rho measured out of fold), priced with its fixed weight.
+
+    `relative` (an active design: each dialogue's p~, relative_probabilities): the table gains what that design
+    needs, `dialogues_active`. With a pilot, the design's own variance: the pilot's errors (the paired differences'
+    residual on the judge's, or the differences themselves where the judge cannot be used) weighed by 1/p~ at
+    their dialogues (active_design_factor, `design_factor`; `active_basis` "pilot"). Without one nothing says
+    where the judge errs, so the count is the uniform one at the design's worst case, errors only where p~ is
+    lowest: 1 / min p~, at most 1 / ACTIVE_FLOOR (`active_basis` "worst case"); a signal unrelated to the error
+    costs mean(1 / p~) (benchmarks/active_design.py --floors).
     """
     rows = []
     for criterion in criteria:
@@ -489,7 +515,7 @@ def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: flo
                "judge_difference": float(g.mean()) if len(g) else np.nan,
                "judge_effect": effect_size(g), "power": power, "alpha": alpha}
         effect = row["judge_effect"]
-        rho = np.nan
+        rho, d, labelled = np.nan, None, None
         if pilot is not None:
             part = pilot[pilot["criterion"] == criterion].pivot(index="item_id", columns="system", values="human")
             if judges:
@@ -515,12 +541,36 @@ def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: flo
         row["dialogues_human_only"] = dialogues_needed(effect, power, alpha)
         row["dialogues_with_judge"] = (dialogues_needed(effect, power, alpha, rho, row["n_judged"],
                                                         combined=bool(judges)) if np.isfinite(rho) else None)
+        if relative is not None:
+            p = relative.reindex(items[both]).fillna(1.0).to_numpy(float)
+            pilot_errors = labelled if row.get("n_pilot", 0) >= 3 else None
+            row.update(zip(("design_factor", "active_basis", "dialogues_active"),
+                           active_count(row, effect, power, alpha, rho, d, g, p, pilot_errors, bool(judges))))
         rows.append(row)
     table = pd.DataFrame(rows)
-    for column in ("dialogues_human_only", "dialogues_with_judge"):
+    for column in ("dialogues_human_only", "dialogues_with_judge", "dialogues_active"):
         if column in table:
             table[column] = table[column].astype("Int64")  # a count, or <NA> when no study size reaches the power
     return table
+
+
+def active_count(row: dict, effect: float, power: float, alpha: float, rho: float, d, g, p, labelled,
+                 combined: bool) -> tuple[float, str, int | None]:
+    """(design_factor, active_basis, dialogues_active) of power_table's row for an active design with p~ = `p` on
+    the pair's judged dialogues; `labelled`: the pilot's dialogues among them (None: no pilot to measure on)."""
+    if np.allclose(p, 1.0):  # the pilot check fell back, or no uncertainty is recorded: a uniform draw after all
+        return 1.0, "uniform", row["dialogues_with_judge"] if np.isfinite(rho) else row["dialogues_human_only"]
+    if labelled is None:
+        factor = float(1.0 / p.min())
+        return factor, "worst case", dialogues_needed(effect, power, alpha, design_factor=factor)
+    on = p[labelled]
+    human = active_design_factor(d[labelled], on)
+    if not np.isfinite(rho):
+        return human, "pilot", dialogues_needed(effect, power, alpha, design_factor=human)
+    slope, intercept = np.polyfit(g[labelled], d[labelled], 1)
+    factor = active_design_factor(d[labelled] - intercept - slope * g[labelled], on)
+    return factor, "pilot", dialogues_needed(effect, power, alpha, rho, row["n_judged"], combined=combined,
+                                             design_factor=factor, human_factor=human)
 
 
 def jury_differences(judge: pd.DataFrame, pilot_wide: pd.DataFrame, criterion: str, judges: dict, first: str,
@@ -544,6 +594,22 @@ def effect_size(differences: np.ndarray) -> float:
     return float(np.mean(differences)) / sd if sd > 0 else float("nan")
 
 
+def active_clause(row) -> str:
+    """What the active design needs, and on what basis, for power_sentence."""
+    count = row.dialogues_active
+    if row.active_basis == "uniform":
+        return "; the active design draws uniformly here (the --design active warning says why), so the same"
+    if pd.isna(count):
+        return (f"; with this active design, more than the {row.n_judged} judged"
+                if not pd.isna(getattr(row, "rho", np.nan))
+                else "; with this active design, more than any study can label")
+    if row.active_basis == "pilot":
+        return (f"; with this active design {count} (its 1/p-weighted variance {row.design_factor:.2f} x a uniform "
+                "draw's on the pilot's errors)")
+    return (f"; with this active design at most {count} (no pilot says where the judge errs: the worst case the "
+            f"design's floor allows, {row.design_factor:.2f} x a uniform draw's variance)")
+
+
 def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
     """The answer as one sentence for a study plan."""
     if table.empty:
@@ -560,6 +626,8 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
             text += f" ({row.dialogues_with_judge} with the judge's scores on all {row.n_judged}, rho {row.rho:.2f})"
         elif pilot:
             text += f" (more than the {row.n_judged} judged with the judge's help)"
+        if "dialogues_active" in table:
+            text += active_clause(row)
         parts.append(f"{text} for {row.system_a} vs {row.system_b}")
     basis = (f"the human-scale effect estimated from {int(table['n_pilot'].max())} pilot dialogues and the judge "
              "(prediction-powered)" if pilot else
@@ -688,15 +756,16 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     alpha = 0.05
     if judges:
         judges = {name: expand_all_criteria(frame, criteria) for name, frame in judges.items()}
-    table = power_table(scored, systems, criteria, power, alpha, pilot, judges)
+    share, why = signal_check(items, judge, pilot) if design == "active" else (None, "")
+    relative = relative_probabilities(items, share) if design == "active" else None
+    table = power_table(scored, systems, criteria, power, alpha, pilot, judges, relative)
     result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),
                           n_resamples=n_resamples, seed=seed)
+    if design == "active":
+        result.warnings.append(f"--design active: {why}")
     if budget is not None:
-        share, why = signal_check(items, judge, pilot) if design == "active" else (None, "")
         plan = make_plan(items, budget, unit, random_share, seed, design, share)
         result.warnings += plan_warnings(plan, budget, unit, random_share)
-        if design == "active":
-            result.warnings.append(f"--design active: {why}")
         result.plan = plan
         items["part"] = items["item_id"].map(dict(zip(plan["item_id"], plan["part"]))).fillna("")
         result.plan_info = {
