@@ -361,8 +361,8 @@ def _mean_inverse(c: float, df: float) -> float:
     No absolute tolerance: the integrand is tiny when c is large and only relative accuracy means anything."""
     k, log_norm = df / 2.0, math.lgamma(df / 2.0)
 
-    def density(x):
-        return math.exp((k - 1.0) * math.log(x) - x - log_norm) * k / (c * k + x) if x > 0 else 0.0
+    def density(x):  # quad's Gauss-Kronrod nodes are interior: never x = 0
+        return math.exp((k - 1.0) * math.log(x) - x - log_norm) * k / (c * k + x)
     return sum(quad(density, low, high, epsabs=0.0, epsrel=1e-10, limit=200)[0] for low, high in ((0.0, k), (k, math.inf)))
 
 
