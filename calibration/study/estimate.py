@@ -700,8 +700,7 @@ def judge_matrices(judge: pd.DataFrame, criterion: str) -> tuple[np.ndarray, np.
     part = judge[(judge["criterion"] == criterion) & (judge["status"] != "na")]
     table = part.pivot(index="item_id", columns="system", values="score").sort_index().sort_index(axis=1)
     scores = table.to_numpy(float)
-    present = part.assign(one=1.0).pivot(index="item_id", columns="system", values="one") \
-        .reindex_like(table).notna().to_numpy()
+    present = part.groupby(["item_id", "system"]).size().unstack().reindex_like(table).notna().to_numpy()
     judged = ~np.isnan(scores)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a system with no number at all keeps NaN
