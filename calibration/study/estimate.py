@@ -556,9 +556,7 @@ def _ppi_mean_weighted(human, judge, inclusion, confidence: float) -> PPIResult:
         a = inverse / inverse.sum(-1, keepdims=True)
         n = labelled.sum(-1, keepdims=True).astype(float)
         big_n = unit.sum(-1, keepdims=True).astype(float)
-        y0, f0 = np.where(labelled, y, 0.0), np.where(unit, f, 0.0)
-        mean_f = f0.sum(-1, keepdims=True) / big_n
-        fc = np.where(unit, f0 - mean_f, 0.0)
+        y0, fc = np.where(labelled, y, 0.0), np.where(unit, f, 0.0)  # f is centred over the judged (_centred)
         var_f = (fc * fc).sum(-1, keepdims=True) / (big_n - 1)
         y_a, f_a = (a * y0).sum(-1, keepdims=True), (a * fc).sum(-1, keepdims=True)
         dy, df_ = np.where(labelled, y0 - y_a, 0.0), np.where(labelled, fc - f_a, 0.0)
