@@ -430,3 +430,63 @@ def test_items_as_a_table_with_empty_cells_are_read_like_the_file():
                            "candidate_1": "one", "candidate_2": "one two", "system_1": "a", "system_2": "b"}])
     words = read_items(items).set_index(["item_id", "system"])["words"]
     assert words.to_dict() == {("d1", "a"): 3, ("d1", "b"): 2}
+
+
+# -- a wide metric CSV (criterion "*"), with and without labels -------------------------------------------------------
+
+def _wide_metric(tmp_path, judge):
+    path = tmp_path / "metric_scores.csv"
+    judge[["item_id", "system", "score"]].rename(columns={"score": "m"}).to_csv(path, index=False)
+    return path
+
+
+def test_a_wide_metric_csv_without_labels_is_audited_as_one_criterion_with_the_least_squares_slope(tmp_path):
+    """Without --human the metric's "*" column is its own criterion (nothing to copy it to); its length slope is the
+    within-dialogue least-squares slope on standardised length (numpy lstsq with dialogue dummies)."""
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(11)
+    judge, items, _ = _scale_study(rng.normal(3, 1, 30), np.zeros(30))
+    result = audit(_wide_metric(tmp_path, judge), items, score_column="m", bootstrap=100)
+    assert result.criteria == ["*"] and not result.has_human
+    row = result.length.set_index("criterion").loc["*"]
+    words = items["candidate"].str.split().str.len().to_numpy(float)
+    dialogue = pd.get_dummies(items["id"]).to_numpy(float)
+    centred = words - dialogue @ np.linalg.lstsq(dialogue, words, rcond=None)[0]
+    sd = np.sqrt((centred ** 2).sum() / (len(words) - dialogue.shape[1]))
+    slope = np.linalg.lstsq(np.column_stack([words / sd, dialogue]), judge["score"].to_numpy(), rcond=None)[0][0]
+    assert row["length_sd_words"] == pytest.approx(sd, rel=1e-12)
+    assert row["judge_slope"] == pytest.approx(slope, rel=1e-9)
+
+
+def test_a_wide_metric_csv_stands_for_every_labelled_criterion(tmp_path):
+    """With labels of two criteria, the "*" column is audited under each, exactly as the long CSV that writes the
+    metric out once per criterion."""
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(12)
+    quality = rng.normal(3, 1, 30)
+    judge, items, human = _scale_study(quality + rng.normal(0, 0.5, 30), quality)
+    labels = pd.concat([human.assign(criterion=c, human=human["human"] + k) for k, c in enumerate(("c1", "c2"))])
+    wide = audit(_wide_metric(tmp_path, judge), items, labels, score_column="m", bootstrap=100)
+    long = audit(pd.concat([judge.assign(criterion=c) for c in ("c1", "c2")]), items, labels, bootstrap=100)
+    assert wide.criteria == ["c1", "c2"] == sorted(long.criteria)
+    columns = ["criterion", "judge_slope", "judge_slope_ci_low", "human_slope", "excess_slope"]
+    pd.testing.assert_frame_equal(wide.length[columns].sort_values("criterion").reset_index(drop=True),
+                                  long.length[columns].sort_values("criterion").reset_index(drop=True))
+
+
+@pytest.mark.parametrize("ratio, warned", [(3.0, False), (1 / 3, False), (3.03, True), (1 / 3.03, True),
+                                           (2.97, False), (1 / 2.97, False)])
+def test_the_scale_warning_fires_beyond_a_factor_of_three_and_not_at_it(ratio, warned):
+    """Judge and human SDs within a factor of 3 (inclusive) are one scale; beyond it the warning says to map one
+    onto the other. Scores alternating 2, 4 make the SD ratio of a x scores exactly a in floating point."""
+    from calibration.trust.audit import audit
+
+    base = np.tile([2.0, 4.0], 15)
+    judge_scale, human_scale = (ratio, 1.0) if ratio >= 1 else (1.0, 1 / ratio)
+    judge, items, human = _scale_study(judge_scale * base, human_scale * base)
+    if ratio in (3.0, 1 / 3):  # the boundary is hit exactly
+        assert judge["score"].std() / human["human"].std() == ratio
+    result = audit(judge, items, human, bootstrap=100)
+    assert any("on different scales" in w for w in result.warnings) == warned

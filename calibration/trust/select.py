@@ -303,7 +303,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
             compared_estimates = {n: float("nan") for n in names}
         else:
             if level == "summary" and n_compared < len(items):
-                sub = (weights[0][:, compared], weights[1])
+                sub = (weights[0][:, compared], None)  # the summary level resamples dialogues only
                 compared_estimates, compared_replicates = _stat_rows(
                     {n: m[compared] for n, m in scores.items()}, human_matrix[compared], items[compared], systems,
                     level, statistic, sub)
