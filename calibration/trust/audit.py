@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -62,14 +62,14 @@ class AuditResult(Result):
     position: pd.DataFrame
     self_preference: pd.DataFrame
     sentences: list[str]
-    probes: pd.DataFrame | None = None
-    warnings: list[str] = field(default_factory=list)
-    n_resamples: int = 1000
-    seed: int = 0
-    has_human: bool = False
-    length_threshold: float = 0.1  # pairwise: lengths differ by more than this share of the longer
-    length_unit: str = "words"  # characters for scripts written without spaces (calibration.trust.audit.length_unit)
-    flags: int = 0  # findings tested together (Holm, 5% family-wise)
+    warnings: list[str]
+    n_resamples: int
+    seed: int
+    has_human: bool
+    length_threshold: float  # pairwise: lengths differ by more than this share of the longer
+    length_unit: str  # "characters" for scripts written without spaces (calibration.trust.audit.length_unit)
+    flags: int  # findings tested together (Holm, 5% family-wise)
+    probes: pd.DataFrame | None = None  # set by audit() when probes were judged
 
     def files(self) -> dict[str, str]:
         files = {"noise.csv": self.noise, "length.csv": self.length, "length_controlled.csv": self.length_controlled,
