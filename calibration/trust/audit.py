@@ -125,13 +125,9 @@ def read_judgments(judgments, score_column: str | None = None, failure_value: fl
 
     frame, where = read_judge_scores(judgments, score_column, failure_value)
     frame.attrs["path"] = str(where)
-    for name, default in (("samples", None), ("position", None), ("forward", None), ("swapped", None),
-                          ("fingerprint", None),
-                          ("system_1", None), ("system_2", None), ("label", None), ("rubric", ""), ("line", 0)):
+    for name in ("samples", "position", "forward", "swapped", "fingerprint"):  # what read_judge_scores may lack
         if name not in frame.columns:
-            frame[name] = default
-    if "status" not in frame.columns:
-        frame["status"] = np.where(frame["score"].notna(), "ok", "error")
+            frame[name] = None
     frame["item_id"] = frame["item_id"].astype(str)
     frame["system"] = frame["system"].astype(str)
     return frame
