@@ -490,3 +490,28 @@ def test_the_scale_warning_fires_beyond_a_factor_of_three_and_not_at_it(ratio, w
         assert judge["score"].std() / human["human"].std() == ratio
     result = audit(judge, items, human, bootstrap=100)
     assert any("on different scales" in w for w in result.warnings) == warned
+
+
+def test_the_two_readings_are_the_first_annotator_by_name_and_the_mean_of_the_others():
+    """read_human's halves, written out with a loop: human_a the alphabetically first annotator's label, human_b the
+    mean of the rest (NaN with one annotator), human the mean of all; failed (blank) labels are not readings."""
+    from calibration.trust.audit import read_human
+
+    rng = np.random.default_rng(13)
+    rows = []
+    for k in range(12):
+        annotators = list(rng.permutation(["zoe", "ann", "bob", "kim"])[: 1 + k % 4])  # 1 to 4, not in name order
+        rows += [{"item_id": f"d{k // 3}", "system": f"s{k % 3}", "criterion": "c", "annotator": a,
+                  "score": float(rng.integers(1, 6))} for a in annotators]
+    rows.append({"item_id": "d0", "system": "s0", "criterion": "c", "annotator": "aaa", "score": np.nan})
+    labels = pd.DataFrame(rows)
+    got = read_human(labels).set_index(["item_id", "system"])
+    for (item, system), part in labels.dropna(subset=["score"]).groupby(["item_id", "system"]):
+        ordered = part.sort_values("annotator")["score"].to_list()
+        row = got.loc[(item, system)]
+        assert row["human"] == pytest.approx(np.mean(ordered))
+        assert row["human_a"] == ordered[0]
+        if len(ordered) == 1:
+            assert np.isnan(row["human_b"])
+        else:
+            assert row["human_b"] == pytest.approx(np.mean(ordered[1:]))

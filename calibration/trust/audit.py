@@ -222,11 +222,11 @@ def read_human(human, scales=None) -> pd.DataFrame:
         return out.assign(human_a=np.nan, human_b=np.nan)
     aggregated = aggregate_humans(labels)[["item_id", "system", "criterion", "human"]]
     # Two independent readings of each summary where it has two annotators or more: the first annotator (by name)
-    # and the mean of the others. Their errors are independent, which identifies the judge's gain (judge_gain).
+    # and the mean of the others (NaN with one annotator). Their errors are independent, which identifies the
+    # judge's gain (Gain).
     numeric = labels[labels["score"].notna()].sort_values("annotator")
     grouped = numeric.groupby(["item_id", "system", "criterion"], sort=False)["score"]
-    halves = pd.DataFrame({"human_a": grouped.first(),
-                           "human_b": grouped.apply(lambda s: s.iloc[1:].mean() if len(s) > 1 else np.nan)})
+    halves = pd.DataFrame({"human_a": grouped.first(), "human_b": grouped.apply(lambda s: s.iloc[1:].mean())})
     out = aggregated.merge(halves.reset_index(), on=["item_id", "system", "criterion"], how="left")
     return out.astype({"item_id": str, "system": str})
 
