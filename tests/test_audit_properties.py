@@ -12,6 +12,8 @@ terms, swapped operands in the sums), not against any one of them."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -515,3 +517,37 @@ def test_the_two_readings_are_the_first_annotator_by_name_and_the_mean_of_the_ot
             assert np.isnan(row["human_b"])
         else:
             assert row["human_b"] == pytest.approx(np.mean(ordered[1:]))
+
+
+def _block_study(dialogues: int, systems: str = "abcdef", seed: int = 1):
+    rng = np.random.default_rng(seed)
+    keys = [(f"d{d}", s) for d in range(dialogues) for s in systems]
+    judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": float(rng.integers(1, 6)),
+                           "status": "ok", "position": "ABCDEF"[k % len(systems)]} for k, (i, s) in enumerate(keys)])
+    items = pd.DataFrame([{"id": i, "system": s, "dialogue": "A: hi", "candidate": "word " * int(rng.integers(3, 30))}
+                          for i, s in keys])
+    return judge, items
+
+
+INTERVALS = {"length": ["judge_slope_ci_low", "judge_slope_ci_high"],
+             "position": ["position_slope_ci_low", "position_slope_ci_high"],
+             "self_preference": ["judge_gap_ci_low", "judge_gap_ci_high"],
+             "length_controlled": ["raw_ci_low", "raw_ci_high", "lc_ci_low", "lc_ci_high"]}
+
+
+def test_one_dialogue_has_estimates_but_no_interval_and_says_why():
+    """Every resample of one dialogue is that dialogue: its percentiles are the estimate, a zero-width interval that
+    once printed as [-0.80, -0.80]. Now no interval, no flag, and a warning; two dialogues have intervals."""
+    from calibration.trust.audit import audit
+
+    one = audit(*_block_study(1), self_systems="a", bootstrap=100)
+    assert any("one dialogue: no interval" in w for w in one.warnings)
+    for table, columns in INTERVALS.items():
+        frame = getattr(one, table)
+        assert len(frame) and frame[columns].isna().all().all(), table
+    assert np.isfinite(one.length["judge_slope"]).all() and np.isfinite(one.self_preference["judge_gap"]).all()
+    assert one.flags == 0 and "[no interval]" in one.text() and not re.search(r"\[[+-]?\d", one.text())
+    two = audit(*_block_study(2), self_systems="a", bootstrap=100)
+    assert not any("one dialogue" in w for w in two.warnings)
+    for table, columns in INTERVALS.items():
+        assert np.isfinite(getattr(two, table)[columns].to_numpy(float)).all(), table

@@ -243,9 +243,9 @@ class Dialogues:
         self.counts = resample_counts(np.random.default_rng(seed), len(self.ids), n_resamples)
         self.confidence = confidence
         # Every statistic is a ratio of sums over dialogues: the expanded percentile interval for their number
-        # (calibration.stats.expanded_tail); the plain one covered 0.88-0.92 at 10-20 dialogues.
-        self.tail = (expanded_tail(confidence, len(self.ids)) if len(self.ids) >= 2
-                     else (1.0 - confidence) / 2.0 * 100.0)
+        # (calibration.stats.expanded_tail); the plain one covered 0.88-0.92 at 10-20 dialogues. One dialogue has
+        # no interval: every resample is that dialogue, and its percentiles the estimate itself.
+        self.tail = expanded_tail(confidence, len(self.ids)) if len(self.ids) >= 2 else math.nan
 
     def index(self, item_ids) -> np.ndarray:
         return np.fromiter((self.position[d] for d in item_ids), dtype=int, count=len(item_ids))
@@ -279,9 +279,9 @@ class Dialogues:
         return (value, *widened_share(value, low, high, spread, n, used, self.confidence, "wilson"))
 
     def interval(self, replicates: np.ndarray) -> tuple[float, float]:
-        """The expanded percentile interval over the defined replicates."""
+        """The expanded percentile interval over the defined replicates; none over one dialogue."""
         replicates = replicates[np.isfinite(replicates)]
-        if replicates.size < 2:
+        if replicates.size < 2 or not np.isfinite(self.tail):
             return math.nan, math.nan
         low, high = np.percentile(replicates, [self.tail, 100.0 - self.tail])
         return float(low), float(high)
@@ -879,6 +879,8 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
                                 "subtract points of one from points of the other; map the judge onto the human "
                                 "scale first (judge calibrate --fit-map)")
     boot = Dialogues(judge["item_id"], bootstrap, seed)
+    if len(boot.ids) < 2:
+        warnings.append("one dialogue: no interval and no flag (every interval resamples dialogues)")
     noise = noise_floor(judge, second, boot, present)
     length_rows, controlled, position_rows, self_rows = [], [], [], []
     for criterion in present:
