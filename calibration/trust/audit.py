@@ -323,7 +323,7 @@ def noise_floor(judge: pd.DataFrame, rerun: pd.DataFrame | None, boot: Dialogues
             both = part.merge(other, on=["item_id", "system", "criterion"], suffixes=("", "_2"))
             both = both[both["status_2"].isin(["ok", "label"])]
             numeric = both["score"].notna() & both["score_2"].notna()
-            changed = np.where(numeric, ~np.isclose(both["score"].fillna(0), both["score_2"].fillna(0)),
+            changed = np.where(numeric, ~np.isclose(both["score"], both["score_2"]),
                                both["label"].astype(str) != both["label_2"].astype(str)).astype(float)
             source, frame = "rerun", both
             absolute = float((both["score"] - both["score_2"]).abs().mean()) if numeric.any() else math.nan
