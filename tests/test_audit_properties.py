@@ -62,8 +62,10 @@ def within_slope(frame, y, x):
 
 def jackknife_interval(frame, y, a, b, x, confidence):
     """The excess's interval written out: 2SLS refitted with each dialogue read twice left out in turn, the
-    delete-one-cluster jackknife's standard error (CV3), the expanded t quantile on those dialogues' count."""
-    read_twice = frame.loc[frame[a].notna() & frame[b].notna(), "item_id"].unique()
+    delete-one-cluster jackknife's standard error (CV3), the expanded t quantile on those dialogues' count. A
+    dialogue identifies b only with two summaries read twice or more (one alone is its dialogue effect's)."""
+    twice = frame.loc[frame[a].notna() & frame[b].notna(), "item_id"].value_counts()
+    read_twice = twice.index[twice >= 2]
     g = len(read_twice)
     dropped = np.array([two_stage(frame[frame["item_id"] != d], y, a, b, x) for d in read_twice])
     se = np.sqrt((g - 1) / g * ((dropped - dropped.mean()) ** 2).sum())
@@ -551,3 +553,41 @@ def test_one_dialogue_has_estimates_but_no_interval_and_says_why():
     assert not any("one dialogue" in w for w in two.warnings)
     for table, columns in INTERVALS.items():
         assert np.isfinite(getattr(two, table)[columns].to_numpy(float)).all(), table
+
+
+@pytest.mark.parametrize("criterion_part", ["length", "own system"])
+@pytest.mark.parametrize("twice_in_last", [1, 2])
+def test_a_dialogue_with_one_summary_read_twice_identifies_nothing(pointwise, criterion_part, twice_in_last):
+    """A 13th dialogue with one summary read twice (the others once) identifies nothing (within its dialogue that
+    summary is centred to 0): the jackknife and its t quantile stay on the 12 that do. With two read twice it is a
+    13th identifying dialogue. Either way the interval is the written-out 2SLS jackknife's."""
+    judge, words, human, units = pointwise
+    extra = "d999"
+    rng = np.random.default_rng(14)
+    systems = sorted(judge["system"].unique())
+    new_judge = judge[judge["item_id"] == judge["item_id"].iloc[0]].assign(
+        item_id=extra, score=lambda f: f["score"] + rng.normal(0, 1, len(f)))
+    new_words = words[words["item_id"] == words["item_id"].iloc[0]].assign(
+        item_id=extra, words=lambda f: f["words"] + rng.integers(-20, 20, len(f)))
+    new_human = human[human["item_id"] == human["item_id"].iloc[0]].assign(
+        item_id=extra, human_a=lambda f: f["human_a"] + rng.normal(0, 1, len(f)))
+    new_human["human_b"] = np.where(new_human["system"].isin(systems[:twice_in_last]), new_human["human_a"] - 0.3,
+                                    np.nan)
+    new_human["human"] = new_human[["human_a", "human_b"]].mean(axis=1)
+    judge2, words2, human2 = (pd.concat([a, b], ignore_index=True) for a, b in
+                              ((judge, new_judge), (words, new_words), (human, new_human)))
+    units2 = judge2.merge(words2[["item_id", "system", "words"]]).merge(human2)
+    centred = units2["words"] - units2.groupby("item_id")["words"].transform("mean")
+    units2["z"] = centred / np.sqrt((centred ** 2).sum() / (len(units2) - units2["item_id"].nunique()))
+    units2["own"] = (units2["system"] == "sys0").astype(float)
+    boot = Dialogues(judge2["item_id"], RESAMPLES, 5)
+    if criterion_part == "length":
+        row = length_slopes(judge2, words2, human2, boot, "c")
+        estimate, low, high, x = row["excess_slope"], row["excess_ci_low"], row["excess_ci_high"], "z"
+    else:
+        row = self_preference(judge2, human2, boot, "c", ["sys0"])
+        estimate, low, high, x = row["self_preference"], row["ci_low"], row["ci_high"], "own"
+    read_twice, interval = jackknife_interval(units2, "score", "human_a", "human_b", x, boot.confidence)
+    assert read_twice == row["excess_dialogues"] == 12 + (twice_in_last == 2)
+    assert estimate == pytest.approx(two_stage(units2, "score", "human_a", "human_b", x), abs=1e-10)
+    assert (low, high) == pytest.approx(interval)

@@ -378,7 +378,11 @@ class Gain:
                  human_b: np.ndarray, covariate: np.ndarray):
         n = len(boot.ids)
         two = np.isfinite(human_a) & np.isfinite(human_b)
-        self.read_twice = np.bincount(index[two], minlength=n) > 0  # the dialogues that identify g and b
+        # The dialogues that identify g and b: two summaries read twice or more. One alone is absorbed by its
+        # dialogue's effect (centred, it is 0): counted, it would add a jackknife replicate equal to b and a degree
+        # of freedom b never had, a narrower interval (singletons with fixed effects and clustered errors; Correia,
+        # "Singletons, cluster-robust standard errors and fixed effects: a bad mix", 2015).
+        self.read_twice = np.bincount(index[two], minlength=n) > 1
         self.dialogues = int(np.count_nonzero(self.read_twice))
         self.boot = boot
         centred = {name: _centred(index[two], values[two], n) for name, values in
