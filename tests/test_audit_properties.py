@@ -591,3 +591,58 @@ def test_a_dialogue_with_one_summary_read_twice_identifies_nothing(pointwise, cr
     assert read_twice == row["excess_dialogues"] == 12 + (twice_in_last == 2)
     assert estimate == pytest.approx(two_stage(units2, "score", "human_a", "human_b", x), abs=1e-10)
     assert (low, high) == pytest.approx(interval)
+
+
+# -- standardised length: one definition for the slopes and the length-controlled means ------------------------------
+
+def _unbalanced(sizes, rng, equal_within=False):
+    rows, words = [], []
+    for d, size in enumerate(sizes):
+        base = int(rng.integers(5, 60))
+        for k in range(size):
+            rows.append({"item_id": f"d{d}", "system": f"s{k}", "criterion": "c", "status": "ok",
+                         "score": float(rng.normal(3, 1))})
+            words.append({"item_id": f"d{d}", "system": f"s{k}",
+                          "words": base if equal_within else base + int(rng.integers(0, 40))})
+    return pd.DataFrame(rows), pd.DataFrame(words)
+
+
+def test_length_is_standardised_by_the_pooled_within_dialogue_sd_on_n_minus_dialogues_degrees_of_freedom():
+    """Dialogues of 1 to 5 summaries: the SD is the residual SD of length on dialogue dummies (numpy lstsq, N - G
+    degrees of freedom), and the slope the least-squares one on length over that SD."""
+    rng = np.random.default_rng(15)
+    judge, words = _unbalanced([1, 2, 3, 5, 2, 1, 4, 3], rng)
+    boot = Dialogues(judge["item_id"], RESAMPLES, 0)
+    row = length_slopes(judge, words, None, boot, "c")
+    dummies = pd.get_dummies(judge["item_id"]).to_numpy(float)
+    length = words["words"].to_numpy(float)
+    residual = length - dummies @ np.linalg.lstsq(dummies, length, rcond=None)[0]
+    sd = np.sqrt((residual ** 2).sum() / (len(length) - dummies.shape[1]))
+    assert row["length_sd_words"] == pytest.approx(sd, rel=1e-12)
+    slope = np.linalg.lstsq(np.column_stack([length / sd, dummies]), judge["score"].to_numpy(), rcond=None)[0][0]
+    assert row["judge_slope"] == pytest.approx(slope, rel=1e-9)
+    # The length-controlled means' beta: least squares with system and dialogue dummies (numpy lstsq).
+    systems = pd.get_dummies(judge["system"]).to_numpy(float)[:, 1:]
+    beta = np.linalg.lstsq(np.column_stack([length / sd, systems, dummies]), judge["score"].to_numpy(),
+                           rcond=None)[0][0]
+    assert length_controlled_means(judge, words, None, boot, "c").attrs["beta"] == pytest.approx(beta, rel=1e-9)
+
+
+@pytest.mark.parametrize("sizes, equal_within", [([1] * 12, False), ([3] * 12, True)])
+def test_no_length_difference_within_any_dialogue_gives_sd_zero_no_slope_and_raw_means(sizes, equal_within):
+    """One summary per dialogue, or summaries of equal length within each: the within-dialogue SD is 0 (not NaN),
+    no slope is measurable, and the length-controlled means are the raw ones. Their intervals: the raw ones with
+    one system; with several, length cannot be told from the systems in any resample, so none."""
+    rng = np.random.default_rng(16)
+    judge, words = _unbalanced(sizes, rng, equal_within)
+    boot = Dialogues(judge["item_id"], RESAMPLES, 0)
+    row = length_slopes(judge, words, None, boot, "c")
+    assert row["length_sd_words"] == 0.0 and np.isnan(row.get("judge_slope", np.nan))
+    means = length_controlled_means(judge, words, None, boot, "c")
+    assert means["length_controlled"].to_numpy() == pytest.approx(means["raw_mean"].to_numpy())
+    lc = means[["lc_ci_low", "lc_ci_high"]].to_numpy()
+    if len(means) == 1:
+        assert lc == pytest.approx(means[["raw_ci_low", "raw_ci_high"]].to_numpy())
+    else:
+        assert np.isnan(lc).all() and np.isfinite(means[["raw_ci_low", "raw_ci_high"]].to_numpy()).all()
+    assert not means["rank_changed"].any()

@@ -437,21 +437,24 @@ class Gain:
         return (float(b[0]), *self.boot.t_interval(float(b[0]), se, n), "")
 
 
+def _standard_length(boot: Dialogues, index: np.ndarray, words) -> tuple[np.ndarray, float]:
+    """Length centred within its dialogue over the pooled within-dialogue SD (z), and that SD in words; z is all
+    zeros when no dialogue has candidates of different lengths (SD 0)."""
+    centred = _centred(index, np.asarray(words, float), len(boot.ids))
+    sd = math.sqrt((centred ** 2).sum() / max(len(centred) - len(np.unique(index)), 1))
+    return (centred / sd if sd > 0 else centred), sd
+
+
 def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
     """The judge's, the humans' and the excess slope on within-dialogue standardised length, on the same summaries."""
     units = _length_units(judge, words, human, criterion)
     row = {"criterion": criterion, "n_summaries": len(units), "n_dialogues": units["item_id"].nunique()}
     if units.empty:
         return row
-    n = len(boot.ids)
     index = boot.index(units["item_id"].to_numpy())
-    centred = _centred(index, units["words"].to_numpy(float), n)
-    groups = units["item_id"].nunique()
-    sd = math.sqrt((centred ** 2).sum() / max(len(units) - groups, 1))
-    row["length_sd_words"] = sd
-    if sd == 0:
+    z, row["length_sd_words"] = _standard_length(boot, index, units["words"])
+    if row["length_sd_words"] == 0:
         return row
-    z = centred / sd
     # Slope within dialogues: sum z*y / sum z^2 (z is centred within each dialogue, so y need not be).
     row["judge_slope"], row["judge_slope_ci_low"], row["judge_slope_ci_high"] = boot.ratio(
         index, z * units["score"].to_numpy(float), z * z)
@@ -481,9 +484,7 @@ def length_controlled_means(judge, words, human, boot: Dialogues, criterion: str
         return pd.DataFrame(columns=CONTROLLED_COLUMNS)
     n = len(boot.ids)
     index = boot.index(units["item_id"].to_numpy())
-    centred = _centred(index, units["words"].to_numpy(float), n)
-    sd = math.sqrt((centred ** 2).sum() / max(len(units) - units["item_id"].nunique(), 1)) or 1.0
-    z = centred / sd
+    z, _ = _standard_length(boot, index, units["words"])
     systems = sorted(units["system"].unique())
     code = units["system"].map({s: k for k, s in enumerate(systems)}).to_numpy()
     dummies = np.eye(len(systems))[code][:, 1:]
