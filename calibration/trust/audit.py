@@ -391,22 +391,19 @@ class Gain:
         self.sums = {pair: boot.sums(at, centred[pair[0]] * centred[pair[1]])
                      for pair in ("ba", "bx", "xa", "xx", "by", "xy")}
 
-    def solve(self, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(g, b) at the observed dialogues (weights None) or per resample (weights: the bootstrap counts)."""
-        return self._solve({k: (v.sum(keepdims=True) if weights is None else weights @ v)
-                            for k, v in self.sums.items()})
+    def solve(self) -> float:
+        """b at the observed dialogues."""
+        return float(self._b({k: v.sum() for k, v in self.sums.items()}))
 
     def leave_one_out(self) -> np.ndarray:
         """b with each dialogue left out in turn (the jackknife's replicates), one per dialogue."""
-        return self._solve({k: v.sum() - v for k, v in self.sums.items()})[1]
+        return self._b({k: v.sum() - v for k, v in self.sums.items()})
 
     @staticmethod
-    def _solve(s: dict) -> tuple[np.ndarray, np.ndarray]:
-        det = s["ba"] * s["xx"] - s["bx"] * s["xa"]
+    def _b(s: dict):
+        """b of the 2x2 2SLS normal equations by Cramer's rule (g, their other unknown, is not needed)."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            g = (s["by"] * s["xx"] - s["bx"] * s["xy"]) / det
-            b = (s["ba"] * s["xy"] - s["xa"] * s["by"]) / det
-        return g, b
+            return (s["ba"] * s["xy"] - s["xa"] * s["by"]) / (s["ba"] * s["xx"] - s["bx"] * s["xa"])
 
     def excess(self, covariate: str = "length") -> tuple[float, float, float, str]:
         """b, the judge's own effect of the covariate beyond quality in its points, with its interval, and a note;
@@ -421,7 +418,7 @@ class Gain:
             relevance_low, _ = self.boot.interval(partial(counts))
         if not (np.isfinite(relevance_low) and relevance_low > 0):
             return math.nan, math.nan, math.nan, WEAK_NOTE.format(x=covariate)
-        _, b = self.solve()
+        b = self.solve()
         # The standard error from the delete-one-dialogue jackknife (CV3 in MacKinnon, Nielsen & Webb, "Cluster-robust
         # inference: a guide to empirical practice", J. Econometrics 2023), with the expanded t quantile. b is a
         # ratio whose denominator nearly vanishes in some bootstrap resamples of few dialogues: the percentiles of
@@ -432,9 +429,9 @@ class Gain:
         dropped = self.leave_one_out()[self.read_twice]
         n = len(dropped)
         if not np.isfinite(dropped).all():  # one dialogue carries the whole identification
-            return float(b[0]), math.nan, math.nan, WEAK_NOTE.format(x=covariate)
+            return b, math.nan, math.nan, WEAK_NOTE.format(x=covariate)
         se = math.sqrt((n - 1) / n * float(((dropped - dropped.mean()) ** 2).sum()))
-        return (float(b[0]), *self.boot.t_interval(float(b[0]), se, n), "")
+        return (b, *self.boot.t_interval(b, se, n), "")
 
 
 def _standard_length(boot: Dialogues, index: np.ndarray, words) -> tuple[np.ndarray, float]:
@@ -501,7 +498,7 @@ def length_controlled_means(judge, words, human, boot: Dialogues, criterion: str
     if p > 1:  # a resample whose dialogues confound length with the systems cannot tell beta (pinv's answer would
         # depend on which system is the baseline, i.e. on the names): undefined, left out of the interval
         rank = np.linalg.matrix_rank
-        beta[rank(gram, hermitian=True) <= rank(gram[:, 1:, 1:], hermitian=True)] = np.nan
+        beta[rank(gram) <= rank(gram[:, 1:, 1:])] = np.nan
     rows = []
     for k, system in enumerate(systems):
         mine = code == k
