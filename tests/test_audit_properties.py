@@ -649,3 +649,23 @@ def test_no_length_difference_within_any_dialogue_gives_sd_zero_no_slope_and_raw
     else:
         assert np.isnan(lc).all() and np.isfinite(means[["raw_ci_low", "raw_ci_high"]].to_numpy()).all()
     assert not means["rank_changed"].any()
+
+
+@pytest.mark.parametrize("bias", [0.25, 0.03])
+def test_mirroring_who_wins_mirrors_the_first_shown_share_its_interval_and_keeps_the_flag(bias):
+    """Every verdict read the other way ("1" <-> "2" in both orders): the first-shown share becomes 1 - share, its
+    interval [1 - high, 1 - low], and the flag against a half is the same (a judge that favours the second-shown
+    candidate is as biased as one favouring the first)."""
+    from test_audit import simulate_pairs
+
+    pairs, _, _ = simulate_pairs(np.random.default_rng(21), bias, dialogues=30)
+    other = {"1": "2", "2": "1", "0": "0"}
+    mirrored = pairs.assign(**{c: pairs[c].map(other) for c in ("forward", "swapped", "label")})
+    boot = Dialogues(pairs["item_id"], 200, 0)
+    (row,), (flipped,) = pairwise_position(pairs, None, boot, "c"), pairwise_position(mirrored, None, boot, "c")
+    assert flipped["first_shown_wins"] == pytest.approx(1 - row["first_shown_wins"])
+    assert (flipped["first_shown_ci_low"], flipped["first_shown_ci_high"]) == pytest.approx(
+        (1 - row["first_shown_ci_high"], 1 - row["first_shown_ci_low"]))
+    assert flipped["flip_rate"] == pytest.approx(row["flip_rate"])
+    assert row["effect"] == flipped["effect"] == (bias > 0.1)
+    assert (row["first_shown_ci_low"] > 0.5) == (flipped["first_shown_ci_high"] < 0.5) == (bias > 0.1)
