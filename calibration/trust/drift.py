@@ -228,7 +228,7 @@ def _share_interval(value: float, replicates: np.ndarray, confidence: float, n: 
     number of judgments (calibration.stats.widened_share; one per dialogue when nothing or everything changed). A
     rare change (3% of a deterministic judge's verdicts) no longer gives a zero-width [0%, 0%] that "no drift"
     would lean on."""
-    low, high = percentile_interval(replicates, confidence, dialogues if dialogues >= 2 else None)
+    low, high = percentile_interval(replicates, confidence, dialogues)
     if not np.isfinite(value):
         return low, high
     spread = np.nanstd(replicates, ddof=1) if np.isfinite(replicates).sum() > 1 else 0.0
@@ -309,7 +309,6 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
     replicates = _ratio_replicates(counts, sizes, sums)
     at = {name: k for k, name in enumerate(columns)}
     n, dialogues = len(part), len(sizes)
-    units = dialogues if dialogues >= 2 else None  # every statistic is a mean over dialogues: expanded intervals
     changed = float(part["changed"].mean())
     changed_low, changed_high = _share_interval(changed, replicates[:, 0], confidence, n, dialogues)
     row = {"criterion": part["criterion"].iloc[0], "kind": "scores" if numeric else "labels", "n": n,
@@ -323,8 +322,9 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
     # runs. Each at the full level called a sampled judge in block mode DRIFT in 6.5-8% of runs at 10 dialogues.
     strict = 1 - (1 - confidence) / 2
     if paired_noise:
-        excess_low, _ = percentile_interval(replicates[:, at["excess"]], strict, units)
-        _, excess_high = percentile_interval(replicates[:, at["excess"]], 2 * confidence - 1, units)  # one-sided
+        # every statistic is a mean over dialogues: expanded intervals (calibration.stats.percentile_interval)
+        excess_low, _ = percentile_interval(replicates[:, at["excess"]], strict, dialogues)
+        _, excess_high = percentile_interval(replicates[:, at["excess"]], 2 * confidence - 1, dialogues)  # one-sided
         share_equivalent = excess_high <= share_margin
         share_drift = excess_low > 0
     else:
@@ -391,7 +391,7 @@ def _human_change(part: pd.DataFrame, human: pd.DataFrame, counts: np.ndarray, c
     new = pearson(merged["score_new"].to_numpy(), merged["human"].to_numpy())
     change = pearson(merged["score_new"].to_numpy(), merged["human"].to_numpy(), weights) - pearson(
         merged["score_ref"].to_numpy(), merged["human"].to_numpy(), weights)
-    low, high = percentile_interval(change, confidence, len(dialogues) if len(dialogues) >= 2 else None)
+    low, high = percentile_interval(change, confidence, len(dialogues))
     return {"human_r_reference": float(ref), "human_r_new": float(new), "human_r_change": float(new - ref),
             "human_ci_low": low, "human_ci_high": high}
 
