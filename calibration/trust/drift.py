@@ -229,9 +229,8 @@ def _share_interval(value: float, replicates: np.ndarray, confidence: float, n: 
     rare change (3% of a deterministic judge's verdicts) no longer gives a zero-width [0%, 0%] that "no drift"
     would lean on."""
     low, high = percentile_interval(replicates, confidence, dialogues)
-    if not np.isfinite(value):
-        return low, high
-    spread = np.nanstd(replicates, ddof=1) if np.isfinite(replicates).sum() > 1 else 0.0
+    # Every resample holds judgments (a dialogue has one or more), so every replicate is a share: no NaN.
+    spread = float(np.std(replicates, ddof=1))
     return widened_share(value, low, high, spread, n, dialogues, confidence, "beta")
 
 
@@ -248,7 +247,7 @@ def mean_interval(sizes: np.ndarray, sums: np.ndarray, confidence: float) -> tup
     from scipy import stats
 
     n, total = len(sizes), float(sizes.sum())
-    if n < 2 or total <= 0:
+    if n < 2:  # each dialogue holds one judgment or more: total >= n
         return math.nan, math.nan
     mean = float(sums.sum()) / total
     residual = sums - mean * sizes  # each dialogue's part of the linearised ratio
@@ -335,15 +334,13 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
         # dialogues). Only a change beyond the allowance for it, --share-margin, is then drift.
         allowance = noise if noise_known else noise + share_margin
         share_drift = _share_interval(changed, replicates[:, 0], strict, n, dialogues)[0] > allowance
-    needed = 0
     per_dialogue = n / dialogues
-    if share_margin > 0:
-        p = max(noise + share_margin / 2, 0.01)
-        needed = int(math.ceil((_Z_ALPHA + _Z_POWER) ** 2 * p * (1 - p) / share_margin ** 2 / per_dialogue))
-        if changed == 0 and not paired_noise:
-            # Nothing changed: the exact bound counts a dialogue once (its verdicts may change together), so
-            # "no drift" needs (1 - bound)^dialogues <= 5%.
-            needed = max(needed, int(math.ceil(math.log(0.05) / math.log(1 - min(noise + share_margin, 0.99)))))
+    p = max(noise + share_margin / 2, 0.01)  # share_margin is in (0, 1) (_check_options)
+    needed = int(math.ceil((_Z_ALPHA + _Z_POWER) ** 2 * p * (1 - p) / share_margin ** 2 / per_dialogue))
+    if changed == 0 and not paired_noise:
+        # Nothing changed: the exact bound counts a dialogue once (its verdicts may change together), so
+        # "no drift" needs (1 - bound)^dialogues <= 5%.
+        needed = max(needed, int(math.ceil(math.log(0.05) / math.log(1 - min(noise + share_margin, 0.99)))))
     if numeric:
         shift = float(part["shift"].mean())
         low, high = mean_interval(sizes, sums[:, at["shift"]], confidence)
