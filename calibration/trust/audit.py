@@ -270,13 +270,13 @@ class Dialogues:
 
         events, trials = np.asarray(events, float), np.asarray(trials, float)
         value, low, high = self.ratio(index, events, trials)
-        n = float(trials.sum())
-        if not np.isfinite(value) or n <= 0:
+        if not np.isfinite(high):  # no trial (no share), or one dialogue (no interval)
             return value, low, high
         used = int(np.count_nonzero(self.sums(index, trials)))
         # The bootstrap SD read from the interval's half-width.
-        spread = (high - low) / (2 * stats.norm.ppf(0.5 + self.confidence / 2)) if np.isfinite(high) else 0.0
-        return (value, *widened_share(value, low, high, spread, n, used, self.confidence, "wilson"))
+        spread = (high - low) / (2 * stats.norm.ppf(0.5 + self.confidence / 2))
+        return (value, *widened_share(value, low, high, spread, float(trials.sum()), used, self.confidence,
+                                      "wilson"))
 
     def interval(self, replicates: np.ndarray) -> tuple[float, float]:
         """The expanded percentile interval over the defined replicates; none over one dialogue."""
