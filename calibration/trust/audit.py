@@ -286,14 +286,13 @@ class Dialogues:
         low, high = np.percentile(replicates, [self.tail, 100.0 - self.tail])
         return float(low), float(high)
 
-    def t_interval(self, estimate: float, se: float, n: int | None = None) -> tuple[float, float]:
-        """estimate +- sqrt(n / (n - 1)) t_{n-1} se over the n dialogues (default all of them; se the plug-in one,
-        the expansion making its variance unbiased): the quantile every expanded interval of the audit uses, so
-        family_wise reads the p-value back from it (_p_from_interval: p < 1 - level exactly when it excludes 0)."""
+    def t_interval(self, estimate: float, se: float, n: int) -> tuple[float, float]:
+        """estimate +- sqrt(n / (n - 1)) t_{n-1} se over n dialogues (n >= 2; se the plug-in one, the expansion
+        making its variance unbiased): the quantile every expanded interval of the audit uses, so family_wise reads
+        the p-value back from it (_p_from_interval: p < 1 - level exactly when it excludes 0)."""
         from scipy import stats
 
-        n = len(self.ids) if n is None else n
-        if n < 2 or not (np.isfinite(estimate) and np.isfinite(se)):
+        if not (np.isfinite(estimate) and np.isfinite(se)):
             return math.nan, math.nan
         quantile = math.sqrt(n / (n - 1.0)) * stats.t.ppf(0.5 + self.confidence / 2.0, n - 1)
         return float(estimate - quantile * se), float(estimate + quantile * se)
@@ -704,7 +703,7 @@ def _p_from_interval(estimate: float, low: float, high: float, dialogues: int, c
     estimates 0.71-1.0 half-widths from 0 at 2 dialogues, 0.975-1.0 at 20, while their interval held 0)."""
     from scipy import stats
 
-    if not all(np.isfinite([estimate, low, high])) or dialogues < 2:
+    if not all(np.isfinite([estimate, low, high])):  # (one dialogue: t on 0 degrees of freedom gives NaN below)
         return math.nan
     toward_zero = estimate - low if estimate >= 0 else high - estimate
     se = toward_zero / stats.t.ppf(0.5 + confidence / 2, dialogues - 1)
