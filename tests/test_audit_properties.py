@@ -669,3 +669,18 @@ def test_mirroring_who_wins_mirrors_the_first_shown_share_its_interval_and_keeps
     assert flipped["flip_rate"] == pytest.approx(row["flip_rate"])
     assert row["effect"] == flipped["effect"] == (bias > 0.1)
     assert (row["first_shown_ci_low"] > 0.5) == (flipped["first_shown_ci_high"] < 0.5) == (bias > 0.1)
+
+
+@pytest.mark.parametrize("p", [0.0499, 0.0501, 0.054, 0.2])
+def test_a_lone_finding_is_flagged_exactly_when_its_t_test_is_below_five_percent(p):
+    """One finding (Holm over one is the p-value itself): an interval built so that its t test on 10 dialogues has
+    p-value p (scipy), flagged only below 5%."""
+    n, estimate = 10, 0.3
+    se = estimate / stats.t.isf(p / 2, n - 1)
+    half = stats.t.ppf(0.975, n - 1) * se
+    length = pd.DataFrame([{"criterion": "c", "judge_slope": estimate, "judge_slope_ci_low": estimate - half,
+                            "judge_slope_ci_high": estimate + half}])
+    none = pd.DataFrame(columns=["position_slope"]), pd.DataFrame(columns=["self_preference", "ci_low", "ci_high"])
+    assert family_wise(length, *none, n) == 1
+    assert length["p_adjusted"].iloc[0] == pytest.approx(p, rel=1e-9)
+    assert length["effect"].iloc[0] == (p < 0.05)
