@@ -684,3 +684,22 @@ def test_a_lone_finding_is_flagged_exactly_when_its_t_test_is_below_five_percent
     assert family_wise(length, *none, n) == 1
     assert length["p_adjusted"].iloc[0] == pytest.approx(p, rel=1e-9)
     assert length["effect"].iloc[0] == (p < 0.05)
+
+
+def test_every_table_of_an_audit_of_two_criteria_is_numbered_from_zero_in_order():
+    """The tables a Python user gets (and the CSVs) are plain frames: rows 0..n-1, each criterion's rows together,
+    length-controlled means by raw rank within each criterion."""
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(22)
+    judge, words, human, _ = simulate(rng, dialogues=12)
+    judge = pd.concat([judge, judge.assign(criterion="d", score=-judge["score"])], ignore_index=True)
+    items = words.rename(columns={"item_id": "id"}).assign(dialogue="A: hi",
+                                                            candidate=lambda f: ["w " * int(n) for n in f["words"]])
+    result = audit(judge, items[["id", "system", "dialogue", "candidate"]], self_systems="sys0", bootstrap=100)
+    for name in ("noise", "length", "length_controlled", "position", "self_preference"):
+        table = getattr(result, name)
+        assert table.index.equals(pd.RangeIndex(len(table))), name
+        assert list(dict.fromkeys(table["criterion"])) == ["c", "d"], name
+    for _, part in result.length_controlled.groupby("criterion"):
+        assert part["raw_rank"].is_monotonic_increasing

@@ -905,7 +905,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     self_frame = pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS)
     flags = family_wise(length, position, self_frame, len(boot.ids))
     if not controlled_frame.empty:  # "at equal length the ranking changes" only where length is a finding
-        shown = set(length.loc[length["effect"].fillna(False).astype(bool), "criterion"])
+        shown = set(length.loc[length["effect"].astype(bool), "criterion"])  # family_wise sets every row's flag
         controlled_frame["rank_changed"] = controlled_frame["rank_changed"] & controlled_frame["criterion"].isin(shown)
     result = AuditResult(
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
@@ -943,8 +943,8 @@ def sentences(result: AuditResult) -> list[str]:
     """One sentence per finding, ready to paste into a paper."""
     out = []
     if result.flags:
-        flagged = int(sum(t["effect"].fillna(False).astype(bool).sum() for t in
-                          (result.length, result.position, result.self_preference) if "effect" in t))
+        flagged = int(sum(t["effect"].astype(bool).sum() for t in  # family_wise sets every row's flag
+                          (result.length, result.position, result.self_preference)))
         out.append(f"Findings flagged: {flagged} of {result.flags} tested together (Holm, 5% family-wise: with "
                    "nothing there, any flag in at most 5% of audits); intervals are 95% expanded percentile "
                    f"bootstrap intervals over {result.length['n_dialogues'].max() if len(result.length) else 0:.0f} "
