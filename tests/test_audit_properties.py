@@ -703,3 +703,31 @@ def test_every_table_of_an_audit_of_two_criteria_is_numbered_from_zero_in_order(
         assert list(dict.fromkeys(table["criterion"])) == ["c", "d"], name
     for _, part in result.length_controlled.groupby("criterion"):
         assert part["raw_rank"].is_monotonic_increasing
+
+
+def test_each_criterions_sentences_quote_its_own_noise_and_the_unlabelled_criteria_are_named():
+    """Two criteria re-asked twice: "steady" whose samples always agree (noise 0%), "shaky" whose samples always
+    differ (100%); each sentence quotes its own criterion's noise. Labels only for "steady": the warning names
+    "shaky", and only it."""
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(23)
+    judge, words, human, _ = simulate(rng, dialogues=10)
+    steady = judge.assign(criterion="steady", samples=[[3, 3]] * len(judge))
+    shaky = judge.assign(criterion="shaky", samples=[[3, 4]] * len(judge))
+    items = words.rename(columns={"item_id": "id"}).assign(dialogue="A: hi",
+                                                            candidate=lambda f: ["w " * int(n) for n in f["words"]])
+    labels = human.assign(criterion="steady")[["item_id", "system", "criterion", "human"]]
+    result = audit(pd.concat([steady, shaky], ignore_index=True), items[["id", "system", "dialogue", "candidate"]],
+                   labels, self_systems="sys0", bootstrap=100)
+    noise = result.noise.set_index("criterion")["changed_share"]
+    assert noise.to_dict() == {"steady": 0.0, "shaky": 1.0}
+    quoted = {"steady": "re-run noise changes 0% of verdicts", "shaky": "re-run noise changes 100% of verdicts"}
+    said = [s for s in result.sentences if "re-run noise" in s]
+    assert {s.split(":")[0] for s in said} == {"steady", "shaky"}
+    for sentence in said:
+        criterion = sentence.split(":")[0]
+        assert quoted[criterion] in sentence and quoted[{"steady": "shaky", "shaky": "steady"}[criterion]] \
+            not in sentence, sentence
+    unlabelled = [w for w in result.warnings if w.startswith("no human labels for criteria")]
+    assert unlabelled == ["no human labels for criteria shaky: their effects are the judge's alone"]
