@@ -132,3 +132,29 @@ def test_stuart_maxwell_on_two_categories_is_mcnemars_statistic():
     b, c = 9, 3
     assert _stuart_maxwell(reference, new) == pytest.approx(stats.chi2.sf((b - c) ** 2 / (b + c), 1))
     assert np.isnan(_stuart_maxwell(["a"] * 5, ["a"] * 5))
+
+
+def test_the_changed_share_interval_is_the_expanded_percentile_one_widened_to_clopper_pearson_written_out():
+    """The whole interval recomputed: the resampled shares (dialogues drawn again from the seed), their expanded
+    percentile interval, the design effect from the resamples' SD (ddof 1) giving the effective count, and
+    statsmodels' Clopper-Pearson at it; the printed interval is the wider of the two on each side."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    reference, new = simulated_runs(np.random.default_rng(46), n_items=12, k=1, noise=0.0)
+    odd = reference["item_id"].map(lambda d: sorted(reference["item_id"].unique()).index(d) % 2).to_numpy()
+    flip = np.random.default_rng(47).random(len(new)) < np.where(odd, 0.7, 0.05)  # changes cluster in dialogues
+    new = new.assign(score=np.where(flip, np.clip(new["score"] + 1, 1, 5), new["score"])).drop(columns="samples")
+    row = drift(reference.drop(columns="samples"), new, bootstrap=300, seed=9).drift.iloc[0]
+    changed = (new["score"] != reference["score"]).astype(float).to_numpy()
+    ids = sorted(reference["item_id"].unique())
+    position = reference["item_id"].map({d: k for k, d in enumerate(ids)}).to_numpy()
+    counts = counts_from_seed(9, len(ids), 300)
+    sizes = np.bincount(position, minlength=len(ids))
+    shares = counts @ np.bincount(position, weights=changed, minlength=len(ids)) / (counts @ sizes)
+    low, high = expanded(shares, 0.95, len(ids))
+    p, n = changed.mean(), len(changed)
+    effective = min(n, max(len(ids), p * (1 - p) / np.std(shares, ddof=1) ** 2))
+    exact = proportion_confint(round(p * effective), round(effective), 0.05, "beta")
+    assert 0 < p < 1 and len(ids) < effective < n  # the design effect is in play, not a bound
+    assert (row["changed_ci_low"], row["changed_ci_high"]) == pytest.approx((min(low, exact[0]), max(high, exact[1])),
+                                                                            abs=1e-12)
