@@ -160,3 +160,23 @@ def test_the_changed_share_interval_is_the_expanded_percentile_one_widened_to_cl
     assert 0 < p < 1 and len(ids) < effective < n  # the design effect is in play, not a bound
     assert (row["changed_ci_low"], row["changed_ci_high"]) == pytest.approx((min(low, exact[0]), max(high, exact[1])),
                                                                             abs=1e-12)
+
+
+@pytest.mark.parametrize("p, verdict", [(0.02, "drift"), (0.03, "inconclusive"), (0.2, "inconclusive")])
+def test_a_shift_is_drift_exactly_when_its_t_test_is_below_two_and_a_half_percent(p, verdict):
+    """One judgment per dialogue, so the clustered interval is the one-sample t test's (scipy): the shift rule is
+    tested at 2.5% (Bonferroni with the share rule). Shifts built to have two-sided p = `p`; the share rule kept
+    out of it (every verdict changes, against a --share-margin of 0.99) and equivalence out of reach (margin
+    0.01)."""
+    n = 12
+    spread = np.linspace(-1.0, 1.0, n)
+    se = spread.std(ddof=1) / np.sqrt(n)
+    shifts = stats.t.isf(p / 2, n - 1) * se + spread
+    assert stats.ttest_1samp(shifts, 0.0).pvalue == pytest.approx(p)
+    reference = pd.DataFrame({"item_id": [f"d{k:02d}" for k in range(n)], "system": "a", "criterion": "c",
+                              "score": 3.0})
+    row = drift(reference, reference.assign(score=3.0 + shifts), margin=0.01, share_margin=0.99,
+                bootstrap=200).drift.iloc[0]
+    assert row["changed_share"] == 1.0 and row["verdict"] == verdict
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(
+        stats.ttest_1samp(shifts, 0.0).confidence_interval(0.95))
