@@ -275,3 +275,16 @@ def test_only_a_recorded_fingerprint_is_hashed_into_the_provenance(runs, fingerp
         digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12]
         assert row["reference"] == row["new"] == digest
     assert not row["changed"]
+
+
+def test_a_fingerprint_is_the_same_whatever_the_order_of_its_keys(runs):
+    """The same recorded judge written with its keys in another order (a JSON writer's choice) is the same
+    fingerprint: one digest, nothing changed."""
+    first = {"model": "m", "template": "t1", "temperature": 0}
+    again = {"temperature": 0, "template": "t1", "model": "m"}
+    reference, new = runs[0].assign(fingerprint=[first] * len(runs[0])), runs[1].assign(
+        fingerprint=[again] * len(runs[1]))
+    result = drift(reference, new, bootstrap=200)
+    row = result.provenance.set_index("field").loc["fingerprint"]
+    assert row["reference"] == row["new"] != "(not recorded)" and not row["changed"]
+    assert "nothing recorded changed" in result.text()

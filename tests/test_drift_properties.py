@@ -180,3 +180,18 @@ def test_a_shift_is_drift_exactly_when_its_t_test_is_below_two_and_a_half_percen
     assert row["changed_share"] == 1.0 and row["verdict"] == verdict
     assert (row["ci_low"], row["ci_high"]) == pytest.approx(
         stats.ttest_1samp(shifts, 0.0).confidence_interval(0.95))
+
+
+def test_stuart_maxwell_on_three_categories_with_empty_cells_is_the_statistic_written_out():
+    """Three categories, some changes never seen (empty cells, counted as 0, not smoothed): d the differences of the
+    margins, V their covariance (n_i. + n_.i - 2 n_ii on the diagonal, -(n_ij + n_ji) off it), d' V^-1 d on 2
+    degrees of freedom (Stuart 1955, Maxwell 1970)."""
+    table = np.array([[20, 6, 0], [1, 15, 4], [0, 0, 10]])
+    reference = [r for r in "abc" for c in "abc" for _ in range(table["abc".index(r), "abc".index(c)])]
+    new = [c for r in "abc" for c in "abc" for _ in range(table["abc".index(r), "abc".index(c)])]
+    rows, columns = table.sum(axis=1), table.sum(axis=0)
+    d = (rows - columns)[:2]
+    cov = -(table + table.T).astype(float)
+    np.fill_diagonal(cov, rows + columns - 2 * np.diag(table))
+    statistic = d @ np.linalg.solve(cov[:2, :2], d)
+    assert _stuart_maxwell(reference, new) == pytest.approx(stats.chi2.sf(statistic, 2))
