@@ -288,3 +288,38 @@ def test_a_fingerprint_is_the_same_whatever_the_order_of_its_keys(runs):
     row = result.provenance.set_index("field").loc["fingerprint"]
     assert row["reference"] == row["new"] != "(not recorded)" and not row["changed"]
     assert "nothing recorded changed" in result.text()
+
+
+def _sampled_new_run(single_sample_rows=(39,)):
+    """Reference: 40 scores of 3 without samples. New run: two agreeing re-asks per judgment (re-ask noise 0), half
+    of the verdicts moved to 4 or 2 (mean shift 0); the rows in `single_sample_rows` asked once."""
+    reference, new = [], []
+    for k in range(40):
+        key = {"item_id": f"d{k // 2:02d}", "system": "ab"[k % 2], "criterion": "c"}
+        value = 3.0 if k % 2 == 0 else (4.0 if k % 4 == 1 else 2.0)
+        reference.append({**key, "score": 3.0})
+        new.append({**key, "score": value, "samples": [value] if k in single_sample_rows else [value, value]})
+    return pd.DataFrame(reference), pd.DataFrame(new)
+
+
+def test_the_new_runs_measured_noise_is_the_allowance_when_the_reference_has_no_re_asks():
+    """The new run's re-asks measure the noise (0 here): 50% of verdicts changed is drift, although within the
+    --share-margin of 0.5 that an unknown noise would allow (one judgment asked once keeps the comparison
+    unpaired, so the allowance decides)."""
+    reference, new = _sampled_new_run()
+    row = drift(reference, new, share_margin=0.5, bootstrap=200).drift.iloc[0]
+    assert row["reask_noise"] == 0.0 and row["changed_share"] == 0.5 and abs(row["mean_shift"]) < 1e-12
+    assert 0.0 < row["changed_ci_low"] < 0.5  # beyond the measured noise, within the unknown noise's allowance
+    assert row["verdict"] == "drift" and "the re-ask noise is the new run's" in row["note"]
+
+
+@pytest.mark.parametrize("means", [1, 7])
+def test_the_note_counts_the_judgments_compared_verdict_to_verdict(means):
+    """A reference of scores without samples where `means` verdicts are means of samples (3.5, from a CSV): its
+    verdicts cannot be read as one sample each, so all 40 judgments are compared verdict to verdict against the
+    sampled new run, and the note says how many."""
+    reference, new = _sampled_new_run(())
+    reference.loc[: means - 1, "score"] = 3.5
+    row = drift(reference, new, share_margin=0.5, bootstrap=200).drift.iloc[0]
+    assert ("40 judgments kept no samples in one run and are means of samples in it: verdict is compared with "
+            "verdict") in row["note"]
