@@ -325,3 +325,13 @@ def test_the_note_counts_the_judgments_compared_verdict_to_verdict(means):
     assert said == ["40 judgments kept no samples in one run and are means of samples in it: verdict is compared "
                     "with verdict, and a verdict's re-ask noise is unknown: changed verdicts are drift only beyond "
                     "--share-margin"]
+
+
+def test_criteria_are_reported_in_name_order_whatever_the_files_order(runs):
+    """drift.csv and the text list criteria by name, not in the order the judgments happen to come in."""
+    reference, new = runs
+    twice = [pd.concat([run.assign(criterion="zeta"), run.assign(criterion="alpha")], ignore_index=True)
+             for run in (reference, new)]
+    result = drift(*twice, bootstrap=200)
+    assert list(result.drift["criterion"]) == ["alpha", "zeta"]
+    assert [line.split(":")[0] for line in result.text().splitlines()[1:3]] == ["alpha", "zeta"]
