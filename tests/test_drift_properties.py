@@ -182,11 +182,14 @@ def test_a_shift_is_drift_exactly_when_its_t_test_is_below_two_and_a_half_percen
         stats.ttest_1samp(shifts, 0.0).confidence_interval(0.95))
 
 
-def test_stuart_maxwell_on_three_categories_with_empty_cells_is_the_statistic_written_out():
-    """Three categories, some changes never seen (empty cells, counted as 0, not smoothed): d the differences of the
-    margins, V their covariance (n_i. + n_.i - 2 n_ii on the diagonal, -(n_ij + n_ji) off it), d' V^-1 d on 2
-    degrees of freedom (Stuart 1955, Maxwell 1970)."""
-    table = np.array([[20, 6, 0], [1, 15, 4], [0, 0, 10]])
+@pytest.mark.parametrize("table", [[[20, 6, 0], [1, 15, 4], [0, 0, 10]], [[20, 6, 0], [1, 15, 0], [0, 4, 0]]],
+                         ids=["some changes never seen", "a category the new run never gives"])
+def test_stuart_maxwell_on_three_categories_with_empty_cells_is_the_statistic_written_out(table):
+    """Three categories, some changes never seen (empty cells, counted as 0, not smoothed), or every "c" of the
+    reference moved (an empty column, kept): d the differences of the margins, V their covariance (n_i. + n_.i -
+    2 n_ii on the diagonal, -(n_ij + n_ji) off it), d' V^-1 d on 2 degrees of freedom (Stuart 1955, Maxwell
+    1970)."""
+    table = np.array(table)
     reference = [r for r in "abc" for c in "abc" for _ in range(table["abc".index(r), "abc".index(c)])]
     new = [c for r in "abc" for c in "abc" for _ in range(table["abc".index(r), "abc".index(c)])]
     rows, columns = table.sum(axis=1), table.sum(axis=0)
