@@ -136,10 +136,10 @@ def test_dialogues_where_a_judge_does_not_vary_are_left_out_of_the_comparison_fo
         [stats.pearsonr(j, h)[0] for j, h in zip(judge, people)]))
 
 
-def test_the_csv_is_the_selection_table_and_the_best_set_is_listed_best_first(study, tmp_path):
+def test_the_csv_is_the_selection_table_and_the_best_set_is_listed_best_first(tmp_path):
     """selection.csv holds exactly the table's columns (no index column) and reads back as it; best_set lists the
     judges of the best set by estimate, highest first, whatever order they were given in."""
-    human, judges = study
+    human, judges = toy(np.random.default_rng(33), n_items=24, n_systems=5, noise=(1.0, 1.1, 1.2, 4.0))
     given = dict(reversed(list(judges.items())))  # the worst judge first
     result = select(human, given, bootstrap=200, seed=4)
     result.write(tmp_path)
@@ -149,7 +149,7 @@ def test_the_csv_is_the_selection_table_and_the_best_set_is_listed_best_first(st
     rows = result.selection[(result.selection["kind"] == "judge")].set_index("judge")
     in_set = rows[rows["in_best_set"].astype(bool)]
     assert result.best_set("quality") == list(in_set["estimate"].sort_values(ascending=False).index)
-    assert len(result.best_set("quality")) >= 1 and result.best_set("quality")[0] == rows["estimate"].idxmax()
+    assert len(result.best_set("quality")) >= 2 and result.best_set("quality")[0] == rows["estimate"].idxmax()
 
 
 @pytest.mark.parametrize("level, statistic, method", [
