@@ -166,3 +166,19 @@ def test_the_header_names_how_the_intervals_were_made_at_each_level(level, stati
     result = select(human, judges, level=level, statistic=statistic, bootstrap=100)
     assert result.text().splitlines()[0].startswith(
         f"Agreement with humans: {statistic} at {level} level, {method} (100 resamples of dialogues")
+
+
+def test_each_judges_line_shows_its_adjusted_p_value_and_the_best_none(study):
+    """A judge's line prints p_adj (its simultaneous-bounds p-value of being below another) when it has one; the
+    observed best has none and its line none."""
+    human, judges = study
+    result = select(human, judges, bootstrap=200, seed=4)
+    lines = {line.split()[1] if line.startswith(" *") else line.split()[0]: line
+             for line in result.text().splitlines() if line.startswith(("  ", " *")) and "judge" in line}
+    rows = result.selection[result.selection["kind"] == "judge"].set_index("judge")
+    assert set(rows.index) <= set(lines)
+    for name, row in rows.iterrows():
+        if np.isfinite(row["p_adjusted"]):
+            assert f"p_adj {row['p_adjusted']:.3f}" in lines[name]
+        else:
+            assert "p_adj" not in lines[name] and name == rows["estimate"].idxmax()
