@@ -6,6 +6,8 @@ a cross-fitting leak, a plug-in label worth, calibrate ignoring its seed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -269,3 +271,26 @@ def test_the_system_level_interval_covers_where_it_prints_without_being_merely_w
             assert r["width"] <= 1.25 * r["fisher_width"], (systems, rho, r)
         if systems == 16 and not shape.get("gain"):
             assert r["width"] < 1.0, (systems, rho, r)
+
+
+def test_the_rubric_is_looked_for_beside_the_judge_that_names_it(tmp_path):
+    """Two judges in two folders: a CSV of scores naming no rubric, listed first, and a JSONL naming toy@1 with
+    toy.yaml beside it. The labels' scale comes from that rubric, found beside the JSONL (not beside the CSV,
+    where there is none): a label off it is refused, and a study on it runs."""
+    import shutil
+
+    study = Path("examples/study")
+    (tmp_path / "csv").mkdir(), (tmp_path / "jsonl").mkdir()
+    judged = pd.read_json(study / "judgments.jsonl", lines=True)
+    judged.rename(columns={"id": "item_id"})[["item_id", "system", "criterion", "score"]].to_csv(
+        tmp_path / "csv" / "metric.csv", index=False)
+    shutil.copy(study / "judgments.jsonl", tmp_path / "jsonl" / "judgments.jsonl")
+    shutil.copy(study / "toy.yaml", tmp_path / "jsonl" / "toy.yaml")
+    judges = {"metric": tmp_path / "csv" / "metric.csv", "toy": tmp_path / "jsonl" / "judgments.jsonl"}
+    result = select(study / "labels.csv", judges, bootstrap=100)
+    assert set(result.selection["judge"]) >= {"metric", "toy"}
+    labels = pd.read_csv(study / "labels.csv")
+    labels.loc[2, "score"] = 9
+    labels.to_csv(tmp_path / "labels.csv", index=False)
+    with pytest.raises(CalibrationError, match=r"labels.csv:4: .*9"):
+        select(tmp_path / "labels.csv", judges, bootstrap=100)
