@@ -294,3 +294,29 @@ def test_the_rubric_is_looked_for_beside_the_judge_that_names_it(tmp_path):
     labels.to_csv(tmp_path / "labels.csv", index=False)
     with pytest.raises(CalibrationError, match=r"labels.csv:4: .*9"):
         select(tmp_path / "labels.csv", judges, bootstrap=100)
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.99])
+def test_every_best_set_is_chosen_at_the_studys_confidence_the_cross_fitted_ones_too(monkeypatch, confidence):
+    """The reported best set and the cross-fitted choices on each half use the bounds at the confidence asked for
+    (the halves once used 95% whatever was asked); 0.5 is the lowest accepted."""
+    import calibration.stats
+
+    asked = []
+    original = calibration.stats.simultaneous_differences
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("confidence"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(calibration.stats, "simultaneous_differences", spy)
+    human, judges = toy(np.random.default_rng(12), n_items=12, n_systems=3)
+    select(human, judges, bootstrap=200, confidence=confidence)
+    assert len(asked) == 3 and set(asked) == {confidence}  # the reported set, then one per half
+
+
+@pytest.mark.parametrize("confidence", [0.4999, 1.0])
+def test_a_confidence_outside_its_range_is_refused(confidence):
+    human, judges = toy(np.random.default_rng(12), n_items=12, n_systems=3)
+    with pytest.raises(CalibrationError, match="--confidence must be between 0.5 and 1"):
+        select(human, judges, bootstrap=100, confidence=confidence)

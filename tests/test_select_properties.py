@@ -177,6 +177,7 @@ def test_each_judges_line_shows_its_adjusted_p_value_and_the_best_none(study):
              for line in result.text().splitlines() if line.startswith(("  ", " *")) and "judge" in line}
     rows = result.selection[result.selection["kind"] == "judge"].set_index("judge")
     assert set(rows.index) <= set(lines)
+    assert (result.selection["note"] == "").all() and "note:" not in result.text()  # no note, no empty note line
     for name, row in rows.iterrows():
         if np.isfinite(row["p_adjusted"]):
             assert f"p_adj {row['p_adjusted']:.3f}" in lines[name]

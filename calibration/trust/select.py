@@ -178,7 +178,7 @@ def _stat_rows(scores: dict[str, np.ndarray], human: np.ndarray, items, systems,
     return estimates, replicates
 
 
-def _best_set(estimates: dict, replicates: dict, units: int | None, confidence: float = 0.95
+def _best_set(estimates: dict, replicates: dict, units: int | None, confidence: float
               ) -> tuple[str, dict, dict, int]:
     """The observed best, each judge's adjusted p-value of being below another, who is in the best set, and the
     resamples left out because a judge's statistic was undefined there (calibration.stats.simultaneous_differences)."""
@@ -215,8 +215,9 @@ def _mean_of_present(stacked: np.ndarray) -> np.ndarray:
 
 
 def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic, seed: int,
-                  bootstrap: int) -> dict[str, np.ndarray]:
-    """Score matrices whose rows (dialogues) in each half come from the choice made on the other half."""
+                  bootstrap: int, confidence: float) -> dict[str, np.ndarray]:
+    """Score matrices whose rows (dialogues) in each half come from the choice made on the other half (at the
+    study's confidence, as the reported best set)."""
     rng = np.random.default_rng(seed + 1)
     half = np.zeros(len(items), dtype=bool)
     half[rng.permutation(len(items))[: len(items) // 2]] = True
@@ -231,7 +232,8 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
         fitted, replicates = _stat_rows({n: m[fit] for n, m in scores.items()}, human[fit], items[fit], systems,
                                         level, statistic, weights)
         fitted = {n: (0.0 if np.isnan(v) else v) for n, v in fitted.items()}
-        best, _, in_set, _ = _best_set(fitted, replicates, int(fit.sum()) if level == "summary" else None)
+        best, _, in_set, _ = _best_set(fitted, replicates, int(fit.sum()) if level == "summary" else None,
+                                       confidence)
         # Each judge enters the jury pointed the way it agrees with humans on the fitting half (ppl: lower = better).
         signs = {n: (1.0 if v >= 0 else -1.0) for n, v in fitted.items()}
         stacked = np.stack([signs[n] * standardised[n][measure] for n in scores])
@@ -333,7 +335,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
                          "failed_resamples": int(np.isnan(replicates[name]).sum()), "note": note})
         if not shown:
             continue
-        juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap)
+        juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap, confidence)
         jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
         for name in juries:
             low, high = interval(juries[name], jury_replicates[name])
