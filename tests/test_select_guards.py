@@ -296,23 +296,27 @@ def test_the_rubric_is_looked_for_beside_the_judge_that_names_it(tmp_path):
         select(tmp_path / "labels.csv", judges, bootstrap=100)
 
 
-@pytest.mark.parametrize("confidence", [0.5, 0.8, 0.99])
-def test_every_best_set_is_chosen_at_the_studys_confidence_the_cross_fitted_ones_too(monkeypatch, confidence):
+@pytest.mark.parametrize("confidence, level", [(0.5, "summary"), (0.8, "item"), (0.99, "summary")])
+def test_every_best_set_is_chosen_at_the_studys_confidence_the_cross_fitted_ones_too(monkeypatch, confidence,
+                                                                                    level):
     """The reported best set and the cross-fitted choices on each half use the bounds at the confidence asked for
-    (the halves once used 95% whatever was asked); 0.5 is the lowest accepted."""
+    (the halves once used 95% whatever was asked; 0.5 is the lowest accepted), on halves of 6 and 7 of the 13
+    dialogues, each a mean over its own dialogues at the summary level (no expansion at the item level)."""
     import calibration.stats
 
     asked = []
     original = calibration.stats.simultaneous_differences
 
     def spy(*args, **kwargs):
-        asked.append(kwargs.get("confidence"))
+        asked.append((kwargs.get("confidence"), kwargs.get("units")))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(calibration.stats, "simultaneous_differences", spy)
-    human, judges = toy(np.random.default_rng(12), n_items=12, n_systems=3)
-    select(human, judges, bootstrap=200, confidence=confidence)
-    assert len(asked) == 3 and set(asked) == {confidence}  # the reported set, then one per half
+    human, judges = toy(np.random.default_rng(12), n_items=13, n_systems=3)
+    select(human, judges, level=level, bootstrap=200, confidence=confidence)
+    assert [c for c, _ in asked] == [confidence] * 3  # the reported set, then one per half
+    units = [u for _, u in asked]
+    assert units == ([13, 6, 7] if level == "summary" else [None] * 3)
 
 
 @pytest.mark.parametrize("confidence", [0.4999, 1.0])

@@ -209,9 +209,8 @@ def _varying(matrix: np.ndarray) -> np.ndarray:
 def _mean_of_present(stacked: np.ndarray) -> np.ndarray:
     """The jury's score per cell: the mean of the judges that scored it; NaN (silently) where none did."""
     present = ~np.isnan(stacked)
-    count = present.sum(axis=0)
-    total = np.where(present, stacked, 0.0).sum(axis=0)
-    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    with np.errstate(invalid="ignore"):  # 0 / 0 where no judge scored: NaN
+        return np.where(present, stacked, 0.0).sum(axis=0) / present.sum(axis=0)
 
 
 def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic, seed: int,
