@@ -324,3 +324,22 @@ def test_a_confidence_outside_its_range_is_refused(confidence):
     human, judges = toy(np.random.default_rng(12), n_items=12, n_systems=3)
     with pytest.raises(CalibrationError, match="--confidence must be between 0.5 and 1"):
         select(human, judges, bootstrap=100, confidence=confidence)
+
+
+@pytest.mark.parametrize("flat, shown", [(4, False), (2, True)])
+def test_enough_dialogues_means_enough_compared_ones_at_the_summary_level(flat, shown):
+    """12 labelled dialogues, on `flat` of which one judge gives every summary the same score: the summary level
+    compares judges on the 12 - flat dialogues where all vary, and below 10 of them prints no interval, best set or
+    label worth (saying how many it had); the item level uses every dialogue."""
+    human, judges = toy(np.random.default_rng(13), n_items=12, n_systems=4)
+    first = judges["judge0"].copy()
+    first.loc[first["item_id"].isin([f"d{k:02d}" for k in range(flat)]), "score"] = 3.0
+    judges = {**judges, "judge0": first}
+    rows = select(human, judges, bootstrap=100).selection
+    judged = rows[rows["kind"] == "judge"]
+    assert (judged["n_compared"] == 12 - flat).all() and (judged["n_dialogues"] == 12).all()
+    assert np.isfinite(judged[["ci_low", "ci_high", "label_worth"]].to_numpy(float)).all() == shown
+    assert (judged["note"].str.startswith(f"{12 - flat} dialogues to compare: no interval")).all() != shown
+    assert (rows["kind"] == "cross-fitted").any() == shown
+    item = select(human, judges, level="item", bootstrap=100).selection
+    assert np.isfinite(item[item["kind"] == "judge"][["ci_low", "ci_high"]].to_numpy(float)).all()

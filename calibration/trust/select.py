@@ -292,18 +292,18 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
             for matrix in (human_matrix, *scores.values()):
                 compared &= _varying(matrix)
         n_compared = int(compared.sum())
-        note, failed = "", 0
-        enough = len(items) >= MIN_DIALOGUES and n_compared >= MIN_DIALOGUES
+        note = ""
+        enough = n_compared >= MIN_DIALOGUES  # every dialogue is compared but at the summary level
         few_systems = few_systems_note(len(systems), confidence) if level == "system" else ""
         if not enough or few_systems:
             note = few_systems if enough else (
-                f"{n_compared if level == 'summary' else len(items)} dialogues to compare: no interval, best set "
+                f"{n_compared} dialogues to compare: no interval, best set "
                 f"or label worth below {MIN_DIALOGUES} (a correlation over 2 dialogues is +-1 whatever the "
                 f"judge); label at least {MIN_DIALOGUES} dialogues")
             in_set, p_adjusted = {n: True for n in names}, {n: float("nan") for n in names}
             compared_estimates = {n: float("nan") for n in names}
         else:
-            if level == "summary" and n_compared < len(items):
+            if n_compared < len(items):  # the summary level, some dialogues not varying
                 sub = (weights[0][:, compared], None)  # the summary level resamples dialogues only
                 compared_estimates, compared_replicates = _stat_rows(
                     {n: m[compared] for n, m in scores.items()}, human_matrix[compared], items[compared], systems,
