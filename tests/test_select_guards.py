@@ -343,3 +343,14 @@ def test_enough_dialogues_means_enough_compared_ones_at_the_summary_level(flat, 
     assert (rows["kind"] == "cross-fitted").any() == shown
     item = select(human, judges, level="item", bootstrap=100).selection
     assert np.isfinite(item[item["kind"] == "judge"][["ci_low", "ci_high"]].to_numpy(float)).all()
+
+
+def test_judges_that_scored_the_same_summaries_get_no_left_out_warning():
+    """The warning names only judges that scored summaries others did not, with how many; none when all match."""
+    human, judges = toy(np.random.default_rng(14), n_items=12, n_systems=3)
+    assert not any("left out" in w for w in select(human, judges, bootstrap=100).warnings)
+    first = judges["judge1"][judges["judge1"]["item_id"] == "d00"]
+    extra = pd.concat([judges["judge1"], first.assign(item_id="extra")], ignore_index=True)
+    humans = pd.concat([human, human[human["item_id"] == "d00"].assign(item_id="extra")], ignore_index=True)
+    warned = [w for w in select(humans, {**judges, "judge1": extra}, bootstrap=100).warnings if "left out" in w]
+    assert warned == ["quality: judges compared on the 36 summaries all of them judged; left out judge1 3"]
