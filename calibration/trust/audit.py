@@ -214,12 +214,9 @@ def read_human(human, scales=None) -> pd.DataFrame:
     from ..io import read_human_labels
 
     if isinstance(human, pd.DataFrame) and "human" in human.columns and "annotator" not in human.columns:
-        labels = human  # already aggregated by a script
-    else:
-        labels = read_human_labels(human, scales)
-    if "human" in labels.columns and "annotator" not in labels.columns:
-        out = labels[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
-        return out.assign(human_a=np.nan, human_b=np.nan)
+        out = human[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
+        return out.assign(human_a=np.nan, human_b=np.nan)  # already aggregated by a script: one reading
+    labels = read_human_labels(human, scales)  # per annotator (its columns: calibration.io.HUMAN_COLUMNS)
     aggregated = aggregate_humans(labels)[["item_id", "system", "criterion", "human"]]
     # Two independent readings of each summary where it has two annotators or more: the first annotator (by name)
     # and the mean of the others (NaN with one annotator). Their errors are independent, which identifies the
