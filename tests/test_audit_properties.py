@@ -12,6 +12,8 @@ terms, swapped operands in the sums), not against any one of them."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -60,8 +62,10 @@ def within_slope(frame, y, x):
 
 def jackknife_interval(frame, y, a, b, x, confidence):
     """The excess's interval written out: 2SLS refitted with each dialogue read twice left out in turn, the
-    delete-one-cluster jackknife's standard error (CV3), the expanded t quantile on those dialogues' count."""
-    read_twice = frame.loc[frame[a].notna() & frame[b].notna(), "item_id"].unique()
+    delete-one-cluster jackknife's standard error (CV3), the expanded t quantile on those dialogues' count. A
+    dialogue identifies b only with two summaries read twice or more (one alone is its dialogue effect's)."""
+    twice = frame.loc[frame[a].notna() & frame[b].notna(), "item_id"].value_counts()
+    read_twice = twice.index[twice >= 2]
     g = len(read_twice)
     dropped = np.array([two_stage(frame[frame["item_id"] != d], y, a, b, x) for d in read_twice])
     se = np.sqrt((g - 1) / g * ((dropped - dropped.mean()) ** 2).sum())
@@ -430,3 +434,300 @@ def test_items_as_a_table_with_empty_cells_are_read_like_the_file():
                            "candidate_1": "one", "candidate_2": "one two", "system_1": "a", "system_2": "b"}])
     words = read_items(items).set_index(["item_id", "system"])["words"]
     assert words.to_dict() == {("d1", "a"): 3, ("d1", "b"): 2}
+
+
+# -- a wide metric CSV (criterion "*"), with and without labels -------------------------------------------------------
+
+def _wide_metric(tmp_path, judge):
+    path = tmp_path / "metric_scores.csv"
+    judge[["item_id", "system", "score"]].rename(columns={"score": "m"}).to_csv(path, index=False)
+    return path
+
+
+def test_a_wide_metric_csv_without_labels_is_audited_as_one_criterion_with_the_least_squares_slope(tmp_path):
+    """Without --human the metric's "*" column is its own criterion (nothing to copy it to); its length slope is the
+    within-dialogue least-squares slope on standardised length (numpy lstsq with dialogue dummies)."""
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(11)
+    judge, items, _ = _scale_study(rng.normal(3, 1, 30), np.zeros(30))
+    result = audit(_wide_metric(tmp_path, judge), items, score_column="m", bootstrap=100)
+    assert result.criteria == ["*"] and not result.has_human
+    row = result.length.set_index("criterion").loc["*"]
+    words = items["candidate"].str.split().str.len().to_numpy(float)
+    dialogue = pd.get_dummies(items["id"]).to_numpy(float)
+    centred = words - dialogue @ np.linalg.lstsq(dialogue, words, rcond=None)[0]
+    sd = np.sqrt((centred ** 2).sum() / (len(words) - dialogue.shape[1]))
+    slope = np.linalg.lstsq(np.column_stack([words / sd, dialogue]), judge["score"].to_numpy(), rcond=None)[0][0]
+    assert row["length_sd_words"] == pytest.approx(sd, rel=1e-12)
+    assert row["judge_slope"] == pytest.approx(slope, rel=1e-9)
+
+
+def test_a_wide_metric_csv_stands_for_every_labelled_criterion(tmp_path):
+    """With labels of two criteria, the "*" column is audited under each, exactly as the long CSV that writes the
+    metric out once per criterion."""
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(12)
+    quality = rng.normal(3, 1, 30)
+    judge, items, human = _scale_study(quality + rng.normal(0, 0.5, 30), quality)
+    labels = pd.concat([human.assign(criterion=c, human=human["human"] + k) for k, c in enumerate(("c1", "c2"))])
+    wide = audit(_wide_metric(tmp_path, judge), items, labels, score_column="m", bootstrap=100)
+    long = audit(pd.concat([judge.assign(criterion=c) for c in ("c1", "c2")]), items, labels, bootstrap=100)
+    assert wide.criteria == ["c1", "c2"] == sorted(long.criteria)
+    columns = ["criterion", "judge_slope", "judge_slope_ci_low", "human_slope", "excess_slope"]
+    pd.testing.assert_frame_equal(wide.length[columns].sort_values("criterion").reset_index(drop=True),
+                                  long.length[columns].sort_values("criterion").reset_index(drop=True))
+
+
+@pytest.mark.parametrize("ratio, warned", [(3.0, False), (1 / 3, False), (3.03, True), (1 / 3.03, True),
+                                           (2.97, False), (1 / 2.97, False)])
+def test_the_scale_warning_fires_beyond_a_factor_of_three_and_not_at_it(ratio, warned):
+    """Judge and human SDs within a factor of 3 (inclusive) are one scale; beyond it the warning says to map one
+    onto the other. Scores alternating 2, 4 make the SD ratio of a x scores exactly a in floating point."""
+    from calibration.trust.audit import audit
+
+    base = np.tile([2.0, 4.0], 15)
+    judge_scale, human_scale = (ratio, 1.0) if ratio >= 1 else (1.0, 1 / ratio)
+    judge, items, human = _scale_study(judge_scale * base, human_scale * base)
+    if ratio in (3.0, 1 / 3):  # the boundary is hit exactly
+        assert judge["score"].std() / human["human"].std() == ratio
+    result = audit(judge, items, human, bootstrap=100)
+    assert any("on different scales" in w for w in result.warnings) == warned
+
+
+def test_the_two_readings_are_the_first_annotator_by_name_and_the_mean_of_the_others():
+    """read_human's halves, written out with a loop: human_a the alphabetically first annotator's label, human_b the
+    mean of the rest (NaN with one annotator), human the mean of all; failed (blank) labels are not readings."""
+    from calibration.trust.audit import read_human
+
+    rng = np.random.default_rng(13)
+    rows = []
+    for k in range(12):
+        annotators = list(rng.permutation(["zoe", "ann", "bob", "kim"])[: 1 + k % 4])  # 1 to 4, not in name order
+        rows += [{"item_id": f"d{k // 3}", "system": f"s{k % 3}", "criterion": "c", "annotator": a,
+                  "score": float(rng.integers(1, 6))} for a in annotators]
+    rows.append({"item_id": "d0", "system": "s0", "criterion": "c", "annotator": "aaa", "score": np.nan})
+    labels = pd.DataFrame(rows)
+    got = read_human(labels).set_index(["item_id", "system"])
+    for (item, system), part in labels.dropna(subset=["score"]).groupby(["item_id", "system"]):
+        ordered = part.sort_values("annotator")["score"].to_list()
+        row = got.loc[(item, system)]
+        assert row["human"] == pytest.approx(np.mean(ordered))
+        assert row["human_a"] == ordered[0]
+        if len(ordered) == 1:
+            assert np.isnan(row["human_b"])
+        else:
+            assert row["human_b"] == pytest.approx(np.mean(ordered[1:]))
+
+
+def _block_study(dialogues: int, systems: str = "abcdef", seed: int = 1):
+    rng = np.random.default_rng(seed)
+    keys = [(f"d{d}", s) for d in range(dialogues) for s in systems]
+    judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": float(rng.integers(1, 6)),
+                           "status": "ok", "position": "ABCDEF"[k % len(systems)]} for k, (i, s) in enumerate(keys)])
+    items = pd.DataFrame([{"id": i, "system": s, "dialogue": "A: hi", "candidate": "word " * int(rng.integers(3, 30))}
+                          for i, s in keys])
+    return judge, items
+
+
+INTERVALS = {"length": ["judge_slope_ci_low", "judge_slope_ci_high"],
+             "position": ["position_slope_ci_low", "position_slope_ci_high"],
+             "self_preference": ["judge_gap_ci_low", "judge_gap_ci_high"],
+             "length_controlled": ["raw_ci_low", "raw_ci_high", "lc_ci_low", "lc_ci_high"]}
+
+
+def test_one_dialogue_has_estimates_but_no_interval_and_says_why():
+    """Every resample of one dialogue is that dialogue: its percentiles are the estimate, a zero-width interval that
+    once printed as [-0.80, -0.80]. Now no interval, no flag, and a warning; two dialogues have intervals."""
+    from calibration.trust.audit import audit
+
+    one = audit(*_block_study(1), self_systems="a", bootstrap=100)
+    assert any("one dialogue: no interval" in w for w in one.warnings)
+    for table, columns in INTERVALS.items():
+        frame = getattr(one, table)
+        assert len(frame) and frame[columns].isna().all().all(), table
+    assert np.isfinite(one.length["judge_slope"]).all() and np.isfinite(one.self_preference["judge_gap"]).all()
+    assert one.flags == 0 and "[no interval]" in one.text() and not re.search(r"\[[+-]?\d", one.text())
+    two = audit(*_block_study(2), self_systems="a", bootstrap=100)
+    assert not any("one dialogue" in w for w in two.warnings)
+    for table, columns in INTERVALS.items():
+        assert np.isfinite(getattr(two, table)[columns].to_numpy(float)).all(), table
+
+
+@pytest.mark.parametrize("criterion_part", ["length", "own system"])
+@pytest.mark.parametrize("twice_in_last", [1, 2])
+def test_a_dialogue_with_one_summary_read_twice_identifies_nothing(pointwise, criterion_part, twice_in_last):
+    """A 13th dialogue with one summary read twice (the others once) identifies nothing (within its dialogue that
+    summary is centred to 0): the jackknife and its t quantile stay on the 12 that do. With two read twice it is a
+    13th identifying dialogue. Either way the interval is the written-out 2SLS jackknife's."""
+    judge, words, human, units = pointwise
+    extra = "d999"
+    rng = np.random.default_rng(14)
+    systems = sorted(judge["system"].unique())
+    new_judge = judge[judge["item_id"] == judge["item_id"].iloc[0]].assign(
+        item_id=extra, score=lambda f: f["score"] + rng.normal(0, 1, len(f)))
+    new_words = words[words["item_id"] == words["item_id"].iloc[0]].assign(
+        item_id=extra, words=lambda f: f["words"] + rng.integers(-20, 20, len(f)))
+    new_human = human[human["item_id"] == human["item_id"].iloc[0]].assign(
+        item_id=extra, human_a=lambda f: f["human_a"] + rng.normal(0, 1, len(f)))
+    new_human["human_b"] = np.where(new_human["system"].isin(systems[:twice_in_last]), new_human["human_a"] - 0.3,
+                                    np.nan)
+    new_human["human"] = new_human[["human_a", "human_b"]].mean(axis=1)
+    judge2, words2, human2 = (pd.concat([a, b], ignore_index=True) for a, b in
+                              ((judge, new_judge), (words, new_words), (human, new_human)))
+    units2 = judge2.merge(words2[["item_id", "system", "words"]]).merge(human2)
+    centred = units2["words"] - units2.groupby("item_id")["words"].transform("mean")
+    units2["z"] = centred / np.sqrt((centred ** 2).sum() / (len(units2) - units2["item_id"].nunique()))
+    units2["own"] = (units2["system"] == "sys0").astype(float)
+    boot = Dialogues(judge2["item_id"], RESAMPLES, 5)
+    if criterion_part == "length":
+        row = length_slopes(judge2, words2, human2, boot, "c")
+        estimate, low, high, x = row["excess_slope"], row["excess_ci_low"], row["excess_ci_high"], "z"
+    else:
+        row = self_preference(judge2, human2, boot, "c", ["sys0"])
+        estimate, low, high, x = row["self_preference"], row["ci_low"], row["ci_high"], "own"
+    read_twice, interval = jackknife_interval(units2, "score", "human_a", "human_b", x, boot.confidence)
+    assert read_twice == row["excess_dialogues"] == 12 + (twice_in_last == 2)
+    assert estimate == pytest.approx(two_stage(units2, "score", "human_a", "human_b", x), abs=1e-10)
+    assert (low, high) == pytest.approx(interval)
+
+
+# -- standardised length: one definition for the slopes and the length-controlled means ------------------------------
+
+def _unbalanced(sizes, rng, equal_within=False):
+    rows, words = [], []
+    for d, size in enumerate(sizes):
+        base = int(rng.integers(5, 60))
+        for k in range(size):
+            rows.append({"item_id": f"d{d}", "system": f"s{k}", "criterion": "c", "status": "ok",
+                         "score": float(rng.normal(3, 1))})
+            words.append({"item_id": f"d{d}", "system": f"s{k}",
+                          "words": base if equal_within else base + int(rng.integers(0, 40))})
+    return pd.DataFrame(rows), pd.DataFrame(words)
+
+
+@pytest.mark.parametrize("sizes", [[1, 2, 3, 5, 2, 1, 4, 3], [2, 1, 1, 1, 1]])
+def test_length_is_standardised_by_the_pooled_within_dialogue_sd_on_n_minus_dialogues_degrees_of_freedom(sizes):
+    """Dialogues of 1 to 5 summaries (or one pair among singletons: 1 degree of freedom): the SD is the residual SD
+    of length on dialogue dummies (numpy lstsq, N - G degrees of freedom), and the slopes the least-squares ones on
+    length over that SD."""
+    rng = np.random.default_rng(15)
+    judge, words = _unbalanced(sizes, rng)
+    boot = Dialogues(judge["item_id"], RESAMPLES, 0)
+    row = length_slopes(judge, words, None, boot, "c")
+    dummies = pd.get_dummies(judge["item_id"]).to_numpy(float)
+    length = words["words"].to_numpy(float)
+    residual = length - dummies @ np.linalg.lstsq(dummies, length, rcond=None)[0]
+    sd = np.sqrt((residual ** 2).sum() / (len(length) - dummies.shape[1]))
+    assert row["length_sd_words"] == pytest.approx(sd, rel=1e-12)
+    slope = np.linalg.lstsq(np.column_stack([length / sd, dummies]), judge["score"].to_numpy(), rcond=None)[0][0]
+    assert row["judge_slope"] == pytest.approx(slope, rel=1e-9)
+    # The length-controlled means' beta: least squares with system and dialogue dummies (numpy lstsq).
+    systems = pd.get_dummies(judge["system"]).to_numpy(float)[:, 1:]
+    beta = np.linalg.lstsq(np.column_stack([length / sd, systems, dummies]), judge["score"].to_numpy(),
+                           rcond=None)[0][0]
+    if len(judge) - dummies.shape[1] > systems.shape[1]:  # identified beside the systems
+        assert length_controlled_means(judge, words, None, boot, "c").attrs["beta"] == pytest.approx(beta, rel=1e-9)
+
+
+@pytest.mark.parametrize("sizes, equal_within", [([1] * 12, False), ([3] * 12, True)])
+def test_no_length_difference_within_any_dialogue_gives_sd_zero_no_slope_and_raw_means(sizes, equal_within):
+    """One summary per dialogue, or summaries of equal length within each: the within-dialogue SD is 0 (not NaN),
+    no slope is measurable, and the length-controlled means are the raw ones. Their intervals: the raw ones with
+    one system; with several, length cannot be told from the systems in any resample, so none."""
+    rng = np.random.default_rng(16)
+    judge, words = _unbalanced(sizes, rng, equal_within)
+    boot = Dialogues(judge["item_id"], RESAMPLES, 0)
+    row = length_slopes(judge, words, None, boot, "c")
+    assert row["length_sd_words"] == 0.0 and np.isnan(row.get("judge_slope", np.nan))
+    means = length_controlled_means(judge, words, None, boot, "c")
+    assert means["length_controlled"].to_numpy() == pytest.approx(means["raw_mean"].to_numpy())
+    lc = means[["lc_ci_low", "lc_ci_high"]].to_numpy()
+    if len(means) == 1:
+        assert lc == pytest.approx(means[["raw_ci_low", "raw_ci_high"]].to_numpy())
+    else:
+        assert np.isnan(lc).all() and np.isfinite(means[["raw_ci_low", "raw_ci_high"]].to_numpy()).all()
+    assert not means["rank_changed"].any()
+
+
+@pytest.mark.parametrize("bias", [0.25, 0.03])
+def test_mirroring_who_wins_mirrors_the_first_shown_share_its_interval_and_keeps_the_flag(bias):
+    """Every verdict read the other way ("1" <-> "2" in both orders): the first-shown share becomes 1 - share, its
+    interval [1 - high, 1 - low], and the flag against a half is the same (a judge that favours the second-shown
+    candidate is as biased as one favouring the first)."""
+    from test_audit import simulate_pairs
+
+    pairs, _, _ = simulate_pairs(np.random.default_rng(21), bias, dialogues=30)
+    other = {"1": "2", "2": "1", "0": "0"}
+    mirrored = pairs.assign(**{c: pairs[c].map(other) for c in ("forward", "swapped", "label")})
+    boot = Dialogues(pairs["item_id"], 200, 0)
+    (row,), (flipped,) = pairwise_position(pairs, None, boot, "c"), pairwise_position(mirrored, None, boot, "c")
+    assert flipped["first_shown_wins"] == pytest.approx(1 - row["first_shown_wins"])
+    assert (flipped["first_shown_ci_low"], flipped["first_shown_ci_high"]) == pytest.approx(
+        (1 - row["first_shown_ci_high"], 1 - row["first_shown_ci_low"]))
+    assert flipped["flip_rate"] == pytest.approx(row["flip_rate"])
+    assert row["effect"] == flipped["effect"] == (bias > 0.1)
+    assert (row["first_shown_ci_low"] > 0.5) == (flipped["first_shown_ci_high"] < 0.5) == (bias > 0.1)
+
+
+@pytest.mark.parametrize("p", [0.0499, 0.0501, 0.054, 0.2])
+def test_a_lone_finding_is_flagged_exactly_when_its_t_test_is_below_five_percent(p):
+    """One finding (Holm over one is the p-value itself): an interval built so that its t test on 10 dialogues has
+    p-value p (scipy), flagged only below 5%."""
+    n, estimate = 10, 0.3
+    se = estimate / stats.t.isf(p / 2, n - 1)
+    half = stats.t.ppf(0.975, n - 1) * se
+    length = pd.DataFrame([{"criterion": "c", "judge_slope": estimate, "judge_slope_ci_low": estimate - half,
+                            "judge_slope_ci_high": estimate + half}])
+    none = pd.DataFrame(columns=["position_slope"]), pd.DataFrame(columns=["self_preference", "ci_low", "ci_high"])
+    assert family_wise(length, *none, n) == 1
+    assert length["p_adjusted"].iloc[0] == pytest.approx(p, rel=1e-9)
+    assert length["effect"].iloc[0] == (p < 0.05)
+
+
+def test_every_table_of_an_audit_of_two_criteria_is_numbered_from_zero_in_order():
+    """The tables a Python user gets (and the CSVs) are plain frames: rows 0..n-1, each criterion's rows together,
+    length-controlled means by raw rank within each criterion."""
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(22)
+    judge, words, human, _ = simulate(rng, dialogues=12)
+    judge = pd.concat([judge, judge.assign(criterion="d", score=-judge["score"])], ignore_index=True)
+    items = words.rename(columns={"item_id": "id"}).assign(dialogue="A: hi",
+                                                            candidate=lambda f: ["w " * int(n) for n in f["words"]])
+    result = audit(judge, items[["id", "system", "dialogue", "candidate"]], self_systems="sys0", bootstrap=100)
+    for name in ("noise", "length", "length_controlled", "position", "self_preference"):
+        table = getattr(result, name)
+        assert table.index.equals(pd.RangeIndex(len(table))), name
+        assert list(dict.fromkeys(table["criterion"])) == ["c", "d"], name
+    for _, part in result.length_controlled.groupby("criterion"):
+        assert part["raw_rank"].is_monotonic_increasing
+
+
+def test_each_criterions_sentences_quote_its_own_noise_and_the_unlabelled_criteria_are_named():
+    """Two criteria re-asked twice: "steady" whose samples always agree (noise 0%), "shaky" whose samples always
+    differ (100%); each sentence quotes its own criterion's noise. Labels only for "steady": the warning names
+    "shaky", and only it."""
+    from calibration.trust.audit import audit
+
+    rng = np.random.default_rng(23)
+    judge, words, human, _ = simulate(rng, dialogues=10)
+    steady = judge.assign(criterion="steady", samples=[[3, 3]] * len(judge))
+    shaky = judge.assign(criterion="shaky", samples=[[3, 4]] * len(judge))
+    items = words.rename(columns={"item_id": "id"}).assign(dialogue="A: hi",
+                                                            candidate=lambda f: ["w " * int(n) for n in f["words"]])
+    labels = human.assign(criterion="steady")[["item_id", "system", "criterion", "human"]]
+    result = audit(pd.concat([steady, shaky], ignore_index=True), items[["id", "system", "dialogue", "candidate"]],
+                   labels, self_systems="sys0", bootstrap=100)
+    noise = result.noise.set_index("criterion")["changed_share"]
+    assert noise.to_dict() == {"steady": 0.0, "shaky": 1.0}
+    quoted = {"steady": "re-run noise changes 0% of verdicts", "shaky": "re-run noise changes 100% of verdicts"}
+    said = [s for s in result.sentences if "re-run noise" in s]
+    assert {s.split(":")[0] for s in said} == {"steady", "shaky"}
+    for sentence in said:
+        criterion = sentence.split(":")[0]
+        assert quoted[criterion] in sentence and quoted[{"steady": "shaky", "shaky": "steady"}[criterion]] \
+            not in sentence, sentence
+    unlabelled = [w for w in result.warnings if w.startswith("no human labels for criteria")]
+    assert unlabelled == ["no human labels for criteria shaky: their effects are the judge's alone"]

@@ -132,3 +132,69 @@ def test_stuart_maxwell_on_two_categories_is_mcnemars_statistic():
     b, c = 9, 3
     assert _stuart_maxwell(reference, new) == pytest.approx(stats.chi2.sf((b - c) ** 2 / (b + c), 1))
     assert np.isnan(_stuart_maxwell(["a"] * 5, ["a"] * 5))
+
+
+def test_the_changed_share_interval_is_the_expanded_percentile_one_widened_to_clopper_pearson_written_out():
+    """The whole interval recomputed: the resampled shares (dialogues drawn again from the seed), their expanded
+    percentile interval, the design effect from the resamples' SD (ddof 1) giving the effective count, and
+    statsmodels' Clopper-Pearson at it; the printed interval is the wider of the two on each side. At 100
+    resamples from seed 1 the effective count is 27.3 with the SD's ddof 1 and 27.5 with ddof 0: whole counts of
+    27 and 28, so even that shows."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    reference, new = simulated_runs(np.random.default_rng(46), n_items=12, k=1, noise=0.0)
+    odd = reference["item_id"].map(lambda d: sorted(reference["item_id"].unique()).index(d) % 2).to_numpy()
+    flip = np.random.default_rng(47).random(len(new)) < np.where(odd, 0.7, 0.05)  # changes cluster in dialogues
+    new = new.assign(score=np.where(flip, np.clip(new["score"] + 1, 1, 5), new["score"])).drop(columns="samples")
+    row = drift(reference.drop(columns="samples"), new, bootstrap=100, seed=1).drift.iloc[0]
+    changed = (new["score"] != reference["score"]).astype(float).to_numpy()
+    ids = sorted(reference["item_id"].unique())
+    position = reference["item_id"].map({d: k for k, d in enumerate(ids)}).to_numpy()
+    counts = counts_from_seed(1, len(ids), 100)
+    sizes = np.bincount(position, minlength=len(ids))
+    shares = counts @ np.bincount(position, weights=changed, minlength=len(ids)) / (counts @ sizes)
+    low, high = expanded(shares, 0.95, len(ids))
+    p, n = changed.mean(), len(changed)
+    effective = min(n, max(len(ids), p * (1 - p) / np.std(shares, ddof=1) ** 2))
+    exact = proportion_confint(round(p * effective), round(effective), 0.05, "beta")
+    assert 0 < p < 1 and len(ids) < effective < n  # the design effect is in play, not a bound
+    assert (row["changed_ci_low"], row["changed_ci_high"]) == pytest.approx((min(low, exact[0]), max(high, exact[1])),
+                                                                            abs=1e-12)
+
+
+@pytest.mark.parametrize("p, verdict", [(0.02, "drift"), (0.03, "inconclusive"), (0.2, "inconclusive")])
+def test_a_shift_is_drift_exactly_when_its_t_test_is_below_two_and_a_half_percent(p, verdict):
+    """One judgment per dialogue, so the clustered interval is the one-sample t test's (scipy): the shift rule is
+    tested at 2.5% (Bonferroni with the share rule). Shifts built to have two-sided p = `p`; the share rule kept
+    out of it (every verdict changes, against a --share-margin of 0.99) and equivalence out of reach (margin
+    0.01)."""
+    n = 12
+    spread = np.linspace(-1.0, 1.0, n)
+    se = spread.std(ddof=1) / np.sqrt(n)
+    shifts = stats.t.isf(p / 2, n - 1) * se + spread
+    assert stats.ttest_1samp(shifts, 0.0).pvalue == pytest.approx(p)
+    reference = pd.DataFrame({"item_id": [f"d{k:02d}" for k in range(n)], "system": "a", "criterion": "c",
+                              "score": 3.0})
+    row = drift(reference, reference.assign(score=3.0 + shifts), margin=0.01, share_margin=0.99,
+                bootstrap=200).drift.iloc[0]
+    assert row["changed_share"] == 1.0 and row["verdict"] == verdict
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(
+        stats.ttest_1samp(shifts, 0.0).confidence_interval(0.95))
+
+
+@pytest.mark.parametrize("table", [[[20, 6, 0], [1, 15, 4], [0, 0, 10]], [[20, 6, 0], [1, 15, 0], [0, 4, 0]]],
+                         ids=["some changes never seen", "a category the new run never gives"])
+def test_stuart_maxwell_on_three_categories_with_empty_cells_is_the_statistic_written_out(table):
+    """Three categories, some changes never seen (empty cells, counted as 0, not smoothed), or every "c" of the
+    reference moved (an empty column, kept): d the differences of the margins, V their covariance (n_i. + n_.i -
+    2 n_ii on the diagonal, -(n_ij + n_ji) off it), d' V^-1 d on 2 degrees of freedom (Stuart 1955, Maxwell
+    1970)."""
+    table = np.array(table)
+    reference = [r for r in "abc" for c in "abc" for _ in range(table["abc".index(r), "abc".index(c)])]
+    new = [c for r in "abc" for c in "abc" for _ in range(table["abc".index(r), "abc".index(c)])]
+    rows, columns = table.sum(axis=1), table.sum(axis=0)
+    d = (rows - columns)[:2]
+    cov = -(table + table.T).astype(float)
+    np.fill_diagonal(cov, rows + columns - 2 * np.diag(table))
+    statistic = d @ np.linalg.solve(cov[:2, :2], d)
+    assert _stuart_maxwell(reference, new) == pytest.approx(stats.chi2.sf(statistic, 2))

@@ -105,13 +105,13 @@ def test_the_active_estimate_and_its_interval_do_not_depend_on_the_judges_units(
 
 @pytest.mark.parametrize("estimate, se", [(0.2, math.inf), (math.inf, 0.1), (0.2, math.nan), (math.nan, 0.1)])
 def test_no_t_interval_from_an_infinite_or_undefined_estimate_or_error(estimate, se):
-    low, high = Dialogues([f"d{i}" for i in range(10)], 200, 0).t_interval(estimate, se)
+    low, high = Dialogues([f"d{i}" for i in range(10)], 200, 0).t_interval(estimate, se, 10)
     assert math.isnan(low) and math.isnan(high)
 
 
 def test_the_t_interval_is_the_expanded_t_over_dialogues():
     ids = [f"d{i}" for i in range(10)]
-    low, high = Dialogues(ids, 200, 0).t_interval(0.2, 0.1)
+    low, high = Dialogues(ids, 200, 0).t_interval(0.2, 0.1, 10)
     half = math.sqrt(10 / 9) * stats.t.ppf(0.975, 9) * 0.1
     assert (low, high) == pytest.approx((0.2 - half, 0.2 + half))
 

@@ -65,7 +65,7 @@ def test_a_judge_without_a_statistic_on_the_fitting_half_is_never_the_cross_fitt
     human = rng.normal(3, 1, (30, 3))
     scores = {"good": human + rng.normal(0, 0.5, human.shape), "flat": np.full(human.shape, 3.0)}
     items, systems = np.array([f"d{i}" for i in range(30)]), np.array(["a", "b", "c"])
-    out = _cross_fitted(scores, human, items, systems, "summary", "pearson", 0, 200)
+    out = _cross_fitted(scores, human, items, systems, "summary", "pearson", 0, 200, 0.95)
     np.testing.assert_allclose(out[BEST_PICKED], _standardise(scores["good"]))
 
 

@@ -6,6 +6,8 @@ a cross-fitting leak, a plug-in label worth, calibrate ignoring its seed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -269,3 +271,86 @@ def test_the_system_level_interval_covers_where_it_prints_without_being_merely_w
             assert r["width"] <= 1.25 * r["fisher_width"], (systems, rho, r)
         if systems == 16 and not shape.get("gain"):
             assert r["width"] < 1.0, (systems, rho, r)
+
+
+def test_the_rubric_is_looked_for_beside_the_judge_that_names_it(tmp_path):
+    """Two judges in two folders: a CSV of scores naming no rubric, listed first, and a JSONL naming toy@1 with
+    toy.yaml beside it. The labels' scale comes from that rubric, found beside the JSONL (not beside the CSV,
+    where there is none): a label off it is refused, and a study on it runs."""
+    import shutil
+
+    study = Path("examples/study")
+    (tmp_path / "csv").mkdir(), (tmp_path / "jsonl").mkdir()
+    judged = pd.read_json(study / "judgments.jsonl", lines=True)
+    judged.rename(columns={"id": "item_id"})[["item_id", "system", "criterion", "score"]].to_csv(
+        tmp_path / "csv" / "metric.csv", index=False)
+    shutil.copy(study / "judgments.jsonl", tmp_path / "jsonl" / "judgments.jsonl")
+    shutil.copy(study / "toy.yaml", tmp_path / "jsonl" / "toy.yaml")
+    judges = {"metric": tmp_path / "csv" / "metric.csv", "toy": tmp_path / "jsonl" / "judgments.jsonl"}
+    result = select(study / "labels.csv", judges, bootstrap=100)
+    assert set(result.selection["judge"]) >= {"metric", "toy"}
+    labels = pd.read_csv(study / "labels.csv")
+    labels.loc[2, "score"] = 9
+    labels.to_csv(tmp_path / "labels.csv", index=False)
+    with pytest.raises(CalibrationError, match=r"labels.csv:4: .*9"):
+        select(tmp_path / "labels.csv", judges, bootstrap=100)
+
+
+@pytest.mark.parametrize("confidence, level", [(0.5, "summary"), (0.8, "item"), (0.99, "summary")])
+def test_every_best_set_is_chosen_at_the_studys_confidence_the_cross_fitted_ones_too(monkeypatch, confidence,
+                                                                                    level):
+    """The reported best set and the cross-fitted choices on each half use the bounds at the confidence asked for
+    (the halves once used 95% whatever was asked; 0.5 is the lowest accepted), on halves of 6 and 7 of the 13
+    dialogues, each a mean over its own dialogues at the summary level (no expansion at the item level)."""
+    import calibration.stats
+
+    asked = []
+    original = calibration.stats.simultaneous_differences
+
+    def spy(*args, **kwargs):
+        asked.append((kwargs.get("confidence"), kwargs.get("units")))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(calibration.stats, "simultaneous_differences", spy)
+    human, judges = toy(np.random.default_rng(12), n_items=13, n_systems=3)
+    select(human, judges, level=level, bootstrap=200, confidence=confidence)
+    assert [c for c, _ in asked] == [confidence] * 3  # the reported set, then one per half
+    units = [u for _, u in asked]
+    assert units == ([13, 6, 7] if level == "summary" else [None] * 3)
+
+
+@pytest.mark.parametrize("confidence", [0.4999, 1.0])
+def test_a_confidence_outside_its_range_is_refused(confidence):
+    human, judges = toy(np.random.default_rng(12), n_items=12, n_systems=3)
+    with pytest.raises(CalibrationError, match="--confidence must be between 0.5 and 1"):
+        select(human, judges, bootstrap=100, confidence=confidence)
+
+
+@pytest.mark.parametrize("flat, shown", [(4, False), (2, True)])
+def test_enough_dialogues_means_enough_compared_ones_at_the_summary_level(flat, shown):
+    """12 labelled dialogues, on `flat` of which one judge gives every summary the same score: the summary level
+    compares judges on the 12 - flat dialogues where all vary, and below 10 of them prints no interval, best set or
+    label worth (saying how many it had); the item level uses every dialogue."""
+    human, judges = toy(np.random.default_rng(13), n_items=12, n_systems=4)
+    first = judges["judge0"].copy()
+    first.loc[first["item_id"].isin([f"d{k:02d}" for k in range(flat)]), "score"] = 3.0
+    judges = {**judges, "judge0": first}
+    rows = select(human, judges, bootstrap=100).selection
+    judged = rows[rows["kind"] == "judge"]
+    assert (judged["n_compared"] == 12 - flat).all() and (judged["n_dialogues"] == 12).all()
+    assert np.isfinite(judged[["ci_low", "ci_high", "label_worth"]].to_numpy(float)).all() == shown
+    assert (judged["note"].str.startswith(f"{12 - flat} dialogues to compare: no interval")).all() != shown
+    assert (rows["kind"] == "cross-fitted").any() == shown
+    item = select(human, judges, level="item", bootstrap=100).selection
+    assert np.isfinite(item[item["kind"] == "judge"][["ci_low", "ci_high"]].to_numpy(float)).all()
+
+
+def test_judges_that_scored_the_same_summaries_get_no_left_out_warning():
+    """The warning names only judges that scored summaries others did not, with how many; none when all match."""
+    human, judges = toy(np.random.default_rng(14), n_items=12, n_systems=3)
+    assert not any("left out" in w for w in select(human, judges, bootstrap=100).warnings)
+    first = judges["judge1"][judges["judge1"]["item_id"] == "d00"]
+    extra = pd.concat([judges["judge1"], first.assign(item_id="extra")], ignore_index=True)
+    humans = pd.concat([human, human[human["item_id"] == "d00"].assign(item_id="extra")], ignore_index=True)
+    warned = [w for w in select(humans, {**judges, "judge1": extra}, bootstrap=100).warnings if "left out" in w]
+    assert warned == ["quality: judges compared on the 36 summaries all of them judged; left out judge1 3"]

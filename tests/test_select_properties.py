@@ -134,3 +134,52 @@ def test_dialogues_where_a_judge_does_not_vary_are_left_out_of_the_comparison_fo
     assert table.loc["judge0", "compared_estimate"] == pytest.approx(np.mean(kept))
     assert table.loc["judge0", "estimate"] == pytest.approx(np.mean(
         [stats.pearsonr(j, h)[0] for j, h in zip(judge, people)]))
+
+
+def test_the_csv_is_the_selection_table_and_the_best_set_is_listed_best_first(tmp_path):
+    """selection.csv holds exactly the table's columns (no index column) and reads back as it; best_set lists the
+    judges of the best set by estimate, highest first, whatever order they were given in."""
+    human, judges = toy(np.random.default_rng(33), n_items=24, n_systems=5, noise=(1.0, 1.1, 1.2, 4.0))
+    given = dict(reversed(list(judges.items())))  # the worst judge first
+    result = select(human, given, bootstrap=200, seed=4)
+    result.write(tmp_path)
+    back = pd.read_csv(tmp_path / "selection.csv", keep_default_na=False, na_values=[""])
+    assert list(back.columns) == list(result.selection.columns)
+    assert back["estimate"].to_numpy() == pytest.approx(result.selection["estimate"].to_numpy())
+    rows = result.selection[(result.selection["kind"] == "judge")].set_index("judge")
+    in_set = rows[rows["in_best_set"].astype(bool)]
+    assert result.best_set("quality") == list(in_set["estimate"].sort_values(ascending=False).index)
+    assert len(result.best_set("quality")) >= 2 and result.best_set("quality")[0] == rows["estimate"].idxmax()
+
+
+@pytest.mark.parametrize("level, statistic, method", [
+    ("summary", "pearson", "95% percentile bootstrap CI"),
+    ("item", "kendall", "95% percentile bootstrap CI"),
+    ("system", "pearson", "95% CI for the population of systems these are drawn from (Fisher's z over the systems' "
+                          "means, widened for the means' noise)"),
+    ("system", "spearman", "95% CI for the population of systems these are drawn from (percentile bootstrap over "
+                           "dialogues and systems, widened for the means' noise)")])
+def test_the_header_names_how_the_intervals_were_made_at_each_level(level, statistic, method):
+    """At the system level the interval is for the population of systems (Fisher's z for Pearson, the two-way
+    bootstrap otherwise); at the other levels the dialogue bootstrap's percentiles."""
+    human, judges = toy(np.random.default_rng(32), n_items=12, n_systems=6)
+    result = select(human, judges, level=level, statistic=statistic, bootstrap=100)
+    assert result.text().splitlines()[0].startswith(
+        f"Agreement with humans: {statistic} at {level} level, {method} (100 resamples of dialogues")
+
+
+def test_each_judges_line_shows_its_adjusted_p_value_and_the_best_none(study):
+    """A judge's line prints p_adj (its simultaneous-bounds p-value of being below another) when it has one; the
+    observed best has none and its line none."""
+    human, judges = study
+    result = select(human, judges, bootstrap=200, seed=4)
+    lines = {line.split()[1] if line.startswith(" *") else line.split()[0]: line
+             for line in result.text().splitlines() if line.startswith(("  ", " *")) and "judge" in line}
+    rows = result.selection[result.selection["kind"] == "judge"].set_index("judge")
+    assert set(rows.index) <= set(lines)
+    assert (result.selection["note"] == "").all() and "note:" not in result.text()  # no note, no empty note line
+    for name, row in rows.iterrows():
+        if np.isfinite(row["p_adjusted"]):
+            assert f"p_adj {row['p_adjusted']:.3f}" in lines[name]
+        else:
+            assert "p_adj" not in lines[name] and name == rows["estimate"].idxmax()

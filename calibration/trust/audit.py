@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -62,14 +62,14 @@ class AuditResult(Result):
     position: pd.DataFrame
     self_preference: pd.DataFrame
     sentences: list[str]
-    probes: pd.DataFrame | None = None
-    warnings: list[str] = field(default_factory=list)
-    n_resamples: int = 1000
-    seed: int = 0
-    has_human: bool = False
-    length_threshold: float = 0.1  # pairwise: lengths differ by more than this share of the longer
-    length_unit: str = "words"  # characters for scripts written without spaces (calibration.trust.audit.length_unit)
-    flags: int = 0  # findings tested together (Holm, 5% family-wise)
+    warnings: list[str]
+    n_resamples: int
+    seed: int
+    has_human: bool
+    length_threshold: float  # pairwise: lengths differ by more than this share of the longer
+    length_unit: str  # "characters" for scripts written without spaces (calibration.trust.audit.length_unit)
+    flags: int  # findings tested together (Holm, 5% family-wise)
+    probes: pd.DataFrame | None = None  # set by audit() when probes were judged
 
     def files(self) -> dict[str, str]:
         files = {"noise.csv": self.noise, "length.csv": self.length, "length_controlled.csv": self.length_controlled,
@@ -125,13 +125,9 @@ def read_judgments(judgments, score_column: str | None = None, failure_value: fl
 
     frame, where = read_judge_scores(judgments, score_column, failure_value)
     frame.attrs["path"] = str(where)
-    for name, default in (("samples", None), ("position", None), ("forward", None), ("swapped", None),
-                          ("fingerprint", None),
-                          ("system_1", None), ("system_2", None), ("label", None), ("rubric", ""), ("line", 0)):
+    for name in ("samples", "position", "forward", "swapped", "fingerprint"):  # what read_judge_scores may lack
         if name not in frame.columns:
-            frame[name] = default
-    if "status" not in frame.columns:
-        frame["status"] = np.where(frame["score"].notna(), "ok", "error")
+            frame[name] = None
     frame["item_id"] = frame["item_id"].astype(str)
     frame["system"] = frame["system"].astype(str)
     return frame
@@ -218,19 +214,16 @@ def read_human(human, scales=None) -> pd.DataFrame:
     from ..io import read_human_labels
 
     if isinstance(human, pd.DataFrame) and "human" in human.columns and "annotator" not in human.columns:
-        labels = human  # already aggregated by a script
-    else:
-        labels = read_human_labels(human, scales)
-    if "human" in labels.columns and "annotator" not in labels.columns:
-        out = labels[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
-        return out.assign(human_a=np.nan, human_b=np.nan)
+        out = human[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
+        return out.assign(human_a=np.nan, human_b=np.nan)  # already aggregated by a script: one reading
+    labels = read_human_labels(human, scales)  # per annotator (its columns: calibration.io.HUMAN_COLUMNS)
     aggregated = aggregate_humans(labels)[["item_id", "system", "criterion", "human"]]
     # Two independent readings of each summary where it has two annotators or more: the first annotator (by name)
-    # and the mean of the others. Their errors are independent, which identifies the judge's gain (judge_gain).
+    # and the mean of the others (NaN with one annotator). Their errors are independent, which identifies the
+    # judge's gain (Gain).
     numeric = labels[labels["score"].notna()].sort_values("annotator")
     grouped = numeric.groupby(["item_id", "system", "criterion"], sort=False)["score"]
-    halves = pd.DataFrame({"human_a": grouped.first(),
-                           "human_b": grouped.apply(lambda s: s.iloc[1:].mean() if len(s) > 1 else np.nan)})
+    halves = pd.DataFrame({"human_a": grouped.first(), "human_b": grouped.apply(lambda s: s.iloc[1:].mean())})
     out = aggregated.merge(halves.reset_index(), on=["item_id", "system", "criterion"], how="left")
     return out.astype({"item_id": str, "system": str})
 
@@ -247,9 +240,9 @@ class Dialogues:
         self.counts = resample_counts(np.random.default_rng(seed), len(self.ids), n_resamples)
         self.confidence = confidence
         # Every statistic is a ratio of sums over dialogues: the expanded percentile interval for their number
-        # (calibration.stats.expanded_tail); the plain one covered 0.88-0.92 at 10-20 dialogues.
-        self.tail = (expanded_tail(confidence, len(self.ids)) if len(self.ids) >= 2
-                     else (1.0 - confidence) / 2.0 * 100.0)
+        # (calibration.stats.expanded_tail); the plain one covered 0.88-0.92 at 10-20 dialogues. One dialogue has
+        # no interval: every resample is that dialogue, and its percentiles the estimate itself.
+        self.tail = expanded_tail(confidence, len(self.ids)) if len(self.ids) >= 2 else math.nan
 
     def index(self, item_ids) -> np.ndarray:
         return np.fromiter((self.position[d] for d in item_ids), dtype=int, count=len(item_ids))
@@ -274,30 +267,29 @@ class Dialogues:
 
         events, trials = np.asarray(events, float), np.asarray(trials, float)
         value, low, high = self.ratio(index, events, trials)
-        n = float(trials.sum())
-        if not np.isfinite(value) or n <= 0:
+        if not np.isfinite(high):  # no trial (no share), or one dialogue (no interval)
             return value, low, high
         used = int(np.count_nonzero(self.sums(index, trials)))
         # The bootstrap SD read from the interval's half-width.
-        spread = (high - low) / (2 * stats.norm.ppf(0.5 + self.confidence / 2)) if np.isfinite(high) else 0.0
-        return (value, *widened_share(value, low, high, spread, n, used, self.confidence, "wilson"))
+        spread = (high - low) / (2 * stats.norm.ppf(0.5 + self.confidence / 2))
+        return (value, *widened_share(value, low, high, spread, float(trials.sum()), used, self.confidence,
+                                      "wilson"))
 
     def interval(self, replicates: np.ndarray) -> tuple[float, float]:
-        """The expanded percentile interval over the defined replicates."""
+        """The expanded percentile interval over the defined replicates; none over one dialogue."""
         replicates = replicates[np.isfinite(replicates)]
-        if replicates.size < 2:
+        if replicates.size < 2 or not np.isfinite(self.tail):
             return math.nan, math.nan
         low, high = np.percentile(replicates, [self.tail, 100.0 - self.tail])
         return float(low), float(high)
 
-    def t_interval(self, estimate: float, se: float, n: int | None = None) -> tuple[float, float]:
-        """estimate +- sqrt(n / (n - 1)) t_{n-1} se over the n dialogues (default all of them; se the plug-in one,
-        the expansion making its variance unbiased): the quantile every expanded interval of the audit uses, so
-        family_wise reads the p-value back from it (_p_from_interval: p < 1 - level exactly when it excludes 0)."""
+    def t_interval(self, estimate: float, se: float, n: int) -> tuple[float, float]:
+        """estimate +- sqrt(n / (n - 1)) t_{n-1} se over n dialogues (n >= 2; se the plug-in one, the expansion
+        making its variance unbiased): the quantile every expanded interval of the audit uses, so family_wise reads
+        the p-value back from it (_p_from_interval: p < 1 - level exactly when it excludes 0)."""
         from scipy import stats
 
-        n = len(self.ids) if n is None else n
-        if n < 2 or not (np.isfinite(estimate) and np.isfinite(se)):
+        if not (np.isfinite(estimate) and np.isfinite(se)):
             return math.nan, math.nan
         quantile = math.sqrt(n / (n - 1.0)) * stats.t.ppf(0.5 + self.confidence / 2.0, n - 1)
         return float(estimate - quantile * se), float(estimate + quantile * se)
@@ -327,7 +319,7 @@ def noise_floor(judge: pd.DataFrame, rerun: pd.DataFrame | None, boot: Dialogues
             both = part.merge(other, on=["item_id", "system", "criterion"], suffixes=("", "_2"))
             both = both[both["status_2"].isin(["ok", "label"])]
             numeric = both["score"].notna() & both["score_2"].notna()
-            changed = np.where(numeric, ~np.isclose(both["score"].fillna(0), both["score_2"].fillna(0)),
+            changed = np.where(numeric, ~np.isclose(both["score"], both["score_2"]),
                                both["label"].astype(str) != both["label_2"].astype(str)).astype(float)
             source, frame = "rerun", both
             absolute = float((both["score"] - both["score_2"]).abs().mean()) if numeric.any() else math.nan
@@ -382,7 +374,11 @@ class Gain:
                  human_b: np.ndarray, covariate: np.ndarray):
         n = len(boot.ids)
         two = np.isfinite(human_a) & np.isfinite(human_b)
-        self.read_twice = np.bincount(index[two], minlength=n) > 0  # the dialogues that identify g and b
+        # The dialogues that identify g and b: two summaries read twice or more. One alone is absorbed by its
+        # dialogue's effect (centred, it is 0): counted, it would add a jackknife replicate equal to b and a degree
+        # of freedom b never had, a narrower interval (singletons with fixed effects and clustered errors; Correia,
+        # "Singletons, cluster-robust standard errors and fixed effects: a bad mix", 2015).
+        self.read_twice = np.bincount(index[two], minlength=n) > 1
         self.dialogues = int(np.count_nonzero(self.read_twice))
         self.boot = boot
         centred = {name: _centred(index[two], values[two], n) for name, values in
@@ -391,22 +387,19 @@ class Gain:
         self.sums = {pair: boot.sums(at, centred[pair[0]] * centred[pair[1]])
                      for pair in ("ba", "bx", "xa", "xx", "by", "xy")}
 
-    def solve(self, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(g, b) at the observed dialogues (weights None) or per resample (weights: the bootstrap counts)."""
-        return self._solve({k: (v.sum(keepdims=True) if weights is None else weights @ v)
-                            for k, v in self.sums.items()})
+    def solve(self) -> float:
+        """b at the observed dialogues."""
+        return float(self._b({k: v.sum() for k, v in self.sums.items()}))
 
     def leave_one_out(self) -> np.ndarray:
         """b with each dialogue left out in turn (the jackknife's replicates), one per dialogue."""
-        return self._solve({k: v.sum() - v for k, v in self.sums.items()})[1]
+        return self._b({k: v.sum() - v for k, v in self.sums.items()})
 
     @staticmethod
-    def _solve(s: dict) -> tuple[np.ndarray, np.ndarray]:
-        det = s["ba"] * s["xx"] - s["bx"] * s["xa"]
+    def _b(s: dict):
+        """b of the 2x2 2SLS normal equations by Cramer's rule (g, their other unknown, is not needed)."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            g = (s["by"] * s["xx"] - s["bx"] * s["xy"]) / det
-            b = (s["ba"] * s["xy"] - s["xa"] * s["by"]) / det
-        return g, b
+            return (s["ba"] * s["xy"] - s["xa"] * s["by"]) / (s["ba"] * s["xx"] - s["bx"] * s["xa"])
 
     def excess(self, covariate: str = "length") -> tuple[float, float, float, str]:
         """b, the judge's own effect of the covariate beyond quality in its points, with its interval, and a note;
@@ -421,7 +414,7 @@ class Gain:
             relevance_low, _ = self.boot.interval(partial(counts))
         if not (np.isfinite(relevance_low) and relevance_low > 0):
             return math.nan, math.nan, math.nan, WEAK_NOTE.format(x=covariate)
-        _, b = self.solve()
+        b = self.solve()
         # The standard error from the delete-one-dialogue jackknife (CV3 in MacKinnon, Nielsen & Webb, "Cluster-robust
         # inference: a guide to empirical practice", J. Econometrics 2023), with the expanded t quantile. b is a
         # ratio whose denominator nearly vanishes in some bootstrap resamples of few dialogues: the percentiles of
@@ -432,9 +425,17 @@ class Gain:
         dropped = self.leave_one_out()[self.read_twice]
         n = len(dropped)
         if not np.isfinite(dropped).all():  # one dialogue carries the whole identification
-            return float(b[0]), math.nan, math.nan, WEAK_NOTE.format(x=covariate)
+            return b, math.nan, math.nan, WEAK_NOTE.format(x=covariate)
         se = math.sqrt((n - 1) / n * float(((dropped - dropped.mean()) ** 2).sum()))
-        return (float(b[0]), *self.boot.t_interval(float(b[0]), se, n), "")
+        return (b, *self.boot.t_interval(b, se, n), "")
+
+
+def _standard_length(boot: Dialogues, index: np.ndarray, words) -> tuple[np.ndarray, float]:
+    """Length centred within its dialogue over the pooled within-dialogue SD (z), and that SD in words; z is all
+    zeros when no dialogue has candidates of different lengths (SD 0)."""
+    centred = _centred(index, np.asarray(words, float), len(boot.ids))
+    sd = math.sqrt((centred ** 2).sum() / max(len(centred) - len(np.unique(index)), 1))
+    return (centred / sd if sd > 0 else centred), sd
 
 
 def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
@@ -443,15 +444,10 @@ def length_slopes(judge, words, human, boot: Dialogues, criterion: str) -> dict:
     row = {"criterion": criterion, "n_summaries": len(units), "n_dialogues": units["item_id"].nunique()}
     if units.empty:
         return row
-    n = len(boot.ids)
     index = boot.index(units["item_id"].to_numpy())
-    centred = _centred(index, units["words"].to_numpy(float), n)
-    groups = units["item_id"].nunique()
-    sd = math.sqrt((centred ** 2).sum() / max(len(units) - groups, 1))
-    row["length_sd_words"] = sd
-    if sd == 0:
+    z, row["length_sd_words"] = _standard_length(boot, index, units["words"])
+    if row["length_sd_words"] == 0:
         return row
-    z = centred / sd
     # Slope within dialogues: sum z*y / sum z^2 (z is centred within each dialogue, so y need not be).
     row["judge_slope"], row["judge_slope_ci_low"], row["judge_slope_ci_high"] = boot.ratio(
         index, z * units["score"].to_numpy(float), z * z)
@@ -481,9 +477,7 @@ def length_controlled_means(judge, words, human, boot: Dialogues, criterion: str
         return pd.DataFrame(columns=CONTROLLED_COLUMNS)
     n = len(boot.ids)
     index = boot.index(units["item_id"].to_numpy())
-    centred = _centred(index, units["words"].to_numpy(float), n)
-    sd = math.sqrt((centred ** 2).sum() / max(len(units) - units["item_id"].nunique(), 1)) or 1.0
-    z = centred / sd
+    z, _ = _standard_length(boot, index, units["words"])
     systems = sorted(units["system"].unique())
     code = units["system"].map({s: k for k, s in enumerate(systems)}).to_numpy()
     dummies = np.eye(len(systems))[code][:, 1:]
@@ -500,7 +494,7 @@ def length_controlled_means(judge, words, human, boot: Dialogues, criterion: str
     if p > 1:  # a resample whose dialogues confound length with the systems cannot tell beta (pinv's answer would
         # depend on which system is the baseline, i.e. on the names): undefined, left out of the interval
         rank = np.linalg.matrix_rank
-        beta[rank(gram, hermitian=True) <= rank(gram[:, 1:, 1:], hermitian=True)] = np.nan
+        beta[rank(gram) <= rank(gram[:, 1:, 1:])] = np.nan
     rows = []
     for k, system in enumerate(systems):
         mine = code == k
@@ -706,7 +700,7 @@ def _p_from_interval(estimate: float, low: float, high: float, dialogues: int, c
     estimates 0.71-1.0 half-widths from 0 at 2 dialogues, 0.975-1.0 at 20, while their interval held 0)."""
     from scipy import stats
 
-    if not all(np.isfinite([estimate, low, high])) or dialogues < 2:
+    if not all(np.isfinite([estimate, low, high])):  # (one dialogue: t on 0 degrees of freedom gives NaN below)
         return math.nan
     toward_zero = estimate - low if estimate >= 0 else high - estimate
     se = toward_zero / stats.t.ppf(0.5 + confidence / 2, dialogues - 1)
@@ -883,6 +877,8 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
                                 "subtract points of one from points of the other; map the judge onto the human "
                                 "scale first (judge calibrate --fit-map)")
     boot = Dialogues(judge["item_id"], bootstrap, seed)
+    if len(boot.ids) < 2:
+        warnings.append("one dialogue: no interval and no flag (every interval resamples dialogues)")
     noise = noise_floor(judge, second, boot, present)
     length_rows, controlled, position_rows, self_rows = [], [], [], []
     for criterion in present:
@@ -906,7 +902,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     self_frame = pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS)
     flags = family_wise(length, position, self_frame, len(boot.ids))
     if not controlled_frame.empty:  # "at equal length the ranking changes" only where length is a finding
-        shown = set(length.loc[length["effect"].fillna(False).astype(bool), "criterion"])
+        shown = set(length.loc[length["effect"].astype(bool), "criterion"])  # family_wise sets every row's flag
         controlled_frame["rank_changed"] = controlled_frame["rank_changed"] & controlled_frame["criterion"].isin(shown)
     result = AuditResult(
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
@@ -944,8 +940,8 @@ def sentences(result: AuditResult) -> list[str]:
     """One sentence per finding, ready to paste into a paper."""
     out = []
     if result.flags:
-        flagged = int(sum(t["effect"].fillna(False).astype(bool).sum() for t in
-                          (result.length, result.position, result.self_preference) if "effect" in t))
+        flagged = int(sum(t["effect"].astype(bool).sum() for t in  # family_wise sets every row's flag
+                          (result.length, result.position, result.self_preference)))
         out.append(f"Findings flagged: {flagged} of {result.flags} tested together (Holm, 5% family-wise: with "
                    "nothing there, any flag in at most 5% of audits); intervals are 95% expanded percentile "
                    f"bootstrap intervals over {result.length['n_dialogues'].max() if len(result.length) else 0:.0f} "

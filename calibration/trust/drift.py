@@ -85,10 +85,10 @@ class DriftResult(Result):
                  f"5% together; {self.n_resamples} bootstrap resamples for the shares)"]
         for row in self.drift.itertuples():
             shift = ("" if not np.isfinite(row.mean_shift) else
-                     f"mean shift {row.mean_shift:+.3f} [{row.ci_low:+.3f}, {row.ci_high:+.3f}], ")
+                     f"mean shift {row.mean_shift:+.3f} {_interval(row.ci_low, row.ci_high)}, ")
             human = ("" if not np.isfinite(row.human_r_change) else
-                     f", agreement with humans {row.human_r_change:+.3f} [{row.human_ci_low:+.3f}, "
-                     f"{row.human_ci_high:+.3f}]")
+                     f", agreement with humans {row.human_r_change:+.3f} "
+                     f"{_interval(row.human_ci_low, row.human_ci_high)}")
             kappa = "-" if not np.isfinite(row.kappa) else f"{row.kappa:.2f}"
             lines.append(f"{row.criterion}: {row.verdict.upper()}: {shift}{100 * row.changed_share:.1f}% of "
                          f"{row.n} verdicts changed (re-ask noise {100 * row.reask_noise:.1f}%), kappa {kappa}"
@@ -105,6 +105,11 @@ class DriftResult(Result):
 
     def __str__(self) -> str:
         return self.text()
+
+
+def _interval(low: float, high: float) -> str:
+    """Below MIN_DIALOGUES anchor dialogues no interval is printed (the row's note says why)."""
+    return f"[{low:+.3f}, {high:+.3f}]" if np.isfinite(low) else "[no interval]"
 
 
 # -- reading ------------------------------------------------------------------------------------------------------
@@ -228,10 +233,9 @@ def _share_interval(value: float, replicates: np.ndarray, confidence: float, n: 
     number of judgments (calibration.stats.widened_share; one per dialogue when nothing or everything changed). A
     rare change (3% of a deterministic judge's verdicts) no longer gives a zero-width [0%, 0%] that "no drift"
     would lean on."""
-    low, high = percentile_interval(replicates, confidence, dialogues if dialogues >= 2 else None)
-    if not np.isfinite(value):
-        return low, high
-    spread = np.nanstd(replicates, ddof=1) if np.isfinite(replicates).sum() > 1 else 0.0
+    low, high = percentile_interval(replicates, confidence, dialogues)
+    # Every resample holds judgments (a dialogue has one or more), so every replicate is a share: no NaN.
+    spread = float(np.std(replicates, ddof=1))
     return widened_share(value, low, high, spread, n, dialogues, confidence, "beta")
 
 
@@ -247,9 +251,7 @@ def mean_interval(sizes: np.ndarray, sums: np.ndarray, confidence: float) -> tup
     where Student's t is conservative (Efron, "Student's t-test under symmetry conditions", JASA 1969)."""
     from scipy import stats
 
-    n, total = len(sizes), float(sizes.sum())
-    if n < 2 or total <= 0:
-        return math.nan, math.nan
+    n, total = len(sizes), float(sizes.sum())  # n >= MIN_DIALOGUES (_criterion_row)
     mean = float(sums.sum()) / total
     residual = sums - mean * sizes  # each dialogue's part of the linearised ratio
     se = math.sqrt(n / (n - 1) * float((residual ** 2).sum())) / total
@@ -286,7 +288,7 @@ def _stuart_maxwell(reference, new) -> float:
 def _needed(sd: float, margin: float) -> int:
     """Dialogues for an equivalence test at 80% power when the truth is no change (normal approximation); `sd`:
     of the per-dialogue mean shift."""
-    if not (np.isfinite(sd) and margin > 0):
+    if not np.isfinite(sd):  # one dialogue
         return 0
     return int(math.ceil(((_Z_ALPHA + _Z_POWER) * sd / margin) ** 2))
 
@@ -309,7 +311,6 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
     replicates = _ratio_replicates(counts, sizes, sums)
     at = {name: k for k, name in enumerate(columns)}
     n, dialogues = len(part), len(sizes)
-    units = dialogues if dialogues >= 2 else None  # every statistic is a mean over dialogues: expanded intervals
     changed = float(part["changed"].mean())
     changed_low, changed_high = _share_interval(changed, replicates[:, 0], confidence, n, dialogues)
     row = {"criterion": part["criterion"].iloc[0], "kind": "scores" if numeric else "labels", "n": n,
@@ -318,13 +319,36 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
            "ci_high": np.nan, "tost_low": np.nan, "tost_high": np.nan, "stuart_maxwell_p": np.nan,
            "human_r_reference": np.nan, "human_r_new": np.nan, "human_r_change": np.nan, "human_ci_low": np.nan,
            "human_ci_high": np.nan, "dialogues_needed": 0, "note": ""}
+    per_dialogue = n / dialogues
+    p = max(noise + share_margin / 2, 0.01)  # share_margin is in (0, 1) (_check_options)
+    needed = int(math.ceil((_Z_ALPHA + _Z_POWER) ** 2 * p * (1 - p) / share_margin ** 2 / per_dialogue))
+    if changed == 0 and not paired_noise:
+        # Nothing changed: the exact bound counts a dialogue once (its verdicts may change together), so
+        # "no drift" needs (1 - bound)^dialogues <= 5%.
+        needed = max(needed, int(math.ceil(math.log(0.05) / math.log(1 - min(noise + share_margin, 0.99)))))
+    if numeric:
+        row.update(mean_shift=float(part["shift"].mean()), kappa=_kappa(part["score_ref"], part["score_new"], True))
+        needed = max(needed, _needed(float(part.groupby("item_id")["shift"].mean().std(ddof=1)), margin))
+        if human is not None:
+            row.update(_human_change(part, human, counts, confidence))
+    else:
+        row["kappa"] = _kappa(part["value_ref"].astype(str), part["value_new"].astype(str), False)
+        row["stuart_maxwell_p"] = _stuart_maxwell(part["value_ref"].astype(str), part["value_new"].astype(str))
+    if dialogues < MIN_DIALOGUES:
+        settle = max(needed, MIN_DIALOGUES)
+        row.update(verdict="inconclusive", dialogues_needed=settle, changed_ci_low=np.nan, changed_ci_high=np.nan,
+                   human_ci_low=np.nan, human_ci_high=np.nan,
+                   note=f"no interval or verdict below {MIN_DIALOGUES} anchor dialogues (the intervals are not shown "
+                        f"to hold there); about {settle} anchor dialogues would settle it ({dialogues} now)")
+        return row
     # DRIFT is the union of two rules (the shift, the changed share; labels: Stuart-Maxwell, the share): each is
     # tested at half the level (Bonferroni), so an unchanged judge is called DRIFT in at most 1 - confidence of
     # runs. Each at the full level called a sampled judge in block mode DRIFT in 6.5-8% of runs at 10 dialogues.
     strict = 1 - (1 - confidence) / 2
     if paired_noise:
-        excess_low, _ = percentile_interval(replicates[:, at["excess"]], strict, units)
-        _, excess_high = percentile_interval(replicates[:, at["excess"]], 2 * confidence - 1, units)  # one-sided
+        # every statistic is a mean over dialogues: expanded intervals (calibration.stats.percentile_interval)
+        excess_low, _ = percentile_interval(replicates[:, at["excess"]], strict, dialogues)
+        _, excess_high = percentile_interval(replicates[:, at["excess"]], 2 * confidence - 1, dialogues)  # one-sided
         share_equivalent = excess_high <= share_margin
         share_drift = excess_low > 0
     else:
@@ -335,41 +359,17 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
         # dialogues). Only a change beyond the allowance for it, --share-margin, is then drift.
         allowance = noise if noise_known else noise + share_margin
         share_drift = _share_interval(changed, replicates[:, 0], strict, n, dialogues)[0] > allowance
-    needed = 0
-    per_dialogue = n / dialogues
-    if share_margin > 0:
-        p = max(noise + share_margin / 2, 0.01)
-        needed = int(math.ceil((_Z_ALPHA + _Z_POWER) ** 2 * p * (1 - p) / share_margin ** 2 / per_dialogue))
-        if changed == 0 and not paired_noise:
-            # Nothing changed: the exact bound counts a dialogue once (its verdicts may change together), so
-            # "no drift" needs (1 - bound)^dialogues <= 5%.
-            needed = max(needed, int(math.ceil(math.log(0.05) / math.log(1 - min(noise + share_margin, 0.99)))))
     if numeric:
-        shift = float(part["shift"].mean())
-        low, high = mean_interval(sizes, sums[:, at["shift"]], confidence)
-        # TOST at 5%: the 90% interval
-        tost_low, tost_high = mean_interval(sizes, sums[:, at["shift"]], 2 * confidence - 1)
-        row.update(mean_shift=shift, ci_low=low, ci_high=high, tost_low=tost_low, tost_high=tost_high,
-                   kappa=_kappa(part["score_ref"], part["score_new"], True))
-        shift_equivalent = -margin < tost_low and tost_high < margin
-        strict_low, strict_high = mean_interval(sizes, sums[:, at["shift"]], strict)
+        shift = sums[:, at["shift"]]
+        row["ci_low"], row["ci_high"] = mean_interval(sizes, shift, confidence)
+        row["tost_low"], row["tost_high"] = mean_interval(sizes, shift, 2 * confidence - 1)  # TOST at 5%: the 90%
+        shift_equivalent = -margin < row["tost_low"] and row["tost_high"] < margin
+        strict_low, strict_high = mean_interval(sizes, shift, strict)
         shift_drift = strict_low > 0 or strict_high < 0
-        per_item = part.groupby("item_id")["shift"].mean()
-        needed = max(needed, _needed(float(per_item.std(ddof=1)), margin))
     else:
-        row["kappa"] = _kappa(part["value_ref"].astype(str), part["value_new"].astype(str), False)
-        row["stuart_maxwell_p"] = _stuart_maxwell(part["value_ref"].astype(str), part["value_new"].astype(str))
         shift_drift = bool(row["stuart_maxwell_p"] < 1 - strict)  # NaN (one category) does not reject
         shift_equivalent = not row["stuart_maxwell_p"] < 1 - confidence
-    if human is not None and numeric:
-        row.update(_human_change(part, human, counts, confidence))
-    if dialogues < MIN_DIALOGUES:
-        row.update(verdict="inconclusive", dialogues_needed=max(needed, MIN_DIALOGUES), ci_low=np.nan,
-                   ci_high=np.nan, tost_low=np.nan, tost_high=np.nan,
-                   note=f"no interval or verdict below {MIN_DIALOGUES} anchor dialogues (the intervals are not shown "
-                        f"to hold there); about {max(needed, MIN_DIALOGUES)} anchor dialogues would settle it "
-                        f"({dialogues} now)")
-    elif shift_equivalent and share_equivalent:
+    if shift_equivalent and share_equivalent:
         row["verdict"] = "no drift"
     elif shift_drift or share_drift:
         row["verdict"] = "drift"
@@ -391,7 +391,7 @@ def _human_change(part: pd.DataFrame, human: pd.DataFrame, counts: np.ndarray, c
     new = pearson(merged["score_new"].to_numpy(), merged["human"].to_numpy())
     change = pearson(merged["score_new"].to_numpy(), merged["human"].to_numpy(), weights) - pearson(
         merged["score_ref"].to_numpy(), merged["human"].to_numpy(), weights)
-    low, high = percentile_interval(change, confidence, len(dialogues) if len(dialogues) >= 2 else None)
+    low, high = percentile_interval(change, confidence, len(dialogues))
     return {"human_r_reference": float(ref), "human_r_new": float(new), "human_r_change": float(new - ref),
             "human_ci_low": low, "human_ci_high": high}
 

@@ -178,7 +178,7 @@ def _stat_rows(scores: dict[str, np.ndarray], human: np.ndarray, items, systems,
     return estimates, replicates
 
 
-def _best_set(estimates: dict, replicates: dict, units: int | None, confidence: float = 0.95
+def _best_set(estimates: dict, replicates: dict, units: int | None, confidence: float
               ) -> tuple[str, dict, dict, int]:
     """The observed best, each judge's adjusted p-value of being below another, who is in the best set, and the
     resamples left out because a judge's statistic was undefined there (calibration.stats.simultaneous_differences)."""
@@ -209,14 +209,14 @@ def _varying(matrix: np.ndarray) -> np.ndarray:
 def _mean_of_present(stacked: np.ndarray) -> np.ndarray:
     """The jury's score per cell: the mean of the judges that scored it; NaN (silently) where none did."""
     present = ~np.isnan(stacked)
-    count = present.sum(axis=0)
-    total = np.where(present, stacked, 0.0).sum(axis=0)
-    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    with np.errstate(invalid="ignore"):  # 0 / 0 where no judge scored: NaN
+        return np.where(present, stacked, 0.0).sum(axis=0) / present.sum(axis=0)
 
 
 def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, systems, level, statistic, seed: int,
-                  bootstrap: int) -> dict[str, np.ndarray]:
-    """Score matrices whose rows (dialogues) in each half come from the choice made on the other half."""
+                  bootstrap: int, confidence: float) -> dict[str, np.ndarray]:
+    """Score matrices whose rows (dialogues) in each half come from the choice made on the other half (at the
+    study's confidence, as the reported best set)."""
     rng = np.random.default_rng(seed + 1)
     half = np.zeros(len(items), dtype=bool)
     half[rng.permutation(len(items))[: len(items) // 2]] = True
@@ -231,7 +231,8 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
         fitted, replicates = _stat_rows({n: m[fit] for n, m in scores.items()}, human[fit], items[fit], systems,
                                         level, statistic, weights)
         fitted = {n: (0.0 if np.isnan(v) else v) for n, v in fitted.items()}
-        best, _, in_set, _ = _best_set(fitted, replicates, int(fit.sum()) if level == "summary" else None)
+        best, _, in_set, _ = _best_set(fitted, replicates, int(fit.sum()) if level == "summary" else None,
+                                       confidence)
         # Each judge enters the jury pointed the way it agrees with humans on the fitting half (ppl: lower = better).
         signs = {n: (1.0 if v >= 0 else -1.0) for n, v in fitted.items()}
         stacked = np.stack([signs[n] * standardised[n][measure] for n in scores])
@@ -291,19 +292,19 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
             for matrix in (human_matrix, *scores.values()):
                 compared &= _varying(matrix)
         n_compared = int(compared.sum())
-        note, failed = "", 0
-        enough = len(items) >= MIN_DIALOGUES and n_compared >= MIN_DIALOGUES
+        note = ""
+        enough = n_compared >= MIN_DIALOGUES  # every dialogue is compared but at the summary level
         few_systems = few_systems_note(len(systems), confidence) if level == "system" else ""
         if not enough or few_systems:
             note = few_systems if enough else (
-                f"{n_compared if level == 'summary' else len(items)} dialogues to compare: no interval, best set "
+                f"{n_compared} dialogues to compare: no interval, best set "
                 f"or label worth below {MIN_DIALOGUES} (a correlation over 2 dialogues is +-1 whatever the "
                 f"judge); label at least {MIN_DIALOGUES} dialogues")
             in_set, p_adjusted = {n: True for n in names}, {n: float("nan") for n in names}
             compared_estimates = {n: float("nan") for n in names}
         else:
-            if level == "summary" and n_compared < len(items):
-                sub = (weights[0][:, compared], weights[1])
+            if n_compared < len(items):  # the summary level, some dialogues not varying
+                sub = (weights[0][:, compared], None)  # the summary level resamples dialogues only
                 compared_estimates, compared_replicates = _stat_rows(
                     {n: m[compared] for n, m in scores.items()}, human_matrix[compared], items[compared], systems,
                     level, statistic, sub)
@@ -333,7 +334,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
                          "failed_resamples": int(np.isnan(replicates[name]).sum()), "note": note})
         if not shown:
             continue
-        juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap)
+        juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap, confidence)
         jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
         for name in juries:
             low, high = interval(juries[name], jury_replicates[name])
