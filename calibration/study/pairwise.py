@@ -706,7 +706,7 @@ def _fill(row: dict, fit: dict, human: dict, column: int, n: int, confidence: fl
         return
     q = float(t_quantile(confidence, fit["df"]))
     row["ci_low"], row["ci_high"] = (float(_sigmoid(alpha + sign * q * se)) for sign in (-1, 1))
-    if human["ok"] and np.isfinite(human["se"][column]) and human["df"] >= 1:
+    if human["ok"]:  # the same labelled dialogues as the fit: its n - 1 degrees of freedom and its errors exist
         qh = float(t_quantile(confidence, human["df"]))
         row["human_only_ci_low"], row["human_only_ci_high"] = (
             float(_sigmoid(human["theta"][column] + sign * qh * human["se"][column])) for sign in (-1, 1))
