@@ -93,3 +93,13 @@ def test_the_studies_above_choose_every_penalty_of_the_grid():
     for case in CASES:
         written_out(*study(*case), chosen)
     assert set(chosen) == set(GRID)
+
+
+@pytest.mark.parametrize("size, used", [(1e-12, False), (1.05e-12, True), (1e-3, True), (1e6, True)])
+def test_a_predictor_is_used_whatever_its_units_down_to_a_within_system_sd_of_1e_12(size, used):
+    """Standardised, a predictor is the same in any units; a within-system sd of 1e-12 or less is a constant's
+    rounding noise (a mean of equal scores need not be exactly the score) and counts as none: 0."""
+    pattern = np.array([1.0, -1.0, 1.0, -1.0])[:, None, None] * np.ones((1, 2, 1))
+    units = np.ones((4, 2), bool)
+    got = standardised(size * pattern, units)
+    np.testing.assert_array_equal(got, pattern if used else 0.0)
