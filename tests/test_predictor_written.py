@@ -70,7 +70,8 @@ def written_out(features, human, chosen=None, contrasts=False):
                 beta, dof, spread = np.zeros(x.shape[-1]), 0.0, np.zeros(gram.shape)
             else:
                 inverse = np.linalg.inv(gram + g * scale * np.eye(len(gram)))
-                beta, dof, spread = inverse @ design.T @ target, float(np.trace(gram @ inverse)), inverse @ gram @ inverse
+                beta, dof = inverse @ design.T @ target, float(np.trace(gram @ inverse))
+                spread = inverse @ gram @ inverse
             dof += n_systems
             rss = float(np.sum((target - design @ beta) ** 2))
             gcv = rss / (1 - 2 * dof / n_rows) ** 2 if 2 * dof < n_rows - 1 else np.inf
