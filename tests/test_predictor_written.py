@@ -158,3 +158,12 @@ def test_a_predictor_is_used_whatever_its_units_down_to_a_within_system_sd_of_1e
     units = np.ones((4, 2), bool)
     got = standardised(size * pattern, units)
     np.testing.assert_array_equal(got, pattern if used else 0.0)
+
+
+def test_without_a_label_the_jury_learns_nothing_and_predicts_its_constant_0():
+    features, human = study(0, 12, 0, 1.0)
+    human[:] = np.nan
+    got, (gap, covariance) = cross_fitted_prediction(features, human, with_fit=True)
+    units = np.isfinite(features).any(-1)
+    assert not units.all() and np.array_equal(np.isnan(got), ~units)
+    assert (got[units] == 0.0).all() and (covariance == 0.0).all() and (gap == 0.0).all()
