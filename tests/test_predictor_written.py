@@ -1,10 +1,10 @@
 """The cross-fitted jury (calibration.study.predictor.cross_fitted_prediction) against a loop written out from its
 docstring and comments, one fold and one penalty at a time with numpy's solver: folds are the labelled dialogues'
-ranks modulo K = min(n, 10); each fold fits a ridge regression of the labels, centred on their system's training
-mean, on the standardised predictors; the penalty (a multiple of the training Gram matrix's mean eigenvalue, or
-infinity: no predictor) minimises generalised cross-validation with each degree of freedom counted twice; a
-labelled summary gets its own fold's held-out prediction, an unlabelled one the folds' mean; the same for the
-predictor of differences (`contrasts`) and the coefficients' covariance and gaps (`with_fit`). Written after the
+ranks (from 1) modulo K = min(n, 10); each fold fits a ridge regression of the labels, centred on their system's
+training mean, on the standardised predictors; the penalty (a multiple of the training Gram matrix's mean
+eigenvalue, or infinity: no predictor) minimises generalised cross-validation with each degree of freedom counted
+twice; a labelled summary gets its own fold's held-out prediction, an unlabelled one the folds' mean; the same for
+the predictor of differences (`contrasts`) and the coefficients' covariance and gaps (`with_fit`). Written after the
 seed-19 mutation draw left predictor.py's weakest lines (the GCV weight, the penalty grid) without a test; extended
 to the standardisation, contrasts and with_fit after the full sweep of predictor.py."""
 
@@ -50,7 +50,7 @@ def written_out(features, human, chosen=None, contrasts=False):
         human = human - np.array([[np.mean(row[ok]) if ok.any() else np.nan] for row, ok in zip(human, labelled)])
     dialogues = np.flatnonzero(labelled.any(-1))
     k_folds = max(min(len(dialogues), 10), 1)  # the docstring's K = min(n, 10)
-    fold = {d: rank % k_folds for rank, d in enumerate(dialogues)}
+    fold = {d: rank % k_folds for rank, d in enumerate(dialogues, 1)}
     out = np.full(human.shape, np.nan)
     fold_predictions, covariances = [], []
     for j in range(k_folds):

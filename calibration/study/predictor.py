@@ -83,9 +83,9 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
     dialogue_labelled = labelled.any(-1)  # (..., D)
     n = dialogue_labelled.sum(-1, keepdims=True)  # (..., 1)
     k_folds = np.maximum(np.minimum(n, folds), 1)
-    # Fold of each labelled dialogue: its rank among the labelled ones, modulo K (the labelled dialogues are a
-    # random sample already, so their order is as good as a shuffle); -1 for unlabelled dialogues.
-    rank = np.cumsum(dialogue_labelled, axis=-1) - 1
+    # Fold of each labelled dialogue: its rank among the labelled ones (1 to n), modulo K (the labelled dialogues
+    # are a random sample already, so their order is as good as a shuffle); -1 for unlabelled dialogues.
+    rank = np.cumsum(dialogue_labelled, axis=-1)
     fold = np.where(dialogue_labelled, rank % k_folds, -1)
     fold_ids = np.arange(folds)
     # Training weights per fold: (..., K, D, S).
