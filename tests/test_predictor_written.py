@@ -97,9 +97,10 @@ def written_out(features, human, chosen=None, contrasts=False):
     return np.where(units, out, np.nan), (gap, np.mean(covariances, axis=0))
 
 
-def study(seed, dialogues, labelled, signal):
+def study(seed, dialogues, labelled, signal, sparse=0):
     """Three systems, three predictors (the first carries `signal` of the label, the others noise), a few
-    predictor scores missing; the first `labelled` dialogues labelled, one label missing."""
+    predictor scores missing; the first `labelled` dialogues labelled, one label missing. `sparse` (1 or 2): the
+    third system labelled on that many dialogues only, and dialogue 4 on one system only."""
     rng = np.random.default_rng(seed)
     human = rng.normal(3, 1, (dialogues, 3)) + np.array([0.0, 0.4, -0.3])
     features = np.stack([signal * human + rng.normal(0, 1, human.shape), rng.normal(0, 1, human.shape),
@@ -108,19 +109,25 @@ def study(seed, dialogues, labelled, signal):
     features[1, 2] = np.nan  # a summary outside the population (no predictor scores it)
     human[labelled:] = np.nan
     human[0, 1] = np.nan
+    if sparse:
+        human[1 + sparse:, 2] = np.nan
+        human[4, 0] = np.nan
     return features, human
 
 
 # Between them (levels and contrasts) some fold chooses each penalty of the grid (checked below): a jury barely worth
 # its noise (1, ..., 0.3) the largest finite one, many labels and a strong judge (7, 70, 40, 3.0) the smallest.
+# A system labelled on one or two dialogues only (a fold without its training rows, or with one) and a dialogue
+# labelled on one system: (8, ...) and (9, ...); few labels and a strong judge, fewer folds than 10: (10, ...) and
+# (11, ...).
 CASES = [(0, 30, 14, 1.0), (1, 30, 14, 0.3), (2, 25, 6, 1.0), (3, 40, 23, 0.0), (4, 30, 12, 0.6), (5, 20, 8, 0.15),
-         (6, 30, 14, 0.27), (7, 70, 40, 3.0)]
+         (6, 30, 14, 0.27), (7, 70, 40, 3.0), (8, 30, 14, 1.0, 1), (9, 30, 16, 1.0, 2), (10, 30, 8, 3.0),
+         (11, 20, 5, 30.0)]
 
 
-@pytest.mark.parametrize("seed, dialogues, labelled, signal", CASES)
-def test_the_cross_fitted_jury_is_the_written_out_ridge_with_gcv_counting_each_degree_twice(seed, dialogues,
-                                                                                            labelled, signal):
-    features, human = study(seed, dialogues, labelled, signal)
+@pytest.mark.parametrize("case", CASES)
+def test_the_cross_fitted_jury_is_the_written_out_ridge_with_gcv_counting_each_degree_twice(case):
+    features, human = study(*case)
     for contrasts in (False, True):
         got, (gap, covariance) = cross_fitted_prediction(features, human, contrasts=contrasts, with_fit=True)
         expected, (expected_gap, expected_covariance) = written_out(features, human, contrasts=contrasts)
