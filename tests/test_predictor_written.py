@@ -174,3 +174,16 @@ def test_without_a_label_the_jury_learns_nothing_and_predicts_its_constant_0():
     units = np.isfinite(features).any(-1)
     assert not units.all() and np.array_equal(np.isnan(got), ~units)
     assert (got[units] == 0.0).all() and (covariance == 0.0).all() and (gap == 0.0).all()
+
+
+def test_the_estimates_judges_are_checked_as_selects_are():
+    from calibration.errors import CalibrationError
+    from calibration.study.predictor import judges_listed
+
+    frame = object()
+    assert judges_listed({" rouge ": frame, "bert": "b.csv"}) == [("rouge", frame), ("bert", "b.csv")]
+    for judges, message in (([], "estimate --judge needs at least one --judge NAME=FILE"),
+                            ([("a", "x.csv"), ("a ", "y.csv")], "--judge name 'a' is given twice"),
+                            ([(" ", "x.csv")], "--judge needs NAME=FILE with a non-empty NAME")):
+        with pytest.raises(CalibrationError, match=message):
+            judges_listed(judges)
