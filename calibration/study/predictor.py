@@ -79,7 +79,7 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
         with np.errstate(invalid="ignore", divide="ignore"):
             dialogue_mean = np.where(labelled, human, 0.0).sum(-1, keepdims=True) / labelled.sum(-1, keepdims=True)
         human = human - dialogue_mean
-    y = np.where(labelled, human, 0.0)
+    y = np.nan_to_num(human)  # what an unlabelled cell holds is never read: it weighs 0 in every fold
     dialogue_labelled = labelled.any(-1)  # (..., D)
     n = dialogue_labelled.sum(-1, keepdims=True)  # (..., 1)
     k_folds = np.maximum(np.minimum(n, folds), 1)
