@@ -102,3 +102,33 @@ def test_the_estimate_files_read_back_as_the_tables_with_no_index_column():
         back = pd.read_csv(io.StringIO(files[name]))
         assert back.columns.tolist() == table.columns.tolist() and len(back) == len(table), name
     assert json.loads(files["summary.json"])["criteria"] == ["c"]
+
+
+@pytest.mark.parametrize("pairwise", [False, True])
+def test_the_files_are_the_tables_without_an_index_and_the_summary_as_json(pairwise):
+    """What --output-dir holds: each CSV reads back as its table (no index column: a column of row numbers would
+    shift every column a script reads), summary.json is summary() as JSON indented 2 with a final newline, as
+    every verb writes it."""
+    import io
+    import json
+
+    import calibration
+
+    if pairwise:
+        result = calibration.estimate("examples/pairwise/judgments.jsonl", "examples/pairwise/labels.csv",
+                                      baseline="lead-3", margin=0.1)
+        tables = {"estimates.csv": result.estimates, "ranking.csv": result.ranking}
+    else:
+        result = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
+                                      plan="examples/study/plan")
+        tables = {"estimates.csv": result.estimates, "differences.csv": result.differences,
+                  "targeted.csv": result.targeted}
+        assert len(result.targeted)  # the plan's targeted labels are in play
+    files = result.files()
+    assert set(tables) | {"summary.json"} <= set(files)
+    for name, frame in tables.items():
+        back = pd.read_csv(io.StringIO(files[name]), keep_default_na=False, na_values=[""])
+        assert list(back.columns) == list(frame.columns), name
+        assert len(back) == len(frame), name
+    assert files["summary.json"] == json.dumps(json.loads(files["summary.json"]), indent=2) + "\n"
+    assert json.loads(files["summary.json"])["confidence"] == result.confidence
