@@ -73,6 +73,7 @@ def test_a_difference_is_separated_only_by_two_finite_distinct_bounds_that_exclu
     (["0.25", "0.25", "0.25"], False),            # a uniform draw recorded
     (["0.25", "0.25000000000001", "0.25"], False),  # equal up to rounding
     (["0.2", "0.25", "0.3"], True),
+    (["0.01", "0.01000000001", "0.01"], True),  # small probabilities 1e-9 apart: more than rounding, relative to them
 ])
 def test_only_a_plan_with_unequal_probabilities_weighs_the_labels(probabilities, weighted, tmp_path):
     from calibration.study.estimating import plan_inclusion
