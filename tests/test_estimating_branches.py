@@ -133,3 +133,38 @@ def test_the_files_are_the_tables_without_an_index_and_the_summary_as_json(pairw
         assert len(back) == len(frame), name
     assert files["summary.json"] == json.dumps(json.loads(files["summary.json"]), indent=2) + "\n"
     assert json.loads(files["summary.json"])["confidence"] == result.confidence
+
+
+def test_the_printed_differences_say_yes_where_separated_and_nothing_elsewhere():
+    """a is 1.5 points above b and c, which are tied: a - b and a - c are separated (both bounds above 0), b - c
+    is not; the separated column says yes on those two rows and is blank (not '-') on the third."""
+    from calibration.study.estimating import estimate
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(30):
+        base = rng.normal(0, 0.7)
+        for system, shift in (("a", 1.5), ("b", 0.0), ("c", 0.05)):
+            rows.append({"item_id": f"d{i:02d}", "system": system, "criterion": "c", "status": "ok", "label": None,
+                         "score": float(np.clip(np.round(3 + shift + base + rng.normal(0, 0.6)), 1, 5))})
+    judge = pd.DataFrame(rows)
+    result = estimate(judge, _labels(judge, [f"d{i:02d}" for i in range(16)]), scale=(1, 5))
+    low = result.differences.set_index(["system_a", "system_b"])["ci_low"]
+    high = result.differences.set_index(["system_a", "system_b"])["ci_high"]
+    assert low[("a", "b")] > 0 and low[("a", "c")] > 0 and low[("b", "c")] < 0 < high[("b", "c")]
+    printed = result.text().split("Paired differences")[1].splitlines()
+    header = next(k for k, line in enumerate(printed) if line.split()[:3] == ["criterion", "system_a", "system_b"])
+    separated = {tuple(line.split()[1:3]): line.split()[12:] for line in printed[header + 1:header + 4]}
+    assert separated == {("a", "b"): ["yes"], ("a", "c"): ["yes"], ("b", "c"): []}
+
+
+@pytest.mark.parametrize("content", ['[1, 2]', '"a key"', '{"format": "judge-annotation-sheet"}', '{}'])
+def test_a_key_of_another_kind_is_refused_as_not_a_key(content, tmp_path):
+    from calibration.errors import CalibrationError
+    from calibration.study.estimating import check_key
+
+    path = tmp_path / "key.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CalibrationError, match=r"key.json: not a key written by `judge export`$"):
+        check_key(path, {"d0": "random"}, "0" * 64)
+    assert path.read_text(encoding="utf-8") == content  # nothing lost
