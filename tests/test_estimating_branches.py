@@ -168,3 +168,14 @@ def test_a_key_of_another_kind_is_refused_as_not_a_key(content, tmp_path):
     with pytest.raises(CalibrationError, match=r"key.json: not a key written by `judge export`$"):
         check_key(path, {"d0": "random"}, "0" * 64)
     assert path.read_text(encoding="utf-8") == content  # nothing lost
+
+
+def test_the_targeted_labels_are_printed_apart_only_when_there_are_some():
+    import calibration
+
+    with_plan = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
+                                     plan="examples/study/plan")
+    without = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv")
+    assert len(with_plan.targeted) and without.targeted.empty
+    heading = "Labels on targeted dialogues (not a random sample"
+    assert heading in with_plan.text() and heading not in without.text()
