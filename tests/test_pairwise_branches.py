@@ -4,6 +4,7 @@ margin, at exact equality too. Written after the seed-11 draw of benchmarks/muta
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -50,3 +51,51 @@ def test_the_max_t_quantile_with_one_or_no_usable_pair_is_the_single_t_quantile(
 
     cov = np.array([[0.04, 0.01], [0.01, 0.05]])
     assert max_t_quantile(cov, np.array(usable), 12.0, 0.9) == pytest.approx(stats.t.ppf(0.95, 12.0))
+
+
+def test_the_criteria_asked_for_are_the_ones_estimated_and_an_unjudged_one_is_refused():
+    from calibration.errors import CalibrationError
+
+    judge, labels = study(seed=62, dialogues=40, labelled=15)
+    judge = pd.concat([judge, judge.assign(criterion="fluency")], ignore_index=True)
+    labels = prepared(judge, pd.concat([labels, labels.assign(criterion="fluency")], ignore_index=True))
+    both = pairwise_estimate(judge, labels, "base")
+    assert both.criteria == ["fluency", "quality"]
+    one = pairwise_estimate(judge, labels, "base", criteria=["quality"])
+    assert one.criteria == ["quality"] and set(one.estimates["criterion"]) == {"quality"}
+    pd.testing.assert_frame_equal(one.estimates, both.estimates[both.estimates["criterion"] == "quality"]
+                                  .reset_index(drop=True))
+    with pytest.raises(CalibrationError, match=r"^--criteria: no pairwise judgment on coherence; the judgments have "
+                                               r"fluency, quality$"):
+        pairwise_estimate(judge, labels, "base", criteria=["quality", "coherence"])
+
+
+def test_votes_on_systems_not_pairs_share_no_criterion_with_pairwise_judgments():
+    from calibration.errors import CalibrationError
+
+    judge, labels = study(seed=63, dialogues=20, labelled=8)
+    pointwise = labels.assign(system=labels["system"].str.split("|").str[0])
+    with pytest.raises(CalibrationError, match=r"^the pairwise judgments and the human labels have no criterion in "
+                                               r"common \(judgments: quality; labels on pairs: -\)"):
+        pairwise_estimate(judge, prepared(judge, pointwise), "base")
+
+
+# statsmodels warns of the indicators spanning the constant, which is the design here
+@pytest.mark.filterwarnings("ignore:The design matrix is poorly conditioned")
+@pytest.mark.parametrize("seed, spread", [(0, 1.0), (1, 0.01), (2, 5.0)])
+def test_variance_inflation_is_statsmodels(seed, spread):
+    """_variance_inflation(others, column) = 1 / (1 - R^2) of the column on the others (which hold the systems'
+    indicators, so the constant): statsmodels' variance_inflation_factor of the column in [others, column]; a
+    column that does not vary is inflated without bound."""
+    from statsmodels.stats.outliers_influence import variance_inflation_factor
+
+    from calibration.study.pairwise import _variance_inflation
+
+    rng = np.random.default_rng(seed)
+    systems = np.eye(3)[rng.integers(0, 3, 40)]
+    other = rng.normal(0, 1, 40)
+    column = spread * (0.6 * other + systems @ np.array([0.5, -0.2, 0.1]) + rng.normal(0, 0.5, 40))
+    others = np.column_stack([systems, other])
+    expected = variance_inflation_factor(np.column_stack([others, column]), 4)
+    assert _variance_inflation(others, column) == pytest.approx(expected, rel=1e-9)
+    assert _variance_inflation(others, np.full(40, 0.3)) == np.inf
