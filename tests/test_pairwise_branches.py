@@ -99,3 +99,19 @@ def test_variance_inflation_is_statsmodels(seed, spread):
     expected = variance_inflation_factor(np.column_stack([others, column]), 4)
     assert _variance_inflation(others, column) == pytest.approx(expected, rel=1e-9)
     assert _variance_inflation(others, np.full(40, 0.3)) == np.inf
+
+
+def test_a_controlled_fit_with_one_judged_only_dialogue_keeps_the_judge():
+    """30 labelled pairs and one judged only: the judge's term has one dialogue (its spread taken over every
+    dialogue, as for the strengths), lambda is cross-fitted and the fit is not the votes' alone."""
+    from calibration.study.pairwise import Pairs, _controlled_fit
+    from test_pairwise_estimate import SYSTEMS, _against_baseline, _lengths, _single_pairs
+
+    data, b, _ = _single_pairs(seed=5, dialogues=31, labelled=30, copy=0.9)
+    mine, x, h, f = _against_baseline(data, b, SYSTEMS[1], _lengths(data, 5))
+    assert np.isnan(h).sum() == 1
+    one = Pairs("quality", data.systems, np.full(mine.sum(), data.systems.index(SYSTEMS[1])), np.full(mine.sum(), b),
+                data.dialogue[mine], data.dialogues, f, h)
+    fit, plain = _controlled_fit(one, b, x), _controlled_fit(one, b, x, lam=0.0)
+    assert fit["theta"] != pytest.approx(plain["theta"], abs=1e-3)
+    assert fit["se"][0] < plain["se"][0] and fit["df"] == 29
