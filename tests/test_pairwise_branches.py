@@ -117,3 +117,22 @@ def test_a_controlled_fit_with_one_judged_only_dialogue_keeps_the_judge():
     fit, plain = _controlled_fit(one, b, x), _controlled_fit(one, b, x, lam=0.0)
     assert fit["theta"] != pytest.approx(plain["theta"], abs=1e-3)
     assert fit["se"][0] < plain["se"][0] and fit["df"] == 29
+
+
+def test_a_vote_on_a_pair_judged_in_both_orders_is_the_vote_on_the_order_it_names():
+    """A dialogue whose pair was judged as alpha|base and again as base|alpha (two units): the vote labelled
+    'alpha|base' is that pair's vote as given (not turned round as if it were base|alpha's)."""
+    from calibration.study.pairwise import read_pairs
+
+    judge, labels = study(seed=64, dialogues=12, labelled=6)
+    pair = judge[(judge["item_id"] == labels["item_id"].iloc[0]) & (judge["system"] == labels["system"].iloc[0])]
+    a, b = pair["system_1"].iloc[0], pair["system_2"].iloc[0]
+    turned = pair.assign(system=f"{b}|{a}", system_1=b, system_2=a)
+    judge = pd.concat([judge, turned], ignore_index=True)
+    labels = labels.assign(score=labels["score"].where(labels.index != 0, "1"))  # the first system wins
+    data = read_pairs(judge, prepared(judge, labels), "quality", "labels")
+    dialogue = list(data.dialogues).index(pair["item_id"].iloc[0])
+    first, second = data.systems.index(a), data.systems.index(b)
+    here = data.dialogue == dialogue
+    assert data.human[here & (data.first == first) & (data.second == second)].tolist() == [1.0]
+    assert np.isnan(data.human[here & (data.first == second) & (data.second == first)]).all()
