@@ -117,6 +117,23 @@ def test_labelled_votes_that_are_all_ties_give_a_length_controlled_rate_of_one_h
     assert row["ci_high"] - row["ci_low"] == pytest.approx(0.0, abs=1e-9)
     assert np.isnan(row["width_ratio"]) and np.isnan(row["effective_labels"])
 
+
+@pytest.mark.parametrize("labelled_gaps, estimated", [
+    ([30.0, 25.0, -20.0, -35.0, -15.0], False),  # longer on 2 labelled pairs, shorter on 3
+    ([30.0, 25.0, -20.0, -35.0, -15.0, 0.0, 0.0], False),  # and 2 of equal length: on neither side
+    ([30.0, 25.0, -20.0, -35.0, -15.0, 12.0], True)])  # longer on 3: estimated
+def test_a_labelled_pair_of_equal_length_is_on_neither_side_of_it(labelled_gaps, estimated):
+    """The win rate at equal length needs 3 labelled pairs where the system's text is longer and 3 where it is
+    shorter (else it is an extrapolation); a pair of equal length counts on neither side."""
+    from calibration.study.pairwise import length_controlled_rows
+
+    votes = [1.0, 0.0] * 4
+    data, lengths = _against_base(votes[:len(labelled_gaps)], unlabelled=2,
+                                  gaps=np.array(labelled_gaps + [5.0, -5.0]))
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    assert ("would be an extrapolation" in row["interval_note"]) != estimated
+    assert np.isfinite(row["estimate"]) == estimated
+
 @pytest.mark.parametrize("lost, converges", [(False, False), (True, True)])
 def test_a_system_that_won_every_labelled_pair_has_no_length_controlled_win_rate_and_says_why(lost, converges):
     """Lengths on both sides of equal (4 pairs each way): a system that won all 8 labelled pairs has no finite fit
