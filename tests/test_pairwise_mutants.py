@@ -121,6 +121,7 @@ def test_labelled_votes_that_are_all_ties_give_a_length_controlled_rate_of_one_h
 @pytest.mark.parametrize("labelled_gaps, estimated", [
     ([30.0, 25.0, -20.0, -35.0, -15.0], False),  # longer on 2 labelled pairs, shorter on 3
     ([30.0, 25.0, -20.0, -35.0, -15.0, 0.0, 0.0], False),  # and 2 of equal length: on neither side
+    ([30.0, 25.0, 12.0, -35.0, -15.0, 0.0, 0.0], False),  # the other way round
     ([30.0, 25.0, -20.0, -35.0, -15.0, 12.0], True)])  # longer on 3: estimated
 def test_a_labelled_pair_of_equal_length_is_on_neither_side_of_it(labelled_gaps, estimated):
     """The win rate at equal length needs 3 labelled pairs where the system's text is longer and 3 where it is
