@@ -700,7 +700,7 @@ def _fill(row: dict, fit: dict, human: dict, column: int, n: int, confidence: fl
     row["estimate"] = float(_sigmoid(alpha))
     if human["ok"]:
         row["human_only"] = float(_sigmoid(human["theta"][column]))
-    if not row["interval_note"] and not fit["df"] >= 1:
+    if not row["interval_note"] and np.isnan(fit["df"]):  # else at least n - 1 >= shared >= 1
         row["interval_note"] = (f"{fit['n']} labelled dialogues for {fit['shared']} style coefficients shared by "
                                 "the systems: an interval needs more dialogues than coefficients")
     if row["interval_note"]:
