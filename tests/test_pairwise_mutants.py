@@ -536,3 +536,23 @@ def test_summary_md_shows_each_win_rates_human_only_share_to_three_decimals():
     for r in rates.itertuples():
         row = next(line for line in markdown.splitlines() if line.startswith(f"| {r.criterion} | {r.system} |"))
         assert row.split("|")[5].strip() == f"{r.human_only:.3f}"
+
+
+def test_summary_md_gives_each_interval_and_counts_the_rows_not_shown_non_inferior():
+    from pathlib import Path
+
+    import calibration
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "pairwise"
+    result = calibration.estimate(examples / "judgments.jsonl", examples / "labels.csv", baseline="lead-3",
+                                  margin=0.1)
+    markdown = result.files()["summary.md"]
+    rates = result.estimates[result.estimates["quantity"] == "win_rate"]
+    failing = int((rates["noninferior"] != "yes").sum())
+    verdict = ("every system is non-inferior" if failing == 0 else
+               f"{failing} of {len(rates)} system-criterion rows are not shown non-inferior")
+    assert f"): {verdict}." in markdown
+    for r in rates.itertuples():
+        row = next(line for line in markdown.splitlines() if line.startswith(f"| {r.criterion} | {r.system} |"))
+        shown = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if np.isfinite(r.ci_low) else "-"
+        assert row.split("|")[4].strip() == shown and row.split("|")[7].strip() == r.noninferior
