@@ -44,3 +44,22 @@ def test_a_required_flag_left_out_is_named(verb, flag, tmp_path, monkeypatch, ca
     assert last.startswith(f"judge {verb}: error: the following arguments are required: ")
     assert flag in last.split(": ")[-1].split(", ")
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("argv, systems", [
+    (["--judgments", J, "--human", LABELS], {"alpha", "beta", "gamma"}),
+    (["--judgments", str(ROOT / "examples" / "pairwise" / "judgments.jsonl"), "--human",
+      str(ROOT / "examples" / "pairwise" / "labels.csv"), "--baseline", "lead-3"], None)])
+def test_the_estimate_footer_counts_every_system_the_baseline_included(argv, systems, tmp_path, monkeypatch, capsys):
+    """The last line counts the systems of the study: a pairwise study's baseline has no row of its own in
+    estimates.csv, but it is one of the systems (counted from the judged pairs here)."""
+    import pandas as pd
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["estimate", *argv]) == 0
+    if systems is None:
+        pairs = pd.read_json(argv[1], lines=True)
+        systems = set(pairs["system_1"]) | set(pairs["system_2"])
+    captured = capsys.readouterr()
+    last = (captured.out + captured.err).strip().splitlines()[-1]
+    assert last.startswith(f"estimate: 2 criteria, {len(systems)} systems, from ")

@@ -2,8 +2,9 @@
 pandas: every row of the systems' and the pairs' tables (estimate, both intervals, lambda, the counts, the worth in
 labels, the note) is ppi_mean on the dialogue x system matrix of its criterion, where a failed judgment keeps its
 dialogue at the system's mean judge score, an N/A judgment removes the dialogue (and its label) from that system,
-several annotators' labels are averaged, only the plan's random dialogues' labels enter, pairwise verdicts are not
-scores, and the summary notes say which rows have no interval or a bounded one. Small invented fixtures."""
+several annotators' labels are averaged (three, two of them often agreeing: no noise cleaning unless asked), only the
+plan's random dialogues' labels enter, pairwise verdicts are not scores, and the summary notes say which rows have no
+interval or a bounded one. Small invented fixtures."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def _fixture(seed=3, dialogues=40, labelled=14):
             for s, system in enumerate(SYSTEMS):
                 if criterion == "fluency" and s == 2 and d % 4 == 0:
                     continue  # a label missing on a dialogue of the random sample
-                for annotator in ("ann1", "ann2"):
+                for annotator in ("ann1", "ann2", "ann3"):
                     labels.append({"item_id": items[d], "system": system, "criterion": criterion,
                                    "annotator": annotator,
                                    "score": float(np.clip(truth[d, s] + rng.integers(-1, 2), 1, 5))})

@@ -73,6 +73,7 @@ def test_a_difference_is_separated_only_by_two_finite_distinct_bounds_that_exclu
     (["0.25", "0.25", "0.25"], False),            # a uniform draw recorded
     (["0.25", "0.25000000000001", "0.25"], False),  # equal up to rounding
     (["0.2", "0.25", "0.3"], True),
+    (["0.01", "0.01000000001", "0.01"], True),  # small probabilities 1e-9 apart: more than rounding, relative to them
 ])
 def test_only_a_plan_with_unequal_probabilities_weighs_the_labels(probabilities, weighted, tmp_path):
     from calibration.study.estimating import plan_inclusion
@@ -102,3 +103,79 @@ def test_the_estimate_files_read_back_as_the_tables_with_no_index_column():
         back = pd.read_csv(io.StringIO(files[name]))
         assert back.columns.tolist() == table.columns.tolist() and len(back) == len(table), name
     assert json.loads(files["summary.json"])["criteria"] == ["c"]
+
+
+@pytest.mark.parametrize("pairwise", [False, True])
+def test_the_files_are_the_tables_without_an_index_and_the_summary_as_json(pairwise):
+    """What --output-dir holds: each CSV reads back as its table (no index column: a column of row numbers would
+    shift every column a script reads), summary.json is summary() as JSON indented 2 with a final newline, as
+    every verb writes it."""
+    import io
+    import json
+
+    import calibration
+
+    if pairwise:
+        result = calibration.estimate("examples/pairwise/judgments.jsonl", "examples/pairwise/labels.csv",
+                                      baseline="lead-3", margin=0.1)
+        tables = {"estimates.csv": result.estimates, "ranking.csv": result.ranking}
+    else:
+        result = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
+                                      plan="examples/study/plan")
+        tables = {"estimates.csv": result.estimates, "differences.csv": result.differences,
+                  "targeted.csv": result.targeted}
+        assert len(result.targeted)  # the plan's targeted labels are in play
+    files = result.files()
+    assert set(tables) | {"summary.json"} <= set(files)
+    for name, frame in tables.items():
+        back = pd.read_csv(io.StringIO(files[name]), keep_default_na=False, na_values=[""])
+        assert list(back.columns) == list(frame.columns), name
+        assert len(back) == len(frame), name
+    assert files["summary.json"] == json.dumps(json.loads(files["summary.json"]), indent=2) + "\n"
+    assert json.loads(files["summary.json"])["confidence"] == result.confidence
+
+
+def test_the_printed_differences_say_yes_where_separated_and_nothing_elsewhere():
+    """a is 1.5 points above b and c, which are tied: a - b and a - c are separated (both bounds above 0), b - c
+    is not; the separated column says yes on those two rows and is blank (not '-') on the third."""
+    from calibration.study.estimating import estimate
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(30):
+        base = rng.normal(0, 0.7)
+        for system, shift in (("a", 1.5), ("b", 0.0), ("c", 0.05)):
+            rows.append({"item_id": f"d{i:02d}", "system": system, "criterion": "c", "status": "ok", "label": None,
+                         "score": float(np.clip(np.round(3 + shift + base + rng.normal(0, 0.6)), 1, 5))})
+    judge = pd.DataFrame(rows)
+    result = estimate(judge, _labels(judge, [f"d{i:02d}" for i in range(16)]), scale=(1, 5))
+    low = result.differences.set_index(["system_a", "system_b"])["ci_low"]
+    high = result.differences.set_index(["system_a", "system_b"])["ci_high"]
+    assert low[("a", "b")] > 0 and low[("a", "c")] > 0 and low[("b", "c")] < 0 < high[("b", "c")]
+    printed = result.text().split("Paired differences")[1].splitlines()
+    header = next(k for k, line in enumerate(printed) if line.split()[:3] == ["criterion", "system_a", "system_b"])
+    separated = {tuple(line.split()[1:3]): line.split()[12:] for line in printed[header + 1:header + 4]}
+    assert separated == {("a", "b"): ["yes"], ("a", "c"): ["yes"], ("b", "c"): []}
+
+
+@pytest.mark.parametrize("content", ['[1, 2]', '"a key"', '{"format": "judge-annotation-sheet"}', '{}'])
+def test_a_key_of_another_kind_is_refused_as_not_a_key(content, tmp_path):
+    from calibration.errors import CalibrationError
+    from calibration.study.estimating import check_key
+
+    path = tmp_path / "key.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(CalibrationError, match=r"key.json: not a key written by `judge export`$"):
+        check_key(path, {"d0": "random"}, "0" * 64)
+    assert path.read_text(encoding="utf-8") == content  # nothing lost
+
+
+def test_the_targeted_labels_are_printed_apart_only_when_there_are_some():
+    import calibration
+
+    with_plan = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv",
+                                     plan="examples/study/plan")
+    without = calibration.estimate("examples/study/judgments.jsonl", "examples/study/labels.csv")
+    assert len(with_plan.targeted) and without.targeted.empty
+    heading = "Labels on targeted dialogues (not a random sample"
+    assert heading in with_plan.text() and heading not in without.text()

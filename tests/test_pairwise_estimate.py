@@ -257,9 +257,9 @@ def test_length_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimi
             assert _controlled_fit(one, b, x, lam=lam)["theta"][0] == pytest.approx(expected[0], abs=1e-6)
 
 
-def _cross_fitted_by_hand(x, h, f, lab, column=0):
+def _cross_fitted_by_hand(x, h, f, lab, column=0, clip=True):
     """Leave-one-out lambdas written out: column's influence H^-1 g of each labelled pair at the judge's own fit,
-    lambda_i = cov / (var_L f + n/m var f) over the others, shrunk by t^2 / (1 + t^2), clipped to [0, 1]."""
+    lambda_i = cov / (var_L f + n/m var f) over the others, shrunk by t^2 / (1 + t^2), clipped to [0, 1] (`clip`)."""
     n, m = lab.sum(), (~lab).sum()
     start = _loss_minimiser(x, np.nan_to_num(h), f, lab, ~lab, 1.0)
     p = sigmoid(x @ start)
@@ -272,7 +272,8 @@ def _cross_fitted_by_hand(x, h, f, lab, column=0):
         y, g = np.delete(a_h[lab], i), np.delete(a_f[lab], i)
         r = np.corrcoef(y, g)[0, 1]
         t2 = r * r * (n - 3) / (1 - r * r)
-        out.append(np.clip(np.cov(y, g)[0, 1] / (np.var(g, ddof=1) + n / m * var_f) * t2 / (1 + t2), 0, 1))
+        lam = np.cov(y, g)[0, 1] / (np.var(g, ddof=1) + n / m * var_f) * t2 / (1 + t2)
+        out.append(np.clip(lam, 0, 1) if clip else lam)
     return np.array(out)
 
 
@@ -302,6 +303,27 @@ def test_length_controlled_lambda_is_cross_fitted_from_20_labelled_dialogues():
             plain = _controlled_fit(one, b, x, lam=0.0)
             assert (fit["theta"] != pytest.approx(plain["theta"], abs=1e-9)) == in_sample
 
+
+
+@pytest.mark.parametrize("seed, confident", [(0, 0.5), (2, 0.5)])
+def test_an_under_confident_judges_cross_fitted_lambdas_are_clipped_at_one(seed, confident):
+    """A judge right about the votes but only `confident` as far from 1/2 (P = 0.5 + confident (vote - 0.5)) has
+    a PPI++ slope above 1 (about 1 / confident): each cross-fitted lambda is clipped to 1 (the loss stays convex,
+    judge and humans on one scale), all of them in seed 0, one of thirty in seed 2."""
+    from calibration.study.pairwise import _controlled_fit
+
+    data, b, _ = _single_pairs(seed=seed, dialogues=300, labelled=30, copy=0.9)
+    mine, x, h, f = _against_baseline(data, b, SYSTEMS[1], _lengths(data, seed))
+    f = 0.5 + confident * (f - 0.5)
+    lab = ~np.isnan(h)
+    one = Pairs("quality", data.systems, np.full(mine.sum(), data.systems.index(SYSTEMS[1])),
+                np.full(mine.sum(), b), data.dialogue[mine], data.dialogues, f, h)
+    raw = _cross_fitted_by_hand(x, h, f, lab, clip=False)
+    assert (raw > 1.0).any() and (raw > 1.0).all() == (seed == 0)
+    fit = _controlled_fit(one, b, x)
+    lams = np.clip(raw, 0.0, 1.0)
+    assert fit["theta"] == pytest.approx(_loss_minimiser(x, np.nan_to_num(h), f, lab, ~lab, lams), abs=1e-6)
+    assert fit["theta"] != pytest.approx(_controlled_fit(one, b, x, lam=0.0)["theta"], abs=1e-3)
 
 def test_length_controlled_win_rate_needs_every_length():
     from calibration.study.pairwise import length_controlled_rows

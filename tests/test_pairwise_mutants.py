@@ -104,6 +104,37 @@ def test_the_length_controlled_win_rate_needs_three_labelled_dialogues_for_an_in
     assert row["width_ratio"] == pytest.approx(1.0) and row["effective_labels"] == pytest.approx(n)
 
 
+
+def test_labelled_votes_that_are_all_ties_give_a_length_controlled_rate_of_one_half_and_no_width_ratio():
+    """Every labelled vote a tie, lengths on both sides of equal: the fit is exact (win rate 1/2 at any length,
+    every residual 0), both intervals have width 0 and their ratio is undefined (NaN), not a division error."""
+    from calibration.study.pairwise import length_controlled_rows
+
+    gaps = np.array([30.0, -20.0, 25.0, -35.0, 10.0, -15.0, 40.0, -5.0])
+    data, lengths = _against_base([0.5] * 6, unlabelled=2, gaps=gaps)
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    assert row["estimate"] == pytest.approx(0.5) and row["interval_note"] == ""
+    assert row["ci_high"] - row["ci_low"] == pytest.approx(0.0, abs=1e-9)
+    assert np.isnan(row["width_ratio"]) and np.isnan(row["effective_labels"])
+
+
+@pytest.mark.parametrize("labelled_gaps, estimated", [
+    ([30.0, 25.0, -20.0, -35.0, -15.0], False),  # longer on 2 labelled pairs, shorter on 3
+    ([30.0, 25.0, -20.0, -35.0, -15.0, 0.0, 0.0], False),  # and 2 of equal length: on neither side
+    ([30.0, 25.0, 12.0, -35.0, -15.0, 0.0, 0.0], False),  # the other way round
+    ([30.0, 25.0, -20.0, -35.0, -15.0, 12.0], True)])  # longer on 3: estimated
+def test_a_labelled_pair_of_equal_length_is_on_neither_side_of_it(labelled_gaps, estimated):
+    """The win rate at equal length needs 3 labelled pairs where the system's text is longer and 3 where it is
+    shorter (else it is an extrapolation); a pair of equal length counts on neither side."""
+    from calibration.study.pairwise import length_controlled_rows
+
+    votes = [1.0, 0.0] * 4
+    data, lengths = _against_base(votes[:len(labelled_gaps)], unlabelled=2,
+                                  gaps=np.array(labelled_gaps + [5.0, -5.0]))
+    row, = length_controlled_rows(data, 0, 0.95, lengths)
+    assert ("would be an extrapolation" in row["interval_note"]) != estimated
+    assert np.isfinite(row["estimate"]) == estimated
+
 @pytest.mark.parametrize("lost, converges", [(False, False), (True, True)])
 def test_a_system_that_won_every_labelled_pair_has_no_length_controlled_win_rate_and_says_why(lost, converges):
     """Lengths on both sides of equal (4 pairs each way): a system that won all 8 labelled pairs has no finite fit
@@ -207,6 +238,9 @@ def test_the_human_only_strength_has_an_interval_from_three_labelled_dialogues_o
     q = stats.t.ppf(0.975, n - 1)
     assert [row["human_only_ci_low"], row["human_only_ci_high"]] == pytest.approx(
         [np.log(p / (1 - p)) - q * se, np.log(p / (1 - p)) + q * se], abs=1e-6)
+    # below 10 labelled dialogues the printed strength is the votes' fit, with the same interval and no note
+    assert [row["ci_low"], row["ci_high"]] == pytest.approx([row["human_only_ci_low"], row["human_only_ci_high"]])
+    assert row["interval_note"] == ""
 
 
 @pytest.mark.parametrize("votes", [(1.0, 1.0, 1.0), (0.0, 0.0, 0.0), (1.0, 1.0, 1.0, 0.5)])
@@ -502,3 +536,23 @@ def test_summary_md_shows_each_win_rates_human_only_share_to_three_decimals():
     for r in rates.itertuples():
         row = next(line for line in markdown.splitlines() if line.startswith(f"| {r.criterion} | {r.system} |"))
         assert row.split("|")[5].strip() == f"{r.human_only:.3f}"
+
+
+def test_summary_md_gives_each_interval_and_counts_the_rows_not_shown_non_inferior():
+    from pathlib import Path
+
+    import calibration
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "pairwise"
+    result = calibration.estimate(examples / "judgments.jsonl", examples / "labels.csv", baseline="lead-3",
+                                  margin=0.1)
+    markdown = result.files()["summary.md"]
+    rates = result.estimates[result.estimates["quantity"] == "win_rate"]
+    failing = int((rates["noninferior"] != "yes").sum())
+    verdict = ("every system is non-inferior" if failing == 0 else
+               f"{failing} of {len(rates)} system-criterion rows are not shown non-inferior")
+    assert f"): {verdict}." in markdown
+    for r in rates.itertuples():
+        row = next(line for line in markdown.splitlines() if line.startswith(f"| {r.criterion} | {r.system} |"))
+        shown = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if np.isfinite(r.ci_low) else "-"
+        assert row.split("|")[4].strip() == shown and row.split("|")[7].strip() == r.noninferior

@@ -170,6 +170,22 @@ def test_tuned_lambda_and_its_degrees_of_freedom_follow_ppi_plus_plus(clustered)
     assert fit.df == len(ref.L) - 2  # a tuned lambda spends a degree of freedom
 
 
+
+@pytest.mark.parametrize("labelled", [9, 10])
+def test_lambda_is_tuned_from_exactly_ten_labelled_dialogues_and_spends_a_degree_of_freedom(labelled):
+    """MIN_TUNED at its edge: 9 labelled dialogues give the human-only fit on 8 degrees of freedom; 10 give
+    PPI++'s tuned lambda (the reference's) on n - 2 = 8."""
+    judge, labels = partly_labelled(seed=4, dialogues=60, labelled=labelled)
+    data = pairs_of(judge, labels)
+    b = data.systems.index("base")
+    ref = Reference(data, b)
+    assert len(ref.L) == labelled
+    fit = bradley_terry(data, b, 0.95)
+    lam = ref.tuned_lambda(ref.fit(1.0)) if labelled >= 10 else 0.0
+    assert fit.lam == pytest.approx(lam, rel=1e-5) and (lam > 0.1) == (labelled >= 10)
+    assert np.delete(fit.theta, b) == pytest.approx(ref.fit(lam), abs=1e-5)
+    assert fit.df == 8
+
 def test_every_printed_bradley_terry_number_is_the_reference_one(clustered):
     judge, labels, data, b, ref = clustered
     confidence = 0.9

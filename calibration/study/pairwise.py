@@ -428,7 +428,7 @@ class _Parts:
         own = np.asarray(lam, dtype=float)[self.is_l, None] if np.ndim(lam) else lam
         lam_bar = self._lambdas(lam)[1]
         meat = _cov(gh - own * gf_l) / n
-        if lam_bar != 0.0 and m >= 1:
+        if lam_bar != 0.0:  # (a lambda is 0 without a judged-only dialogue: bradley_terry, _controlled_fit)
             # One judged-only dialogue has no spread of its own: the judge's spread over every dialogue (all drawn
             # alike), as tuned_lambda reads it; leaving the term out understated the variance.
             meat = meat + lam_bar * lam_bar * _cov(gf_u if m >= 2 else np.vstack([gf_l, gf_u])) / m
@@ -462,7 +462,8 @@ class _Parts:
         var_f = _cov(all_f)
         top = np.trace(h_inv @ (cross + cross.T) @ h_inv)
         bottom = 2.0 * (1.0 + n / m) * np.trace(h_inv @ var_f @ h_inv)
-        lam = top / bottom if bottom > 0 else 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):  # a judge whose gradient never varies: 0 / 0
+            lam = top / bottom
         return float(np.clip(lam, 0.0, 1.0)) if np.isfinite(lam) else 0.0
 
 
@@ -699,14 +700,14 @@ def _fill(row: dict, fit: dict, human: dict, column: int, n: int, confidence: fl
     row["estimate"] = float(_sigmoid(alpha))
     if human["ok"]:
         row["human_only"] = float(_sigmoid(human["theta"][column]))
-    if not row["interval_note"] and not fit["df"] >= 1:
+    if not row["interval_note"] and np.isnan(fit["df"]):  # else at least n - 1 >= shared >= 1
         row["interval_note"] = (f"{fit['n']} labelled dialogues for {fit['shared']} style coefficients shared by "
                                 "the systems: an interval needs more dialogues than coefficients")
     if row["interval_note"]:
         return
     q = float(t_quantile(confidence, fit["df"]))
     row["ci_low"], row["ci_high"] = (float(_sigmoid(alpha + sign * q * se)) for sign in (-1, 1))
-    if human["ok"] and np.isfinite(human["se"][column]) and human["df"] >= 1:
+    if human["ok"]:  # the same labelled dialogues as the fit: its n - 1 degrees of freedom and its errors exist
         qh = float(t_quantile(confidence, human["df"]))
         row["human_only_ci_low"], row["human_only_ci_high"] = (
             float(_sigmoid(human["theta"][column] + sign * qh * human["se"][column])) for sign in (-1, 1))

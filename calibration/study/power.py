@@ -21,15 +21,17 @@ MAX_DIALOGUES = 100_000
 
 def paired_power(effect: float, n, alpha: float = 0.05, variance_share=1.0, df_spent: int = 1) -> np.ndarray:
     """Power of the two-sided paired t test at n dialogues (vectorised over n and variance_share); `df_spent`
-    degrees of freedom go to the estimate (1 for a mean, 2 with a lambda tuned on the labels)."""
+    degrees of freedom go to the estimate (1 for a mean, 2 with a lambda tuned on the labels). NaN where no degree
+    of freedom is left (dialogues_needed asks from MIN_LABELLED = 3 on)."""
     n = np.asarray(n, dtype=float)
-    df = np.maximum(n - df_spent, 1.0)
+    df = n - df_spent
     noncentrality = abs(effect) * np.sqrt(n / np.asarray(variance_share, dtype=float))
     critical = scipy_stats.t.ppf(1.0 - alpha / 2.0, df)
     with np.errstate(invalid="ignore"):
         exact = scipy_stats.nct.sf(critical, df, noncentrality) + scipy_stats.nct.cdf(-critical, df, noncentrality)
-    # scipy's noncentral t returns NaN far in the tail (large noncentrality); there the normal form is exact enough.
-    normal = scipy_stats.norm.sf(critical - noncentrality) + scipy_stats.norm.cdf(-critical - noncentrality)
+    # scipy's noncentral t returns NaN far in the tail (noncentrality above about 2, most often 8 and more); there
+    # the normal form is exact enough, and its lower tail, Phi(-critical - noncentrality) < 1e-14, is nil.
+    normal = scipy_stats.norm.sf(critical - noncentrality)
     return np.where(np.isnan(exact), normal, exact)
 
 
@@ -55,7 +57,7 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
     if not np.isfinite(effect) or effect == 0.0:
         return None
     limit = n_judged if rho is not None else MAX_DIALOGUES
-    if limit is None or limit < 2:
+    if limit is None:
         return None
 
     extra = design_factor - 1.0  # the sampled part's variance beyond a uniform draw's, per unit of that part

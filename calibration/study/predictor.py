@@ -79,23 +79,22 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
         with np.errstate(invalid="ignore", divide="ignore"):
             dialogue_mean = np.where(labelled, human, 0.0).sum(-1, keepdims=True) / labelled.sum(-1, keepdims=True)
         human = human - dialogue_mean
-    y = np.where(labelled, human, 0.0)
+    y = np.nan_to_num(human)  # what an unlabelled cell holds is never read: it weighs 0 in every fold
     dialogue_labelled = labelled.any(-1)  # (..., D)
     n = dialogue_labelled.sum(-1, keepdims=True)  # (..., 1)
     k_folds = np.maximum(np.minimum(n, folds), 1)
-    # Fold of each labelled dialogue: its rank among the labelled ones, modulo K (the labelled dialogues are a
-    # random sample already, so their order is as good as a shuffle); -1 for unlabelled dialogues.
-    rank = np.cumsum(dialogue_labelled, axis=-1) - 1
-    fold = np.where(dialogue_labelled, rank % k_folds, -1)
+    # Fold of each labelled dialogue: its rank among the labelled ones (1 to n), modulo K (the labelled dialogues
+    # are a random sample already, so their order is as good as a shuffle); an unlabelled dialogue's is never read.
+    fold = np.cumsum(dialogue_labelled, axis=-1) % k_folds
     fold_ids = np.arange(folds)
-    # Training weights per fold: (..., K, D, S).
-    train = (labelled[..., None, :, :] & (fold[..., None, :, None] != fold_ids[:, None, None])
-             & (fold_ids[:, None, None] < k_folds[..., None, None]))
+    # Training weights per fold: (..., K, D, S); folds from K on hold out nobody and are never read either.
+    train = labelled[..., None, :, :] & (fold[..., None, :, None] != fold_ids[:, None, None])
     w = train.astype(float)
-    # The labels centred on their system's training mean (within-system regression).
+    # The labels centred on their system's training mean (within-system regression; a system without training
+    # rows weighs 0, its 0 / 0 read as 0).
     count = w.sum(-2, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        y_mean = np.where(count > 0, (w * y[..., None, :, :]).sum(-2, keepdims=True) / count, 0.0)
+        y_mean = np.nan_to_num((w * y[..., None, :, :]).sum(-2, keepdims=True) / count)
     yc = (y[..., None, :, :] - y_mean) * w
     xs = x[..., None, :, :, :]  # (..., 1, D, S, k)
     k = x.shape[-1]
@@ -127,10 +126,11 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
     best = np.argmin(np.where(np.isfinite(gcv), gcv, np.inf), axis=-1)  # (..., K)
     chosen = np.take_along_axis(shrink, best[..., None, None], axis=-2)[..., 0, :]  # (..., K, k)
     beta = np.einsum("...ij,...j->...i", vectors, chosen * projected)
-    usable = np.isfinite(gcv).any(-1) & (rows > systems + 1)  # too few training rows: no prediction (0)
+    # Too few training rows for any finite GCV (2 dof < rows - 1, dof >= systems): no prediction (0).
+    usable = np.isfinite(gcv).any(-1)
     beta = np.where(usable[..., None], beta, 0.0)
     predictions = np.einsum("...dsi,...ki->...kds", x, beta)  # (..., K, D, S)
-    mine = fold[..., None, :, None] == fold_ids[:, None, None]  # the fold a labelled dialogue was held out of
+    mine = fold[..., None, :, None] == fold_ids[:, None, None]  # the fold a dialogue was held out of (if labelled)
     held_out = (predictions * mine).sum(-3)
     active = (fold_ids < k_folds)[..., None, None]  # (..., K, 1, 1)
     averaged = (predictions * active).sum(-3) / k_folds[..., None]
