@@ -46,14 +46,22 @@ def reference_fold_fits(x, y, folds, penalty):
         yt = y[train] - y[train].mean(0)
         design, target = xc[train].reshape(-1, k), yt.reshape(-1)
         alpha = penalty * np.linalg.eigvalsh(design.T @ design).mean()
-        augmented = np.vstack([design, np.sqrt(alpha) * np.eye(k)])
+        others = np.diag([0.0] + [1.0] * (k - 1))  # the first predictor (the study's judge) unpenalised
+        augmented = np.vstack([design, np.sqrt(alpha) * others])
         beta = np.linalg.lstsq(augmented, np.concatenate([target, np.zeros(k)]), rcond=None)[0]
         predictions.append(xc @ beta)
     return fold, np.array(predictions)
 
 
+def one_candidate(monkeypatch, penalty=0.5):
+    """The ridge at one penalty the only candidate (not the judge alone, nor no predictor): nothing chosen."""
+    every = predictor.candidate_inverses
+    monkeypatch.setattr(predictor, "PENALTIES", np.array([penalty]))
+    monkeypatch.setattr(predictor, "candidate_inverses", lambda gram: every(gram)[..., :1, :, :])
+
+
 def test_each_fold_is_the_ridge_regression_written_out(monkeypatch):
-    monkeypatch.setattr(predictor, "PENALTIES", np.array([0.5]))  # one penalty: nothing chosen
+    one_candidate(monkeypatch)
     x, y, _ = study(np.random.default_rng(1))
     fold, fits = reference_fold_fits(x, y, predictor.FOLDS, 0.5)
     combined = cross_fitted_prediction(x, y)
@@ -66,7 +74,7 @@ def test_each_fold_is_the_ridge_regression_written_out(monkeypatch):
 def test_the_estimate_is_the_authors_cross_prediction_with_these_folds(monkeypatch):
     """ppi_py.crossppi_mean_pointestimate with our folds' models (lambda 1) is ppi_mean's estimate with lambda 1."""
     ppi_py = pytest.importorskip("ppi_py", reason="ppi_python (the method authors' library) is not installed")
-    monkeypatch.setattr(predictor, "PENALTIES", np.array([0.5]))
+    one_candidate(monkeypatch)
     x, y, _ = study(np.random.default_rng(2), dialogues=200, n=40)
     fold, fits = reference_fold_fits(x, y, predictor.FOLDS, 0.5)
     combined = cross_fitted_prediction(x, y)
@@ -120,13 +128,14 @@ def test_lambda_is_the_unlabelled_share():
                                                      ("gaussian", 0.5, 3, 2), ("gaussian", 0.9, 20, 2)])
 def test_planted_means_and_differences_are_recovered(kind, rho, n, systems):
     """benchmarks/labels_coverage.py's cells: coverage at the nominal rate (400 repetitions: 0.925 is 2.5 Monte
-    Carlo se below 0.95 for 2 systems) and never wider than human-only on average."""
+    Carlo se below 0.95 for 2 systems) and not wider than human-only on average, but for what letting a useless
+    judge in by chance costs at 10 labels (1.001-1.008 measured on 2,000 studies; the judge alone 1.004-1.028)."""
     from labels_coverage import run_cell
 
     out = run_cell(kind, rho, n, systems, 100, 400, seed=11 * n + systems)
     for what in ("jury_mean", "jury_diff"):
         assert out[what]["coverage"] >= 0.925, (what, out[what])
-        assert out[what]["ratio"] <= 1.005, (what, out[what])
+        assert out[what]["ratio"] <= (1.01 if rho == 0 else 1.005), (what, out[what])
     if rho >= 0.7 and n >= 10:
         assert out["jury_mean"]["ratio"] < 0.9
 
@@ -240,11 +249,12 @@ def test_screen_power_uses_the_jury_on_a_real_pilot(tmp_path):
 
 
 def test_fit_leverage_is_the_ridge_coefficients_covariance_written_out(monkeypatch):
-    """fit_leverage: each fold's (X'X + a)^-1 X'X (X'X + a)^-1 with numpy (one penalty), averaged over the folds,
+    """fit_leverage: each fold's (X'X + aP)^-1 X'X (X'X + aP)^-1 with numpy (one penalty a, P the identity but for
+    the first predictor's 0), averaged over the folds,
     between each system's gap of unlabelled-minus-labelled mean standardised predictors."""
     from calibration.study.predictor import fit_leverage
 
-    monkeypatch.setattr(predictor, "PENALTIES", np.array([0.5]))
+    one_candidate(monkeypatch)
     x, y, _ = study(np.random.default_rng(4))
     d, s, k = x.shape
     xc = x - x.mean(0)
@@ -255,7 +265,8 @@ def test_fit_leverage_is_the_ridge_coefficients_covariance_written_out(monkeypat
     for k_fold in range(predictor.FOLDS):
         design = xc[labelled & (fold != k_fold)].reshape(-1, k)
         gram = design.T @ design
-        inverse = np.linalg.inv(gram + 0.5 * np.linalg.eigvalsh(gram).mean() * np.eye(k))
+        others = np.diag([0.0] + [1.0] * (k - 1))  # the first predictor unpenalised
+        inverse = np.linalg.inv(gram + 0.5 * np.linalg.eigvalsh(gram).mean() * others)
         covariances.append(inverse @ gram @ inverse)
     covariance = np.mean(covariances, 0)
     gap = xc[~labelled].mean(0) - xc[labelled].mean(0)  # (S, k)
