@@ -416,11 +416,18 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
 def relative_probabilities(items: pd.DataFrame, share: float) -> pd.Series:
     """p~ by item_id: each dialogue's inclusion probability over their mean in an active draw of which `share`
     follows the uncertainty (inclusion_probabilities before its cap at 1, which only a draw of most dialogues
-    reaches): 1 - share + share x uncertainty / its mean; all 1 (uniform) when no uncertainty is recorded."""
-    uncertainty = items.set_index("item_id")["uncertainty"].astype(float).clip(lower=0.0).fillna(0.0)
-    if not uncertainty.mean() > 0:
-        return pd.Series(1.0, index=uncertainty.index)
-    return (1.0 - share) + share * uncertainty / uncertainty.mean()
+    reaches)."""
+    return pd.Series(uncertainty_weights(items["uncertainty"], 1.0 - share), index=pd.Index(items["item_id"]))
+
+
+def uncertainty_weights(uncertainty, floor: float) -> np.ndarray:
+    """Each dialogue's weight in an active draw over the mean weight: a uniform share `floor` mixed with the rest
+    in proportion to the judge's uncertainty (missing or negative: 0); all 1 (uniform) when no uncertainty is
+    recorded (a CSV of scores)."""
+    u = np.nan_to_num(np.asarray(uncertainty, dtype=float)).clip(min=0.0)
+    if not (len(u) and u.mean() > 0):
+        return np.ones(len(u))
+    return floor + (1.0 - floor) * u / u.mean()
 
 
 def active_design_factor(values: np.ndarray, relative: np.ndarray) -> float:
@@ -440,16 +447,12 @@ PILOT_CHECK = 10
 
 def inclusion_probabilities(uncertainty, size: int, floor: float = None) -> np.ndarray:
     """Each dialogue's probability of being drawn into the active design's random part: `size` dialogues in all,
-    in proportion to the judge's uncertainty, mixed with a uniform share `floor` (ACTIVE_FLOOR) so every dialogue
-    can be drawn, capped at 1 (the excess given to the others). Sums to `size`. With no uncertainty recorded at
-    all (a CSV of scores), uniform."""
-    floor = ACTIVE_FLOOR if floor is None else floor
-    u = np.nan_to_num(np.asarray(uncertainty, dtype=float)).clip(min=0.0)
-    total = len(u)
+    weighted as uncertainty_weights (a uniform share `floor`, ACTIVE_FLOOR, so every dialogue can be drawn), capped
+    at 1 (the excess given to the others). Sums to `size`."""
+    weights = uncertainty_weights(uncertainty, ACTIVE_FLOOR if floor is None else floor)
+    total = len(weights)
     if size >= total:
         return np.ones(total)
-    share = u / u.sum() if u.sum() > 0 else np.full(total, 1.0 / total)
-    weights = floor / total + (1.0 - floor) * share
     pi = np.zeros(total)
     capped = np.zeros(total, dtype=bool)
     for _ in range(total):  # cap at 1 and hand the excess to the rest, until none exceeds
