@@ -128,14 +128,14 @@ def test_lambda_is_the_unlabelled_share():
                                                      ("gaussian", 0.5, 3, 2), ("gaussian", 0.9, 20, 2)])
 def test_planted_means_and_differences_are_recovered(kind, rho, n, systems):
     """benchmarks/labels_coverage.py's cells: coverage at the nominal rate (400 repetitions: 0.925 is 2.5 Monte
-    Carlo se below 0.95 for 2 systems) and not wider than human-only on average, but for what letting a useless
-    judge in by chance costs at 10 labels (1.001-1.008 measured on 2,000 studies; the judge alone 1.004-1.028)."""
+    Carlo se below 0.95 for 2 systems) and never wider than human-only on average (a useless or weak jury at 10
+    labels: 1.000-1.002 measured on 2,000 studies; the judge alone 1.004-1.028)."""
     from labels_coverage import run_cell
 
     out = run_cell(kind, rho, n, systems, 100, 400, seed=11 * n + systems)
     for what in ("jury_mean", "jury_diff"):
         assert out[what]["coverage"] >= 0.925, (what, out[what])
-        assert out[what]["ratio"] <= (1.01 if rho == 0 else 1.005), (what, out[what])
+        assert out[what]["ratio"] <= 1.005, (what, out[what])
     if rho >= 0.7 and n >= 10:
         assert out["jury_mean"]["ratio"] < 0.9
 

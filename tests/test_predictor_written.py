@@ -1,12 +1,14 @@
 """The cross-fitted jury (calibration.study.predictor.cross_fitted_prediction) against a loop written out from its
-docstring and comments, one fold and one penalty at a time with numpy's solver: folds are the labelled dialogues'
-ranks (from 1) modulo K = min(n, 10); each fold fits a ridge regression of the labels, centred on their system's
-training mean, on the standardised predictors, the first (the study's judge) unpenalised; the candidate (a penalty
-on the others, a multiple of the training Gram matrix's mean eigenvalue; the first predictor alone; or no
-predictor) minimises generalised cross-validation with each degree of freedom counted twice; a labelled summary gets its own fold's held-out prediction, an unlabelled one the folds' mean; the same for
-the predictor of differences (`contrasts`) and the coefficients' covariance and gaps (`with_fit`). Written after the
-seed-19 mutation draw left predictor.py's weakest lines (the GCV weight, the penalty grid) without a test; extended
-to the standardisation, contrasts and with_fit after the full sweep of predictor.py."""
+docstring and comments, one fold and one candidate at a time with numpy's solver: folds are the labelled
+dialogues' ranks (from 1) modulo K = min(n, 10); each fold fits a ridge regression of the labels, centred on their
+system's training mean, on the standardised predictors, the first (the study's judge) unpenalised; the candidate (a
+penalty on the others, a multiple of the training Gram matrix's mean eigenvalue; the first predictor alone; or no
+predictor) minimises generalised cross-validation with each degree of freedom counted twice, the first
+predictor's three times; a labelled summary gets its own fold's held-out prediction, an unlabelled one the folds'
+mean; the same for the predictor of differences (`contrasts`) and the coefficients' covariance and gaps
+(`with_fit`). Written after the seed-19 mutation draw left predictor.py's weakest lines (the GCV weight, the
+penalty grid) without a test; extended to the standardisation, contrasts and with_fit after the full sweep of
+predictor.py."""
 
 from __future__ import annotations
 
@@ -74,9 +76,11 @@ def written_out(features, human, chosen=None, contrasts=False):
                 inverse[0, 0] = 1.0 / gram[0, 0] if gram[0, 0] > 0 else 0.0
             else:
                 inverse = np.linalg.inv(gram + g * scale * others)
-            beta, dof = inverse @ design.T @ target, float(np.trace(inverse @ gram)) + n_systems
+            hat = inverse @ gram
+            # each degree of freedom counted twice, the first predictor's three times
+            beta, dof = inverse @ design.T @ target, 3 * hat[0, 0] + 2 * (np.trace(hat) - hat[0, 0] + n_systems)
             rss = float(np.sum((target - design @ beta) ** 2))
-            gcv = rss / (1 - 2 * dof / n_rows) ** 2 if 2 * dof < n_rows - 1 else np.inf
+            gcv = rss / (1 - dof / n_rows) ** 2 if dof < n_rows - 1 else np.inf
             if gcv < best_gcv:
                 best, best_gcv, best_penalty, covariance = beta, gcv, g, inverse @ gram @ inverse
         if chosen is not None:
@@ -118,16 +122,18 @@ def study(seed, dialogues, labelled, signal, sparse=0, third=0.2):
     return features, human
 
 
-# Between them (levels and contrasts) some fold chooses each penalty of the grid (checked below): a jury barely worth
-# its noise (1, ..., 0.3) the largest finite one, many labels and a strong judge (7, 70, 40, 3.0) the smallest.
-# A system labelled on one or two dialogues only (a fold without its training rows, or with one) and a dialogue
-# labelled on one system: (8, ...) and (9, ...); few labels and a strong judge, fewer folds than 10: (10, ...) and
-# (11, ...); 4 labelled dialogues (12, ...): a nearly exact fit whose 2 dof lie just above rows - 1 is refused.
-# A third predictor as strong as the judge or stronger, with 20-40 labelled dialogues (20, ...): the small penalties.
+# Between them (levels and contrasts) some fold chooses each candidate (checked below). The judge strong or weak,
+# the others noise (0-7, ...): the judge alone or no predictor. A system labelled on one or two dialogues only (a
+# fold without its training rows, or with one) and a dialogue labelled on one system: (8, ...) and (9, ...); few
+# labels and a strong judge, fewer folds than 10: (10, ...) and (11, ...); 4 labelled dialogues (12, ...): a nearly
+# exact fit whose weighted dof lie just above rows - 1 is refused. A third predictor as strong as the judge or
+# stronger, with 20-40 labelled dialogues (20, ...): the small penalties; a weaker one beside a good judge (30, ...),
+# (31, ...): the large ones.
 CASES = [(0, 30, 14, 1.0), (1, 30, 14, 0.3), (2, 25, 6, 1.0), (3, 40, 23, 0.0), (4, 30, 12, 0.6), (5, 20, 8, 0.15),
          (6, 30, 14, 0.27), (7, 70, 40, 3.0), (8, 30, 14, 1.0, 1), (9, 30, 16, 1.0, 2), (10, 30, 8, 3.0),
          (11, 20, 5, 30.0), (12, 20, 4, 10.0),
-         (20, 40, 20, 0.3, 0, 3.0), (20, 70, 40, 0.0, 0, 3.0), (20, 70, 40, 1.0, 0, 0.5)]
+         (20, 40, 20, 0.3, 0, 3.0), (20, 70, 40, 0.0, 0, 3.0), (20, 70, 40, 1.0, 0, 0.5),
+         (30, 40, 20, 1.0, 0, 0.2), (30, 70, 40, 1.0, 0, 0.7), (31, 70, 40, 3.0, 0, 0.2)]
 
 
 @pytest.mark.parametrize("case", CASES)
