@@ -75,8 +75,8 @@ def _jury_study(n=10):
 
 def test_the_jurys_effective_labels_overstate_less_than_the_plug_in():
     """The jury (three judges, rho 0.9, 0.7, 0.4, one cross-fitted predictor; lambda m / (n + m)) at n = 10 of
-    N = 100: the plug-in overstates what the estimates were worth (by 9%, se 0.016, since the jury shrinks toward
-    its first judge; 14% when it shrank every judge alike), the corrected value does not (0.95).
+    N = 100: the plug-in overstates what the estimates were worth by 13% (se 0.017; 14-18% before the judge
+    alone was a candidate), the corrected value does not (1.00).
     Worth = var(y) / MSE with var(y) = 1 and truth 0 known."""
     from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda
 
@@ -89,7 +89,7 @@ def test_the_jurys_effective_labels_overstate_less_than_the_plug_in():
     se = error2.std() / np.sqrt(error2.size) / error2.mean()  # relative Monte Carlo se of the worth
     plug_in = n * ((result.human_only_ci_high - result.human_only_ci_low) / (result.ci_high - result.ci_low)) ** 2
     printed = effective_labels(result)
-    assert plug_in.mean() / worth > 1.0 + 3 * se
+    assert plug_in.mean() / worth > 1.05 + 3 * se
     assert printed.mean() / worth < plug_in.mean() / worth - 0.06
     assert printed.mean() / worth <= 1.10 + 3 * se
 
@@ -98,8 +98,7 @@ def test_the_jurys_effective_labels_count_its_coefficients_error():
     """As above, with the jury's fit_leverage (what its coefficients' error adds, which se^2 leaves out): the
     printed value no longer overstates what the estimates were worth (measured 1.05 -> 1.00-1.01 +- 0.02 on
     benchmarks/width_decomposition.py's strong juries at n = 10, 2 systems); here within [0.93, 1.02] + 3 MC se
-    (measured 0.92 +- 0.016 once the jury shrank toward its first judge: on the safe side), below the Jensen
-    correction alone (4,000 studies)."""
+    (measured 0.96 +- 0.017), below the Jensen correction alone (4,000 studies)."""
     from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage
 
     n = 10

@@ -46,8 +46,7 @@ def reference_fold_fits(x, y, folds, penalty):
         yt = y[train] - y[train].mean(0)
         design, target = xc[train].reshape(-1, k), yt.reshape(-1)
         alpha = penalty * np.linalg.eigvalsh(design.T @ design).mean()
-        others = np.diag([0.0] + [1.0] * (k - 1))  # the first predictor (the study's judge) unpenalised
-        augmented = np.vstack([design, np.sqrt(alpha) * others])
+        augmented = np.vstack([design, np.sqrt(alpha) * np.eye(k)])
         beta = np.linalg.lstsq(augmented, np.concatenate([target, np.zeros(k)]), rcond=None)[0]
         predictions.append(xc @ beta)
     return fold, np.array(predictions)
@@ -57,7 +56,12 @@ def one_candidate(monkeypatch, penalty=0.5):
     """The ridge at one penalty the only candidate (not the judge alone, nor no predictor): nothing chosen."""
     every = predictor.candidate_inverses
     monkeypatch.setattr(predictor, "PENALTIES", np.array([penalty]))
-    monkeypatch.setattr(predictor, "candidate_inverses", lambda gram: every(gram)[..., :1, :, :])
+
+    def first(gram):
+        inverses, weights = every(gram)
+        return inverses[..., :1, :, :], weights[:1]
+
+    monkeypatch.setattr(predictor, "candidate_inverses", first)
 
 
 def test_each_fold_is_the_ridge_regression_written_out(monkeypatch):
@@ -249,8 +253,7 @@ def test_screen_power_uses_the_jury_on_a_real_pilot(tmp_path):
 
 
 def test_fit_leverage_is_the_ridge_coefficients_covariance_written_out(monkeypatch):
-    """fit_leverage: each fold's (X'X + aP)^-1 X'X (X'X + aP)^-1 with numpy (one penalty a, P the identity but for
-    the first predictor's 0), averaged over the folds,
+    """fit_leverage: each fold's (X'X + a)^-1 X'X (X'X + a)^-1 with numpy (one penalty), averaged over the folds,
     between each system's gap of unlabelled-minus-labelled mean standardised predictors."""
     from calibration.study.predictor import fit_leverage
 
@@ -265,8 +268,7 @@ def test_fit_leverage_is_the_ridge_coefficients_covariance_written_out(monkeypat
     for k_fold in range(predictor.FOLDS):
         design = xc[labelled & (fold != k_fold)].reshape(-1, k)
         gram = design.T @ design
-        others = np.diag([0.0] + [1.0] * (k - 1))  # the first predictor unpenalised
-        inverse = np.linalg.inv(gram + 0.5 * np.linalg.eigvalsh(gram).mean() * others)
+        inverse = np.linalg.inv(gram + 0.5 * np.linalg.eigvalsh(gram).mean() * np.eye(k))
         covariances.append(inverse @ gram @ inverse)
     covariance = np.mean(covariances, 0)
     gap = xc[~labelled].mean(0) - xc[labelled].mean(0)  # (S, k)

@@ -16,13 +16,12 @@ What is fitted, and why:
   are what the study estimates; only the within-system variation helps PPI (a constant shift of a system's
   predictor leaves its estimate unchanged). The regression is on the labels' scale, so ppi_mean weighs it by the
   design's own lambda, m / (n + m), with nothing more fitted (cross_prediction_lambda).
-- the judge of --judgments (the first predictor) unpenalised and the others (--judge) shrunk toward 0 by a ridge
-  penalty: the jury shrinks toward the study's own judge, not toward nothing. Shrinking every coefficient alike
-  shrank the judge's too, and at 10 labelled dialogues of 2 systems a strong judge's interval was 30% wider than
-  the oracle's where the judge alone was 9% wider (1.13 now; benchmarks/labels_coverage.py).
-- the penalty chosen by generalised cross-validation on each training set, among a grid wide enough to reach
-  "the others in proportion to their covariance with the labels" (a large penalty) and near least squares (a
-  small one, when labels are plentiful), the judge alone, and no predictor at all.
+- the ridge penalty chosen by generalised cross-validation on each training set, from a grid wide enough to
+  reach "all predictors in proportion to their covariance with the labels" (a large penalty) and near least
+  squares (a small one, when labels are plentiful); or, chosen the same way, the judge of --judgments (the first
+  predictor) alone, or no predictor at all. The ridge shrinks a strong judge with the rest: at 10 labelled
+  dialogues of 2 systems (rho 0.9) its interval was 1.30x the oracle's where the judge alone gave 1.09x; with the
+  judge alone among the candidates, 1.15x (benchmarks/labels_coverage.py).
 - a predictor's missing cells (failures, a metric absent for a summary) take its system's mean over the judged
   dialogues: a constant carries no information and costs no bias.
 """
@@ -36,17 +35,14 @@ import pandas as pd
 
 # Folds of labelled dialogues (K); fewer labelled dialogues than this: leave one out.
 FOLDS = 10
-# Ridge penalties on the predictors other than the study's judge, relative to the mean eigenvalue of the training
-# set's Gram matrix. Two more candidates follow them (candidate_inverses): the judge alone, and no predictor (every
-# coefficient 0), chosen when nothing beats the systems' means: a useless jury then costs nothing.
+# Ridge penalties, relative to the mean eigenvalue of the training set's Gram matrix (candidate_inverses: with the
+# judge alone and no predictor, chosen when nothing beats the systems' means, so a useless jury costs nothing).
 # Generalised cross-validation counts each degree of freedom twice: plain GCV is optimistic on 10-20 labelled
 # dialogues (eight useless predictors widened the interval by 2% at 8 labels; counted twice, by nothing, while a
-# useful jury still saves 15% at 10 labels; benchmarks/labels_coverage.py). The judge's own (never shrunk, so
-# admitted whole or not at all) counts three times: admitted on 9-18 training rows by a chance fit, its coefficient
-# is inflated (the winner's curse), and counted twice a weak judge (rho 0.3, 2 systems, 10 labels) widened the
-# differences' interval to 1.012x human-only; three times, 1.001x, while a strong one (rho 0.9) is still
-# admitted: its means' interval 1.13x the oracle's at 10 labels of 2 systems, where the old jury, shrinking every
-# judge alike, gave 1.30x.
+# useful jury still saves 15% at 10 labels; benchmarks/labels_coverage.py). The judge alone's, never shrunk (its
+# coefficient admitted whole or not at all), counts three times: admitted on 9-18 training rows by a chance fit, its
+# coefficient is inflated (the winner's curse); counted twice, a weak judge (rho 0.3, 2 systems, 10 labels) widened
+# the differences' interval to 1.007x human-only, three times 1.001x.
 DOF_WEIGHT = 2.0
 JUDGE_DOF_WEIGHT = 3.0
 PENALTIES = np.array([0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0])
@@ -119,17 +115,15 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
     if contrasts:  # centring on its dialogue's mean leaves each training dialogue one row fewer of information,
         rows = rows - (w.sum(-1) > 0).sum(-1)  # and the systems' centred means one fewer free value
         systems = systems - 1
-    inverses = candidate_inverses(gram)  # (..., K, C, k, k): C candidates, see candidate_inverses
+    inverses, judge_weight = candidate_inverses(gram)  # (..., K, C, k, k): C candidates, see candidate_inverses
     betas = np.einsum("...cij,...j->...ci", inverses, cross)
     hat = np.einsum("...cij,...jl->...cil", inverses, gram)
     # Residual sum of squares and effective degrees of freedom of each candidate.
     rss = (yy[..., None] - 2.0 * np.einsum("...ci,...i->...c", betas, cross)
            + np.einsum("...ci,...ij,...cj->...c", betas, gram, betas))
-    # Generalised cross-validation with each degree of freedom counted twice (DOF_WEIGHT) and the judge's own
-    # three times (JUDGE_DOF_WEIGHT), as weighted degrees of freedom.
+    # Generalised cross-validation on weighted degrees of freedom (DOF_WEIGHT, the judge alone's JUDGE_DOF_WEIGHT).
     judge_dof = hat[..., 0, 0]
-    dof = (JUDGE_DOF_WEIGHT * judge_dof + DOF_WEIGHT * (np.trace(hat, axis1=-2, axis2=-1) - judge_dof
-                                                         + systems[..., None]))
+    dof = judge_weight * judge_dof + DOF_WEIGHT * (np.trace(hat, axis1=-2, axis2=-1) - judge_dof + systems[..., None])
     with np.errstate(invalid="ignore", divide="ignore"):
         gcv = np.where(dof < rows[..., None] - 1.0, np.maximum(rss, 0.0) / (1.0 - dof / rows[..., None]) ** 2, np.inf)
     best = np.argmin(np.where(np.isfinite(gcv), gcv, np.inf), axis=-1)  # (..., K)
@@ -158,19 +152,20 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
     return combined, (np.nan_to_num(gap), covariance)
 
 
-def candidate_inverses(gram: np.ndarray) -> np.ndarray:
+def candidate_inverses(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(..., C, k, k) the coefficient map (G + P)^+ of each candidate fit, out of (..., k, k) Gram matrices of the
-    standardised predictors: the others' ridge penalty from PENALTIES (times the mean eigenvalue of G), the first
-    predictor (the judge of --judgments) never penalised; then the first alone (the others' penalty infinite); then
-    no predictor (0). The pseudo-inverse leaves a predictor constant on the training rows at 0."""
+    standardised predictors, and (C,) the weight GCV gives each candidate's degree of freedom on the first predictor
+    (the judge of --judgments). The candidates: a ridge penalty on every predictor alike for each of PENALTIES
+    (times the mean eigenvalue of G), weight DOF_WEIGHT; the judge alone, by least squares, weight
+    JUDGE_DOF_WEIGHT; no predictor (0). The pseudo-inverse leaves a predictor constant on the training rows at 0."""
     k = gram.shape[-1]
-    others = np.diag(np.r_[0.0, np.ones(k - 1)])
     scale = np.maximum(np.trace(gram, axis1=-2, axis2=-1) / k, 1e-12)[..., None, None, None]
-    ridge = np.linalg.pinv(gram[..., None, :, :] + scale * PENALTIES[:, None, None] * others, hermitian=True)
+    ridge = np.linalg.pinv(gram[..., None, :, :] + scale * PENALTIES[:, None, None] * np.eye(k), hermitian=True)
     alone = np.zeros(gram.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         alone[..., 0, 0] = np.where(gram[..., 0, 0] > 0, 1.0 / gram[..., 0, 0], 0.0)
-    return np.concatenate([ridge, alone[..., None, :, :], np.zeros(gram.shape)[..., None, :, :]], axis=-3)
+    inverses = np.concatenate([ridge, alone[..., None, :, :], np.zeros(gram.shape)[..., None, :, :]], axis=-3)
+    return inverses, np.r_[np.full(len(PENALTIES), DOF_WEIGHT), JUDGE_DOF_WEIGHT, DOF_WEIGHT]
 
 
 def fit_leverage(gap, covariance, a=None, b=None) -> np.ndarray:
