@@ -207,8 +207,8 @@ def real(reps: int, seed: int, sizes=(10, 20, 50)) -> None:
     interval (human-only): a system whose t undercovers for the jury and for its labels alone alike undercovers
     for its labels' shape (skewed toward the top at 10 labels), not for the jury."""
     criteria, systems, human, metrics, names = dialsummeval()
-    # QuestEval first, as `judge estimate --judgments questeval --judge ...` would give them: the jury's
-    # unpenalised judge (predictor.candidate_inverses), the other 31 metrics shrunk toward it.
+    # QuestEval first, as `judge estimate --judgments questeval --judge ...` would give them: the jury may take
+    # it alone (predictor.candidate_inverses).
     order = [names.index("questeval")] + [i for i, name in enumerate(names) if name != "questeval"]
     metrics, names, single = metrics[..., order], [names[i] for i in order], 0
     d = human.shape[1]

@@ -68,9 +68,9 @@ human-only interval from the same labels; effective_labels = n_labelled / width_
 own upward bias at small n), the labels the human-only estimate would need for an interval this narrow (the
 judge's worth in labels); labels_saved = effective_labels - n_labelled. A judge no better than the systems it rates
 is worth at most twice its labels (Dorner, Nastl & Hardt 2025): a note names the rows above that. With --judge, the
-judgments and every --judge are one predictor: a regression on the labels that shrinks the --judge scores toward
-the judgments' own (a ridge penalty on theirs only), pooled over systems and cross-fitted over folds of labelled
-dialogues, weighted by the unlabelled share m/(n+m): no degree of freedom spent, from 3 labels on.
+judgments and every --judge are one predictor: a ridge regression on the labels (or the judgments' judge alone,
+where cross-validation prefers it), pooled over systems and cross-fitted over folds of labelled dialogues,
+weighted by the unlabelled share m/(n+m): no degree of freedom spent, from 3 labels on.
 A --plan from `judge screen --design active` records each random dialogue's inclusion probability p: every labelled
 dialogue then weighs 1/p, normalised by their realised sum, with a t quantile on Kish's effective number of labels.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json

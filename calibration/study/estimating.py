@@ -210,9 +210,9 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if others:
         result.provenance["judges"] = {name: named_source(source) for name, source in judges_listed(judges)}
         result.notes.append(f"the judge is one predictor from the judgments and {len(others)} more "
-                            f"({', '.join(others)}): a regression on the labels shrinking them toward the "
-                            "judgments' judge, cross-fitted over folds of labelled dialogues, with lambda = the "
-                            "unlabelled share m / (n + m) (no degree of freedom spent)")
+                            f"({', '.join(others)}): a ridge regression on the labels (or the judgments' judge alone "
+                            "where cross-validation prefers it), cross-fitted over folds of labelled dialogues, "
+                            "with lambda = the unlabelled share m / (n + m) (no degree of freedom spent)")
     return result
 
 
