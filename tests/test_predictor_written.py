@@ -123,11 +123,12 @@ def study(seed, dialogues, labelled, signal, sparse=0, third=0.2):
 # dialogues only (a fold without its training rows, or with one) and a dialogue labelled on one system: (8, ...)
 # and (9, ...); few labels and a strong judge, fewer folds than 10: (10, ...) and (11, ...); 4 labelled dialogues
 # (12, ...): a nearly exact fit whose weighted dof lie just above rows - 1 is refused. A third predictor as strong
-# as the judge or stronger, with 20-40 labelled dialogues (20, ...): the smallest penalties.
+# as the judge or stronger, with 20-40 labelled dialogues (20, ...): the smallest penalties. A strong judge on 6
+# labelled dialogues (40, ...): a fold whose judge alone has weighted dof exactly rows - 1, refused.
 CASES = [(0, 30, 14, 1.0), (1, 30, 14, 0.3), (2, 25, 6, 1.0), (3, 40, 23, 0.0), (4, 30, 12, 0.6), (5, 20, 8, 0.15),
          (6, 30, 14, 0.27), (7, 70, 40, 3.0), (8, 30, 14, 1.0, 1), (9, 30, 16, 1.0, 2), (10, 30, 8, 3.0),
          (11, 20, 5, 30.0), (12, 20, 4, 10.0),
-         (20, 40, 20, 0.3, 0, 3.0), (20, 70, 40, 0.0, 0, 3.0), (20, 70, 40, 1.0, 0, 0.5)]
+         (20, 40, 20, 0.3, 0, 3.0), (20, 70, 40, 0.0, 0, 3.0), (20, 70, 40, 1.0, 0, 0.5), (40, 20, 6, 10.0)]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -159,11 +159,10 @@ def candidate_inverses(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     (times the mean eigenvalue of G), weight DOF_WEIGHT; the judge alone, by least squares, weight
     JUDGE_DOF_WEIGHT; no predictor (0). The pseudo-inverse leaves a predictor constant on the training rows at 0."""
     k = gram.shape[-1]
-    scale = np.maximum(np.trace(gram, axis1=-2, axis2=-1) / k, 1e-12)[..., None, None, None]
+    scale = (np.trace(gram, axis1=-2, axis2=-1) / k)[..., None, None, None]
     ridge = np.linalg.pinv(gram[..., None, :, :] + scale * PENALTIES[:, None, None] * np.eye(k), hermitian=True)
     alone = np.zeros(gram.shape)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        alone[..., 0, 0] = np.where(gram[..., 0, 0] > 0, 1.0 / gram[..., 0, 0], 0.0)
+    alone[..., :1, :1] = np.linalg.pinv(gram[..., :1, :1], hermitian=True)
     inverses = np.concatenate([ridge, alone[..., None, :, :], np.zeros(gram.shape)[..., None, :, :]], axis=-3)
     return inverses, np.r_[np.full(len(PENALTIES), DOF_WEIGHT), JUDGE_DOF_WEIGHT, DOF_WEIGHT]
 
