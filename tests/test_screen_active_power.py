@@ -62,6 +62,18 @@ def test_the_design_factor_is_the_weighted_means_variance_under_screens_draw(sig
     assert (factor < 0.8) if signal == "informative" else (1.0 < factor < 1.0 / ACTIVE_FLOOR)
 
 
+def test_the_design_factor_of_values_that_do_not_vary_is_1_and_a_small_spread_counts():
+    """Constant values leave no variance for a design to change: factor 1, not 0 / 0. A spread whose squares sum
+    below 1 is a spread like any other: mean(v^2 / p~) / mean(v^2), v centred (here 1.33)."""
+    relative = np.array([0.5, 1.0, 1.5])
+    assert active_design_factor(np.full(3, 4.2), relative) == 1.0
+    values = np.array([0.0, 0.1, 0.2])
+    v = values - values.mean()
+    expected = np.mean(v * v / relative) / np.mean(v * v)
+    assert expected == pytest.approx(4.0 / 3.0)
+    assert active_design_factor(values, relative) == pytest.approx(expected, rel=1e-12)
+
+
 def _differences(rng, shape, shift):
     """Paired differences of two systems (sd 1, mean `shift`) and the judge's (its error sd 1.5 on a hard 10% of
     dialogues, 0.25 elsewhere), with an uncertainty that marks the hard ones."""
