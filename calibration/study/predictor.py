@@ -16,12 +16,14 @@ What is fitted, and why:
   are what the study estimates; only the within-system variation helps PPI (a constant shift of a system's
   predictor leaves its estimate unchanged). The regression is on the labels' scale, so ppi_mean weighs it by the
   design's own lambda, m / (n + m), with nothing more fitted (cross_prediction_lambda).
+- folds over dialogues, never over summaries: a dialogue's summaries share its difficulty, so a fold that
+  held one of them out while training on another would leak it.
 - the ridge penalty chosen by generalised cross-validation on each training set, from a grid wide enough to
   reach "all predictors in proportion to their covariance with the labels" (a large penalty) and near least
   squares (a small one, when labels are plentiful); or, chosen the same way, the judge of --judgments (the first
   predictor) alone, or no predictor at all. The ridge shrinks a strong judge with the rest: at 10 labelled
   dialogues of 2 systems (rho 0.9) its interval was 1.30x the oracle's where the judge alone gave 1.09x; with the
-  judge alone among the candidates, 1.15x (benchmarks/labels_coverage.py).
+  judge alone among the candidates, 1.14-1.16x (benchmarks/labels_coverage.py).
 - a predictor's missing cells (failures, a metric absent for a summary) take its system's mean over the judged
   dialogues: a constant carries no information and costs no bias.
 """
@@ -127,7 +129,7 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
     with np.errstate(invalid="ignore", divide="ignore"):
         gcv = np.where(dof < rows[..., None] - 1.0, np.maximum(rss, 0.0) / (1.0 - dof / rows[..., None]) ** 2, np.inf)
     best = np.argmin(np.where(np.isfinite(gcv), gcv, np.inf), axis=-1)  # (..., K)
-    # Too few training rows for any finite GCV (2 dof < rows - 1, dof >= systems): no prediction (0).
+    # Too few training rows for any finite GCV (weighted dof < rows - 1, dof >= 2 x systems): no prediction (0).
     usable = np.isfinite(gcv).any(-1)
     chosen = np.take_along_axis(inverses, best[..., None, None, None], axis=-3)[..., 0, :, :] \
         * usable[..., None, None]  # (..., K, k, k)
@@ -141,9 +143,9 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
     combined = np.where(units, combined, np.nan)
     if not with_fit:
         return combined
-    # What the coefficients' own error does to each system's estimate (fit_leverage): the folds' mean of
-    # (G + a)^-1 G (G + a)^-1 (the ridge coefficients' covariance over the residual variance) and each system's
-    # gap between the unlabelled and the labelled summaries' mean predictors.
+    # What the coefficients' own error does to each system's estimate (fit_leverage): the folds' mean of A G A,
+    # A the chosen candidate's map (G + P)^+ (the coefficients' covariance over the residual variance), and each
+    # system's gap between the unlabelled and the labelled summaries' mean predictors.
     covariance = (np.einsum("...ij,...jl,...ml->...im", chosen, gram, chosen) * active).sum(-3) / k_folds[..., None]
     unlabelled = units & ~labelled
     with np.errstate(invalid="ignore", divide="ignore"):
