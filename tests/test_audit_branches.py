@@ -538,3 +538,17 @@ def test_one_decided_pair_of_different_lengths_is_reported_not_called_none(tmp_p
     (said,) = [s for s in result.sentences if s.startswith("overall: the judge prefers")]
     assert "the longer candidate in 100%" in said and "of 1 decided pairs" in said
     assert not any("no decided pair" in s for s in result.sentences)
+
+
+def test_centring_skips_dialogues_with_no_value_silently():
+    """_centred takes each value's dialogue mean away; a dialogue with no value (audit's excess length slope keeps
+    only dialogues with a summary read twice) is never read, and dividing its empty sum must not warn on the
+    user's terminal."""
+    import warnings
+
+    from calibration.trust.audit import _centred
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _centred(np.array([0, 0, 2]), np.array([1.0, 2.0, 5.0]), 3)
+    np.testing.assert_array_equal(got, [-0.5, 0.5, 0.0])

@@ -115,3 +115,22 @@ def test_the_jurys_effective_labels_count_its_coefficients_error():
     assert 0.93 - 3 * se <= printed <= 1.02 + 3 * se, (printed, before, se)
     assert printed < before - 0.02
     np.testing.assert_array_equal(counted.ci_high, alone.ci_high)  # the interval itself is unchanged
+
+
+def test_judge_estimates_jury_rows_count_the_fit_in_effective_labels():
+    """What `judge estimate --judge` runs for a row (estimate._ppi with the combined predictor) is ppi_mean with the
+    jury's lambda m / (n + m), its spread counted as noisy as the residuals (fitted_judge) and its coefficients'
+    error (fit_leverage): the same effective_labels, and not those of a judge taken as given."""
+    from calibration.study.estimate import _ppi
+    from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage
+
+    human, judges = _jury_study(10)
+    human, judges = human[:200], judges[:200]
+    jury, fit = cross_fitted_prediction(judges, np.moveaxis(human, -1, -2), with_fit=True)
+    jury, leverage = np.moveaxis(jury, -1, -2), fit_leverage(*fit)
+    got = effective_labels(_ppi(human, jury, 0.95, combined=True, leverage=leverage))
+    lam = cross_prediction_lambda(human, jury)
+    expected = effective_labels(ppi_mean(human, jury, lam=lam, fitted_judge=True, fit_leverage=leverage))
+    given = effective_labels(ppi_mean(human, jury, lam=lam, fit_leverage=leverage))
+    np.testing.assert_array_equal(got, expected)
+    assert np.mean(given) > np.mean(got) * 1.02

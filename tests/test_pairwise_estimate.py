@@ -283,7 +283,7 @@ def test_length_controlled_lambda_is_cross_fitted_from_20_labelled_dialogues():
     with those lambdas minimised directly, on n - 1 degrees of freedom."""
     from calibration.study.pairwise import _controlled_fit
 
-    for labelled, crossed in ((40, True), (15, False)):
+    for labelled, crossed in ((40, True), (20, True), (15, False)):  # 20: MIN_CROSS_FITTED itself
         data, b, _ = _single_pairs(seed=6, dialogues=300, labelled=labelled, copy=0.7)
         lengths = _lengths(data, 6)
         mine, x, h, f = _against_baseline(data, b, SYSTEMS[1], lengths)
@@ -292,6 +292,7 @@ def test_length_controlled_lambda_is_cross_fitted_from_20_labelled_dialogues():
                     np.full(mine.sum(), b), data.dialogue[mine], data.dialogues, f, h)
         fit = _controlled_fit(one, b, x)
         n = len(np.unique(data.dialogue[mine][lab]))
+        assert n == labelled
         if crossed:
             lams = _cross_fitted_by_hand(x, h, f, lab)
             assert 0 < lams.mean() < 1 and lams.std() > 0  # the judge is used, and each lambda is its own

@@ -81,3 +81,27 @@ def test_a_study_that_needs_more_than_100000_labels_gets_no_count():
 
     assert dialogues_needed(effect_for(100_000), 0.8) == 100_000
     assert dialogues_needed(effect_for(100_001), 0.8) is None
+
+
+# At rho 0.5 (factor 1.4) and 0.7 (factor 0.7) the count moves by one if lambda's error were taken off the residual
+# instead of added to it (46 -> 45, 18 -> 19).
+@pytest.mark.parametrize("rho, factor, combined", [(0.5, 1.4, False), (0.7, 0.7, False), (0.8, 1.3, True)])
+def test_the_active_designs_count_is_written_out_with_its_factor_on_the_residual(rho, factor, combined):
+    """An active design (design_factor) multiplies the residual part of the variance, lambda's own error included
+    ((1 - rho^2)(1 + 1 / (n - 1)) from 10 labels on; a jury's (1 - rho^2) with nothing tuned): the count is the
+    first n from 3 whose power, written out with scipy, reaches 80%."""
+    effect, judged = 0.45, 300
+    n = np.arange(3, judged + 1)
+    residual = 1 - rho * rho
+    if combined:
+        share = 1 - rho * rho * (judged - n) / judged + (factor - 1) * residual
+        power = _power(effect, n, share)
+    else:
+        share = (1 - rho * rho * (judged - n) / judged + residual / (n - 1)
+                 + (factor - 1) * residual * (1 + 1 / (n - 1)))
+        tuned = _power(effect, n, share, df_spent=np.where(n >= 20, 1, 2))
+        power = np.where(n >= 10, tuned, _power(effect, n, factor))
+    expected = int(n[np.argmax(power >= 0.8)])
+    assert expected >= 10  # the judge is used at the count
+    assert dialogues_needed(effect, 0.8, rho=rho, n_judged=judged, combined=combined,
+                            design_factor=factor) == expected

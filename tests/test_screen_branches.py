@@ -1277,3 +1277,17 @@ def test_the_jurys_differences_turn_round_with_the_pair():
     assert np.isfinite(ab).sum() >= 20 and np.nanstd(ab) > 0
     np.testing.assert_allclose(ab, -ba)
     assert np.nanmax(np.abs(jury_differences(judge, wide, "x", {"other": other}, "a", "a"))) == 0.0
+    # ... and it is the jury of the paired differences (fitted on each summary's departure from its dialogue's
+    # mean, as estimate.py's differences use it), not the jury of the levels
+    from calibration.study.estimate import judge_matrices, predictor_features, StudyMatrices
+    from calibration.study.predictor import cross_fitted_prediction
+
+    items, names, scores, judged = judge_matrices(judge, "x")
+    human = wide.reindex(index=items, columns=names).to_numpy(float)
+    human = np.where(np.isnan(scores), np.nan, human)
+    features = predictor_features(StudyMatrices("x", items, names, scores, human, judged), {"other": other})
+    a, b = list(names).index("a"), list(names).index("b")
+    for contrasts in (True, False):
+        fitted = cross_fitted_prediction(features, human, ~np.isnan(scores), contrasts=contrasts)
+        same = np.allclose(ab, fitted[:, a] - fitted[:, b], equal_nan=True)
+        assert same == contrasts

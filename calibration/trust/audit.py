@@ -99,7 +99,7 @@ def _letter_index(letter) -> float:
     return float((ord(letter[0]) - 64) * 26 + ord(letter[1]) - 65)
 
 
-def _sample_change(samples, both_orders: bool = False) -> float:
+def _sample_change(samples, both_orders: bool) -> float:
     """Share of pairs of plain re-asks (samples of one prompt) whose verdicts differ; NaN with fewer than two.
 
     A pair judged in both orders holds the forward samples, then the swapped ones: only samples of one order are
