@@ -31,6 +31,7 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     python benchmarks/active_design.py --floors              # the ceiling over the design's floor (closed form)
     nice -n 10 python benchmarks/active_design.py --decompose  # the informative gap: the t's df or lambda
     nice -n 10 python benchmarks/active_design.py --worth    # eff/worth alone, active and uniform, hard 0 beside
+    nice -n 10 python benchmarks/active_design.py --pilot    # with a labelled pilot: the signal check per study
 """
 
 from __future__ import annotations
@@ -44,12 +45,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate import MIN_LABELLED, effective_labels, ppi_mean, ppi_mean_weighted  # noqa: E402
-from calibration.study.screen import inclusion_probabilities, systematic_sample  # noqa: E402
-
-
-# The active draw is run at these shares of n to find how many labels it needs for uniform's width at n.
-FRACTIONS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.15, 1.3, 1.5)
+from calibration.study.estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, effective_labels, ppi_mean,  # noqa: E402
+                                        ppi_mean_weighted)
+from calibration.study.screen import (ACTIVE_FLOOR, PILOT_CHECK, SIGNAL_LEVEL, inclusion_probabilities,  # noqa: E402
+                                      signal_test, systematic_sample, uncertainty_weights)
 
 
 def population(rng, reps, size, kind, hard, systems=1):
@@ -111,29 +110,56 @@ def ceiling(y, f, signal, n, floor=None):
     return 1.0 - np.interp(target, values[::-1], grid[::-1]) / n
 
 
-def labels_needed(grid, width_means, target):
-    """The active draw's n whose mean width equals `target`, by linear interpolation along the grid (widths fall
-    with n); NaN outside it."""
-    for k in range(len(grid) - 1):
-        upper, lower = width_means[k], width_means[k + 1]
-        if np.isfinite(upper) and np.isfinite(lower) and lower <= target <= upper:
-            return grid[k] + (grid[k + 1] - grid[k]) * (upper - target) / (upper - lower)
-    return np.nan
+def uniform_sizes(n, size):
+    """The uniform draw's sizes for its width curve around n, within n's regime of the estimator: lambda fitted on
+    all the labels at MIN_TUNED to MIN_CROSS_FITTED - 1, cross-fitted from MIN_CROSS_FITTED. The width jumps up
+    between the two (cross-fitting stops fitting the labels it corrects: 0.575 at 19 labels, 0.589 at 20 in the
+    gaussian informative cell), so a curve across the jump would credit the draw with the regime's change."""
+    low, high = (MIN_TUNED, MIN_CROSS_FITTED - 1) if n < MIN_CROSS_FITTED else (MIN_CROSS_FITTED, size - 2)
+    return np.array(sorted({int(round(k)) for k in np.linspace(max(low, 0.6 * n), min(high, 2 * n), 9)} | {n}))
+
+
+def labels_matched(sizes, widths, target):
+    """The uniform draw's n whose mean width is `target`, on the curve width^2 = A / n + B fitted to its mean widths
+    at `sizes` by least squares (the residual term falls as 1/n, the judge's term lambda^2 var(f) / N does not);
+    inf where no n reaches it."""
+    a, b = np.linalg.lstsq(np.c_[1.0 / sizes, np.ones(len(sizes))], np.square(widths), rcond=None)[0]
+    return a / (target * target - b) if target * target > b else np.inf
+
+
+def pilot_floors(rng, y, f, signal, pilot):
+    """Each study's uniform share after `judge screen --human PILOT`'s signal check (screen.signal_check's test on
+    the same statistics): `pilot` dialogues labelled at random, the human score's residual on the judge's (least
+    squares on the pilot) squared; ACTIVE_FLOOR where the permutation test finds that the uncertainty marks the
+    error (p < SIGNAL_LEVEL), 1 (a uniform draw) otherwise."""
+    floors = np.ones(len(y))
+    for r in range(len(y)):
+        chosen = rng.choice(y.shape[-1], pilot, replace=False)
+        slope, intercept = np.polyfit(f[r, chosen], y[r, chosen], 1)
+        error = (y[r, chosen] - intercept - slope * f[r, chosen]) ** 2
+        relative = uncertainty_weights(signal[r], ACTIVE_FLOOR)[chosen]
+        if pilot >= PILOT_CHECK and np.ptp(relative) > 0 and error.any():
+            floors[r] = ACTIVE_FLOOR if signal_test(relative, error)[0] < SIGNAL_LEVEL else 1.0
+    return floors
 
 
 def active_draw(rng, signal, size, floor=None):
-    """(mask, inclusion probabilities) of one fixed-size active draw per study, as `judge screen` draws it."""
-    pi = np.array([inclusion_probabilities(s, size, floor=floor) for s in signal])
+    """(mask, inclusion probabilities) of one fixed-size active draw per study, as `judge screen` draws it; `floor`
+    one uniform share, or one per study (pilot_floors)."""
+    floors = np.broadcast_to(np.asarray(floor if floor is not None else ACTIVE_FLOOR, dtype=float), (len(signal),))
+    pi = np.array([inclusion_probabilities(s, size, floor=x) for s, x in zip(signal, floors)])
     mask = np.zeros(signal.shape, dtype=bool)
     for r in range(len(signal)):
         mask[r, systematic_sample(pi[r], rng)] = True
     return mask, pi
 
 
-def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, bootstrap=300, floor=None,
-             systems=1, constant=False):
+def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstrap=300, floor=None, systems=1,
+             constant=False, pilot=0):
     """One cell: uniform and active draws of the same studies. `constant`: the judge gives every summary the same
-    score (lambda 0: the Hajek mean of the labels)."""
+    score (lambda 0: the Hajek mean of the labels). `pilot`: that many dialogues labelled first, the active draw's
+    share checked on them per study (pilot_floors; one system), its share of active studies in out["active_share"].
+    `savings`: the labels saved (the uniform draw's width curve around n; from MIN_TUNED labels)."""
     rng = np.random.default_rng(seed)
     big = population(np.random.default_rng(99), 1, 200_000 if systems > 1 else 400_000, kind, hard, systems)[0]
     truth = 3.0 if kind == "gaussian" and systems == 1 else big.mean(-1)[0]
@@ -145,24 +171,25 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
     elif signal_kind.startswith("strength"):  # "strength=q": each dialogue keeps its own signal with probability q,
         keep = rng.random(signal.shape) < float(signal_kind.split("=")[1])  # else another dialogue's (shuffled)
         signal = np.where(keep, signal, rng.permuted(signal, axis=1))
+    if pilot:
+        floor = pilot_floors(rng, y, f, signal, pilot)
     lift = (lambda a: a) if systems == 1 else (lambda a: a[:, None, :])  # noqa: E731  (reps, size) -> per system
     out = {}
-    uniform_mask = rng.random((reps, size)).argsort(1) < n
     scale = None if kind == "gaussian" else (1, 5)
-    uniform, width_u, shown_u, hit_u = measure(y, f, lift(uniform_mask), lift(np.full((reps, size), n / size)), truth,
-                                               scale)
-    grid = sorted({max(MIN_LABELLED, int(round(share * n))) for share in fractions})
-    active = []
-    for size_a in grid:
-        mask, pi = active_draw(rng, signal, size_a, floor)
-        active.append(measure(y, f, lift(mask), lift(pi), truth, scale))
-    drawn, width_a, shown_a, hit_a = active[grid.index(n)]  # the active draw of n labels
+
+    def uniform_draw(k):
+        mask = rng.random((reps, size)).argsort(1) < k
+        weighted = measure(y, f, lift(mask), lift(np.full((reps, size), k / size)), truth, scale)
+        return mask, weighted, ppi_mean(np.where(lift(mask), y, np.nan), f, bounds=scale)  # `judge estimate`
+
+    uniform_mask, (uniform, width_u, shown_u, hit_u), plain = uniform_draw(n)
+    mask, pi = active_draw(rng, signal, n, floor)
+    drawn, width_a, shown_a, hit_a = measure(y, f, lift(mask), lift(pi), truth, scale)
     out["uniform"] = {"coverage": float(hit_u[shown_u].mean()), "width": width_u}
     out["active"] = {"coverage": float(hit_a[shown_a].mean()), "width": width_a}
-    # The lowest coverage of any active draw on the grid (0.3-1.5 x n) and of any system there.
-    out["worst"] = min(float(np.min(np.where(s.sum(0) > 0, (h & s).sum(0) / np.maximum(s.sum(0), 1), 1.0)))
-                       for _, _, s, h in active)
-    plain = ppi_mean(np.where(lift(uniform_mask), y, np.nan), f, bounds=scale)  # `judge estimate`, a uniform plan
+    # The active draw's lowest coverage over its systems.
+    out["worst"] = float(np.min(np.where(shown_a.sum(0) > 0, (hit_a & shown_a).sum(0) / np.maximum(shown_a.sum(0), 1),
+                                         1.0)))
     out["ppi_mean"] = {"coverage": np.mean((plain.ci_low <= truth) & (truth <= plain.ci_high)),
                        "width": plain.ci_high - plain.ci_low}
     out["shown"] = float(shown_a.mean())
@@ -175,19 +202,30 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
     def ratio(rows):
         return float(np.nanmean(effective[rows]) / (n * np.mean(human[rows]) / np.mean(errors[rows])))
 
-    def saved(rows, reference):
-        # A grid point where active prints no interval in more than 2% of studies is no match for uniform's width.
-        means = [np.nanmean(w[rows]) if s[rows].mean() >= 0.98 else np.inf for _, w, s, _ in active]
-        return 1.0 - labels_needed(grid, means, np.nanmean(reference[rows])) / n
-
+    # Labels saved: 1 - n / n_u, n_u the uniform draw's labels for the active draw's mean width at n, read off the
+    # uniform draw's width curve (weighted with equal probabilities, or ppi_mean) in n's regime (uniform_sizes).
+    # NaN where the active draw prints no interval in more than 2% of studies (no match for uniform's width).
     draws = np.random.default_rng(seed + 1).integers(0, reps, (bootstrap, reps))
     everyone = np.arange(reps)
-    for key, reference in (("saved", width_u), ("saved_plain", plain.ci_high - plain.ci_low)):
-        if len(grid) < 2:  # one size only: no saving to interpolate
-            out[key] = (np.nan, np.nan, np.nan)
-            continue
-        spread = np.array([saved(rows, reference) for rows in draws])
-        out[key] = (saved(everyone, reference), *np.nanpercentile(spread, [2.5, 97.5]))
+    if savings and n >= MIN_TUNED:
+        sizes = uniform_sizes(n, size)
+        curves = {"saved": [], "saved_plain": []}
+        for k in sizes:
+            _, (_, width_k, shown_k, _), plain_k = uniform_draw(k)
+            curves["saved"].append(np.where(shown_k, width_k, np.nan))
+            curves["saved_plain"].append(plain_k.ci_high - plain_k.ci_low)
+
+        def saved(rows, curve):
+            if shown_a[rows].mean() < 0.98:
+                return np.nan
+            means = np.array([np.nanmean(width[rows]) for width in curve])
+            return 1.0 - n / labels_matched(sizes, means, np.nanmean(width_a[rows]))
+
+        for key, curve in curves.items():
+            spread = np.array([saved(rows, curve) for rows in draws])
+            out[key] = (saved(everyone, curve), *np.nanpercentile(spread, [2.5, 97.5]))
+    else:
+        out["saved"] = out["saved_plain"] = (np.nan, np.nan, np.nan)
     spread = np.array([ratio(rows) for rows in draws])
     out["effective"] = (ratio(everyone), float(np.std(spread)))
     # The same for the uniform draw's ppi_mean (what `judge estimate` prints for a uniform plan), on its own errors.
@@ -208,7 +246,9 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, fractions=FRACTIONS, 
 
     for key, printed, own in (("harmonic", effective, errors), ("harmonic_plain", plain_effective, plain_errors)):
         out[key] = (harmonic(printed, own, everyone), float(np.std([harmonic(printed, own, rows) for rows in draws])))
-    out["ceiling"] = ceiling(y[:100], f[:100], signal[:100], n, floor) if systems == 1 else np.nan
+    out["ceiling"] = ceiling(y[:100], f[:100], signal[:100], n, floor) if systems == 1 and np.ndim(floor) == 0 \
+        else np.nan
+    out["active_share"] = float(np.mean(np.asarray(floor) < 1.0)) if pilot else np.nan
     return out
 
 
@@ -276,13 +316,15 @@ def main(argv=None) -> int:
     parser.add_argument("--worth", action="store_true", help="eff/worth only (the draw at n, no savings grid): "
                         "the main table's cells at N = 100 and 500, n = 10, 20, 50, the active draw's and the uniform "
                         "draw's ppi_mean, and a judge without a hard share (hard 0: normal residuals) beside them")
+    parser.add_argument("--pilot", action="store_true", help="with a labelled pilot (`judge screen --human`): each "
+                        "study's draw active or uniform by the signal check on 10, 20 or 30 pilot dialogues")
     parser.add_argument("--recheck", action="store_true", help="the cells under 0.94 in the 1,000-study tables, "
                         "the active draw at n only, 4,000 studies on new seeds")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.recheck:
         for kind, hard, sig, n, size, constant in RECHECK:
-            o = run_cell(kind, hard, sig, n, size, 4000, 500 + n, fractions=(1.0,), bootstrap=2, floor=args.floor,
+            o = run_cell(kind, hard, sig, n, size, 4000, 500 + n, savings=False, bootstrap=2, floor=args.floor,
                          constant=constant)
             cover = o["active"]["coverage"]
             print(f"{kind:8s} {hard:4.2f} {sig:11s} {size:4d} {n:3d} constant={str(constant)[0]} | active "
@@ -297,7 +339,7 @@ def main(argv=None) -> int:
                  for sig in ("informative", "useless") for size in (100, 500) for n in (10, 20, 50)
                  if not (hard == 0.0 and sig == "informative")]  # hard 0: the signal marks nothing either way
         for index, (kind, hard, sig, size, n) in enumerate(cells):
-            o = run_cell(kind, hard, sig, n, size, args.repetitions, 900 + index, fractions=(1.0,), bootstrap=200,
+            o = run_cell(kind, hard, sig, n, size, args.repetitions, 900 + index, savings=False, bootstrap=200,
                          floor=args.floor)
             (a, a_se), (u, u_se) = o["effective"], o["effective_plain"]
             (ha, ha_se), (hu, hu_se) = o["harmonic"], o["harmonic_plain"]
@@ -319,6 +361,17 @@ def main(argv=None) -> int:
         return 0
     if args.decompose:
         decompose(args.repetitions)
+        return 0
+    if args.pilot:
+        print("kind     hard  signal        N   n pilot " + COLUMNS + " | share of studies drawn active")
+        cells = [(kind, 0.1, sig, size, n, m) for kind in ("gaussian", "likert")
+                 for sig in ("informative", "useless", "strength=0.5") for size in (100, 500) for n in (20, 50)
+                 for m in (10, 20, 30) if kind == "gaussian" or not sig.startswith("strength")]
+        for index, (kind, hard, sig, size, n, m) in enumerate(cells):
+            o = run_cell(kind, hard, sig, n, size, args.repetitions, 700 + index, pilot=m)
+            print(line(f"{kind:8s} {hard:4.2f} {sig:13s} {size:4d} {n:3d} {m:5d}", o)
+                  + f" | {o['active_share']:.2f}", flush=True)
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
         return 0
     if args.strength:
         print("kind     hard  signal        N   n " + COLUMNS)

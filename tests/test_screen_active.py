@@ -112,7 +112,7 @@ def test_effective_labels_of_an_active_draw_match_what_it_is_worth(kind, size, n
     n = 50 of N = 100 and the printed value 0.85 x the worth there (understating, never overstating)."""
     from active_design import run_cell
 
-    out = run_cell(kind, 0.1, "informative", n, size, 1000, seed=3, fractions=(1.0,), bootstrap=50)
+    out = run_cell(kind, 0.1, "informative", n, size, 1000, seed=3, savings=False, bootstrap=50)
     assert 0.8 < out["effective"][0] < 1.15
 
 
@@ -122,7 +122,7 @@ def test_effective_labels_of_an_active_draw_match_what_it_is_worth(kind, size, n
 def test_planted_means_are_recovered_and_an_informative_signal_saves_labels(kind, hard, signal, size, n):
     from active_design import run_cell
 
-    out = run_cell(kind, hard, signal, n, size, 400, seed=7, fractions=(0.5, 0.65, 0.8, 1.0, 1.25), bootstrap=100)
+    out = run_cell(kind, hard, signal, n, size, 400, seed=7, bootstrap=100)
     assert out["active"]["coverage"] >= 0.925 and out["uniform"]["coverage"] >= 0.925
     if signal == "informative":
         assert out["saved"][1] > 0.05  # the Monte Carlo interval of the labels saved is above 5%
@@ -177,7 +177,7 @@ def test_rare_failures_at_fifty_active_labels_are_covered():
     from active_design import run_cell
 
     for signal in ("informative", "useless"):
-        out = run_cell("rare", 0.1, signal, 50, 100, 500, seed=0, fractions=(1.0,), bootstrap=2, systems=6)
+        out = run_cell("rare", 0.1, signal, 50, 100, 500, seed=0, savings=False, bootstrap=2, systems=6)
         assert out["shown"] > 0.98
         assert out["active"]["coverage"] >= 0.935
 

@@ -394,23 +394,30 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     if len(both) < PILOT_CHECK or both["relative"].nunique() < 2:
         return 0.0, (f"{len(both)} pilot dialogues (fewer than {PILOT_CHECK}) or no spread of uncertainty: the "
                      "signal cannot be checked, so the draw is uniform")
-    gain = 1.0 - 1.0 / both["relative"].to_numpy()
-    r2 = both["error"].to_numpy()
-    if not r2.any():
+    if not both["error"].to_numpy().any():
         return 0.0, (f"on {len(both)} pilot dialogues the judge's scores fit the labels exactly (a linear function "
                      "of them): no error for the uncertainty to mark, so the draw is uniform")
-    observed = r2 @ gain
-    rng = np.random.default_rng(0)  # the same pilot gives the same verdict
-    shuffled = np.array([rng.permutation(gain) for _ in range(PERMUTATIONS)]) @ r2
-    p_value = (1 + np.sum(shuffled >= observed - 1e-12 * np.abs(observed))) / (PERMUTATIONS + 1)
-    change = np.mean(r2 / both["relative"].to_numpy()) / np.mean(r2)  # some r2 > 0: returned above otherwise
-    if p_value < 0.1:
+    p_value, change = signal_test(both["relative"].to_numpy(), both["error"].to_numpy())
+    if p_value < SIGNAL_LEVEL:
         return 1.0 - ACTIVE_FLOOR, (f"checked on {len(both)} pilot dialogues: the uncertainty marks where the judge "
                                     f"errs (the active draw's residual variance {change:.2f} x a uniform draw's on "
                                     f"the pilot, permutation p {p_value:.3f})")
     return 0.0, (f"on {len(both)} pilot dialogues the uncertainty does not mark where the judge errs (the active "
                  f"draw's residual variance {change:.2f} x a uniform draw's, permutation p {p_value:.2f}): the draw "
                  "falls back to uniform")
+
+
+def signal_test(relative: np.ndarray, error: np.ndarray) -> tuple[float, float]:
+    """(one-sided permutation p-value, the active draw's residual variance over a uniform draw's) on pilot dialogues
+    with relative inclusion probabilities `relative` (p~) and squared residuals `error` (some nonzero): the statistic
+    T = sum error (1 - 1 / p~) against PERMUTATIONS shuffles of p~ (signal_check; a fixed seed, so the same pilot
+    gives the same verdict)."""
+    gain = 1.0 - 1.0 / relative
+    observed = error @ gain
+    rng = np.random.default_rng(0)
+    shuffled = np.array([rng.permutation(gain) for _ in range(PERMUTATIONS)]) @ error
+    p_value = (1 + np.sum(shuffled >= observed - 1e-12 * np.abs(observed))) / (PERMUTATIONS + 1)
+    return float(p_value), float(np.mean(error / relative) / np.mean(error))
 
 
 def relative_probabilities(items: pd.DataFrame, share: float) -> pd.Series:
@@ -443,6 +450,8 @@ def active_design_factor(values: np.ndarray, relative: np.ndarray) -> float:
 PERMUTATIONS = 1999
 # Pilot dialogues needed to check an active design's signal.
 PILOT_CHECK = 10
+# The signal check's level: the draw goes active when the permutation p-value is below it.
+SIGNAL_LEVEL = 0.1
 
 
 def inclusion_probabilities(uncertainty, size: int, floor: float = None) -> np.ndarray:
