@@ -32,6 +32,7 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     nice -n 10 python benchmarks/active_design.py --decompose  # the informative gap: the t's df or lambda
     nice -n 10 python benchmarks/active_design.py --worth    # eff/worth alone, active and uniform, hard 0 beside
     nice -n 10 python benchmarks/active_design.py --pilot    # with a labelled pilot: the signal check per study
+    nice -n 10 python benchmarks/active_design.py --strata   # two criteria, the judge's error weighting the draw
 """
 
 from __future__ import annotations
@@ -275,6 +276,85 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
     return out
 
 
+def strata_population(rng, reps, size, errors, hard=0.1):
+    """(y, f, doubt), each (reps, C, size): C criteria of one system on `size` dialogues, y ~ N(3, 1) each; the
+    judge errs by sd errors[c] on criterion c's hard dialogues (a share `hard`, drawn for each criterion on its
+    own), by 0.25 elsewhere, and its doubt about a judgment is 0.9 +- 0.1 on its criterion's hard dialogues and
+    0.1 +- 0.1 elsewhere (screen's per-judgment uncertainty)."""
+    shape = (reps, len(errors), size)
+    is_hard = rng.random(shape) < hard
+    y = 3.0 + rng.standard_normal(shape)
+    f = y + np.where(is_hard, np.asarray(errors, dtype=float)[:, None], 0.25) * rng.standard_normal(shape)
+    return y, f, np.clip(np.where(is_hard, 0.9, 0.1) + 0.1 * rng.standard_normal(shape), 0.0, 1.0)
+
+
+def strata_designs(rng, y, f, doubt, pilot):
+    """Per study, one pilot of `pilot` dialogues labelled at random, and the active draw `judge screen --human`
+    makes from it: {"plain": the dialogue's uncertainty the mean of its judgments' (before), "strata": weighted by
+    screen.stratum_weights on the pilot's errors} -> (uncertainty (reps, size), floors (reps,)), each checked by
+    screen's signal test on the same pilot (the dialogue's squared residual, the mean over its criteria)."""
+    import pandas as pd
+
+    from calibration.study.screen import stratum_weights
+
+    reps, criteria, size = y.shape
+    out = {key: (np.zeros((reps, size)), np.ones(reps)) for key in ("plain", "strata")}
+    for r in range(reps):
+        chosen = rng.choice(size, pilot, replace=False)
+        squared = []
+        for c in range(criteria):
+            slope, intercept = np.polyfit(f[r, c, chosen], y[r, c, chosen], 1)
+            squared.append((y[r, c, chosen] - intercept - slope * f[r, c, chosen]) ** 2)
+        squared = np.array(squared)  # (C, pilot)
+        index = pd.MultiIndex.from_product([chosen, ["s"], range(criteria)], names=["item_id", "system", "criterion"])
+        errors = pd.Series(squared.T.ravel(), index=index)
+        weights = stratum_weights(errors).droplevel("system").reindex(range(criteria)).to_numpy()
+        for key, w in (("plain", np.ones(criteria)), ("strata", weights)):
+            signal = (w[:, None] * doubt[r]).mean(0)
+            relative = uncertainty_weights(signal, ACTIVE_FLOOR)[chosen]
+            out[key][0][r] = signal
+            out[key][1][r] = ACTIVE_FLOOR if signal_test(relative, squared.mean(0))[0] < SIGNAL_LEVEL else 1.0
+    return out
+
+
+def strata_cell(errors, n, size, reps, seed, pilot, useless=False, bootstrap=200):
+    """Labels saved per criterion by the active draw whose uncertainty is or is not weighted by the pilot's error per
+    criterion (strata_designs), against a uniform draw, the same studies: {design: {"saved": [(value, lo, hi) per
+    criterion], "cover": [...], "active": share of studies drawn active}}. `useless`: each criterion's doubt shuffled
+    over the dialogues."""
+    rng = np.random.default_rng(seed)
+    y, f, doubt = strata_population(rng, reps, size, errors)
+    if useless:
+        doubt = rng.permuted(doubt, axis=-1)
+    designs = strata_designs(rng, y, f, doubt, pilot)
+    sizes = uniform_sizes(n, size)
+    criteria = len(errors)
+    curves = [[] for _ in range(criteria)]
+    for k in sizes:
+        mask = rng.random((reps, size)).argsort(1) < k
+        for c in range(criteria):
+            _, width, shown, _ = measure(y[:, c], f[:, c], mask, np.full((reps, size), k / size), 3.0)
+            curves[c].append(np.where(shown, width, np.nan))
+    draws = np.random.default_rng(seed + 1).integers(0, reps, (bootstrap, reps))
+    out = {}
+    for key, (signal, floors) in designs.items():
+        mask, pi = active_draw(rng, signal, n, floors)
+        row = {"saved": [], "cover": [], "active": float(np.mean(floors < 1.0))}
+        for c in range(criteria):
+            _, width, shown, hit = measure(y[:, c], f[:, c], mask, pi, 3.0)
+
+            def saved(rows):
+                means = np.array([np.nanmean(w[rows]) for w in curves[c]])
+                matched = labels_matched(sizes, means, np.nanmean(np.where(shown, width, np.nan)[rows]), n)
+                return 1.0 - n / (sizes[-1] if matched == CENSORED else matched)
+
+            spread = [saved(rows) for rows in draws]
+            row["saved"].append((saved(np.arange(reps)), *np.nanpercentile(spread, [2.5, 97.5])))
+            row["cover"].append(float(hit[shown].mean()))
+        out[key] = row
+    return out
+
+
 def line(label, o) -> str:
     saved, plain, effective = o["saved"], o["saved_plain"], o["effective"]
     at_least = lambda key: ">" if o.get(key + "_bound") else " "  # noqa: E731  (censored: a lower bound)
@@ -343,6 +423,8 @@ def main(argv=None) -> int:
                         "draw's ppi_mean, and a judge without a hard share (hard 0: normal residuals) beside them")
     parser.add_argument("--pilot", action="store_true", help="with a labelled pilot (`judge screen --human`): each "
                         "study's draw active or uniform by the signal check on 10, 20 or 30 pilot dialogues")
+    parser.add_argument("--strata", action="store_true", help="two criteria whose judge errs differently, a pilot: "
+                        "the active draw's uncertainty weighted by the pilot's error per criterion, or not")
     parser.add_argument("--recheck", action="store_true", help="the cells under 0.94 in the 1,000-study tables, "
                         "the active draw at n only, 4,000 studies on new seeds")
     args = parser.parse_args(argv)
@@ -396,6 +478,23 @@ def main(argv=None) -> int:
             o = run_cell(kind, hard, sig, n, size, args.repetitions, 700 + index, pilot=m)
             print(line(f"{kind:8s} {hard:4.2f} {sig:13s} {size:4d} {n:3d} {m:5d}", o)
                   + f" | {o['active_share']:.2f}", flush=True)
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
+        return 0
+    if args.strata:
+        print("errors A,B  signal        N   n pilot | drawn active: plain strata | labels saved [MC 95%] A: plain, "
+              "strata | B: plain, strata | cover A, B: plain; strata")
+        cells = [(errors, useless, size, n, m) for errors in ((0.5, 1.5), (0.25, 1.5), (1.5, 1.5))
+                 for useless in (False, True) for size in (100, 500) for n in (20, 50) for m in (20, 30)
+                 if not (useless and m == 30)]
+        for index, (errors, useless, size, n, m) in enumerate(cells):
+            o = strata_cell(errors, n, size, args.repetitions, 1100 + index, m, useless)
+            plain, strata = o["plain"], o["strata"]
+            fmt = lambda t: f"{t[0]:+.2f} [{t[1]:+.2f}, {t[2]:+.2f}]"  # noqa: E731
+            print(f"{errors[0]:4.2f},{errors[1]:4.2f}  {'useless' if useless else 'informative':11s} {size:4d} "
+                  f"{n:3d} {m:5d} | {plain['active']:.2f} {strata['active']:.2f} | {fmt(plain['saved'][0])} "
+                  f"{fmt(strata['saved'][0])} | {fmt(plain['saved'][1])} {fmt(strata['saved'][1])} | "
+                  f"{plain['cover'][0]:.3f} {plain['cover'][1]:.3f}; {strata['cover'][0]:.3f} "
+                  f"{strata['cover'][1]:.3f}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
         return 0
     if args.strength:

@@ -293,16 +293,18 @@ def discrimination(judge: pd.DataFrame, systems: pd.DataFrame, criteria) -> pd.S
 
 
 def make_plan(items: pd.DataFrame, budget: int, unit: str, random_share: float, seed: int,
-              design: str = "uniform", uncertainty_share: float | None = None) -> pd.DataFrame:
+              design: str = "uniform", uncertainty_share: float | None = None,
+              drawn_on: pd.Series | None = None) -> pd.DataFrame:
     """plan.csv rows (item_id, part, reason): a uniformly random part, then the highest-priority dialogues.
 
     `unit` "dialogues" counts dialogues; "judgments" counts the judgments humans must give (each dialogue costs
     as many as the judge made on it). `design` "active": the random part is drawn with inclusion probabilities
     rising with the dialogue's uncertainty (inclusion_probabilities; `uncertainty_share` of the budget follows the
-    uncertainty, the rest is uniform), by a fixed-size systematic draw, and the rows gain `inclusion_probability`.
+    uncertainty, the rest is uniform), by a fixed-size systematic draw, and the rows gain `inclusion_probability`. `drawn_on`: the
+    uncertainty the active draw follows, in the order of `items` (stratified_uncertainty's; default the items' own).
     """
     if design == "active":
-        return _active_plan(items, budget, unit, random_share, seed, uncertainty_share)
+        return _active_plan(items, budget, unit, random_share, seed, uncertainty_share, drawn_on)
     if not 0.0 <= random_share <= 1.0:
         raise CalibrationError(f"--random-share must be between 0 and 1, got {random_share}")
     cost = items.set_index("item_id")["n_judgments"] if unit == "judgments" else \
@@ -337,16 +339,17 @@ def make_plan(items: pd.DataFrame, budget: int, unit: str, random_share: float, 
 
 
 def _active_plan(items: pd.DataFrame, budget: int, unit: str, random_share: float, seed: int,
-                 uncertainty_share: float | None) -> pd.DataFrame:
+                 uncertainty_share: float | None, drawn_on=None) -> pd.DataFrame:
     if unit != "dialogues":
         raise CalibrationError("--design active draws dialogues with known probabilities: give --budget-unit "
                                "dialogues (a budget in judgments would make each draw's probability depend on cost)")
     if budget > len(items):
         raise CalibrationError(f"--budget {budget} dialogues is more than the data has: {len(items)} dialogues")
     size = int(round(random_share * budget))
-    ordered = items.sort_values("item_id").reset_index(drop=True)
+    follows = items["uncertainty"].to_numpy(float) if drawn_on is None else np.asarray(drawn_on, dtype=float)
+    ordered = items.assign(follows=follows).sort_values("item_id").reset_index(drop=True)
     share = 1.0 - ACTIVE_FLOOR if uncertainty_share is None else uncertainty_share
-    pi = inclusion_probabilities(ordered["uncertainty"].to_numpy(float), size, floor=1.0 - share)
+    pi = inclusion_probabilities(ordered["follows"].to_numpy(float), size, floor=1.0 - share)
     chosen = systematic_sample(pi, np.random.default_rng(seed)) if size else np.array([], dtype=int)
     how = (f"active draw on the judge's uncertainty (seed {seed})" if share > 0 else
            f"uniform draw: the active design fell back (plan.json says why; seed {seed})")
@@ -377,18 +380,10 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     pilots a cell): 19-27%, 29-42%, 36-55%."""
     if pilot is None:
         return 1.0 - ACTIVE_FLOOR, "unchecked (no --human pilot): a useless signal costs labels"
-    scores = judge[judge["status"] == "ok"].groupby(["item_id", "system", "criterion"])["score"].mean()
-    paired = pilot.set_index(["item_id", "system", "criterion"])["human"].to_frame().join(scores, how="inner")
-    residual = []
-    for _, part in paired.groupby(level="criterion"):
-        if len(part) >= 3 and part["score"].std() > 0:
-            slope, intercept = np.polyfit(part["score"], part["human"], 1)
-            r = part["human"] - intercept - slope * part["score"]
-            # The fit's rounding is no error: an exactly linear pilot has none for the uncertainty to mark.
-            residual.append(r.where(r.abs() > 1e-9 * part["human"].abs().max(), 0.0) ** 2)
-    if not residual:
+    squared = pilot_errors(judge, pilot)
+    if squared.empty:
         return 0.0, "the pilot has no labels to check the signal on: uniform"
-    error = pd.concat(residual).groupby(level="item_id").mean()
+    error = squared.groupby(level="item_id").mean()
     relative = relative_probabilities(items, 1.0 - ACTIVE_FLOOR)
     both = relative.rename("relative").to_frame().join(error.rename("error"), how="inner")
     if len(both) < PILOT_CHECK or both["relative"].nunique() < 2:
@@ -405,6 +400,61 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     return 0.0, (f"on {len(both)} pilot dialogues the uncertainty does not mark where the judge errs (the active "
                  f"draw's residual variance {change:.2f} x a uniform draw's, permutation p {p_value:.2f}): the draw "
                  "falls back to uniform")
+
+
+def pilot_errors(judge: pd.DataFrame, pilot: pd.DataFrame) -> pd.Series:
+    """The judge's squared error on each labelled summary of the pilot, by (item_id, system, criterion): the human
+    score's residual on the judge's, a least-squares line per criterion (what PPI's lambda corrects is not error);
+    empty when no criterion has 3 labelled summaries with a spread of judge scores."""
+    scores = judge[judge["status"] == "ok"].groupby(["item_id", "system", "criterion"])["score"].mean()
+    paired = pilot.set_index(["item_id", "system", "criterion"])["human"].to_frame().join(scores, how="inner")
+    residual = []
+    for _, part in paired.groupby(level="criterion"):
+        if len(part) >= 3 and part["score"].std() > 0:
+            slope, intercept = np.polyfit(part["score"], part["human"], 1)
+            r = part["human"] - intercept - slope * part["score"]
+            # The fit's rounding is no error: an exactly linear pilot has none for the uncertainty to mark.
+            residual.append(r.where(r.abs() > 1e-9 * part["human"].abs().max(), 0.0) ** 2)
+    return pd.concat(residual) if residual else pd.Series(dtype=float)
+
+
+def stratum_weights(errors: pd.Series) -> pd.Series:
+    """Each (system, criterion)'s weight in the active draw's uncertainty: the judge's mean squared error there on
+    the pilot (pilot_errors) over the mean of all strata's, shrunk toward its criterion's with STRATUM_PRIOR pseudo-
+    dialogues (a stratum has one label per pilot dialogue). Neyman's allocation: labels go where the error is, so
+    the judge's doubt about a criterion it gets right anyway weighs little, and its doubt where it errs weighs
+    more. All 1 when the pilot has no error to share out."""
+    if errors.empty or not errors.any():
+        return pd.Series(dtype=float)
+    criterion = errors.groupby(level="criterion").mean()
+    cells = errors.groupby(level=["system", "criterion"]).agg(["sum", "count"])
+    prior = criterion.reindex(cells.index.get_level_values("criterion")).to_numpy()
+    mean_square = (cells["sum"] + STRATUM_PRIOR * prior) / (cells["count"] + STRATUM_PRIOR)
+    return mean_square / mean_square.mean()
+
+
+def stratified_uncertainty(items: pd.DataFrame, judge: pd.DataFrame, weights: pd.Series) -> pd.DataFrame:
+    """`items` with each dialogue's uncertainty the mean over its judgments of the judgment's uncertainty times its
+    stratum's weight (stratum_weights; a stratum the pilot did not label: its criterion's mean weight, else 1), so
+    the active draw follows the doubt where the judge errs. `items` itself when there are no weights."""
+    if weights.empty:
+        return items
+    per_judgment = judgment_uncertainty(judge)
+    by_criterion = weights.groupby(level="criterion").mean()
+    cell = pd.MultiIndex.from_arrays([judge["system"], judge["criterion"]])
+    weight = pd.Series(weights.reindex(cell).to_numpy(), index=judge.index)
+    weight = weight.fillna(judge["criterion"].map(by_criterion)).fillna(1.0)
+    weighted = (per_judgment["uncertainty"] * weight).groupby(per_judgment["item_id"]).mean()
+    return items.assign(uncertainty=items["item_id"].map(weighted).to_numpy())
+
+
+def strata_clause(weights: pd.Series) -> str:
+    """What the warning says of stratum_weights: nothing without them."""
+    if weights.empty:
+        return ""
+    low, high = weights.idxmin(), weights.idxmax()
+    return (f"; the uncertainty weighted by the judge's error per system and criterion on the pilot, from "
+            f"{weights.min():.2f} ({low[0]}, {low[1]}) to {weights.max():.2f} ({high[0]}, {high[1]})")
 
 
 def signal_test(relative: np.ndarray, error: np.ndarray) -> tuple[float, float]:
@@ -452,6 +502,8 @@ PERMUTATIONS = 1999
 PILOT_CHECK = 10
 # The signal check's level: the draw goes active when the permutation p-value is below it.
 SIGNAL_LEVEL = 0.1
+# Pseudo-dialogues at its criterion's mean squared error a (system, criterion) stratum's own is shrunk toward.
+STRATUM_PRIOR = 5
 
 
 def inclusion_probabilities(uncertainty, size: int, floor: float = None) -> np.ndarray:
@@ -555,9 +607,9 @@ def power_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, power: flo
                                                         combined=bool(judges)) if np.isfinite(rho) else None)
         if relative is not None:
             p = relative.reindex(items[both]).fillna(1.0).to_numpy(float)
-            pilot_errors = labelled if row.get("n_pilot", 0) >= 3 else None
+            pilot_labelled = labelled if row.get("n_pilot", 0) >= 3 else None
             row.update(zip(("design_factor", "active_basis", "dialogues_active"),
-                           active_count(row, effect, power, alpha, rho, d, g, p, pilot_errors, bool(judges))))
+                           active_count(row, effect, power, alpha, rho, d, g, p, pilot_labelled, bool(judges))))
         rows.append(row)
     table = pd.DataFrame(rows)
     for column in ("dialogues_human_only", "dialogues_with_judge", "dialogues_active"):
@@ -768,15 +820,19 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     alpha = 0.05
     if judges:
         judges = {name: expand_all_criteria(frame, criteria) for name, frame in judges.items()}
-    share, why = signal_check(items, judge, pilot) if design == "active" else (None, "")
-    relative = relative_probabilities(items, share) if design == "active" else None
+    # An active draw follows the judge's doubt, weighted by its error per system and criterion on a pilot.
+    strata = stratum_weights(pilot_errors(judge, pilot)) if design == "active" and pilot is not None else \
+        pd.Series(dtype=float)
+    drawn_on = stratified_uncertainty(items, judge, strata)
+    share, why = signal_check(drawn_on, judge, pilot) if design == "active" else (None, "")
+    relative = relative_probabilities(drawn_on, share) if design == "active" else None
     table = power_table(scored, systems, criteria, power, alpha, pilot, judges, relative)
     result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),
                           n_resamples=n_resamples, seed=seed)
     if design == "active":
-        result.warnings.append(f"--design active: {why}")
+        result.warnings.append(f"--design active: {why}" + strata_clause(strata))
     if budget is not None:
-        plan = make_plan(items, budget, unit, random_share, seed, design, share)
+        plan = make_plan(items, budget, unit, random_share, seed, design, share, drawn_on["uncertainty"])
         result.warnings += plan_warnings(plan, budget, unit, random_share)
         result.plan = plan
         items["part"] = items["item_id"].map(dict(zip(plan["item_id"], plan["part"]))).fillna("")
@@ -788,7 +844,9 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
             "power": json.loads(table.to_json(orient="records")),
         }
         if design == "active":
-            result.plan_info.update(design="active", uncertainty_share=share, signal=why)
+            result.plan_info.update(design="active", uncertainty_share=share, signal=why, strata=[
+                {"system": system, "criterion": criterion, "weight": float(weight)}
+                for (system, criterion), weight in strata.items()])
     return result
 
 
