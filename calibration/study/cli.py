@@ -34,7 +34,9 @@ writes (with --output-dir): systems.csv, items.csv, power.csv and, with --budget
              analysis
 --design active: power.csv (and plan.json's power) gain dialogues_active, what that design needs: with a --human
 pilot, from the pilot's errors weighed by 1/p (design_factor, active_basis "pilot"); without one, at most the
-uniform count at the worst case the design's floor allows (active_basis "worst case").
+uniform count at the worst case the design's floor allows (active_basis "worst case"). With a --human pilot the
+draw follows each judgment's doubt weighted by the judge's error in its system and criterion on the pilot (plan.json's
+strata): doubt where the judge errs draws labels, doubt where it is right anyway hardly does.
 A plan is a contract: an --output-dir that holds one is refused (a plan is never replaced), `judge export --plan`
 records its digest in the key, and `judge estimate --plan` refuses a plan edited since or made from other judgments.
 Only the random part may enter `judge estimate`: a plan with none is refused (or, with --random-share 0, warned
@@ -135,7 +137,9 @@ def register(sub) -> None:
     screen.add_argument("--design", choices=["uniform", "active"], default="uniform",
                         help="how the random part is drawn: uniform (default), or active: with known inclusion "
                              "probabilities rising with the judge's uncertainty (floored so every dialogue can be "
-                             "drawn; checked against a --human pilot when given); plan.csv records each probability")
+                             "drawn; checked against a --human pilot when given, which also weighs each "
+                             "judgment's doubt by the judge's error in its system and criterion there); plan.csv "
+                             "records each probability")
     screen.add_argument("--power", type=_power_type, default=0.8, help="target power (default 0.8)")
     screen.add_argument("--bootstrap", type=positive_type, default=1000, metavar="N",
                         help="bootstrap resamples of dialogues (default 1000)")

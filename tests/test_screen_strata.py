@@ -1,0 +1,137 @@
+"""`judge screen --design active --human PILOT`: the draw follows the judge's doubt weighted by its error per system
+and criterion on the pilot (stratified allocation), checked against computations written out, end to end, and for
+the permutation check's level when the doubt says nothing."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration.study.screen import (STRATUM_PRIOR, inclusion_probabilities, judgment_uncertainty, pilot_errors,
+                                      relative_probabilities, screen, stratified_uncertainty, stratum_weights)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+def test_stratum_weights_are_each_cells_shrunk_mean_squared_error_over_their_mean():
+    """Written out cell by cell: (sum of squared errors + STRATUM_PRIOR x its criterion's mean) / (count +
+    STRATUM_PRIOR), over the mean of the cells."""
+    rng = np.random.default_rng(4)
+    rows = [(f"d{i}", system, criterion, rng.exponential(scale))
+            for i in range(7) for system in ("a", "b") for criterion, scale in (("x", 0.2), ("y", 2.0))
+            if not (system == "b" and criterion == "y" and i > 2)]  # one cell with fewer labels than the others
+    errors = pd.DataFrame(rows, columns=["item_id", "system", "criterion", "e"]).set_index(
+        ["item_id", "system", "criterion"])["e"]
+    got = stratum_weights(errors)
+    expected = {}
+    for system in ("a", "b"):
+        for criterion in ("x", "y"):
+            own = [e for _, s, c, e in rows if s == system and c == criterion]
+            prior = np.mean([e for _, _, c, e in rows if c == criterion])
+            expected[(system, criterion)] = (sum(own) + STRATUM_PRIOR * prior) / (len(own) + STRATUM_PRIOR)
+    mean = np.mean(list(expected.values()))
+    assert STRATUM_PRIOR == 5  # the documented count
+    for cell, value in expected.items():
+        assert got[cell] == pytest.approx(value / mean)
+    assert got[("a", "y")] > 3 * got[("a", "x")]  # the judge errs on y: its doubt there weighs more
+
+
+@pytest.mark.parametrize("errors", [pd.Series(dtype=float), pd.Series([0.0, 0.0], index=pd.MultiIndex.from_tuples(
+    [("d0", "a", "x"), ("d1", "a", "x")], names=["item_id", "system", "criterion"]))])
+def test_no_error_to_share_out_gives_no_weights_and_the_items_unchanged(errors):
+    items = pd.DataFrame({"item_id": ["d0", "d1"], "uncertainty": [0.3, 0.7]})
+    assert stratum_weights(errors).empty
+    assert stratified_uncertainty(items, pd.DataFrame(), stratum_weights(errors)) is items
+
+
+def test_the_dialogues_uncertainty_is_the_mean_of_its_judgments_doubt_times_their_strata_weight():
+    """A stratum the pilot labelled: its weight; a system it did not label: its criterion's mean weight; a criterion
+    it did not label: 1."""
+    judge = pd.DataFrame({
+        "item_id": ["d0", "d0", "d0", "d1", "d1", "d1"],
+        "system": ["a", "c", "a", "a", "c", "a"],
+        "criterion": ["x", "x", "z", "x", "x", "z"],
+        "score": [3.0, 2.0, 4.0, 1.0, 5.0, 2.0], "status": "ok", "spread": [0.8, 0.4, 1.2, 0.0, 2.0, 0.4]})
+    weights = pd.Series([0.5, 1.5], index=pd.MultiIndex.from_tuples([("a", "x"), ("b", "x")],
+                                                                    names=["system", "criterion"]))
+    items = pd.DataFrame({"item_id": ["d0", "d1"], "uncertainty": [9.0, 9.0], "priority": [1.0, 2.0]})
+    got = stratified_uncertainty(items, judge, weights)
+    doubt = judgment_uncertainty(judge)["uncertainty"].to_numpy()  # the spreads over half each criterion's range
+    weight = np.array([0.5, 1.0, 1.0, 0.5, 1.0, 1.0])  # (a, x) its own; (c, x) x's mean 1.0; z unlabelled: 1
+    expected = [np.mean(doubt[:3] * weight[:3]), np.mean(doubt[3:] * weight[3:])]
+    assert got["uncertainty"].tolist() == pytest.approx(expected)
+    assert got["priority"].tolist() == [1.0, 2.0] and items["uncertainty"].tolist() == [9.0, 9.0]
+
+
+def _study(size=40, seed=0):
+    """Two systems, two criteria on `size` dialogues: the judge is exact on fluency and wrong by 3 points on
+    consistency's dialogues 8-15; it is unsure (spread 1) on fluency's dialogues 0-7 (where it is right anyway) and on
+    consistency's 8-15 (where it errs). The pilot: humans on dialogues 0-19."""
+    rng = np.random.default_rng(seed)
+    rows, labels = [], []
+    for i in range(size):
+        for system in ("a", "b"):
+            for criterion in ("fluency", "consistency"):
+                human = int(rng.integers(1, 6))
+                wrong = criterion == "consistency" and 8 <= i < 16
+                score = float(6 - human if wrong and human != 3 else (1 if wrong else human))
+                unsure = (criterion == "fluency" and i < 8) or wrong
+                rows.append((f"d{i:02d}", system, criterion, score, "ok", 4.0 if unsure else 0.0))
+                if i < 20:
+                    labels.append((f"d{i:02d}", system, "ann", criterion, human))
+    judge = pd.DataFrame(rows, columns=["item_id", "system", "criterion", "score", "status", "spread"])
+    pilot = pd.DataFrame(labels, columns=["item_id", "system", "annotator", "criterion", "score"])
+    return judge, pilot
+
+
+def test_a_pilot_weights_the_draw_toward_the_doubt_where_the_judge_errs():
+    """End to end: plan.json's strata give consistency more weight than fluency, the warning says so, and every
+    drawn dialogue's inclusion probability is the weighted doubt's (consistency's doubtful dialogues 8-15 above
+    fluency's 0-7, which the unweighted mean gives the same doubt)."""
+    judge, pilot = _study()
+    result = screen(judge, pilot, scale=(1, 5), budget=20, random_share=1.0, bootstrap=50, design="active")
+    strata = {(s["system"], s["criterion"]): s["weight"] for s in result.plan_info["strata"]}
+    assert set(strata) == {(s, c) for s in ("a", "b") for c in ("fluency", "consistency")}
+    assert min(strata[(s, "consistency")] for s in "ab") > 5 * max(strata[(s, "fluency")] for s in "ab")
+    said = [w for w in result.warnings if w.startswith("--design active: ")]
+    assert len(said) == 1 and "the uncertainty weighted by the judge's error per system and criterion on the pilot" \
+        in said[0] and "checked on 20 pilot dialogues" in said[0]
+    items = result.items
+    weighted = stratified_uncertainty(items, judge, stratum_weights(pilot_errors(
+        judge, pilot.rename(columns={"score": "human"}))))
+    relative = relative_probabilities(weighted, result.plan_info["uncertainty_share"])
+    assert relative[[f"d{i:02d}" for i in range(8, 16)]].min() > 2 * relative[[f"d{i:02d}" for i in range(8)]].max()
+    plain = relative_probabilities(items, result.plan_info["uncertainty_share"])
+    assert plain[[f"d{i:02d}" for i in range(8, 16)]].to_numpy() == pytest.approx(
+        plain[[f"d{i:02d}" for i in range(8)]].to_numpy())  # unweighted, both groups look alike
+    pi = pd.Series(inclusion_probabilities(weighted["uncertainty"], 20, 1.0 - result.plan_info["uncertainty_share"]),
+                   index=weighted["item_id"])
+    drawn = result.plan.set_index("item_id")["inclusion_probability"]
+    assert drawn.to_numpy() == pytest.approx(pi[drawn.index].to_numpy())
+    assert pi["d08"] > pi["d00"]
+
+
+def test_without_a_pilot_or_a_uniform_design_there_are_no_strata():
+    judge, pilot = _study()
+    unchecked = screen(judge, scale=(1, 5), budget=20, bootstrap=50, design="active")
+    assert unchecked.plan_info["strata"] == []
+    assert not any("per system and criterion" in w for w in unchecked.warnings)
+    uniform = screen(judge, pilot, scale=(1, 5), budget=20, bootstrap=50)
+    assert "strata" not in uniform.plan_info
+
+
+def test_weighting_keeps_the_signal_checks_level_when_the_doubt_says_nothing():
+    """Criteria whose judge errs differently and a doubt shuffled over the dialogues (it marks nothing): with the
+    weights fitted on the same pilot the check still goes active in about SIGNAL_LEVEL of pilots (the permutation
+    test is exact given the weights, which treat every pilot dialogue alike). 600 simulated pilots of 20: at most
+    0.1 + 3 MC se."""
+    from active_design import strata_designs, strata_population
+
+    rng = np.random.default_rng(12)
+    y, f, doubt = strata_population(rng, 600, 100, (0.5, 1.5))
+    designs = strata_designs(rng, y, f, rng.permuted(doubt, axis=-1), 20)
+    for key in ("plain", "strata"):
+        active = np.mean(designs[key][1] < 1.0)
+        assert active <= 0.1 + 3 * np.sqrt(0.09 / 600), (key, active)
