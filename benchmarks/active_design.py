@@ -46,8 +46,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, effective_labels, ppi_mean,  # noqa: E402
-                                        ppi_mean_weighted)
+from calibration.study.estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED,  # noqa: E402
+                                        effective_labels, ppi_mean, ppi_mean_weighted)
 from calibration.study.screen import (ACTIVE_FLOOR, PILOT_CHECK, SIGNAL_LEVEL, inclusion_probabilities,  # noqa: E402
                                       signal_test, systematic_sample, uncertainty_weights)
 

@@ -300,8 +300,9 @@ def make_plan(items: pd.DataFrame, budget: int, unit: str, random_share: float, 
     `unit` "dialogues" counts dialogues; "judgments" counts the judgments humans must give (each dialogue costs
     as many as the judge made on it). `design` "active": the random part is drawn with inclusion probabilities
     rising with the dialogue's uncertainty (inclusion_probabilities; `uncertainty_share` of the budget follows the
-    uncertainty, the rest is uniform), by a fixed-size systematic draw, and the rows gain `inclusion_probability`. `drawn_on`: the
-    uncertainty the active draw follows, in the order of `items` (stratified_uncertainty's; default the items' own).
+    uncertainty, the rest is uniform), by a fixed-size systematic draw, and the rows gain `inclusion_probability`.
+    `drawn_on`: the uncertainty the active draw follows, in the order of `items` (stratified_uncertainty's; default
+    the items' own).
     """
     if design == "active":
         return _active_plan(items, budget, unit, random_share, seed, uncertainty_share, drawn_on)
@@ -423,7 +424,7 @@ def stratum_weights(errors: pd.Series) -> pd.Series:
     the pilot (pilot_errors) over the mean of all strata's, shrunk toward its criterion's with STRATUM_PRIOR pseudo-
     dialogues (a stratum has one label per pilot dialogue). Neyman's allocation: labels go where the error is, so
     the judge's doubt about a criterion it gets right anyway weighs little, and its doubt where it errs weighs
-    more. All 1 when the pilot has no error to share out."""
+    more. Empty (every judgment weighs alike) when the pilot has no error to share out."""
     if errors.empty or not errors.any():
         return pd.Series(dtype=float)
     criterion = errors.groupby(level="criterion").mean()
