@@ -831,7 +831,7 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),
                           n_resamples=n_resamples, seed=seed)
     if design == "active":
-        result.warnings.append(f"--design active: {why}" + strata_clause(strata))
+        result.warnings.append(f"--design active: {why}" + (strata_clause(strata) if share else ""))
     if budget is not None:
         plan = make_plan(items, budget, unit, random_share, seed, design, share, drawn_on["uncertainty"])
         result.warnings += plan_warnings(plan, budget, unit, random_share)
