@@ -85,7 +85,7 @@ TESTS = {
                                     "tests/test_screen_selection.py", "tests/test_study_contract.py",
                                     "tests/test_study_mutants.py", "tests/test_screen_active.py",
                                     "tests/test_estimate_jury.py", "tests/test_screen_active_power.py",
-                                    "tests/test_screen_power.py"],
+                                    "tests/test_screen_power.py", "tests/test_screen_strata.py"],
     "calibration/study/estimate.py": ["tests/test_estimate_branches.py", "tests/test_estimate_weighted.py",
                                       "tests/test_estimate_worth.py", "tests/test_estimate_tables.py",
                                       "tests/test_labels_saved.py",
