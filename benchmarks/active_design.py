@@ -319,8 +319,8 @@ def strata_designs(rng, y, f, doubt, pilot):
 
 def strata_cell(errors, n, size, reps, seed, pilot, useless=False, bootstrap=200):
     """Labels saved per criterion by the active draw whose uncertainty is or is not weighted by the pilot's error per
-    criterion (strata_designs), against a uniform draw, the same studies: {design: {"saved": [(value, lo, hi) per
-    criterion], "cover": [...], "active": share of studies drawn active}}. `useless`: each criterion's doubt shuffled
+    criterion (strata_designs), against a uniform draw, the same studies: {design: {"saved": [(value, lo, hi,
+    censored) per criterion], "cover": [...], "active": share of studies drawn active}}. `useless`: each criterion's doubt shuffled
     over the dialogues."""
     rng = np.random.default_rng(seed)
     y, f, doubt = strata_population(rng, reps, size, errors)
@@ -343,13 +343,17 @@ def strata_cell(errors, n, size, reps, seed, pilot, useless=False, bootstrap=200
         for c in range(criteria):
             _, width, shown, hit = measure(y[:, c], f[:, c], mask, pi, 3.0)
 
-            def saved(rows):
+            def matched(rows):
                 means = np.array([np.nanmean(w[rows]) for w in curves[c]])
-                matched = labels_matched(sizes, means, np.nanmean(np.where(shown, width, np.nan)[rows]), n)
-                return 1.0 - n / (sizes[-1] if matched == CENSORED else matched)
+                return labels_matched(sizes, means, np.nanmean(np.where(shown, width, np.nan)[rows]), n)
+
+            def saved(rows):  # censored: the lower bound 1 - n / the curve's last size
+                value = matched(rows)
+                return 1.0 - n / (sizes[-1] if value == CENSORED else value)
 
             spread = [saved(rows) for rows in draws]
-            row["saved"].append((saved(np.arange(reps)), *np.nanpercentile(spread, [2.5, 97.5])))
+            row["saved"].append((saved(np.arange(reps)), *np.nanpercentile(spread, [2.5, 97.5]),
+                                 matched(np.arange(reps)) == CENSORED))
             row["cover"].append(float(hit[shown].mean()))
         out[key] = row
     return out
@@ -489,7 +493,7 @@ def main(argv=None) -> int:
         for index, (errors, useless, size, n, m) in enumerate(cells):
             o = strata_cell(errors, n, size, args.repetitions, 1100 + index, m, useless)
             plain, strata = o["plain"], o["strata"]
-            fmt = lambda t: f"{t[0]:+.2f} [{t[1]:+.2f}, {t[2]:+.2f}]"  # noqa: E731
+            fmt = lambda t: f"{'>' if t[3] else ' '}{t[0]:+.2f} [{t[1]:+.2f}, {t[2]:+.2f}]"  # noqa: E731
             print(f"{errors[0]:4.2f},{errors[1]:4.2f}  {'useless' if useless else 'informative':11s} {size:4d} "
                   f"{n:3d} {m:5d} | {plain['active']:.2f} {strata['active']:.2f} | {fmt(plain['saved'][0])} "
                   f"{fmt(strata['saved'][0])} | {fmt(plain['saved'][1])} {fmt(strata['saved'][1])} | "
