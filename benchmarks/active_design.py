@@ -126,6 +126,13 @@ def uniform_sizes(n, size):
 CENSORED = -1.0
 
 
+def mc_interval(spread):
+    """The 2.5 and 97.5 percentiles of a resampled statistic, NaN where every resample is NaN (no saving: the active
+    draw printed too few intervals)."""
+    spread = np.asarray(spread, dtype=float)
+    return tuple(np.nanpercentile(spread, [2.5, 97.5])) if np.isfinite(spread).any() else (np.nan, np.nan)
+
+
 def labels_matched(sizes, widths, target, n):
     """The uniform draw's n whose mean width is `target`, read off its mean widths at `sizes` by linear
     interpolation of width^2 in 1 / n (the residual term falls as 1/n, the judge's term lambda^2 var(f) / N does
@@ -245,7 +252,7 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
 
         for key, curve in curves.items():
             spread = np.array([saved(rows, curve) for rows in draws])
-            out[key] = (saved(everyone, curve), *np.nanpercentile(spread, [2.5, 97.5]))
+            out[key] = (saved(everyone, curve), *mc_interval(spread))
             out[key + "_bound"] = bool(matched(everyone, curve) == CENSORED)
     else:
         out["saved"] = out["saved_plain"] = (np.nan, np.nan, np.nan)
@@ -352,7 +359,7 @@ def strata_cell(errors, n, size, reps, seed, pilot, useless=False, bootstrap=200
                 return 1.0 - n / (sizes[-1] if value == CENSORED else value)
 
             spread = [saved(rows) for rows in draws]
-            row["saved"].append((saved(np.arange(reps)), *np.nanpercentile(spread, [2.5, 97.5]),
+            row["saved"].append((saved(np.arange(reps)), *mc_interval(spread),
                                  matched(np.arange(reps)) == CENSORED))
             row["cover"].append(float(hit[shown].mean()))
         out[key] = row
