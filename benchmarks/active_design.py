@@ -183,8 +183,9 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
              constant=False, pilot=0):
     """One cell: uniform and active draws of the same studies. `constant`: the judge gives every summary the same
     score (lambda 0: the Hajek mean of the labels). `pilot`: that many dialogues labelled first, the active draw's
-    share checked on them per study (pilot_floors; one system), its share of active studies in out["active_share"].
-    `savings`: the labels saved (the uniform draw's width curve around n; from MIN_TUNED labels)."""
+    share checked on them per study (pilot_floors; one system), its share of active studies in out["active_share"];
+    a study whose check fell back is estimated as `judge estimate --plan` estimates a plan of equal probabilities
+    (ppi_mean). `savings`: the labels saved (the uniform draw's width curve around n; from MIN_TUNED labels)."""
     rng = np.random.default_rng(seed)
     big = population(np.random.default_rng(99), 1, 200_000 if systems > 1 else 400_000, kind, hard, systems)[0]
     truth = 3.0 if kind == "gaussian" and systems == 1 else big.mean(-1)[0]
@@ -210,6 +211,15 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
     uniform_mask, (uniform, width_u, shown_u, hit_u), plain = uniform_draw(n)
     mask, pi = active_draw(rng, signal, n, floor)
     drawn, width_a, shown_a, hit_a = measure(y, f, lift(mask), lift(pi), truth, scale)
+    estimate_a, effective = drawn.estimate, effective_labels(drawn)
+    if pilot:  # a plan that fell back records equal probabilities: `judge estimate --plan` takes ppi_mean there
+        fell_back, plain_a = floor >= 1.0, ppi_mean(np.where(mask, y, np.nan), f, bounds=scale)
+        shown_p = np.isfinite(plain_a.ci_low)
+        width_a = np.where(fell_back, plain_a.ci_high - plain_a.ci_low, width_a)
+        hit_a = np.where(fell_back, (plain_a.ci_low <= truth) & (truth <= plain_a.ci_high), hit_a)
+        shown_a = np.where(fell_back, shown_p, shown_a)
+        estimate_a = np.where(fell_back, plain_a.estimate, estimate_a)
+        effective = np.where(fell_back, effective_labels(plain_a), effective)
     out["uniform"] = {"coverage": float(hit_u[shown_u].mean()), "width": width_u}
     out["active"] = {"coverage": float(hit_a[shown_a].mean()), "width": width_a}
     # The active draw's lowest coverage over its systems.
@@ -220,8 +230,8 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
     out["shown"] = float(shown_a.mean())
     # What the active estimate is worth in labels: printed (effective_labels, mean) over n x the uniform draw's
     # human-only squared error / the active estimate's (over the studies); its MC se by resampling the studies.
-    errors = (drawn.estimate - truth) ** 2
-    effective = np.where(shown_a, effective_labels(drawn), np.nan)
+    errors = (estimate_a - truth) ** 2
+    effective = np.where(shown_a, effective, np.nan)
     human = (np.where(lift(uniform_mask), y, 0).sum(-1) / n - truth) ** 2
 
     def ratio(rows):
