@@ -11,12 +11,13 @@ for a uniform plan, lambda cross-fitted from 20 labels); active: n drawn by syst
 screen.inclusion_probabilities (proportional to the uncertainty, floored at ACTIVE_FLOOR x uniform), estimated
 by ppi_mean_weighted with those probabilities (`shown`: the share of active studies with an interval). The scale
 (1, 5) is passed for Likert and rare failures, as `judge estimate` knows the rubric's. Truth: the population mean
-(3 for gaussian; a large draw otherwise). `worst_active`: the lowest coverage of the active draw over the grid
-below (a minimum over 9 draws and every system, so a few points under the others by selection). `saved` = 1 -
-n_active / n: n_active is the number of labels the active draw needs for the mean width uniform (or ppi_mean) gets
-from n, found by running the active draw at 0.3, 0.4, ..., 1.5 x n and interpolating its mean width (no model of
-how width falls with n: the judge's term, lambda^2 var(f) / N, does not fall with the labels at all, so 1 - (width
-ratio)^2 understates the saving); its Monte Carlo 95% interval by resampling the studies; NaN where the active draw
+(3 for gaussian; a large draw otherwise). `worst_active`: the active draw's lowest coverage over its systems.
+`saved` = 1 - n / n_u: n_u is the number of labels a uniform draw (estimated by ppi_mean_weighted with equal
+probabilities, or by ppi_mean) needs for the mean width the active draw gets from n, read off the uniform draw's
+mean widths at sizes around n within n's regime of lambda (uniform_sizes, labels_matched; no model of how width
+falls with n beyond the neighbouring sizes: the judge's term, lambda^2 var(f) / N, does not fall with the labels at
+all, so 1 - (width ratio)^2 understates the saving); its Monte Carlo 95% interval by resampling the studies; a bound
+(">") where the uniform curve, cut at 0.75 N, never gets that narrow; NaN where the active draw
 prints an interval in fewer than 98% of studies. `eff/worth`: the active draw's printed effective_labels (mean)
 over what its estimates were worth (n x the uniform draw's human-only squared error / its own), +- its MC se.
 
