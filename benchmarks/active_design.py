@@ -34,6 +34,7 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     nice -n 10 python benchmarks/active_design.py --worth    # eff/worth alone, active and uniform, hard 0 beside
     nice -n 10 python benchmarks/active_design.py --pilot    # with a labelled pilot: the signal check per study
     nice -n 10 python benchmarks/active_design.py --strata   # two criteria, the judge's error weighting the draw
+    nice -n 10 python benchmarks/active_design.py --jury     # the disagreement of more judges as the signal
 """
 
 from __future__ import annotations
@@ -153,6 +154,24 @@ def labels_matched(sizes, widths, target, n):
     return 1.0 / at if at > 0 else np.inf
 
 
+def jury_signal(rng, y, f):
+    """(reps, size) the doubt `judge screen --judge` gives each dialogue of one system when two more judges score it,
+    each uniformly mediocre (y plus noise of sd 0.5 and 0.7): screen.jury_disagreement of the three, per study."""
+    import pandas as pd
+
+    from calibration.study.screen import jury_disagreement
+
+    reps, size = y.shape
+    others = (y + 0.5 * rng.standard_normal(y.shape), y + 0.7 * rng.standard_normal(y.shape))
+    ids = [f"d{i}" for i in range(size)]
+    signal = np.zeros((reps, size))
+    for r in range(reps):
+        frames = [pd.DataFrame({"item_id": ids, "system": "s", "criterion": "c", "score": x[r], "status": "ok"})
+                  for x in (f, *others)]
+        signal[r] = jury_disagreement(frames[0], dict(zip("ab", frames[1:]))).to_numpy()
+    return signal
+
+
 def pilot_floors(rng, y, f, signal, pilot):
     """Each study's uniform share after `judge screen --human PILOT`'s signal check (screen.signal_check's test on
     the same statistics): `pilot` dialogues labelled at random, the human score's residual on the judge's (least
@@ -195,6 +214,8 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
         f = np.full_like(f, 3.0)
     if signal_kind == "useless":
         signal = rng.permuted(signal, axis=1)
+    elif signal_kind == "jury":  # no self-reported doubt: two more judges, and where the three disagree
+        signal = jury_signal(rng, y, f)
     elif signal_kind.startswith("strength"):  # "strength=q": each dialogue keeps its own signal with probability q,
         keep = rng.random(signal.shape) < float(signal_kind.split("=")[1])  # else another dialogue's (shuffled)
         signal = np.where(keep, signal, rng.permuted(signal, axis=1))
@@ -447,6 +468,8 @@ def main(argv=None) -> int:
                         "study's draw active or uniform by the signal check on 10, 20 or 30 pilot dialogues")
     parser.add_argument("--strata", action="store_true", help="two criteria whose judge errs differently, a pilot: "
                         "the active draw's uncertainty weighted by the pilot's error per criterion, or not")
+    parser.add_argument("--jury", action="store_true", help="no self-reported doubt: the disagreement of two more "
+                        "judges as the signal (screen --judge), unchecked and with a pilot of 20")
     parser.add_argument("--recheck", action="store_true", help="the cells under 0.94 in the 1,000-study tables, "
                         "the active draw at n only, 4,000 studies on new seeds")
     args = parser.parse_args(argv)
@@ -517,6 +540,16 @@ def main(argv=None) -> int:
                   f"{fmt(strata['saved'][0])} | {fmt(plain['saved'][1])} {fmt(strata['saved'][1])} | "
                   f"{plain['cover'][0]:.3f} {plain['cover'][1]:.3f}; {strata['cover'][0]:.3f} "
                   f"{strata['cover'][1]:.3f}", flush=True)
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
+        return 0
+    if args.jury:
+        print("kind     hard  signal        N   n pilot " + COLUMNS + " | share of studies drawn active")
+        cells = [(kind, hard, size, n, m) for kind in ("gaussian", "likert") for hard in (0.1, 0.2) for size in (100, 500)
+                 for n in (20, 50) for m in (0, 20)]
+        for index, (kind, hard, size, n, m) in enumerate(cells):
+            o = run_cell(kind, hard, "jury", n, size, args.repetitions, 1300 + index, pilot=m)
+            share = f"{o['active_share']:.2f}" if m else "-"
+            print(line(f"{kind:8s} {hard:4.2f} {'jury':13s} {size:4d} {n:3d} {m:5d}", o) + f" | {share}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
         return 0
     if args.strength:

@@ -53,7 +53,7 @@ from .power import dialogues_needed
 SYSTEM_COLUMNS = ["criterion", "system", "mean", "ci_low", "ci_high", "n", "rank", "difference_from_best",
                   "p_adjusted", "p_holm", "tied_with_best", "dominated_by"]  # p_holm: p_adjusted's old name
 ITEM_COLUMNS = ["item_id", "n_judgments", "n_failed", "n_na", "n_abstained", "n_order_disagreement", "mean_spread",
-                "mean_entropy", "uncertainty", "discrimination", "priority", "part"]
+                "mean_entropy", "mean_jury_disagreement", "uncertainty", "discrimination", "priority", "part"]
 # Weight of each recorded sign of doubt in a judgment's uncertainty (0..1); N/A is a verdict, so it counts half.
 FAILED, NOT_APPLICABLE = 1.0, 0.5
 
@@ -210,10 +210,12 @@ def dominated_systems(lower: np.ndarray, columns, criteria) -> dict[str, str]:
 
 
 def judgment_uncertainty(judge: pd.DataFrame) -> pd.DataFrame:
-    """One row per judgment: item_id, spread (0..1), entropy (0..1), order disagreement, status, uncertainty.
+    """One row per judgment: item_id, spread (0..1), entropy (0..1), order disagreement, jury disagreement (0..1),
+    status, uncertainty (the largest of them, and of a failure's or N/A's doubt).
 
-    From the judgments table's spread, probabilities and order disagreement (judge/table.py); a CSV of scores has
-    only the scores, so its uncertainty is its failures.
+    From the judgments table's spread, probabilities and order disagreement (judge/table.py), and the jury's
+    disagreement where screen was given other judges (jury_disagreement); a CSV of scores has only the scores, so
+    its uncertainty is its failures.
     """
     ranges = judge[judge["status"] == "ok"].groupby("criterion")["score"].agg(["min", "max"])
     half_range = ((ranges["max"] - ranges["min"]) / 2.0).where(lambda r: r > 0, 1.0)
@@ -229,13 +231,34 @@ def judgment_uncertainty(judge: pd.DataFrame) -> pd.DataFrame:
     spread = pd.to_numeric(column("spread"), errors="coerce") / judge["criterion"].map(half_range).fillna(1.0)
     frame = judge[["item_id", "criterion", "status"]].assign(
         spread=spread.clip(upper=1.0).to_numpy(), entropy=[entropy(p) for p in column("probs")],
-        order_disagreement=[v is True or v == 1 for v in column("order_disagreement")])
+        order_disagreement=[v is True or v == 1 for v in column("order_disagreement")],
+        jury_disagreement=pd.to_numeric(column("jury_disagreement"), errors="coerce").to_numpy())
     doubt = np.select([frame["status"].isin(["error", "abstain"]), frame["status"] == "na"],
                       [FAILED, NOT_APPLICABLE], 0.0)
     frame["uncertainty"] = np.nanmax(np.column_stack([
         doubt, frame["spread"].fillna(0.0), frame["entropy"].fillna(0.0),
-        frame["order_disagreement"].astype(float)]), axis=1)
+        frame["order_disagreement"].astype(float), frame["jury_disagreement"].fillna(0.0)]), axis=1)
     return frame
+
+
+def jury_disagreement(judge: pd.DataFrame, judges: dict[str, pd.DataFrame] | None) -> pd.Series:
+    """Per judgment of `judge` (its index): how far the judges (`judge` and each of `judges`, screen's --judge)
+    disagree on the summary, the sd over them of their scores standardised within system and criterion (each
+    judge's own mean and sd over its judged dialogues), capped at 1; NaN where fewer than two judges scored it (or a
+    judge's scores of the system do not vary). Within system: a judge that rates a whole system higher disagrees
+    about the system, not about the dialogue, and the active draw chooses dialogues."""
+    keys = ["item_id", "system", "criterion"]
+    standardised = []
+    for frame in (judge, *(judges or {}).values()):
+        ok = frame[(frame["status"] == "ok") & frame["system"].notna()]
+        score = ok.groupby(keys)["score"].mean()
+        by_system = score.groupby(level=["system", "criterion"])
+        sd = by_system.transform("std")
+        standardised.append((score - by_system.transform("mean")) / sd.where(sd > 0))
+    table = pd.concat(standardised, axis=1)
+    spread = table.std(axis=1).where(table.notna().sum(axis=1) >= 2).clip(upper=1.0)
+    cells = pd.MultiIndex.from_frame(judge[keys])
+    return pd.Series(spread.reindex(cells).to_numpy(), index=judge.index)
 
 
 def items_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria,
@@ -255,6 +278,7 @@ def items_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria,
         "n_order_disagreement": grouped["order_disagreement"].sum().astype(int),
         "mean_spread": grouped["spread"].mean(),
         "mean_entropy": grouped["entropy"].mean(),
+        "mean_jury_disagreement": grouped["jury_disagreement"].mean(),
         "uncertainty": grouped["uncertainty"].mean(),
     })
     scored = judge if scored is None else scored
@@ -817,10 +841,11 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
         raise CalibrationError(f"{path}: no numeric judge score to screen")
     judge = judge[judge["criterion"].isin(criteria)]
     systems, dominated, _, _ = systems_table(scored, criteria, n_resamples, seed)
+    if judges:  # more judges: where they disagree is one more sign of doubt
+        judges = {name: expand_all_criteria(frame, criteria) for name, frame in judges.items()}
+        judge = judge.assign(jury_disagreement=jury_disagreement(judge, judges))
     items = items_table(judge, systems, criteria, scored[scored["criterion"].isin(criteria)])
     alpha = 0.05
-    if judges:
-        judges = {name: expand_all_criteria(frame, criteria) for name, frame in judges.items()}
     # An active draw follows the judge's doubt, weighted by its error per system and criterion on a pilot.
     strata = stratum_weights(pilot_errors(judge, pilot)) if design == "active" and pilot is not None else \
         pd.Series(dtype=float)
