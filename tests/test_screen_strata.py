@@ -140,3 +140,52 @@ def test_weighting_keeps_the_signal_checks_level_when_the_doubt_says_nothing():
     for key in ("plain", "strata"):
         active = np.mean(designs[key][1] < 1.0)
         assert active <= 0.1 + 3 * np.sqrt(0.09 / 600), (key, active)
+
+
+def test_jury_disagreement_is_the_sd_of_the_judges_within_system_standardised_scores():
+    """Written out: each judge's scores standardised within (system, criterion) over its judged dialogues, the sample
+    sd over the judges that scored the summary, capped at 1; NaN with one judge only, or where a judge's scores of
+    the system do not vary (it cannot disagree) and no other two remain."""
+    from calibration.study.screen import jury_disagreement
+
+    rng = np.random.default_rng(8)
+    ids = [f"d{i}" for i in range(12)]
+
+    def frame(scores, system):
+        return pd.DataFrame({"item_id": ids, "system": system, "criterion": "x", "score": scores, "status": "ok"})
+
+    base = rng.normal(3, 1, 12)
+    main_a, main_b = frame(base, "a"), frame(base + 1.0, "b")
+    judge = pd.concat([main_a, main_b], ignore_index=True)
+    other_scores = base + rng.normal(0, 0.8, 12)
+    other = pd.concat([frame(other_scores, "a"), frame(np.full(12, 2.0), "b")], ignore_index=True)  # flat on b
+    third = pd.concat([frame(base * 2.0 + rng.normal(0, 0.5, 12), "a")], ignore_index=True)  # scores a only
+    got = jury_disagreement(judge, {"other": other, "third": third})
+
+    def z(v):
+        return (v - v.mean()) / v.std(ddof=1)
+
+    on_a = np.vstack([z(base), z(other_scores), z(third.loc[third["system"] == "a", "score"].to_numpy())])
+    expected_a = np.minimum(on_a.std(axis=0, ddof=1), 1.0)
+    assert got[:12].to_numpy() == pytest.approx(expected_a)
+    assert got[12:].isna().all()  # system b: the other judge is flat, the third silent: one judge left
+    assert 0.0 < expected_a.min() and (expected_a <= 1.0).all()
+    assert jury_disagreement(judge, None).isna().all()
+
+
+def test_screen_with_more_judges_draws_where_they_disagree():
+    """End to end: items.csv gains mean_jury_disagreement, and a judgment's uncertainty is at least its jury's
+    disagreement (the largest sign of doubt); without --judge the column is empty."""
+    judge, pilot = _study()
+    rng = np.random.default_rng(3)
+    other = judge.assign(score=np.clip(judge["score"] + rng.normal(0, 1.0, len(judge)), 1, 5))
+    result = screen(judge, pilot, scale=(1, 5), judges={"other": other}, bootstrap=50, budget=10, design="active")
+    items = result.items.set_index("item_id")
+    from calibration.study.screen import jury_disagreement
+
+    per_judgment = jury_disagreement(judge, {"other": other}).fillna(0.0)
+    expected = per_judgment.groupby(judge["item_id"]).mean()
+    assert items["mean_jury_disagreement"].to_numpy() == pytest.approx(expected[items.index].to_numpy())
+    assert (items["uncertainty"] >= items["mean_jury_disagreement"] - 1e-12).all()
+    alone = screen(judge, pilot, scale=(1, 5), bootstrap=50)
+    assert alone.items["mean_jury_disagreement"].isna().all()

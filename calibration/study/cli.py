@@ -133,7 +133,8 @@ def register(sub) -> None:
                              "the unbiased estimates of `judge estimate`")
     screen.add_argument("--judge", action="append", type=judge_spec_type, metavar="NAME=FILE",
                         help="with --human: one more predictor for the power analysis, combined with --judgments as "
-                             "`judge estimate --judge` combines them; repeat")
+                             "`judge estimate --judge` combines them, and where the judges disagree one more sign of "
+                             "doubt (items.csv's mean_jury_disagreement); repeat")
     screen.add_argument("--design", choices=["uniform", "active"], default="uniform",
                         help="how the random part is drawn: uniform (default), or active: with known inclusion "
                              "probabilities rising with the judge's uncertainty (floored so every dialogue can be "
