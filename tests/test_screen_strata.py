@@ -158,8 +158,9 @@ def test_jury_disagreement_is_the_sd_of_the_judges_within_system_standardised_sc
     main_a, main_b = frame(base, "a"), frame(base + 1.0, "b")
     judge = pd.concat([main_a, main_b], ignore_index=True)
     other_scores = base + rng.normal(0, 0.8, 12)
-    other = pd.concat([frame(other_scores, "a"), frame(np.full(12, 2.0), "b")], ignore_index=True)  # flat on b
-    third = pd.concat([frame(base * 2.0 + rng.normal(0, 0.5, 12), "a")], ignore_index=True)  # scores a only
+    other = pd.concat([frame(other_scores, "a"), frame(np.full(12, 0.1), "b")], ignore_index=True)  # flat on b
+    third_b = base + rng.normal(0, 0.6, 12)
+    third = pd.concat([frame(base * 2.0 + rng.normal(0, 0.5, 12), "a"), frame(third_b, "b")], ignore_index=True)
     got = jury_disagreement(judge, {"other": other, "third": third})
 
     def z(v):
@@ -168,9 +169,17 @@ def test_jury_disagreement_is_the_sd_of_the_judges_within_system_standardised_sc
     on_a = np.vstack([z(base), z(other_scores), z(third.loc[third["system"] == "a", "score"].to_numpy())])
     expected_a = np.minimum(on_a.std(axis=0, ddof=1), 1.0)
     assert got[:12].to_numpy() == pytest.approx(expected_a)
-    assert got[12:].isna().all()  # system b: the other judge is flat, the third silent: one judge left
+    # System b: the other judge is flat (its sd exactly 0, its centred scores rounding, not 0), so it is left out
+    # rather than poisoning the row with infinities; the main judge and the third disagree as two.
+    expected_b = np.minimum(np.vstack([z(base + 1.0), z(third_b)]).std(axis=0, ddof=1), 1.0)
+    assert got[12:].to_numpy() == pytest.approx(expected_b)
+    assert jury_disagreement(judge, {"other": other}).iloc[12:].isna().all()  # one judge left on b
     assert 0.0 < expected_a.min() and (expected_a <= 1.0).all()
     assert jury_disagreement(judge, None).isna().all()
+    # A judge that ranks the dialogues the other way round disagrees by sqrt(2) |z|, above 1 where |z| > 0.71: capped.
+    reversed_ = jury_disagreement(main_a, {"reversed": frame(6.0 - base, "a")}).to_numpy()
+    uncapped = np.sqrt(2.0) * np.abs(z(base))
+    assert reversed_ == pytest.approx(np.minimum(uncapped, 1.0)) and (uncapped > 1.0).any()
 
 
 def test_screen_with_more_judges_draws_where_they_disagree():

@@ -253,8 +253,8 @@ def jury_disagreement(judge: pd.DataFrame, judges: dict[str, pd.DataFrame] | Non
         ok = frame[(frame["status"] == "ok") & frame["system"].notna()]
         score = ok.groupby(keys)["score"].mean()
         by_system = score.groupby(level=["system", "criterion"])
-        sd = by_system.transform("std")
-        standardised.append((score - by_system.transform("mean")) / sd.where(sd > 0))
+        varies = by_system.transform("max") > by_system.transform("min")  # exact, where a tiny sd is rounding
+        standardised.append((score - by_system.transform("mean")) / by_system.transform("std").where(varies))
     table = pd.concat(standardised, axis=1)
     spread = table.std(axis=1).where(table.notna().sum(axis=1) >= 2).clip(upper=1.0)
     cells = pd.MultiIndex.from_frame(judge[keys])
