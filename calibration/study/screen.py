@@ -12,14 +12,17 @@ dominated in at most 5% of screens, however many systems and criteria (Holm agai
 14 equal systems out in 18-27% of runs per criterion, and "dominated" was uncorrected over pairs: 78%).
 
 Items: every judgment's uncertainty, from what the run recorded (spread of --samples, entropy of --logprobs
-probabilities, pairwise order disagreement, failures, abstentions and N/A), and each dialogue's power to
-discriminate the systems still in contention (how far apart the judge puts them on it).
+probabilities, pairwise order disagreement, failures, abstentions and N/A) and, with --judge, where the judges
+disagree, and each dialogue's power to discriminate the systems still in contention (how far apart the judge puts
+them on it).
 
 Plan: under a budget (dialogues, or judgments a human must give), a uniformly random sample of dialogues (what
 keeps `judge estimate` unbiased) and, for the rest, the dialogues with the highest priority (uncertainty plus
-discrimination). A plan is a contract: plan.json records the digest of plan.csv (and of the judgments), `judge
-export --plan` copies it into the key, `judge estimate --plan` refuses a plan that does not match, and an
---output-dir that holds a plan is refused rather than rewritten. A plan whose random part is empty is refused (the
+discrimination); `--design active` draws the random part with known probabilities rising with the uncertainty,
+checked on a --human pilot, which also weighs each judgment's doubt by the judge's error in its system and criterion
+(stratified allocation with the dialogue as the unit). A plan is a contract: plan.json records the digest of
+plan.csv (and of the judgments), `judge export --plan` copies it into the key, `judge estimate --plan` refuses a
+plan that does not match, and an --output-dir that holds a plan is refused rather than rewritten. A plan whose random part is empty is refused (the
 budget rounded it away) or warned about (--random-share 0): `judge estimate` could estimate nothing from it.
 Power: dialogues humans must label to separate the top two systems (calibration.study.power).
 
