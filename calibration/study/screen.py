@@ -22,8 +22,9 @@ discrimination); `--design active` draws the random part with known probabilitie
 checked on a --human pilot, which also weighs each judgment's doubt by the judge's error in its system and criterion
 (stratified allocation with the dialogue as the unit). A plan is a contract: plan.json records the digest of
 plan.csv (and of the judgments), `judge export --plan` copies it into the key, `judge estimate --plan` refuses a
-plan that does not match, and an --output-dir that holds a plan is refused rather than rewritten. A plan whose random part is empty is refused (the
-budget rounded it away) or warned about (--random-share 0): `judge estimate` could estimate nothing from it.
+plan that does not match, and an --output-dir that holds a plan is refused rather than rewritten. A plan whose
+random part is empty is refused (the budget rounded it away) or warned about (--random-share 0): `judge estimate`
+could estimate nothing from it.
 Power: dialogues humans must label to separate the top two systems (calibration.study.power).
 
 `screen()` is the verb as a function (paths or DataFrames in, a ScreenResult out); the CLI only wraps it.
