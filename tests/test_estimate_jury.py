@@ -219,11 +219,15 @@ def test_the_predictor_of_differences_ignores_what_a_dialogue_does_to_every_syst
     assert not np.allclose(levels, cross_fitted_prediction(x, y))  # the level predictor does see it
 
 
-def test_screen_with_judges_needs_a_pilot(tmp_path, capsys):
+def test_screen_with_judges_and_no_pilot_takes_their_disagreement_as_doubt(tmp_path):
+    """No pilot: the judges are no predictor (power.csv as without them) but where they disagree is doubt."""
     code = main(["screen", "--judgments", str(JUDGMENTS), "--judge", f"rouge-1={METRICS}", "--output-dir",
                  str(tmp_path / "out")])
-    assert code == 2 and "give a --human pilot" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert code == 0
+    items = pd.read_csv(tmp_path / "out" / "items.csv")
+    assert items["mean_jury_disagreement"].notna().all() and (items["mean_jury_disagreement"] > 0).any()
+    assert main(["screen", "--judgments", str(JUDGMENTS), "--output-dir", str(tmp_path / "alone")]) == 0
+    assert pd.read_csv(tmp_path / "out" / "power.csv").equals(pd.read_csv(tmp_path / "alone" / "power.csv"))
 
 
 DIALSUMMEVAL = Path(__import__("os").environ.get("JUDGE_SHARED_DATA", ROOT.parent / "shared" / "data")) / "dialsummeval"

@@ -1195,7 +1195,10 @@ def test_the_plan_records_its_own_digest_and_the_verdicts_level():
     assert (result.power["alpha"] == 0.05).all() and "at the 5% level" in result.sentence
 
 
-def test_screen_names_where_the_pilot_came_from_and_needs_one_for_more_judges():
+def test_screen_names_where_the_pilot_came_from_and_takes_more_judges_without_one():
+    """More judges need no pilot for their disagreement (a sign of doubt); without labels they are no predictor, so
+    the power analysis is the judgments' judge's alone, exactly as without them. A judge of another study is still
+    refused."""
     from calibration.errors import CalibrationError
     from calibration.study.screen import screen
 
@@ -1204,10 +1207,16 @@ def test_screen_names_where_the_pilot_came_from_and_needs_one_for_more_judges():
                            for i in range(4) for s in ("a", "b")])
     piloted = screen(judge, labels, scale=(1, 5), bootstrap=50)
     assert piloted.provenance["human"] == {"path": "(a DataFrame)", "sha256": None}
-    assert screen(judge, bootstrap=50).provenance["human"] is None
-    with pytest.raises(CalibrationError, match="--judge in screen combines judges by a regression on labels: give a "
-                                               "--human pilot"):
-        screen(judge, judges={"other": judge})
+    alone = screen(judge, bootstrap=50)
+    assert alone.provenance["human"] is None
+    rng = np.random.default_rng(5)
+    other = judge.assign(score=judge["score"] + rng.normal(0, 1.0, len(judge)))
+    jury = screen(judge, judges={"other": other}, bootstrap=50)
+    assert jury.items["mean_jury_disagreement"].notna().all() and alone.items["mean_jury_disagreement"].isna().all()
+    assert (jury.items["uncertainty"] >= alone.items["uncertainty"] - 1e-12).all()
+    pd.testing.assert_frame_equal(jury.power, alone.power)
+    with pytest.raises(CalibrationError, match="--judge stranger: scores no dialogue and system of --judgments"):
+        screen(judge, judges={"stranger": judge.assign(item_id="elsewhere-" + judge["item_id"])})
 
 
 def test_only_an_active_design_says_how_its_signal_was_checked():

@@ -132,9 +132,9 @@ def register(sub) -> None:
                         help="share of the budget drawn uniformly at random (default 0.5); only this part enters "
                              "the unbiased estimates of `judge estimate`")
     screen.add_argument("--judge", action="append", type=judge_spec_type, metavar="NAME=FILE",
-                        help="with --human: one more predictor for the power analysis, combined with --judgments as "
-                             "`judge estimate --judge` combines them, and where the judges disagree one more sign of "
-                             "doubt (items.csv's mean_jury_disagreement); repeat")
+                        help="one more judge: where the judges disagree is one more sign of doubt (items.csv's "
+                             "mean_jury_disagreement); with --human also one more predictor for the power analysis, "
+                             "combined with --judgments as `judge estimate --judge` combines them; repeat")
     screen.add_argument("--design", choices=["uniform", "active"], default="uniform",
                         help="how the random part is drawn: uniform (default), or active: with known inclusion "
                              "probabilities rising with the judge's uncertainty (floored so every dialogue can be "

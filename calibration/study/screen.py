@@ -764,11 +764,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
         if imputed:
             warnings_.append(f"{imputed} labelled cell(s) have no judgment line: counted as failed judgments")
     others = {}
-    if judges:
-        if human is None:
-            raise CalibrationError("--judge in screen combines judges by a regression on labels: give a --human "
-                                   "pilot (the power analysis then uses the predictor `judge estimate --judge` "
-                                   "would)")
+    if judges:  # their disagreement is a sign of doubt; with a pilot they are also one predictor
         from .predictor import other_judges
 
         others, notes = other_judges(judges, human, scale, failure_value, judge)

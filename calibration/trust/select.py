@@ -122,11 +122,13 @@ def _read_judge(name: str, source, failure_value: float | None = None) -> pd.Dat
 def read_judges(listed, human, scale, failure_value) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[str]]:
     """Each judge's scores (`_read_judge`; a CSV shared by several judges parsed once) and the human labels, checked
     against the scale of the rubric a judge names (or --scale), as calibrate, screen and estimate do; with the
-    notes on what could not be checked."""
+    notes on what could not be checked. `human` None (screen without a pilot): the judges only."""
     from ..io import each_csv_parsed_once, judge_scales, read_human_labels
 
     with each_csv_parsed_once():
         frames = {name: _read_judge(name, source, failure_value) for name, source in listed}
+    if human is None:
+        return frames, None, []
     named = next((f for f in frames.values() if f["rubric"].fillna("").astype(bool).any()), next(iter(frames.values())))
     source = next((s for (n, s) in listed if frames[n] is named), None)
     scales, notes = judge_scales(named, scale_option(scale), source)
