@@ -660,8 +660,8 @@ def active_count(row: dict, effect: float, power: float, alpha: float, rho: floa
     human = active_design_factor(d[labelled], on)
     if not np.isfinite(rho):
         return human, "pilot", dialogues_needed(effect, power, alpha, design_factor=human)
-    slope, intercept = np.polyfit(g[labelled], d[labelled], 1)
-    factor = active_design_factor(d[labelled] - intercept - slope * g[labelled], on)
+    slope = np.polyfit(g[labelled], d[labelled], 1)[0]
+    factor = active_design_factor(d[labelled] - slope * g[labelled], on)  # it centres: no intercept needed
     return factor, "pilot", dialogues_needed(effect, power, alpha, rho, row["n_judged"], combined=combined,
                                              design_factor=factor, human_factor=human)
 
