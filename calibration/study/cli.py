@@ -27,6 +27,10 @@ examples:
   # an active design: the random part drawn where the judge is unsure, each dialogue's probability recorded
   judge screen --judgments {FIXTURES}/judgments.jsonl --budget 8 --design active --output-dir out/plan-active
 
+  # more judges: where they disagree is one more sign of doubt (items.csv's mean_jury_disagreement)
+  judge screen --judgments {FIXTURES}/judgments.jsonl --judge rouge-1={FIXTURES}/metric_scores.csv --budget 8 \
+      --design active --output-dir out/plan-jury
+
 writes (with --output-dir): systems.csv, items.csv, power.csv and, with --budget, the plan:
   plan.csv   item_id,part,reason   one row per dialogue; part is random or targeted; --design active adds
              inclusion_probability (each random row's probability of being drawn: estimate weighs it by 1/p)
