@@ -57,7 +57,7 @@ def test_the_dialogues_uncertainty_is_the_mean_of_its_judgments_doubt_times_thei
     weights = pd.Series([0.5, 1.5], index=pd.MultiIndex.from_tuples([("a", "x"), ("b", "x")],
                                                                     names=["system", "criterion"]))
     items = pd.DataFrame({"item_id": ["d0", "d1"], "uncertainty": [9.0, 9.0], "priority": [1.0, 2.0]})
-    got = stratified_uncertainty(items, judge, weights)
+    got = stratified_uncertainty(items, judgment_uncertainty(judge), weights)
     doubt = judgment_uncertainty(judge)["uncertainty"].to_numpy()  # the spreads over half each criterion's range
     weight = np.array([0.5, 1.0, 1.0, 0.5, 1.0, 1.0])  # (a, x) its own; (c, x) x's mean 1.0; z unlabelled: 1
     expected = [np.mean(doubt[:3] * weight[:3]), np.mean(doubt[3:] * weight[3:])]
@@ -99,7 +99,7 @@ def test_a_pilot_weights_the_draw_toward_the_doubt_where_the_judge_errs():
     assert len(said) == 1 and "the uncertainty weighted by the judge's error per system and criterion on the pilot" \
         in said[0] and "checked on 20 pilot dialogues" in said[0]
     items = result.items
-    weighted = stratified_uncertainty(items, judge, stratum_weights(pilot_errors(
+    weighted = stratified_uncertainty(items, judgment_uncertainty(judge), stratum_weights(pilot_errors(
         judge, pilot.rename(columns={"score": "human"}))))
     relative = relative_probabilities(weighted, result.plan_info["uncertainty_share"])
     assert relative[[f"d{i:02d}" for i in range(8, 16)]].min() > 2 * relative[[f"d{i:02d}" for i in range(8)]].max()

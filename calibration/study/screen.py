@@ -233,7 +233,7 @@ def judgment_uncertainty(judge: pd.DataFrame) -> pd.DataFrame:
 
     column = lambda name: judge[name] if name in judge.columns else pd.Series(None, index=judge.index)  # noqa: E731
     spread = pd.to_numeric(column("spread"), errors="coerce") / judge["criterion"].map(half_range).fillna(1.0)
-    frame = judge[["item_id", "criterion", "status"]].assign(
+    frame = judge[[c for c in ("item_id", "system", "criterion", "status") if c in judge]].assign(
         spread=spread.clip(upper=1.0).to_numpy(), entropy=[entropy(p) for p in column("probs")],
         order_disagreement=[v is True or v == 1 for v in column("order_disagreement")],
         jury_disagreement=pd.to_numeric(column("jury_disagreement"), errors="coerce").to_numpy())
@@ -265,14 +265,15 @@ def jury_disagreement(judge: pd.DataFrame, judges: dict[str, pd.DataFrame] | Non
     return pd.Series(spread.reindex(cells).to_numpy(), index=judge.index)
 
 
-def items_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria,
-                scored: pd.DataFrame | None = None) -> pd.DataFrame:
+def items_table(judge: pd.DataFrame, systems: pd.DataFrame, criteria, scored: pd.DataFrame | None = None,
+                per_judgment: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per dialogue: counts of doubtful judgments, uncertainty, discrimination and priority.
 
     `judge`: every judgment (for the uncertainty); `scored`: the per-system scores the systems table used
-    (pairwise verdicts as win shares), for the discrimination; default `judge`.
+    (pairwise verdicts as win shares), for the discrimination; default `judge`. `per_judgment`: judge's
+    judgment_uncertainty when the caller has it already.
     """
-    per_judgment = judgment_uncertainty(judge)
+    per_judgment = judgment_uncertainty(judge) if per_judgment is None else per_judgment
     grouped = per_judgment.groupby("item_id")
     table = pd.DataFrame({
         "n_judgments": grouped.size(),
@@ -462,17 +463,17 @@ def stratum_weights(errors: pd.Series) -> pd.Series:
     return mean_square / mean_square.mean()
 
 
-def stratified_uncertainty(items: pd.DataFrame, judge: pd.DataFrame, weights: pd.Series) -> pd.DataFrame:
-    """`items` with each dialogue's uncertainty the mean over its judgments of the judgment's uncertainty times its
-    stratum's weight (stratum_weights; a stratum the pilot did not label: its criterion's mean weight, else 1), so
-    the active draw follows the doubt where the judge errs. `items` itself when there are no weights."""
+def stratified_uncertainty(items: pd.DataFrame, per_judgment: pd.DataFrame, weights: pd.Series) -> pd.DataFrame:
+    """`items` with each dialogue's uncertainty the mean over its judgments (`per_judgment`, judgment_uncertainty's)
+    of the judgment's uncertainty times its stratum's weight (stratum_weights; a stratum the pilot did not label:
+    its criterion's mean weight, else 1), so the active draw follows the doubt where the judge errs. `items` itself
+    when there are no weights."""
     if weights.empty:
         return items
-    per_judgment = judgment_uncertainty(judge)
     by_criterion = weights.groupby(level="criterion").mean()
-    cell = pd.MultiIndex.from_arrays([judge["system"], judge["criterion"]])
-    weight = pd.Series(weights.reindex(cell).to_numpy(), index=judge.index)
-    weight = weight.fillna(judge["criterion"].map(by_criterion)).fillna(1.0)
+    cell = pd.MultiIndex.from_arrays([per_judgment["system"], per_judgment["criterion"]])
+    weight = pd.Series(weights.reindex(cell).to_numpy(), index=per_judgment.index)
+    weight = weight.fillna(per_judgment["criterion"].map(by_criterion)).fillna(1.0)
     weighted = (per_judgment["uncertainty"] * weight).groupby(per_judgment["item_id"]).mean()
     return items.assign(uncertainty=items["item_id"].map(weighted).to_numpy())
 
@@ -844,12 +845,13 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     if judges:  # more judges: where they disagree is one more sign of doubt
         judges = {name: expand_all_criteria(frame, criteria) for name, frame in judges.items()}
         judge = judge.assign(jury_disagreement=jury_disagreement(judge, judges))
-    items = items_table(judge, systems, criteria, scored[scored["criterion"].isin(criteria)])
+    per_judgment = judgment_uncertainty(judge)
+    items = items_table(judge, systems, criteria, scored[scored["criterion"].isin(criteria)], per_judgment)
     alpha = 0.05
     # An active draw follows the judge's doubt, weighted by its error per system and criterion on a pilot.
     strata = stratum_weights(pilot_errors(judge, pilot)) if design == "active" and pilot is not None else \
         pd.Series(dtype=float)
-    drawn_on = stratified_uncertainty(items, judge, strata)
+    drawn_on = stratified_uncertainty(items, per_judgment, strata)
     share, why = signal_check(drawn_on, judge, pilot) if design == "active" else (None, "")
     relative = relative_probabilities(drawn_on, share) if design == "active" else None
     table = power_table(scored, systems, criteria, power, alpha, pilot, judges, relative)
