@@ -154,6 +154,20 @@ def labels_matched(sizes, widths, target, n):
     return 1.0 / at if at > 0 else np.inf
 
 
+def labels_saved(sizes, curve, width, rows, n):
+    """(1 - n / n_u, censored) for the studies `rows`: n_u the uniform draw's labels (labels_matched on its mean
+    widths `curve`, one array per size) for the mean of `width`; censored, the lower bound 1 - n / its last size."""
+    means = np.array([np.nanmean(w[rows]) for w in curve])
+    matched = labels_matched(sizes, means, np.nanmean(width[rows]), n)
+    return 1.0 - n / (sizes[-1] if matched == CENSORED else matched), matched == CENSORED
+
+
+def squared_residuals(x, y):
+    """The squared residuals of y on x by least squares (the pilot's errors, as screen.pilot_errors fits them)."""
+    slope, intercept = np.polyfit(x, y, 1)
+    return (y - intercept - slope * x) ** 2
+
+
 def jury_signal(rng, y, f):
     """(reps, size) the doubt `judge screen --judge` gives each dialogue of one system when two more judges score it,
     each uniformly mediocre (y plus noise of sd 0.5 and 0.7): screen.jury_disagreement of the three, per study."""
@@ -180,8 +194,7 @@ def pilot_floors(rng, y, f, signal, pilot):
     floors = np.ones(len(y))
     for r in range(len(y)):
         chosen = rng.choice(y.shape[-1], pilot, replace=False)
-        slope, intercept = np.polyfit(f[r, chosen], y[r, chosen], 1)
-        error = (y[r, chosen] - intercept - slope * f[r, chosen]) ** 2
+        error = squared_residuals(f[r, chosen], y[r, chosen])
         relative = uncertainty_weights(signal[r], ACTIVE_FLOOR)[chosen]
         if pilot >= PILOT_CHECK and np.ptp(relative) > 0 and error.any():
             floors[r] = ACTIVE_FLOOR if signal_test(relative, error)[0] < SIGNAL_LEVEL else 1.0
@@ -272,20 +285,15 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
             curves["saved"].append(np.where(shown_k, width_k, np.nan))
             curves["saved_plain"].append(plain_k.ci_high - plain_k.ci_low)
 
-        def matched(rows, curve):
+        def saved(rows, curve):
             if shown_a[rows].mean() < 0.98:
-                return np.nan
-            means = np.array([np.nanmean(width[rows]) for width in curve])
-            return labels_matched(sizes, means, np.nanmean(width_a[rows]), n)
-
-        def saved(rows, curve):  # censored: the lower bound 1 - n / the curve's last size
-            value = matched(rows, curve)
-            return 1.0 - n / (sizes[-1] if value == CENSORED else value)
+                return np.nan, False
+            return labels_saved(sizes, curve, width_a, rows, n)
 
         for key, curve in curves.items():
-            spread = np.array([saved(rows, curve) for rows in draws])
-            out[key] = (saved(everyone, curve), *mc_interval(spread))
-            out[key + "_bound"] = bool(matched(everyone, curve) == CENSORED)
+            spread = [saved(rows, curve)[0] for rows in draws]
+            value, bound = saved(everyone, curve)
+            out[key], out[key + "_bound"] = (value, *mc_interval(spread)), bool(bound)
     else:
         out["saved"] = out["saved_plain"] = (np.nan, np.nan, np.nan)
         out["saved_bound"] = out["saved_plain_bound"] = False
@@ -340,11 +348,7 @@ def strata_designs(rng, y, f, doubt, pilot):
     out = {key: (np.zeros((reps, size)), np.ones(reps)) for key in ("plain", "strata")}
     for r in range(reps):
         chosen = rng.choice(size, pilot, replace=False)
-        squared = []
-        for c in range(criteria):
-            slope, intercept = np.polyfit(f[r, c, chosen], y[r, c, chosen], 1)
-            squared.append((y[r, c, chosen] - intercept - slope * f[r, c, chosen]) ** 2)
-        squared = np.array(squared)  # (C, pilot)
+        squared = np.array([squared_residuals(f[r, c, chosen], y[r, c, chosen]) for c in range(criteria)])
         index = pd.MultiIndex.from_product([chosen, ["s"], range(criteria)], names=["item_id", "system", "criterion"])
         errors = pd.Series(squared.T.ravel(), index=index)
         weights = stratum_weights(errors).droplevel("system").reindex(range(criteria)).to_numpy()
@@ -359,8 +363,8 @@ def strata_designs(rng, y, f, doubt, pilot):
 def strata_cell(errors, n, size, reps, seed, pilot, useless=False, bootstrap=200):
     """Labels saved per criterion by the active draw whose uncertainty is or is not weighted by the pilot's error per
     criterion (strata_designs), against a uniform draw, the same studies: {design: {"saved": [(value, lo, hi,
-    censored) per criterion], "cover": [...], "active": share of studies drawn active}}. `useless`: each criterion's doubt shuffled
-    over the dialogues."""
+    censored) per criterion], "cover": [...], "active": share of studies drawn active}}. `useless`: each
+    criterion's doubt shuffled over the dialogues."""
     rng = np.random.default_rng(seed)
     y, f, doubt = strata_population(rng, reps, size, errors)
     if useless:
@@ -381,18 +385,10 @@ def strata_cell(errors, n, size, reps, seed, pilot, useless=False, bootstrap=200
         row = {"saved": [], "cover": [], "active": float(np.mean(floors < 1.0))}
         for c in range(criteria):
             _, width, shown, hit = measure(y[:, c], f[:, c], mask, pi, 3.0)
-
-            def matched(rows):
-                means = np.array([np.nanmean(w[rows]) for w in curves[c]])
-                return labels_matched(sizes, means, np.nanmean(np.where(shown, width, np.nan)[rows]), n)
-
-            def saved(rows):  # censored: the lower bound 1 - n / the curve's last size
-                value = matched(rows)
-                return 1.0 - n / (sizes[-1] if value == CENSORED else value)
-
-            spread = [saved(rows) for rows in draws]
-            row["saved"].append((saved(np.arange(reps)), *mc_interval(spread),
-                                 matched(np.arange(reps)) == CENSORED))
+            width = np.where(shown, width, np.nan)
+            spread = [labels_saved(sizes, curves[c], width, rows, n)[0] for rows in draws]
+            value, bound = labels_saved(sizes, curves[c], width, np.arange(reps), n)
+            row["saved"].append((value, *mc_interval(spread), bound))
             row["cover"].append(float(hit[shown].mean()))
         out[key] = row
     return out
@@ -544,8 +540,8 @@ def main(argv=None) -> int:
         return 0
     if args.jury:
         print("kind     hard  signal        N   n pilot " + COLUMNS + " | share of studies drawn active")
-        cells = [(kind, hard, size, n, m) for kind in ("gaussian", "likert") for hard in (0.1, 0.2) for size in (100, 500)
-                 for n in (20, 50) for m in (0, 20)]
+        cells = [(kind, hard, size, n, m) for kind in ("gaussian", "likert") for hard in (0.1, 0.2)
+                 for size in (100, 500) for n in (20, 50) for m in (0, 20)]
         for index, (kind, hard, size, n, m) in enumerate(cells):
             o = run_cell(kind, hard, "jury", n, size, args.repetitions, 1300 + index, pilot=m)
             share = f"{o['active_share']:.2f}" if m else "-"
