@@ -266,6 +266,8 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
     # What the active estimate is worth in labels: printed (effective_labels, mean) over n x the uniform draw's
     # human-only squared error / the active estimate's (over the studies); its MC se by resampling the studies.
     errors = (estimate_a - truth) ** 2
+    # The estimates' own mean squared error, active over uniform (both weighted), before any interval is drawn.
+    out["mse_ratio"] = float(np.mean(errors) / np.mean((uniform.estimate - truth) ** 2))
     effective = np.where(shown_a, effective, np.nan)
     human = (np.where(lift(uniform_mask), y, 0).sum(-1) / n - truth) ** 2
 
@@ -429,17 +431,21 @@ def decompose(reps: int, best_lambda: float = 0.88) -> None:
     saved_quantile, saved_lambdas = estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas
     normal = lambda confidence, df: np.full(np.shape(df), stats.norm.ppf(0.5 + confidence / 2))  # noqa: E731
     known = lambda labelled, *rest: np.where(labelled, best_lambda, 0.0)  # noqa: E731
-    print("variant                  hard    N   n | cover: uniform active | saved [MC 95%] | ceiling")
+    print("variant                  hard    N   n | cover: uniform active | saved [MC 95%] | ceiling | "
+          "MSE active/uniform")
     try:
         for name, quantile, lambdas in (("as is", saved_quantile, saved_lambdas), ("z", normal, saved_lambdas),
                                         ("lambda known, t", saved_quantile, known), ("lambda known, z", normal, known)):
             estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas = quantile, lambdas
-            for hard, size, n in ((0.1, 500, 20), (0.1, 500, 50), (0.2, 500, 20), (0.1, 100, 20)):
+            for hard, size, n in ((0.1, 500, 10), (0.1, 500, 20), (0.1, 500, 50), (0.2, 500, 10), (0.2, 500, 20),
+                                  (0.1, 100, 10), (0.1, 100, 20)):
+                if n < MIN_CROSS_FITTED and lambdas is known:
+                    continue  # at 10-19 labels lambda is fitted on them all, in _ppi_mean_weighted: not patched
                 o = run_cell("gaussian", hard, "informative", n, size, reps, 7 + n, bootstrap=200)
                 saved = o["saved"]
                 print(f"{name:22s} {hard:5.2f} {size:4d} {n:3d} | {o['uniform']['coverage']:.3f} "
                       f"{o['active']['coverage']:.3f} | {saved[0]:+.2f} [{saved[1]:+.2f}, {saved[2]:+.2f}] | "
-                      f"{o['ceiling']:+.2f}", flush=True)
+                      f"{o['ceiling']:+.2f} | {o['mse_ratio']:.3f}", flush=True)
     finally:
         estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas = saved_quantile, saved_lambdas
 
