@@ -233,7 +233,7 @@ def test_the_pilot_check_goes_active_when_the_uncertainty_marks_where_the_judge_
     250 pilots; the Spearman check it replaced, 0.53-0.55 at 1,000)."""
     from active_design import population
 
-    from calibration.study.screen import signal_check
+    from calibration.study.screen import pilot_errors, signal_check
 
     rng = np.random.default_rng(8)
     y, f, u = population(rng, 60, 100, "gaussian", 0.2)
@@ -246,7 +246,7 @@ def test_the_pilot_check_goes_active_when_the_uncertainty_marks_where_the_judge_
         judge = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "score": f[r], "status": "ok"})
         chosen = rng.choice(100, 30, replace=False)
         pilot = pd.DataFrame({"item_id": ids[chosen], "system": "a", "criterion": "c", "human": y[r, chosen]})
-        active += signal_check(items, judge, pilot)[0] > 0
+        active += signal_check(items, pilot_errors(judge, pilot))[0] > 0
     assert low <= active / 60 <= high
 
 

@@ -162,10 +162,10 @@ def test_the_signal_is_checked_from_ten_pilot_dialogues_on_and_its_p_is_the_perm
     uncertain dialogues) within the Monte-Carlo error of 1,999 shuffles; at 9 the draw is uniform, unchecked."""
     import re
 
-    from calibration.study.screen import ACTIVE_FLOOR, PILOT_CHECK, PERMUTATIONS, signal_check
+    from calibration.study.screen import ACTIVE_FLOOR, PILOT_CHECK, PERMUTATIONS, pilot_errors, signal_check
 
     items, judge, pilot, score, human, uncertainty = _pilot(size)
-    share, why = signal_check(items, judge, pilot)
+    share, why = signal_check(items, pilot_errors(judge, pilot))
     assert PILOT_CHECK == 10  # the documented count, so a changed constant fails here too
     if size < 10:
         assert share == 0.0 and f"{size} pilot dialogues (fewer than 10)" in why
@@ -209,13 +209,13 @@ def test_a_plan_that_is_not_one_is_refused_naming_file_and_line(info, csv, messa
 def test_a_missing_uncertainty_counts_as_none_in_the_signal_check():
     """A pilot dialogue whose uncertainty was not recorded (NaN) is checked as one the judge is sure of (0): the
     same verdict and message as with 0 written there, and not the same as with the dialogue marked uncertain."""
-    from calibration.study.screen import signal_check
+    from calibration.study.screen import pilot_errors, signal_check
 
     items, judge, pilot, *_ = _pilot(12)
     zero, missing, marked = items.copy(), items.copy(), items.copy()
     zero.loc[0, "uncertainty"], missing.loc[0, "uncertainty"], marked.loc[0, "uncertainty"] = 0.0, np.nan, 1.0
-    assert signal_check(missing, judge, pilot) == signal_check(zero, judge, pilot)
-    assert signal_check(marked, judge, pilot) != signal_check(zero, judge, pilot)
+    assert signal_check(missing, pilot_errors(judge, pilot)) == signal_check(zero, pilot_errors(judge, pilot))
+    assert signal_check(marked, pilot_errors(judge, pilot)) != signal_check(zero, pilot_errors(judge, pilot))
 
 
 @pytest.mark.parametrize("pilot_size", [2, 3])
@@ -364,13 +364,13 @@ def test_a_pilot_with_no_fit_to_check_the_signal_on_falls_back_to_a_uniform_draw
     """Fewer than three labelled dialogues, or judge scores that never vary: no residual to check the uncertainty
     against, so the share following it is none and the active plan's draw is uniform (budget / dialogues each),
     its reason saying it fell back."""
-    from calibration.study.screen import _active_plan, signal_check
+    from calibration.study.screen import _active_plan, pilot_errors, signal_check
 
     items, judge, pilot, *_ = _pilot(12)
     if flat:
         judge = judge.assign(score=3.0)
     pilot = pilot.iloc[:pilot_size]
-    share, why = signal_check(items, judge, pilot)
+    share, why = signal_check(items, pilot_errors(judge, pilot))
     assert why == "the pilot has no labels to check the signal on: uniform"
     items = items.assign(discrimination=0.0, priority=items["uncertainty"])
     plan = _active_plan(items, 6, "dialogues", 1.0, 2, share)
@@ -383,7 +383,7 @@ def test_a_pilot_the_judge_fits_exactly_falls_back_to_uniform_whatever_the_round
     humans): there is no error for the uncertainty to mark, so every such pilot falls back to a uniform draw and says
     why. Before, the fit's rounding residuals (~1e-15) were tested as errors, and 6 of these 40 pilots went active
     claiming the uncertainty marks where the judge errs. One real error (0.5 on one dialogue) is still checked."""
-    from calibration.study.screen import signal_check
+    from calibration.study.screen import pilot_errors, signal_check
 
     rng = np.random.default_rng(1)
     for _ in range(40):
@@ -392,12 +392,12 @@ def test_a_pilot_the_judge_fits_exactly_falls_back_to_uniform_whatever_the_round
         items = pd.DataFrame({"item_id": ids, "uncertainty": rng.random(20)})
         judge = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "score": score, "status": "ok"})
         pilot = pd.DataFrame({"item_id": ids, "system": "a", "criterion": "c", "human": 2.0 * score - 1.0})
-        share, why = signal_check(items, judge, pilot)
+        share, why = signal_check(items, pilot_errors(judge, pilot))
         assert share == 0.0 and why == ("on 20 pilot dialogues the judge's scores fit the labels exactly (a linear "
                                         "function of them): no error for the uncertainty to mark, so the draw is "
                                         "uniform")
     pilot.loc[3, "human"] += 0.5
-    assert "fit the labels exactly" not in signal_check(items, judge, pilot)[1]
+    assert "fit the labels exactly" not in signal_check(items, pilot_errors(judge, pilot))[1]
 
 
 def test_the_output_files_read_back_as_the_tables_with_no_index_column():
@@ -1003,14 +1003,14 @@ def test_the_signal_checks_printed_ratio_and_p_are_the_statistics_written_out(se
     an active draw; seed 10's p, 13 / 2000, would print 0.007 over 1,998)."""
     import re
 
-    from calibration.study.screen import signal_check
+    from calibration.study.screen import pilot_errors, signal_check
 
     items, judge, pilot, score, human, u = _noisy_pilot(seed)
     if follows:
         u = follows * np.abs(human - score) + np.random.default_rng(seed + 100).random(12)
         items = items.assign(uncertainty=u)
     ratio, p = _ratio_and_p(score, human, u)
-    share, why = signal_check(items, judge, pilot)
+    share, why = signal_check(items, pilot_errors(judge, pilot))
     printed = re.search(r"residual variance ([0-9.]+) x a uniform draw's.*permutation p ([0-9.]+)", why)
     assert float(printed.group(1)) == pytest.approx(ratio, abs=0.005 + 1e-9)
     assert printed.group(2) == (f"{p:.2f}" if share == 0.0 else f"{p:.3f}")
@@ -1021,12 +1021,12 @@ def test_the_signal_checks_printed_ratio_and_p_are_the_statistics_written_out(se
 def test_a_pilot_whose_permutation_p_is_exactly_the_threshold_falls_back_to_uniform():
     """Active only when p < 0.1 (the docstring's rule): this pilot's p is exactly 200 / 2000 = 0.1 (written out),
     so the draw stays uniform. The shuffle count is the documented 1,999."""
-    from calibration.study.screen import PERMUTATIONS, signal_check
+    from calibration.study.screen import PERMUTATIONS, pilot_errors, signal_check
 
     assert PERMUTATIONS == 1999
     items, judge, pilot, score, human, u = _noisy_pilot(2473)
     assert _ratio_and_p(score, human, u)[1] == pytest.approx(0.1, abs=1e-12)
-    share, why = signal_check(items, judge, pilot)
+    share, why = signal_check(items, pilot_errors(judge, pilot))
     assert share == 0.0 and "permutation p 0.10): the draw falls back to uniform" in why
 
 
@@ -1038,7 +1038,7 @@ def test_an_active_plan_without_a_share_takes_the_documented_one():
     items = pd.DataFrame({"item_id": [f"d{i:02d}" for i in range(20)], "uncertainty": np.linspace(0.0, 1.0, 20),
                           "discrimination": 0.0, "priority": 0.0})
     assert ACTIVE_FLOOR == 0.6
-    unchecked, _ = signal_check(items, pd.DataFrame(), None)
+    unchecked, _ = signal_check(items, None)
     assert unchecked == pytest.approx(0.4)
     pd.testing.assert_frame_equal(_active_plan(items, 8, "dialogues", 0.5, 3, None),
                                   _active_plan(items, 8, "dialogues", 0.5, 3, unchecked))
@@ -1048,16 +1048,16 @@ def test_an_active_plan_without_a_share_takes_the_documented_one():
 def test_the_signal_check_does_not_depend_on_the_units_of_scores_and_labels(scale):
     """Judge scores and human labels in other units (thousandths, or tens of thousands): the same verdict, ratio and
     p; and a pilot the judge fits exactly still falls back, whatever the size of the labels' rounding."""
-    from calibration.study.screen import signal_check
+    from calibration.study.screen import pilot_errors, signal_check
 
     items, judge, pilot, score, human, u = _noisy_pilot(15)
     items = items.assign(uncertainty=np.abs(human - score) + np.random.default_rng(115).random(12))
-    base = signal_check(items, judge, pilot)
-    moved = signal_check(items, judge.assign(score=judge["score"] * scale),
-                         pilot.assign(human=pilot["human"] * scale + 7.0 * scale))
+    base = signal_check(items, pilot_errors(judge, pilot))
+    moved = signal_check(items, pilot_errors(judge.assign(score=judge["score"] * scale),
+                                             pilot.assign(human=pilot["human"] * scale + 7.0 * scale)))
     assert moved == base and base[0] > 0
     exact = pilot.assign(human=(2.0 * judge["score"] - 1.0) * scale)
-    share, why = signal_check(items, judge.assign(score=judge["score"] * scale), exact)
+    share, why = signal_check(items, pilot_errors(judge.assign(score=judge["score"] * scale), exact))
     assert share == 0.0 and "fit the labels exactly" in why
 
 
@@ -1067,7 +1067,7 @@ def test_the_signals_error_per_dialogue_averages_every_criterion_fitted_from_thr
     printed ratio is computed from those."""
     import re
 
-    from calibration.study.screen import ACTIVE_FLOOR, signal_check
+    from calibration.study.screen import ACTIVE_FLOOR, pilot_errors, signal_check
 
     items, judge, pilot, score, human, u = _noisy_pilot(15)
     items = items.assign(uncertainty=u)
@@ -1083,10 +1083,10 @@ def test_the_signals_error_per_dialogue_averages_every_criterion_fitted_from_thr
     error[:3] = (error[:3] + (extra_human - fit_k.intercept - fit_k.slope * extra_score) ** 2) / 2.0
     relative = ACTIVE_FLOOR + (1.0 - ACTIVE_FLOOR) * u / u.mean()
     ratio = np.mean(error / relative) / np.mean(error)
-    printed = re.search(r"residual variance ([0-9.]+) x", signal_check(items, judge, pilot)[1]).group(1)
+    printed = re.search(r"residual variance ([0-9.]+) x", signal_check(items, pilot_errors(judge, pilot))[1]).group(1)
     assert float(printed) == pytest.approx(ratio, abs=0.005)
-    without = re.search(r"residual variance ([0-9.]+) x", signal_check(items, judge[judge["criterion"] == "c"],
-                                                                       pilot[pilot["criterion"] == "c"])[1]).group(1)
+    only_c = pilot_errors(judge[judge["criterion"] == "c"], pilot[pilot["criterion"] == "c"])
+    without = re.search(r"residual variance ([0-9.]+) x", signal_check(items, only_c)[1]).group(1)
     assert printed != without  # the three labels count
 
 

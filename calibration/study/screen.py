@@ -393,10 +393,10 @@ def _active_plan(items: pd.DataFrame, budget: int, unit: str, random_share: floa
     return pd.DataFrame(rows, columns=["item_id", "part", "reason", "inclusion_probability"])
 
 
-def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame | None) -> tuple[float, str]:
+def signal_check(items: pd.DataFrame, squared: pd.Series | None) -> tuple[float, str]:
     """(share of the active draw that follows the uncertainty, why): with a labelled pilot, the active draw must be
-    expected to beat a uniform one on it, else the draw falls back to uniform (Li, Zrnic & Candes 2025). Without a
-    pilot: 1 - ACTIVE_FLOOR, unchecked.
+    expected to beat a uniform one on it, else the draw falls back to uniform (Li, Zrnic & Candes 2025). `squared`:
+    the judge's squared errors on the pilot (pilot_errors), None without a pilot: then 1 - ACTIVE_FLOOR, unchecked.
 
     The check is the design's own: a 1/p-weighted mean's residual variance changes, relative to a uniform draw's,
     by mean(r^2 / p~) / mean(r^2) (p~ the inclusion probabilities over their mean, r the human score's residual on
@@ -408,9 +408,8 @@ def signal_check(items: pd.DataFrame, judge: pd.DataFrame, pilot: pd.DataFrame |
     goes active in 9-13% of pilots (the test's level), one that marks the bad dialogues in 35-43% at 10 pilot
     dialogues, 66-81% at 20, 86-94% at 30; the Spearman correlation of the uncertainty with |r| it replaces (1,000
     pilots a cell): 19-27%, 29-42%, 36-55%."""
-    if pilot is None:
+    if squared is None:
         return 1.0 - ACTIVE_FLOOR, "unchecked (no --human pilot): a useless signal costs labels"
-    squared = pilot_errors(judge, pilot)
     if squared.empty:
         return 0.0, "the pilot has no labels to check the signal on: uniform"
     error = squared.groupby(level="item_id").mean()
@@ -848,11 +847,12 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     per_judgment = judgment_uncertainty(judge)
     items = items_table(judge, systems, criteria, scored[scored["criterion"].isin(criteria)], per_judgment)
     alpha = 0.05
-    # An active draw follows the judge's doubt, weighted by its error per system and criterion on a pilot.
-    strata = stratum_weights(pilot_errors(judge, pilot)) if design == "active" and pilot is not None else \
-        pd.Series(dtype=float)
+    # An active draw follows the judge's doubt, weighted by its error per system and criterion on a pilot, which
+    # also checks that the weighted doubt marks where the judge errs.
+    errors = pilot_errors(judge, pilot) if design == "active" and pilot is not None else None
+    strata = stratum_weights(errors) if errors is not None else pd.Series(dtype=float)
     drawn_on = stratified_uncertainty(items, per_judgment, strata)
-    share, why = signal_check(drawn_on, judge, pilot) if design == "active" else (None, "")
+    share, why = signal_check(drawn_on, errors) if design == "active" else (None, "")
     relative = relative_probabilities(drawn_on, share) if design == "active" else None
     table = power_table(scored, systems, criteria, power, alpha, pilot, judges, relative)
     result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),
