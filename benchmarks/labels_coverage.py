@@ -14,6 +14,9 @@ counts rows that print an interval; `mean` is over every system (means) or pair 
   oracle/h sqrt(1 - R^2 (1 - n/N)): the best linear combination of the judges and its lambda known in advance
            (R^2 within systems, from the large draw)
   jury/or  jury/h over oracle/h
+  one/or   one/h over the first judge's own oracle, sqrt(1 - rho1^2 (1 - n/N)), rho1 its within-system correlation
+           with the human score (the differences': of the paired differences): the acceptance's oracle for the
+           judge alone, its lambda known
   eff/worth  the jury's mean printed effective_labels over what its estimates were worth in human-only labels
            (n x the human-only estimates' mean squared error / the jury's, over the repetitions): above 1 overstates
 
@@ -66,8 +69,12 @@ def draw(rng, shape, kind: str, rho: float, systems: int):
     return ratings.mean(0), np.clip(np.rint(3.0 + 1.1 * judges), 1, 5)
 
 
-def oracle_r2(human, judges):
-    """Within-system R^2 of the best linear combination of the judges, for levels and for paired differences."""
+def oracle_r2(human, judges, first_only: bool = False):
+    """Within-system R^2 of the best linear combination of the judges (`first_only`: of the first judge alone), for
+    levels and for paired differences."""
+    if first_only:
+        judges = judges[..., :1]
+
     def r2(y, x):
         y = y - y.mean(0)
         x = x - x.mean(0)
@@ -137,6 +144,7 @@ def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: i
     big_h, big_j = draw(np.random.default_rng(12345), (400_000 // systems,), kind, rho, systems)
     truth = big_h.mean(0)
     r2_level, r2_difference = oracle_r2(big_h, big_j) if rho > 0 else (0.0, 0.0)
+    one_level, one_difference = oracle_r2(big_h, big_j, first_only=True) if rho > 0 else (0.0, 0.0)
     a, b = np.array(list(combinations(range(systems), 2))).T
     parts = {key: [] for key in ("jury_mean", "one_mean", "jury_diff", "one_diff")}
     for start in range(0, reps, CHUNK):
@@ -157,6 +165,7 @@ def run_cell(kind: str, rho: float, n: int, systems: int, n_judged: int, reps: i
     out = {key: combine(value) for key, value in parts.items()}
     share = 1.0 - n / n_judged
     out["oracle_mean"], out["oracle_diff"] = np.sqrt(1 - r2_level * share), np.sqrt(1 - r2_difference * share)
+    out["own_mean"], out["own_diff"] = np.sqrt(1 - one_level * share), np.sqrt(1 - one_difference * share)
     return out
 
 
@@ -167,12 +176,13 @@ def cell_line(kind, rho, n, systems, n_judged, out, reps) -> str:
         jury, one, oracle = out[f"jury_{what}"], out[f"one_{what}"], out[f"oracle_{what}"]
         parts.append(f"{jury['coverage']:.3f} {jury['worst']:.3f} {one['coverage']:.3f} "
                      f"{jury['ratio']:.3f} {one['ratio']:.3f} {oracle:.3f} {jury['ratio'] / oracle:.3f} "
+                     f"{one['ratio'] / out[f'own_{what}']:.3f} "
                      f"{jury['effective']:.2f}+-{jury['effective_se']:.2f}")
     return " | ".join(parts) + f"   (MC se of a coverage ~{se(0.95):.3f}, {reps} reps)"
 
 
-HEADER = ("kind     rho    N  S   n | means: cover worst one_cov jury/h one/h oracle/h jury/or eff/worth "
-          "| differences: cover worst one_cov jury/h one/h oracle/h jury/or eff/worth")
+HEADER = ("kind     rho    N  S   n | means: cover worst one_cov jury/h one/h oracle/h jury/or one/or eff/worth "
+          "| differences: cover worst one_cov jury/h one/h oracle/h jury/or one/or eff/worth")
 
 
 # -- DialSummEval ---------------------------------------------------------------------------------------------------
