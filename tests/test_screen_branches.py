@@ -1227,7 +1227,8 @@ def test_only_an_active_design_says_how_its_signal_was_checked():
     judge = _three_systems(dialogues=12).assign(spread=np.linspace(0.0, 1.0, 72))
     active = screen(judge, budget=4, bootstrap=50, design="active")
     said = [w for w in active.warnings if w.startswith("--design active: ")]
-    assert said == ["--design active: unchecked (no --human pilot): a useless signal costs labels"]
+    assert said == ["--design active: unchecked (no --human pilot): a useless signal costs labels, and where the "
+                    "labels bunch at one end of the scale the estimate prints no interval"]
     assert active.plan_info["design"] == "active" and active.plan_info["uncertainty_share"] == pytest.approx(0.4)
     assert active.plan_info["signal"].startswith("unchecked")
     uniform = screen(judge, budget=4, bootstrap=50)

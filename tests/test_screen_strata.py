@@ -198,3 +198,46 @@ def test_screen_with_more_judges_draws_where_they_disagree():
     assert (items["uncertainty"] >= items["mean_jury_disagreement"] - 1e-12).all()
     alone = screen(judge, pilot, scale=(1, 5), bootstrap=50)
     assert alone.items["mean_jury_disagreement"].isna().all()
+
+
+def _pilot(rows):
+    """A pilot frame (as aggregate_humans gives it) of (system, criterion, labels) rows."""
+    return pd.DataFrame([(f"d{i:02d}", system, criterion, float(v)) for system, criterion, labels in rows
+                         for i, v in enumerate(labels)], columns=["item_id", "system", "criterion", "human"])
+
+
+SPREAD, TOP, BOTTOM = [1, 2, 3, 4, 5] * 4, [5] * 19 + [4], [1] * 18 + [2, 1]
+
+
+@pytest.mark.parametrize("rows, criteria, bounds, expected", [
+    ([("a", "fluency", SPREAD)], ["fluency"], {"fluency": (1, 5)}, []),
+    ([("a", "fluency", SPREAD), ("b", "fluency", TOP)], ["fluency"], {"fluency": (1, 5)}, ["b/fluency"]),
+    ([("a", "fluency", BOTTOM)], ["fluency"], {"*": (1, 5)}, ["a/fluency"]),  # --scale: every criterion
+    ([("a", "fluency", TOP)], ["consistency"], {"*": (1, 5)}, []),  # a criterion not screened
+    ([("a", "fluency", TOP)], ["fluency"], {"consistency": (1, 5)}, []),  # no scale known for it
+    ([("a", "fluency", TOP), ("a", "consistency", SPREAD)], ["fluency", "consistency"], {"*": (1, 5)},
+     ["a/fluency"]),
+])
+def test_bunched_rows_are_the_pilot_rows_whose_labels_sit_at_one_end_of_their_scale(rows, criteria, bounds,
+                                                                                     expected):
+    """screen.bunched_rows: estimate.unseen_pull on each (system, criterion) of the pilot with its scale."""
+    from calibration.study.screen import bunched_rows
+
+    assert bunched_rows(_pilot(rows), criteria, bounds) == expected
+    assert bunched_rows(None, criteria, bounds) == []
+
+
+def test_an_active_draw_falls_back_to_uniform_where_the_pilots_labels_bunch():
+    """End to end: the study whose pilot passes the signal check (test above) draws uniformly once one system's
+    fluency labels on the pilot all sit at the top of the scale, and the warning names that row; the plan's
+    probabilities are then all equal."""
+    judge, pilot = _study()
+    top = (pilot["system"] == "b") & (pilot["criterion"] == "fluency")
+    bunched = pilot.assign(score=pilot["score"].where(~top, 5))
+    result = screen(judge, bunched, scale=(1, 5), budget=20, random_share=1.0, bootstrap=50, design="active")
+    said = [w for w in result.warnings if w.startswith("--design active: ")]
+    assert len(said) == 1 and "bunch at one end of the scale for 1 system(s) and criteria (b/fluency)" in said[0]
+    assert result.plan_info["uncertainty_share"] == 0.0
+    assert result.plan["inclusion_probability"].to_numpy() == pytest.approx(20 / 40)
+    kept = screen(judge, pilot, scale=(1, 5), budget=20, random_share=1.0, bootstrap=50, design="active")
+    assert kept.plan_info["uncertainty_share"] > 0.0  # the same pilot without the bunched row: active
