@@ -35,6 +35,7 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     nice -n 10 python benchmarks/active_design.py --pilot    # with a labelled pilot: the signal check per study
     nice -n 10 python benchmarks/active_design.py --strata   # two criteria, the judge's error weighting the draw
     nice -n 10 python benchmarks/active_design.py --jury     # the disagreement of more judges as the signal
+    nice -n 10 python benchmarks/active_design.py --real     # DialSummEval: its metrics' disagreement as the doubt
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calibration.study.estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED,  # noqa: E402
-                                        effective_labels, ppi_mean, ppi_mean_weighted)
+                                        effective_labels, ppi_mean, ppi_mean_weighted, unseen_pull)
 from calibration.study.screen import (ACTIVE_FLOOR, PILOT_CHECK, SIGNAL_LEVEL, inclusion_probabilities,  # noqa: E402
                                       signal_test, systematic_sample, uncertainty_weights)
 
@@ -186,11 +187,12 @@ def jury_signal(rng, y, f):
     return signal
 
 
-def pilot_floors(rng, y, f, signal, pilot):
-    """Each study's uniform share after `judge screen --human PILOT`'s signal check (screen.signal_check's test on
-    the same statistics): `pilot` dialogues labelled at random, the human score's residual on the judge's (least
-    squares on the pilot) squared; ACTIVE_FLOOR where the permutation test finds that the uncertainty marks the
-    error (p < SIGNAL_LEVEL), 1 (a uniform draw) otherwise."""
+def pilot_floors(rng, y, f, signal, pilot, scale=None):
+    """Each study's uniform share after `judge screen --human PILOT`'s checks: `pilot` dialogues labelled at random,
+    the human score's residual on the judge's (least squares on the pilot) squared; ACTIVE_FLOOR where the
+    permutation test finds that the uncertainty marks the error (p < SIGNAL_LEVEL, screen.signal_check's test on
+    the same statistics) and, `scale` known, the pilot's labels do not bunch at one end of it (screen.bunched_rows);
+    1 (a uniform draw) otherwise."""
     floors = np.ones(len(y))
     for r in range(len(y)):
         chosen = rng.choice(y.shape[-1], pilot, replace=False)
@@ -198,6 +200,8 @@ def pilot_floors(rng, y, f, signal, pilot):
         relative = uncertainty_weights(signal[r], ACTIVE_FLOOR)[chosen]
         if pilot >= PILOT_CHECK and np.ptp(relative) > 0 and error.any():
             floors[r] = ACTIVE_FLOOR if signal_test(relative, error)[0] < SIGNAL_LEVEL else 1.0
+        if scale is not None and unseen_pull(y[r, chosen], f[r, chosen], scale):
+            floors[r] = 1.0
     return floors
 
 
@@ -232,11 +236,11 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
     elif signal_kind.startswith("strength"):  # "strength=q": each dialogue keeps its own signal with probability q,
         keep = rng.random(signal.shape) < float(signal_kind.split("=")[1])  # else another dialogue's (shuffled)
         signal = np.where(keep, signal, rng.permuted(signal, axis=1))
+    scale = None if kind == "gaussian" else (1, 5)
     if pilot:
-        floor = pilot_floors(rng, y, f, signal, pilot)
+        floor = pilot_floors(rng, y, f, signal, pilot, scale)
     lift = (lambda a: a) if systems == 1 else (lambda a: a[:, None, :])  # noqa: E731  (reps, size) -> per system
     out = {}
-    scale = None if kind == "gaussian" else (1, 5)
 
     def uniform_draw(k):
         mask = rng.random((reps, size)).argsort(1) < k
@@ -396,6 +400,113 @@ def strata_cell(errors, n, size, reps, seed, pilot, useless=False, bootstrap=200
     return out
 
 
+def real_doubt(metrics, systems, judge_index):
+    """(D,) each dialogue's doubt as `judge screen --judge NAME=FILE ...` records it with DialSummEval's other 31
+    metrics as the jury: screen.jury_disagreement of the judge and them, per summary, averaged over the dialogue's
+    summaries (items.csv's uncertainty; the metrics have no other sign of doubt)."""
+    import pandas as pd
+
+    from calibration.study.screen import jury_disagreement
+
+    dialogues, count, k = metrics.shape
+
+    def frame(x):
+        return pd.DataFrame({"item_id": np.repeat([f"d{i}" for i in range(dialogues)], count),
+                             "system": np.tile(systems, dialogues), "criterion": "c", "score": x.reshape(-1),
+                             "status": "ok"})
+
+    others = {str(i): frame(metrics[..., i]) for i in range(k) if i != judge_index}
+    spread = jury_disagreement(frame(metrics[..., judge_index]), others).to_numpy().reshape(dialogues, count)
+    return np.nanmean(spread, axis=1)
+
+
+def real(reps: int, seed: int = 5, sizes=(10, 20, 30), pilot: int = 20) -> None:
+    """DialSummEval (../shared/data or $JUDGE_SHARED_DATA): 100 dialogues x 14 systems, 4 criteria (each its own
+    study), QuestEval as the judge and the disagreement of the other 31 metrics with it as the doubt (real_doubt).
+    Per criterion and n, the dialogues redrawn `reps` times: uniformly (estimated as `judge estimate` estimates a
+    uniform plan: ppi_mean, the systems sharing lambda below 20 labels, the 1-5 scale known), actively
+    (ppi_mean_weighted with the draw's inclusion probabilities, as `judge estimate --plan`), and actively after a
+    pilot of `pilot` random labelled dialogues, checked as `judge screen --human` checks it (`piloted`: the signal
+    check; `guarded`: also uniform where the pilot's labels bunch at one end of the scale for some system, the
+    estimate's unseen_pull on the pilot); a study that falls back labels a uniform draw, estimated as the uniform one.
+    Truth: each system's mean over the 100 dialogues. The pilot's labels are not counted. `worst`: the lowest
+    coverage over the systems that print an interval; `shown`: the share of rows (systems x studies) with one."""
+    from labels_coverage import dialsummeval  # the same folder
+    from scipy import stats as scipy_stats
+
+    criteria, systems, human, metrics, names = dialsummeval()
+    judge_index = names.index("questeval")
+    f = metrics[..., judge_index].T  # (S, D)
+    doubt = real_doubt(metrics, systems, judge_index)
+    dialogues = len(doubt)
+    relative = uncertainty_weights(doubt, ACTIVE_FLOOR)
+    print(f"DialSummEval: {dialogues} dialogues x {len(systems)} systems; judge questeval, doubt the disagreement of "
+          f"the other {len(names) - 1} metrics (per dialogue {doubt.min():.2f}-{doubt.max():.2f}); {reps} redraws per "
+          f"cell; pilot {pilot} dialogues")
+    print("criterion     n rho | cover/worst/shown: uniform | active | piloted | guarded | labels saved vs uniform "
+          "[MC 95%]: active; piloted, guarded (share drawn active) | MSE active/uniform")
+    for c, criterion in enumerate(criteria):
+        y = human[c].T  # (S, D)
+        truth = y.mean(1)
+        # The judge's error on each dialogue, on all the labels (what the doubt should mark): the mean over its
+        # summaries of the squared residual of the human score on the judge's (within systems).
+        yc, fc = y - y.mean(1, keepdims=True), f - f.mean(1, keepdims=True)
+        residual = ((yc - ((yc * fc).sum() / (fc * fc).sum()) * fc) ** 2).mean(0)
+        marks = float(scipy_stats.spearmanr(doubt, residual)[0])
+        for n in sizes:
+            rng = np.random.default_rng(seed + 101 * c + n)
+
+            def uniform(k):
+                mask = rng.random((reps, dialogues)).argsort(1) < k
+                return ppi_mean(np.where(mask[:, None, :], y, np.nan), f, bounds=(1, 5), shared=True)
+
+            def weighted(floors=None):
+                mask, pi = active_draw(rng, np.broadcast_to(doubt, (reps, dialogues)), n, floors)
+                return ppi_mean_weighted(np.where(mask[:, None, :], y, np.nan), f, pi[:, None, :], bounds=(1, 5))
+
+            plain, drawn = uniform(n), weighted()
+            checked, bunched = np.ones(reps), np.zeros(reps, dtype=bool)
+            for r in range(reps):  # the pilot's checks, as screen runs them
+                chosen = rng.choice(dialogues, pilot, replace=False)
+                error = squared_residuals(f[:, chosen].ravel(), y[:, chosen].ravel()).reshape(-1, pilot).mean(0)
+                if error.any() and np.ptp(relative[chosen]) > 0:
+                    checked[r] = ACTIVE_FLOOR if signal_test(relative[chosen], error)[0] < SIGNAL_LEVEL else 1.0
+                bunched[r] = unseen_pull(y[:, chosen], f[:, chosen], (1, 5)).any()
+            guarded_floors = np.where(bunched, 1.0, checked)
+            fallen = uniform(n)  # a study whose check fell back labels a uniform draw, estimated as `plain`
+            results = {"uniform": plain, "active": drawn}
+            for key, floors in (("piloted", checked), ("guarded", guarded_floors)):
+                active = weighted(floors)
+                back = (floors >= 1.0)[:, None]
+                results[key] = {name: np.where(back, getattr(fallen, name), getattr(active, name))
+                                for name in ("estimate", "ci_low", "ci_high")}
+            get = lambda r, name: r[name] if isinstance(r, dict) else getattr(r, name)  # noqa: E731
+
+            def cover(r):
+                low, high = get(r, "ci_low"), get(r, "ci_high")
+                shown = np.isfinite(low)
+                hit = (low <= truth) & (truth <= high) & shown
+                per_system = np.where(shown.sum(0) > 0, hit.sum(0) / np.maximum(shown.sum(0), 1), np.nan)
+                return f"{hit.sum() / max(shown.sum(), 1):.3f}/{np.nanmin(per_system):.3f}/{shown.mean():.2f}"
+
+            curve_sizes = uniform_sizes(n, dialogues)
+            curve = [(lambda r: r.ci_high - r.ci_low)(uniform(k)) for k in curve_sizes]
+            boot = np.random.default_rng(seed).integers(0, reps, (200, reps))
+
+            def saved(r):
+                width = get(r, "ci_high") - get(r, "ci_low")
+                if np.isfinite(width).mean() < 0.98:
+                    return "   nan (intervals withheld)  "
+                value, bound = labels_saved(curve_sizes, curve, width, np.arange(reps), n)
+                low, high = mc_interval([labels_saved(curve_sizes, curve, width, rows, n)[0] for rows in boot])
+                return f"{'>' if bound else ' '}{value:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+            mse = np.mean((drawn.estimate - truth) ** 2) / np.mean((plain.estimate - truth) ** 2)
+            print(f"{criterion:12s} {n:3d} {marks:+.2f} | " + " | ".join(cover(results[k]) for k in results)
+                  + f" | {saved(drawn)}; {saved(results['piloted'])}, {saved(results['guarded'])} "
+                  f"({np.mean(checked < 1.0):.2f}, {np.mean(guarded_floors < 1.0):.2f}) | {mse:.3f}", flush=True)
+
+
 def line(label, o) -> str:
     saved, plain, effective = o["saved"], o["saved_plain"], o["effective"]
     at_least = lambda key: ">" if o.get(key + "_bound") else " "  # noqa: E731  (censored: a lower bound)
@@ -472,10 +583,16 @@ def main(argv=None) -> int:
                         "the active draw's uncertainty weighted by the pilot's error per criterion, or not")
     parser.add_argument("--jury", action="store_true", help="no self-reported doubt: the disagreement of two more "
                         "judges as the signal (screen --judge), unchecked and with a pilot of 20")
+    parser.add_argument("--real", action="store_true", help="DialSummEval (the shared data): QuestEval as the judge, "
+                        "the other 31 metrics' disagreement as the doubt, unchecked and after a pilot of 20")
     parser.add_argument("--recheck", action="store_true", help="the cells under 0.94 in the 1,000-study tables, "
                         "the active draw at n only, 4,000 studies on new seeds")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.real:
+        real(args.repetitions)
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} redraws per cell)")
+        return 0
     if args.recheck:
         for kind, hard, sig, n, size, constant in RECHECK:
             o = run_cell(kind, hard, sig, n, size, 4000, 500 + n, savings=False, bootstrap=2, floor=args.floor,
