@@ -187,27 +187,28 @@ def jury_signal(rng, y, f):
     return signal
 
 
-def pilot_floors(rng, y, f, signal, pilot, scale=None):
-    """Each study's uniform share after `judge screen --human PILOT`'s checks: `pilot` dialogues labelled at random,
-    the human score's residual on the judge's (least squares on the pilot) squared; ACTIVE_FLOOR where the
-    permutation test finds that the uncertainty marks the error (p < SIGNAL_LEVEL, screen.signal_check's test on
-    the same statistics) and, `scale` known, the pilot's labels do not bunch at one end of it (screen.bunched_rows);
-    1 (a uniform draw) otherwise."""
-    floors = np.ones(len(y))
+def pilot_checks(rng, y, f, signal, pilot, scale=None):
+    """(floors, bunched) per study, `judge screen --human PILOT`'s two checks on `pilot` dialogues labelled at
+    random (y, f: (reps, size), or (reps, S, size) for S systems; signal (reps, size)). floors: ACTIVE_FLOOR where the
+    permutation test finds that the uncertainty marks the judge's error (the human score's residual on the judge's,
+    least squares on the pilot, squared and averaged over a dialogue's systems; p < SIGNAL_LEVEL: screen.signal_check's
+    test on the same statistics), 1 (a uniform draw) otherwise; bunched: the pilot's labels bunch at one end of
+    `scale` for some system (screen.bunched_rows; False without a scale), where screen draws uniformly too."""
+    floors, bunched = np.ones(len(y)), np.zeros(len(y), dtype=bool)
     for r in range(len(y)):
         chosen = rng.choice(y.shape[-1], pilot, replace=False)
-        error = squared_residuals(f[r, chosen], y[r, chosen])
+        labels, judged = y[r][..., chosen], f[r][..., chosen]
+        error = squared_residuals(judged.ravel(), labels.ravel()).reshape(-1, pilot).mean(0)
         relative = uncertainty_weights(signal[r], ACTIVE_FLOOR)[chosen]
         if pilot >= PILOT_CHECK and np.ptp(relative) > 0 and error.any():
             floors[r] = ACTIVE_FLOOR if signal_test(relative, error)[0] < SIGNAL_LEVEL else 1.0
-        if scale is not None and unseen_pull(y[r, chosen], f[r, chosen], scale):
-            floors[r] = 1.0
-    return floors
+        bunched[r] = scale is not None and bool(np.any(unseen_pull(labels, judged, scale)))
+    return floors, bunched
 
 
 def active_draw(rng, signal, size, floor=None):
     """(mask, inclusion probabilities) of one fixed-size active draw per study, as `judge screen` draws it; `floor`
-    one uniform share, or one per study (pilot_floors)."""
+    one uniform share, or one per study (pilot_checks)."""
     floors = np.broadcast_to(np.asarray(floor if floor is not None else ACTIVE_FLOOR, dtype=float), (len(signal),))
     pi = np.array([inclusion_probabilities(s, size, floor=x) for s, x in zip(signal, floors)])
     mask = np.zeros(signal.shape, dtype=bool)
@@ -220,7 +221,7 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
              constant=False, pilot=0):
     """One cell: uniform and active draws of the same studies. `constant`: the judge gives every summary the same
     score (lambda 0: the Hajek mean of the labels). `pilot`: that many dialogues labelled first, the active draw's
-    share checked on them per study (pilot_floors; one system), its share of active studies in out["active_share"];
+    share checked on them per study (pilot_checks; one system), its share of active studies in out["active_share"];
     a study whose check fell back is estimated as `judge estimate --plan` estimates a plan of equal probabilities
     (ppi_mean). `savings`: the labels saved (the uniform draw's width curve around n; from MIN_TUNED labels)."""
     rng = np.random.default_rng(seed)
@@ -238,7 +239,8 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
         signal = np.where(keep, signal, rng.permuted(signal, axis=1))
     scale = None if kind == "gaussian" else (1, 5)
     if pilot:
-        floor = pilot_floors(rng, y, f, signal, pilot, scale)
+        floors, bunched = pilot_checks(rng, y, f, signal, pilot, scale)
+        floor = np.where(bunched, 1.0, floors)
     lift = (lambda a: a) if systems == 1 else (lambda a: a[:, None, :])  # noqa: E731  (reps, size) -> per system
     out = {}
 
@@ -439,7 +441,6 @@ def real(reps: int, seed: int = 5, sizes=(10, 20, 30), pilot: int = 20) -> None:
     f = metrics[..., judge_index].T  # (S, D)
     doubt = real_doubt(metrics, systems, judge_index)
     dialogues = len(doubt)
-    relative = uncertainty_weights(doubt, ACTIVE_FLOOR)
     print(f"DialSummEval: {dialogues} dialogues x {len(systems)} systems; judge questeval, doubt the disagreement of "
           f"the other {len(names) - 1} metrics (per dialogue {doubt.min():.2f}-{doubt.max():.2f}); {reps} redraws per "
           f"cell; pilot {pilot} dialogues")
@@ -465,13 +466,8 @@ def real(reps: int, seed: int = 5, sizes=(10, 20, 30), pilot: int = 20) -> None:
                 return ppi_mean_weighted(np.where(mask[:, None, :], y, np.nan), f, pi[:, None, :], bounds=(1, 5))
 
             plain, drawn = uniform(n), weighted()
-            checked, bunched = np.ones(reps), np.zeros(reps, dtype=bool)
-            for r in range(reps):  # the pilot's checks, as screen runs them
-                chosen = rng.choice(dialogues, pilot, replace=False)
-                error = squared_residuals(f[:, chosen].ravel(), y[:, chosen].ravel()).reshape(-1, pilot).mean(0)
-                if error.any() and np.ptp(relative[chosen]) > 0:
-                    checked[r] = ACTIVE_FLOOR if signal_test(relative[chosen], error)[0] < SIGNAL_LEVEL else 1.0
-                bunched[r] = unseen_pull(y[:, chosen], f[:, chosen], (1, 5)).any()
+            every = lambda a: np.broadcast_to(a, (reps,) + a.shape)  # noqa: E731  (the same labels in every study)
+            checked, bunched = pilot_checks(rng, every(y), every(f), every(doubt), pilot, (1, 5))
             guarded_floors = np.where(bunched, 1.0, checked)
             fallen = uniform(n)  # a study whose check fell back labels a uniform draw, estimated as `plain`
             results = {"uniform": plain, "active": drawn}
