@@ -43,6 +43,12 @@ class HumanScale:
     abstain: frozenset[str] = field(default_factory=frozenset)  # labels that abstain ("I don't know")
 
 
+def scale_bounds(scales: dict[str, HumanScale]) -> dict[str, tuple[float, float]]:
+    """(low, high) of each numeric scale, by criterion ("*": every criterion, from --scale): the bounds the human
+    scores cannot leave, for the estimators' bounded-scale checks."""
+    return {c: (s.low, s.high) for c, s in scales.items() if s.kind == "numeric" and s.low is not None}
+
+
 def range_scale(low: float, high: float) -> HumanScale:
     """The scale of `--scale MIN,MAX`: any number between the two."""
     return HumanScale("numeric", f"--scale {low:g},{high:g}", low=low, high=high)

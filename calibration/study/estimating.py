@@ -144,7 +144,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     >>> bool(row.ci_low < row.estimate < row.ci_high)
     True
     """
-    from ..io import check_labels, human_na_cells, judge_scales, read_human_labels, read_judge_scores
+    from ..io import check_labels, human_na_cells, judge_scales, read_human_labels, read_judge_scores, scale_bounds
     from .estimate import estimate as estimate_tables
     from .screen import provenance
 
@@ -190,7 +190,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
 
     others, notes = other_judges(judges, human, scale, failure_value, judge)
     warnings += notes
-    bounds = {c: (s.low, s.high) for c, s in scales.items() if s.kind == "numeric" and s.low is not None}
+    bounds = scale_bounds(scales)
     tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence, others,
                              inclusion, bounds)
     result = EstimateResult(tables.estimates, tables.differences, tables.targeted, tables.criteria,

@@ -768,7 +768,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
     >>> list(result.systems.columns[:4])
     ['criterion', 'system', 'mean', 'ci_low']
     """
-    from ..io import check_labels, judge_scales, read_human_labels, read_judge_scores
+    from ..io import check_labels, judge_scales, read_human_labels, read_judge_scores, scale_bounds
 
     _check_options(budget, budget_unit, random_share, power, bootstrap, seed)
     if design not in ("uniform", "active"):
@@ -779,7 +779,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
     pilot_labels, bounds = None, {}
     if human is not None:
         scales, notes = judge_scales(judge, scale, judgments, required=True)
-        bounds = {c: (s.low, s.high) for c, s in scales.items() if s.kind == "numeric" and s.low is not None}
+        bounds = scale_bounds(scales)
         warnings_ += notes
         pilot_labels = read_human_labels(human, scales)
         judge, imputed = check_labels(pilot_labels, judge, criteria=criteria)
