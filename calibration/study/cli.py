@@ -40,7 +40,9 @@ writes (with --output-dir): systems.csv, items.csv, power.csv and, with --budget
 pilot, from the pilot's errors weighed by 1/p (design_factor, active_basis "pilot"); without one, at most the
 uniform count at the worst case the design's floor allows (active_basis "worst case"). With a --human pilot the
 draw follows each judgment's doubt weighted by the judge's error in its system and criterion on the pilot (plan.json's
-strata): doubt where the judge errs draws labels, doubt where it is right anyway hardly does.
+strata): doubt where the judge errs draws labels, doubt where it is right anyway hardly does. The pilot also
+checks that the doubt marks the judge's errors and that its labels do not bunch at one end of the scale (where the
+estimate would print no interval for an active draw); the draw is uniform otherwise, and the warning says why.
 A plan is a contract: an --output-dir that holds one is refused (a plan is never replaced), `judge export --plan`
 records its digest in the key, and `judge estimate --plan` refuses a plan edited since or made from other judgments.
 Only the random part may enter `judge estimate`: a plan with none is refused (or, with --random-share 0, warned
