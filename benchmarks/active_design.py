@@ -586,6 +586,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.real:
+        from labels_coverage import missing_data  # the same folder
+
+        if missing_data("dialsummeval"):
+            print(missing_data("dialsummeval"))
+            return 0
         real(args.repetitions)
         print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} redraws per cell)")
         return 0

@@ -192,6 +192,15 @@ def shared_data() -> Path:
     return Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
 
 
+def missing_data(*folders: str) -> str:
+    """Why a real-data table cannot run ("" when it can): the first release of `folders` absent from the shared
+    data, with where it was looked for."""
+    for folder in folders:
+        if not (shared_data() / folder / "annotations.csv").is_file():
+            return f"skipped: {folder} not found at {shared_data() / folder} (set JUDGE_SHARED_DATA)"
+    return ""
+
+
 def dialsummeval():
     """(criteria, systems, human (C, D, S), metrics (D, S, 32), metric names) from the shared data."""
     import pandas as pd
@@ -427,9 +436,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     # The other tables, each with its default number of repetitions; the first flag given wins.
-    for chosen, table, default in ((args.rare, rare, 2000), (args.decoda, decoda, 1000),
-                                   (args.real_scale, real_scale, 1000), (args.real, real, 200)):
+    for chosen, table, default, folders in (
+            (args.rare, rare, 2000, ()), (args.decoda, decoda, 1000, ("decoda_llm_sum_guidelines",)),
+            (args.real_scale, real_scale, 1000, ("summeval", "dialsummeval", "decoda_llm_sum_guidelines")),
+            (args.real, real, 200, ("dialsummeval",))):
         if chosen:
+            if missing_data(*folders):
+                print(missing_data(*folders))
+                return 0
             table(args.repetitions or default, args.seed)
             print(f"({time.perf_counter() - started:.0f}s)")
             return 0
