@@ -155,12 +155,27 @@ def labels_matched(sizes, widths, target, n):
     return 1.0 / at if at > 0 else np.inf
 
 
+# A saving is read only where the active draw prints an interval in this share of its rows at least (else no mean
+# width to match against the uniform draw's).
+SHOWN = 0.98
+
+
 def labels_saved(sizes, curve, width, rows, n):
     """(1 - n / n_u, censored) for the studies `rows`: n_u the uniform draw's labels (labels_matched on its mean
-    widths `curve`, one array per size) for the mean of `width`; censored, the lower bound 1 - n / its last size."""
+    widths `curve`, one array per size) for the mean of `width`; censored, the lower bound 1 - n / its last size.
+    (NaN, False) where fewer than SHOWN of the rows' widths are finite (intervals withheld)."""
+    if np.isfinite(width[rows]).mean() < SHOWN:
+        return np.nan, False
     means = np.array([np.nanmean(w[rows]) for w in curve])
     matched = labels_matched(sizes, means, np.nanmean(width[rows]), n)
     return 1.0 - n / (sizes[-1] if matched == CENSORED else matched), matched == CENSORED
+
+
+def saved_interval(sizes, curve, width, draws, n):
+    """(saved, its Monte Carlo 2.5 and 97.5 percentiles, censored): labels_saved over every study, and over each
+    resample of the studies in `draws`."""
+    value, bound = labels_saved(sizes, curve, width, np.arange(len(width)), n)
+    return (value, *mc_interval([labels_saved(sizes, curve, width, rows, n)[0] for rows in draws]), bool(bound))
 
 
 def squared_residuals(x, y):
@@ -292,16 +307,9 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
             _, (_, width_k, shown_k, _), plain_k = uniform_draw(k)
             curves["saved"].append(np.where(shown_k, width_k, np.nan))
             curves["saved_plain"].append(plain_k.ci_high - plain_k.ci_low)
-
-        def saved(rows, curve):
-            if shown_a[rows].mean() < 0.98:
-                return np.nan, False
-            return labels_saved(sizes, curve, width_a, rows, n)
-
         for key, curve in curves.items():
-            spread = [saved(rows, curve)[0] for rows in draws]
-            value, bound = saved(everyone, curve)
-            out[key], out[key + "_bound"] = (value, *mc_interval(spread)), bool(bound)
+            value, low, high, bound = saved_interval(sizes, curve, width_a, draws, n)
+            out[key], out[key + "_bound"] = (value, low, high), bound
     else:
         out["saved"] = out["saved_plain"] = (np.nan, np.nan, np.nan)
         out["saved_bound"] = out["saved_plain_bound"] = False
@@ -394,9 +402,7 @@ def strata_cell(errors, n, size, reps, seed, pilot, useless=False, bootstrap=200
         for c in range(criteria):
             _, width, shown, hit = measure(y[:, c], f[:, c], mask, pi, 3.0)
             width = np.where(shown, width, np.nan)
-            spread = [labels_saved(sizes, curves[c], width, rows, n)[0] for rows in draws]
-            value, bound = labels_saved(sizes, curves[c], width, np.arange(reps), n)
-            row["saved"].append((value, *mc_interval(spread), bound))
+            row["saved"].append(saved_interval(sizes, curves[c], width, draws, n))
             row["cover"].append(float(hit[shown].mean()))
         out[key] = row
     return out
@@ -491,10 +497,9 @@ def real(reps: int, seed: int = 5, sizes=(10, 20, 30), pilot: int = 20) -> None:
 
             def saved(r):
                 width = get(r, "ci_high") - get(r, "ci_low")
-                if np.isfinite(width).mean() < 0.98:
+                if np.isfinite(width).mean() < SHOWN:
                     return "   nan (intervals withheld)  "
-                value, bound = labels_saved(curve_sizes, curve, width, np.arange(reps), n)
-                low, high = mc_interval([labels_saved(curve_sizes, curve, width, rows, n)[0] for rows in boot])
+                value, low, high, bound = saved_interval(curve_sizes, curve, width, boot, n)
                 return f"{'>' if bound else ' '}{value:+.2f} [{low:+.2f}, {high:+.2f}]"
 
             mse = np.mean((drawn.estimate - truth) ** 2) / np.mean((plain.estimate - truth) ** 2)
