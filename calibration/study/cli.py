@@ -147,6 +147,10 @@ def register(sub) -> None:
                              "drawn; checked against a --human pilot when given, which also weighs each "
                              "judgment's doubt by the judge's error in its system and criterion there); plan.csv "
                              "records each probability")
+    screen.add_argument("--pilot-plan", type=Path, metavar="DIR",
+                        help="the --output-dir of an earlier uniform `judge screen --budget` whose random part "
+                             "--human labels: this plan is its second stage, --budget more dialogues drawn "
+                             "among the others (needs --design active), and `judge estimate --plan` counts both")
     screen.add_argument("--power", type=_power_type, default=0.8, help="target power (default 0.8)")
     screen.add_argument("--bootstrap", type=positive_type, default=1000, metavar="N",
                         help="bootstrap resamples of dialogues (default 1000)")
@@ -194,9 +198,9 @@ def _run(args: argparse.Namespace, verb: str, compute, exit_code=lambda result: 
     started = time.perf_counter()
     inputs = [p for p in (args.judgments, getattr(args, "human", None), getattr(args, "key", None)) if p]
     inputs += [Path(source) for _, source in getattr(args, "judge", None) or []]
-    plan = getattr(args, "plan", None)
-    if plan is not None:
-        inputs += [Path(plan) / "plan.csv", Path(plan) / "plan.json"]
+    for plan in (getattr(args, "plan", None), getattr(args, "pilot_plan", None)):
+        if plan is not None:
+            inputs += [Path(plan) / "plan.csv", Path(plan) / "plan.json"]
 
     def footer(result) -> str:
         systems = (result.systems if verb == "screen" else result.estimates)["system"].nunique()
@@ -224,7 +228,8 @@ def run_screen(args: argparse.Namespace) -> int:
         args.judgments, args.human, criteria=args.criteria, score_column=args.score_column, clean=args.clean,
         failure_value=args.failure_value,
         scale=args.scale, budget=args.budget, budget_unit=args.budget_unit, random_share=args.random_share,
-        power=args.power, bootstrap=args.bootstrap, seed=args.seed, design=args.design, judges=args.judge))
+        power=args.power, bootstrap=args.bootstrap, seed=args.seed, design=args.design, judges=args.judge,
+        pilot_plan=args.pilot_plan))
 
 
 # -- estimate -----------------------------------------------------------------------------------------------------

@@ -469,7 +469,7 @@ def betting_interval(values, labelled, bounds, confidence: float = 0.95, grid: i
     return (low_bound + scale * low).reshape(shape), (low_bound + scale * high).reshape(shape)
 
 
-def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95, bounds=None) -> PPIResult:
+def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95, bounds=None, first=None) -> PPIResult:
     """PPI++ for labels drawn with known, unequal inclusion probabilities (an active design, `judge screen --design
     active`; Zrnic & Candes 2024, active inference), along the last axis and vectorised over leading ones.
 
@@ -492,12 +492,37 @@ def ppi_mean_weighted(human, judge, inclusion, confidence: float = 0.95, bounds=
     on the terms a_i^2 r_i^2, between Kish's n_eff - k and n - k; n_eff = 1 / sum a^2, n when every pi is equal).
     With every pi equal this is ppi_mean's estimator up to lambda's objective (N for m) and f's mean over all N.
     human_only: the Hajek mean of the labels with its own se (n_eff - 1 df). `bounds`: the scale (low, high), for
-    unseen_hidden; None: not checked."""
+    unseen_hidden; None: not checked. `first`: a two-stage plan's first, uniform stage (booleans per dialogue,
+    broadcast), whose labels alone carry the bounded-scale interval there (unseen_hidden)."""
     result = _ppi_mean_weighted(human, judge, inclusion, confidence)
-    return result if bounds is None else unseen_hidden(result, human, judge, bounds, confidence)
+    return result if bounds is None else unseen_hidden(result, human, judge, bounds, confidence, first)
 
 
-def unseen_hidden(result: PPIResult, human, judge, bounds, confidence: float = 0.95) -> PPIResult:
+def two_stage_inclusion(first, probability, judged: int) -> np.ndarray:
+    """What ppi_mean_weighted takes as `inclusion` for a two-stage plan (`judge screen --pilot-plan`): a first,
+    uniform stage of m1 random dialogues (the pilot) and a second of m2 drawn from the other dialogues with
+    probabilities q_i chosen on the first stage's labels. Arrays over the random dialogues: `first` (bool),
+    `probability` (m1 / N in the first stage; q_i, given the first stage, in the second); `judged`: N.
+
+    The pilot's labels count: the estimate is w T1 + (1 - w) T2, with w = m1 / (m1 + m2) fixed by the plan, T1 = N
+    mean(first stage) (a simple random sample) and T2 = sum(first stage) + sum(second stage / q) (the first stage
+    known, the rest estimated by the draw made for it; unbiased given the first stage whatever rule chose q), so
+    it is unbiased and the two terms are uncorrelated. That is the weighted mean with weights w N / m1 + 1 - w in
+    the first stage and (1 - w) / q_i in the second; only their ratios enter the Hajek estimator, so their
+    inverses, scaled to at most 1, stand for inclusion probabilities. With a useless signal (q uniform) the weights
+    are equal up to m1 / N: a simple random sample of m1 + m2."""
+    first, probability = np.asarray(first, dtype=bool), np.asarray(probability, dtype=float)
+    m1, m2 = int(first.sum()), int((~first).sum())
+    if m2 == 0:
+        return np.ones(len(first))  # the first stage alone: a simple random sample
+    if m1 == 0:
+        return probability / probability.max()
+    share = m1 / (m1 + m2)
+    weight = np.where(first, share * judged / m1 + 1.0 - share, (1.0 - share) / probability)
+    return weight.min() / weight
+
+
+def unseen_hidden(result: PPIResult, human, judge, bounds, confidence: float = 0.95, first=None) -> PPIResult:
     """`result` (an active design's) without an interval on the rows unseen_pull trips: labels bunched at one end of
     the scale, where failures none of them drew could lie at the other. The betting bound that replaces the t there
     for a uniform draw (bounded_scale) assumes labels drawn uniformly, so an active design's rows get none, and
@@ -509,11 +534,39 @@ def unseen_hidden(result: PPIResult, human, judge, bounds, confidence: float = 0
     tripped = np.asarray(unseen_pull(human, judge, bounds, confidence) & np.isfinite(result.ci_low))
     if not tripped.any():
         return result
+    if first is not None:
+        return first_stage_bounded(result, human, judge, first, bounds, confidence, tripped)
     hide = lambda value: np.where(tripped, np.nan, value)  # noqa: E731
     return replace(result, se=hide(result.se), ci_low=hide(result.ci_low), ci_high=hide(result.ci_high),
                    human_only_se=hide(result.human_only_se), human_only_ci_low=hide(result.human_only_ci_low),
                    human_only_ci_high=hide(result.human_only_ci_high),
                    no_interval=np.where(tripped, "unseen", result.no_interval))
+
+
+def first_stage_bounded(result: PPIResult, human, judge, first, bounds, confidence: float, tripped) -> PPIResult:
+    """unseen_hidden for a two-stage plan: its first stage is a uniform random draw, so the `tripped` rows take the
+    betting interval (betting_interval, valid for any scores on the scale) of the first stage's labels alone, and
+    their mean as the estimate; none where the first stage has fewer than MIN_LABELLED labels. effective_labels
+    counts those labels only (`jensen`: n over their number)."""
+    y, f, one = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float),
+                                    np.asarray(first, dtype=bool))
+    labelled = ~np.isnan(f) & ~np.isnan(y) & one
+    count = labelled.sum(-1)
+    shown = tripped & (count >= MIN_LABELLED)
+    low, high = np.full(tripped.shape, np.nan), np.full(tripped.shape, np.nan)
+    if shown.any():
+        low[shown], high[shown] = betting_interval(y[shown], labelled[shown], bounds, confidence)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(labelled, y, 0.0).sum(-1) / count
+        worth = np.where(shown, result.n_labelled / np.maximum(count, 1), 1.0)
+    pick = lambda new, kept: np.where(tripped, new, kept)  # noqa: E731
+    return replace(result, estimate=pick(np.where(shown, mean, result.estimate), result.estimate),
+                   se=pick(np.nan, result.se), ci_low=pick(low, result.ci_low), ci_high=pick(high, result.ci_high),
+                   human_only=pick(np.where(shown, mean, result.human_only), result.human_only),
+                   human_only_se=pick(np.nan, result.human_only_se), human_only_ci_low=pick(low, result.human_only_ci_low),
+                   human_only_ci_high=pick(high, result.human_only_ci_high), lam=pick(0.0, result.lam),
+                   no_interval=pick(np.where(shown, "first stage", "unseen"), result.no_interval),
+                   jensen=worth * (1.0 if result.jensen is None else np.where(tripped, 1.0, result.jensen)))
 
 
 def weighted_cross_fitted_lambdas(labelled, a, y0, fc, big_n, var_f) -> np.ndarray:
@@ -767,6 +820,10 @@ def interval_note(code: str, n: int) -> str:
     if code == "unseen":
         return (f"the {n} labels bunch at one end of the scale: failures none of them drew could lie at the other, "
                 "and an active design's weighted labels have no bounded-scale interval; label more dialogues")
+    if code == "first stage":
+        return (f"the {n} labels bunch at one end of the scale: failures none of them drew could lie at the other, "
+                "so the interval is the betting bound (valid for any scores on the scale) on the two-stage plan's "
+                "first, uniform stage alone, and the estimate its mean")
     if code == "bounded":
         return (f"the {n} labels bunch at one end of the scale: failures none of them drew could lie at the other, "
                 "so that side's bound is the betting bound (valid for any scores on the scale; human labels only)")
@@ -780,7 +837,9 @@ def effective_labels(result: PPIResult) -> np.ndarray:
     variances overstates on average (E[1/X] > 1/E[X])."""
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = (result.ci_high - result.ci_low) / (result.human_only_ci_high - result.human_only_ci_low)
-        jensen = 1.0 if result.jensen is None else np.where(result.no_interval == "", result.jensen, 1.0)
+        # (a two-stage plan's "first stage" rows: jensen is n over the first stage's labels, all they are worth)
+        jensen = 1.0 if result.jensen is None else np.where(np.isin(result.no_interval, ("", "first stage")),
+                                                            result.jensen, 1.0)
         return np.where(ratio > 0, result.n_labelled / ratio ** 2 / jensen, np.nan)
 
 
@@ -817,13 +876,15 @@ def _rows(result: PPIResult, index: int) -> dict:
             "lambda": float(result.lam[index])}
 
 
-def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds=None, leverage=None) -> PPIResult:
+def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds=None, leverage=None,
+         first=None) -> PPIResult:
     """ppi_mean with the judge's lambda tuned, or for a combined (cross-fitted) predictor the design's own; with
     `inclusion` (each dialogue's probability of being drawn, an active design) the 1/p-weighted estimator.
     `bounds`: the scores' (low, high), for the bounded-scale check (bounded_scale; for an active design's weighted
-    labels, unseen_hidden). `leverage`: the combined predictor's fit_leverage per row."""
+    labels, unseen_hidden). `leverage`: the combined predictor's fit_leverage per row. `first`: a two-stage plan's
+    first stage (ppi_mean_weighted)."""
     if inclusion is not None:
-        return ppi_mean_weighted(human, judge, inclusion, confidence, bounds=bounds)
+        return ppi_mean_weighted(human, judge, inclusion, confidence, bounds=bounds, first=first)
     if not combined:  # the criterion's systems (or pairs) share one cross-fitted lambda below MIN_CROSS_FITTED
         return ppi_mean(human, judge, confidence, bounds=bounds, shared=True)
     from .predictor import cross_prediction_lambda
@@ -833,9 +894,9 @@ def _ppi(human, judge, confidence: float, combined: bool, inclusion=None, bounds
 
 
 def system_estimates(matrices: StudyMatrices, confidence: float, combined: bool = False,
-                     inclusion=None, bounds=None) -> pd.DataFrame:
+                     inclusion=None, bounds=None, first=None) -> pd.DataFrame:
     result = _ppi(matrices.human.T, matrices.judge.T, confidence, combined, inclusion, bounds,
-                  None if matrices.fit is None else fit_leverage(*matrices.fit))
+                  None if matrices.fit is None else fit_leverage(*matrices.fit), first)
     rows = []
     for j, system in enumerate(matrices.systems):
         units = ~np.isnan(matrices.judge[:, j])
@@ -868,7 +929,7 @@ def difference_estimates(matrices: StudyMatrices, confidence: float, combined: b
 def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bool = False,
              random_items=None, targeted_items=None, confidence: float = 0.95,
              judges: dict[str, pd.DataFrame] | None = None, inclusion: dict | None = None,
-             scales: dict | None = None) -> Estimates:
+             scales: dict | None = None, first_stage: set | None = None) -> Estimates:
     """The whole `judge estimate` computation on loaded frames (load_judge_scores / load_human_labels).
 
     `random_items`: the dialogues of the plan's random part (None: every labelled dialogue). `targeted_items`:
@@ -877,6 +938,7 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
     regression on the labels (calibration.study.predictor). `inclusion`: {dialogue: probability it was drawn}
     for the random part of an active design (ppi_mean_weighted); None for a uniform draw. `scales`: criterion (or
     "*") -> (low, high) of the human scale, for the bounded-scale check (bounded_scale); None: not checked.
+    `first_stage`: a two-stage plan's first-stage dialogues (their labels carry the bounded-scale interval).
     """
     if not 0.0 < confidence < 1.0:
         raise CalibrationError(f"--confidence must be between 0 and 1, got {confidence}")
@@ -901,7 +963,9 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
             matrices, paired = combined_matrices(matrices, judges), combined_matrices(matrices, judges, True)
         pi = None if inclusion is None else np.array([inclusion.get(i, np.nan) for i in matrices.items])
         bounds = (scales or {}).get(criterion, (scales or {}).get("*"))
-        table = system_estimates(matrices, confidence, combined=bool(judges), inclusion=pi, bounds=bounds)
+        first = None if first_stage is None else np.isin(matrices.items, list(first_stage))
+        table = system_estimates(matrices, confidence, combined=bool(judges), inclusion=pi, bounds=bounds,
+                                 first=first)
         # Random-sample dialogues that have labels for other cells but not for this one: the estimate assumes
         # these labels are missing at random (or that the criterion did not apply, as the judge would say).
         in_sample = np.isin(matrices.items, list(random_labelled))

@@ -181,6 +181,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     judge, human_na = human_na_cells(judge, labels)
     random_items, targeted_items, plan_notes = plan_parts(plan, key, labels, judge, judgments)
     inclusion = plan_inclusion(plan) if plan is not None else None
+    first_stage = plan_first_stage(plan) if plan is not None else None
     warnings += plan_notes
     if apply_map is not None:
         from ..maps import apply_maps, load_maps
@@ -192,7 +193,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     warnings += notes
     bounds = scale_bounds(scales)
     tables = estimate_tables(judge, labels, criteria, clean, random_items, targeted_items, confidence, others,
-                             inclusion, bounds)
+                             inclusion, bounds, first_stage)
     result = EstimateResult(tables.estimates, tables.differences, tables.targeted, tables.criteria,
                             tables.confidence, tables.random_source, tables.n_random, tables.cleaned,
                             list(tables.notes), warnings, provenance(judgments, judge, human, None), imputed,
@@ -203,7 +204,13 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if human_na:
         result.notes.append(f"{human_na} labelled cell(s) the annotators called N/A: left out of that criterion's "
                             "population, as the judge's N/A are")
-    if inclusion is not None:
+    if first_stage is not None:
+        result.notes.append(f"a two-stage plan: the first stage's {len(first_stage)} uniformly drawn dialogues (the "
+                            "pilot) and the second stage's count together, weighted so that the estimate is unbiased "
+                            "whatever the pilot decided (calibration.study.estimate.two_stage_inclusion), normalised "
+                            "by their realised sum (Hajek); where labels bunch at one end of the scale, the interval "
+                            "is the first stage's bounded one")
+    elif inclusion is not None:
         result.notes.append("the plan's random part was drawn with unequal inclusion probabilities (an active "
                             "design): every labelled dialogue weighs 1/p, normalised by their realised sum (Hajek), "
                             "t on Kish's effective number of labels")
@@ -319,17 +326,36 @@ def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) 
 def plan_inclusion(plan) -> dict[str, float] | None:
     """{dialogue: inclusion probability} of the plan's random part when plan.csv records unequal ones (an active
     design, `judge screen --design active`); None for a uniform draw, recorded (`judge escalate` writes n/N) or not:
-    every probability equal, the plain estimator."""
+    every probability equal, the plain estimator. A two-stage plan (`judge screen --pilot-plan`): what stands for
+    them, estimate.two_stage_inclusion."""
+    from .estimate import two_stage_inclusion
     from .screen import read_plan
 
-    frame, _ = read_plan(Path(plan))
+    frame, info = read_plan(Path(plan))
     if "inclusion_probability" not in frame.columns:
         return None
     random = frame[frame["part"] == "random"]
     probabilities = random["inclusion_probability"].astype(float)
+    if "stage" in frame.columns:
+        judged = (info.get("stages") or {}).get("judged")
+        if isinstance(judged, bool) or not isinstance(judged, int) or judged < len(random):
+            raise CalibrationError(f"{Path(plan) / 'plan.json'}: plan.csv has two stages but plan.json records no "
+                                   "number of judged dialogues (stages.judged) to weigh them by")
+        weights = two_stage_inclusion(random["stage"].eq("1").to_numpy(), probabilities.to_numpy(), judged)
+        return dict(zip(random["item_id"], weights))
     if np.ptp(probabilities.to_numpy()) <= 1e-12 * probabilities.max():
         return None
     return dict(zip(random["item_id"], probabilities))
+
+
+def plan_first_stage(plan) -> set | None:
+    """The dialogues of a two-stage plan's first, uniform stage (its random part), None for a one-stage plan."""
+    from .screen import read_plan
+
+    frame, _ = read_plan(Path(plan))
+    if "stage" not in frame.columns:
+        return None
+    return set(frame.loc[frame["part"].eq("random") & frame["stage"].eq("1"), "item_id"])
 
 
 def check_key(path: Path, parts: dict[str, str], digest: str) -> None:

@@ -756,10 +756,12 @@ def power_sentence(table: pd.DataFrame, power: float, alpha: float) -> str:
 def screen(judgments, human=None, *, criteria=None, score_column: str | None = None, clean: bool = False,
            scale: tuple[float, float] | None = None, budget: int | None = None, budget_unit: str = "dialogues",
            random_share: float = 0.5, power: float = 0.8, bootstrap: int = 1000, seed: int = 0,
-           failure_value: float | None = None, design: str = "uniform", judges=None) -> ScreenResult:
+           failure_value: float | None = None, design: str = "uniform", judges=None,
+           pilot_plan=None) -> ScreenResult:
     """`judge screen` as a function: `judgments` and `human` (a pilot's labels) are paths or DataFrames (as
     calibration.io loads them); the keywords are the CLI's flags. Every option and every label is checked here
-    (CalibrationError with the CLI's message); warnings go into `result.warnings`.
+    (CalibrationError with the CLI's message); warnings go into `result.warnings`. `pilot_plan`: the folder of
+    the uniform plan whose random part `human` labels; the new plan is its second stage (second_stage_plan).
 
     >>> import calibration
     >>> result = calibration.screen("examples/study/judgments.jsonl", budget=8, bootstrap=200)
@@ -773,6 +775,13 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
     _check_options(budget, budget_unit, random_share, power, bootstrap, seed)
     if design not in ("uniform", "active"):
         raise CalibrationError(f"--design must be uniform or active, got {design!r}")
+    if pilot_plan is not None:
+        missing = [flag for flag, given in (("--design active", design == "active"), ("--human", human is not None),
+                                            ("--budget", budget is not None),
+                                            ("--budget-unit dialogues", budget_unit == "dialogues")) if not given]
+        if missing:
+            raise CalibrationError(f"--pilot-plan plans an active second stage after the pilot's uniform first: "
+                                   f"give {', '.join(missing)}")
     scale, criteria = scale_option(scale), criteria_option(criteria)
     judge, path = read_judge_scores(judgments, score_column, failure_value)
     warnings_: list[str] = []
@@ -792,7 +801,8 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
         others, notes = other_judges(judges, human, scale, failure_value, judge)
         warnings_ += notes
     result = screen_tables(path, judge, criteria, pilot_labels, clean, budget, budget_unit, random_share, power,
-                           seed, bootstrap, score_column, design, others, bounds)
+                           seed, bootstrap, score_column, design, others, bounds,
+                           None if pilot_plan is None else Path(pilot_plan))
     result.warnings = warnings_ + result.warnings
     result.provenance = provenance(judgments, judge, human, seed)
     return result
@@ -833,9 +843,11 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
                   clean: bool = False, budget: int | None = None, unit: str = "dialogues", random_share: float = 0.5,
                   power: float = 0.8, seed: int = 0, n_resamples: int = 1000,
                   score_column: str | None = None, design: str = "uniform",
-                  judges: dict | None = None, bounds: dict | None = None) -> ScreenResult:
+                  judges: dict | None = None, bounds: dict | None = None,
+                  pilot_plan: Path | None = None) -> ScreenResult:
     """The computation on loaded, checked frames. `bounds`: each criterion's scale (low, high) from the rubric or
-    --scale (key "*" for every criterion), for the pilot's bunching check (bunched_rows)."""
+    --scale (key "*" for every criterion), for the pilot's bunching check (bunched_rows). `pilot_plan`: the first
+    stage's plan folder (second_stage_plan)."""
     pilot = None
     if pilot_labels is not None:
         pilot = aggregate_humans(pilot_labels, clean=clean)
@@ -888,8 +900,14 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
                           n_resamples=n_resamples, seed=seed)
     if design == "active":
         result.warnings.append(f"--design active: {why}" + (strata_clause(strata) if share else ""))
-    if budget is not None:
+    first = None if pilot_plan is None else first_stage(pilot_plan, path, items, pilot)
+    if first is not None:
+        result.warnings += first.warnings
+    if budget is not None and first is not None:
+        plan = second_stage_plan(items, first, budget, random_share, seed, share, drawn_on["uncertainty"])
+    elif budget is not None:
         plan = make_plan(items, budget, unit, random_share, seed, design, share, drawn_on["uncertainty"])
+    if budget is not None:
         result.warnings += plan_warnings(plan, budget, unit, random_share)
         result.plan = plan
         items["part"] = items["item_id"].map(dict(zip(plan["item_id"], plan["part"]))).fillna("")
@@ -904,7 +922,99 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
             result.plan_info.update(design="active", uncertainty_share=share, signal=why, strata=[
                 {"system": system, "criterion": criterion, "weight": float(weight)}
                 for (system, criterion), weight in strata.items()])
+        if first is not None:
+            result.plan_info["stages"] = {
+                "first_plan": str(pilot_plan), "first_plan_sha256": first.digest, "judged": len(items),
+                "first": len(first.random), "second": int((plan["stage"].eq(2) & plan["part"].eq("random")).sum()),
+                # dialogues labelled in the first stage: `judge export --plan` leaves them out
+                "labelled": sorted(map(str, first.random + first.targeted))}
     return result
+
+
+@dataclass
+class FirstStage:
+    """The uniform plan a two-stage study started from (first_stage): its random and targeted dialogues, the
+    digest of its plan.csv, and what the pilot's labels leave to say."""
+
+    random: list
+    targeted: list
+    digest: str
+    warnings: list
+
+
+def first_stage(directory: Path, judgments: Path, items: pd.DataFrame, pilot: pd.DataFrame) -> FirstStage:
+    """The plan `--pilot-plan` names, held to what a first stage must be: a uniform random draw of dialogues (no
+    unequal inclusion probabilities, not itself a second stage), made from these judgments, unedited; the
+    pilot's labels on its dialogues only."""
+    frame, info = read_plan(directory)
+    where = directory / "plan.csv"
+    digest = file_sha256(where)
+    if info.get("plan_sha256") not in (None, digest):
+        raise CalibrationError(f"{where}: differs from the plan `judge screen` wrote (plan.json records another "
+                               "sha256): an edited plan no longer says which dialogues were drawn at random")
+    named = info.get("judgments_sha256")
+    if named and Path(judgments).is_file() and named != file_sha256(Path(judgments)):
+        raise CalibrationError(f"{judgments}: not the judgments the --pilot-plan was made from "
+                               f"({info.get('judgments')}): both stages must draw from the same dialogues")
+    if "stage" in frame.columns:
+        raise CalibrationError(f"{where}: already a two-stage plan: --pilot-plan takes the first, uniform plan")
+    if info.get("unit", "dialogues") != "dialogues":
+        raise CalibrationError(f"{directory / 'plan.json'}: a budget in {info.get('unit')}: the first stage must "
+                               "draw dialogues (--budget-unit dialogues), each with the same probability")
+    random = frame[frame["part"] == "random"]
+    if "inclusion_probability" in frame.columns:
+        drawn = random["inclusion_probability"].astype(float).to_numpy()
+        if len(drawn) and np.ptp(drawn) > 1e-12 * drawn.max():
+            raise CalibrationError(f"{where}: drawn with unequal inclusion probabilities (an active plan): the first "
+                                   "stage must be a uniform random draw")
+    if random.empty:
+        raise CalibrationError(f"{where}: no random part: the first stage must be a uniform random draw")
+    unknown = ~frame["item_id"].isin(set(items["item_id"]))
+    if unknown.any():
+        raise CalibrationError(f"{where}:{int(np.flatnonzero(unknown.to_numpy())[0]) + 2}: dialogue "
+                               f"{frame['item_id'][unknown].iloc[0]!r} is not in the judgments")
+    outside = ~pilot["item_id"].isin(set(frame["item_id"]))
+    if outside.any():
+        raise CalibrationError(f"--human: {pilot.loc[outside, 'item_id'].nunique()} labelled dialogue(s) are not in "
+                               f"the --pilot-plan, e.g. {pilot.loc[outside, 'item_id'].iloc[0]!r}: the pilot must be "
+                               "the labels of that plan's dialogues")
+    unlabelled = sorted(set(random["item_id"]) - set(pilot["item_id"]))
+    warnings = [] if not unlabelled else [
+        f"{len(unlabelled)} of the first stage's {len(random)} random dialogues have no pilot label (e.g. "
+        f"{unlabelled[0]!r}): the check used the others; label them before `judge estimate`, which counts the "
+        "first stage's labelled dialogues as a random sample"]
+    targeted = frame.loc[frame["part"] == "targeted", "item_id"].tolist()
+    return FirstStage(random["item_id"].tolist(), targeted, digest, warnings)
+
+
+def second_stage_plan(items: pd.DataFrame, first: FirstStage, budget: int, random_share: float, seed: int,
+                      share: float, drawn_on: pd.Series) -> pd.DataFrame:
+    """plan.csv of a two-stage study (`--pilot-plan`): the first stage's rows (stage 1; its random part keeps
+    its probability m1 / N), then `budget` more dialogues planned among the others as an active plan is (stage 2;
+    each random one's probability given the first stage), so that `judge estimate --plan` counts the pilot's
+    labels too (estimate.two_stage_inclusion). The draw follows the uncertainty as the pilot's check allowed
+    (`share` 0: uniform)."""
+    done = items["item_id"].isin(set(first.random)).to_numpy()
+    rest = items[~done].reset_index(drop=True)
+    if budget > len(rest):
+        raise CalibrationError(f"--budget {budget} dialogues is more than the first stage left: {len(rest)} of "
+                               f"{len(items)} dialogues")
+    # The targeted part goes to dialogues not labelled yet (the first stage's targeted ones come last).
+    labelled = rest["item_id"].isin(set(first.targeted))
+    rest = rest.assign(priority=rest["priority"].where(~labelled, -np.inf))
+    second = _active_plan(rest, budget, "dialogues", random_share, seed, share,
+                          np.asarray(drawn_on, dtype=float)[~done])
+    again = second["item_id"].isin(set(first.targeted)) & second["part"].eq("random")
+    second.loc[again, "reason"] += "; labelled already (targeted in the first stage): its labels count"
+    origin = "the --pilot-plan"
+    stage_one = pd.DataFrame({"item_id": sorted(first.random), "part": "random",
+                              "reason": f"first stage: the uniform random part of {origin}",
+                              "inclusion_probability": len(first.random) / len(items)})
+    kept = [item for item in first.targeted if item not in set(second["item_id"])]
+    targeted = pd.DataFrame({"item_id": kept, "part": "targeted", "reason": f"first stage: targeted in {origin}",
+                             "inclusion_probability": np.nan})
+    return pd.concat([stage_one.assign(stage=1), targeted.assign(stage=1), second.assign(stage=2)],
+                     ignore_index=True)
 
 
 
@@ -968,6 +1078,14 @@ def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
             given = plan["inclusion_probability"][bad].iloc[0]
             raise CalibrationError(f"{csv_path}:{line}: inclusion_probability must be a number in (0, 1] (empty "
                                    f"allowed on a targeted row), got {given!r}")
+    if "stage" in plan.columns:  # a two-stage plan (--pilot-plan): its weights need every random row's probability
+        bad = ~plan["stage"].isin(["1", "2"])
+        if bad.any():
+            line = int(bad.to_numpy().nonzero()[0][0]) + 2
+            raise CalibrationError(f"{csv_path}:{line}: stage must be 1 or 2, got {plan['stage'][bad].iloc[0]!r}")
+        if "inclusion_probability" not in plan.columns:
+            raise CalibrationError(f"{csv_path}:1: a stage column without inclusion_probability: a two-stage plan "
+                                   "records each random dialogue's probability")
     duplicated = plan["item_id"].duplicated()
     if duplicated.any():
         line = int(duplicated.to_numpy().nonzero()[0][0]) + 2
@@ -1012,6 +1130,12 @@ def print_screen(result, out=None) -> None:
         dialogues = lambda n: f"{n} dialogue{'' if n == 1 else 's'}"  # noqa: E731
         how = ("uniformly at random" if info.get("design") != "active" else
                "at random with inclusion probabilities rising with the judge's uncertainty (plan.csv records them)")
-        print(f"\nPlan: budget {info['budget']} {info['unit']}: {dialogues(info['n_random'])} drawn {how} "
+        if info.get("uncertainty_share") == 0.0:
+            how = "uniformly at random (the active design fell back; plan.csv records the probabilities)"
+        stages = info.get("stages")
+        random = dialogues(info["n_random"]) if not stages else (
+            f"the first stage's {dialogues(stages['first'])} (the --pilot-plan's random part) and "
+            f"{dialogues(stages['second'])}")
+        print(f"\nPlan: budget {info['budget']} {info['unit']}: {random} drawn {how} "
               f"(share {info['random_share']}, seed {info['seed']}) and {dialogues(info['n_targeted'])} targeted.",
               file=out)

@@ -145,7 +145,8 @@ def shown_fields(task: Task, rubric: Rubric) -> dict[str, str]:
 
 # -- building -------------------------------------------------------------------------------------------------
 def read_plan(directory: str | Path) -> dict[str, str]:
-    """`DIR/plan.csv` (item_id,part,reason; one row per dialogue) as {item_id: part}, in file order."""
+    """`DIR/plan.csv` (item_id,part,reason; one row per dialogue) as {item_id: part}, in file order; a second
+    stage's plan without the dialogues its first stage labelled (plan.json's stages.labelled)."""
     path = Path(directory) / "plan.csv"
     if not path.is_file():
         raise InputError(f"{path}: no such file (--plan names the directory `judge screen` wrote)")
@@ -166,7 +167,13 @@ def read_plan(directory: str | Path) -> dict[str, str]:
             plan[item_id] = part
     if not plan:
         raise InputError(f"{path}: the plan lists no dialogue")
-    return plan
+    # A second stage (`judge screen --pilot-plan`): the first stage's dialogues are labelled already.
+    try:
+        info = json.loads((Path(directory) / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        info = {}
+    labelled = set((info.get("stages") or {}).get("labelled") or []) if isinstance(info, dict) else set()
+    return {item: part for item, part in plan.items() if item not in labelled}
 
 
 def plan_record(directory: str | Path) -> dict:
