@@ -27,6 +27,10 @@ examples:
   # an active design: the random part drawn where the judge is unsure, each dialogue's probability recorded
   judge screen --judgments {FIXTURES}/judgments.jsonl --budget 8 --design active --output-dir out/plan-active
 
+  # a second stage after a labelled uniform plan (the pilot): the pilot's labels count in `judge estimate --plan`
+  judge screen --judgments {FIXTURES}/judgments.jsonl --human {FIXTURES}/labels.csv --pilot-plan {FIXTURES}/plan \\
+      --design active --budget 4 --output-dir out/plan-second
+
   # more judges: where they disagree is one more sign of doubt (items.csv's mean_jury_disagreement)
   judge screen --judgments {FIXTURES}/judgments.jsonl --judge rouge-1={FIXTURES}/metric_scores.csv --budget 8 \
       --design active --output-dir out/plan-jury
@@ -43,6 +47,11 @@ draw follows each judgment's doubt weighted by the judge's error in its system a
 strata): doubt where the judge errs draws labels, doubt where it is right anyway hardly does. The pilot also
 checks that the doubt marks the judge's errors and that its labels do not bunch at one end of the scale (where the
 estimate would print no interval for an active draw); the draw is uniform otherwise, and the warning says why.
+--pilot-plan DIR (with --human, the labels of DIR's plan): a two-stage study. DIR's uniform random part is the
+first stage; its labels check the doubt as a pilot does, and --budget more dialogues are planned among the others
+(plan.csv's stage column: 1 or 2; plan.json's stages). `judge estimate --plan` then weighs both stages' labels so
+that the estimate stays unbiased whatever the pilot decided, and `judge export --plan` leaves out what the first
+stage labelled: a pilot's labels are not paid for twice.
 A plan is a contract: an --output-dir that holds one is refused (a plan is never replaced), `judge export --plan`
 records its digest in the key, and `judge estimate --plan` refuses a plan edited since or made from other judgments.
 Only the random part may enter `judge estimate`: a plan with none is refused (or, with --random-share 0, warned
@@ -81,6 +90,9 @@ where cross-validation prefers it), pooled over systems and cross-fitted over fo
 weighted by the unlabelled share m/(n+m): no degree of freedom spent, from 3 labels on.
 A --plan from `judge screen --design active` records each random dialogue's inclusion probability p: every labelled
 dialogue then weighs 1/p, normalised by their realised sum, with a t quantile on Kish's effective number of labels.
+A two-stage --plan (`judge screen --pilot-plan`): the first stage's labels weigh w N / m1 + 1 - w and the second's
+(1 - w) / p, w = m1 / (m1 + m2) (the uniform first stage's mean and the second stage's estimate of the rest,
+combined); a row whose labels bunch at one end of the scale takes the betting interval of the first stage alone.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
 
 pairwise judgments (`judge compare`) and votes "A|B" (`judge import`): --baseline SYSTEM gives per system the win
