@@ -286,3 +286,28 @@ def test_a_pilot_plan_then_estimate_counts_both_stages_and_export_skips_what_is_
     expected = {i: r for i, r in zip(second["item_id"], ratio)}
     for item in second["item_id"]:  # the second stage's weight over the first's, as two_stage_inclusion has it
         assert weights[item] / weights["d12"] == pytest.approx(expected[item])
+
+
+def test_a_two_stage_plan_stays_active_where_the_pilots_labels_bunch(tmp_path):
+    """A one-stage active plan falls back to uniform where the pilot's labels bunch (test_screen_strata): the
+    estimate would withhold those rows' intervals. A two-stage plan's bunched rows take the first stage's own
+    interval whichever way the second stage is drawn, so it keeps the active draw the signal check allows."""
+    from test_screen_strata import _study
+
+    judge, pilot = _study()
+    top = (pilot["system"] == "b") & (pilot["criterion"] == "fluency")
+    bunched = pilot.assign(score=pilot["score"].where(~top, 5))
+    first = tmp_path / "first"
+    first.mkdir()
+    drawn = [f"d{i:02d}" for i in range(14)]  # the first stage leaves two of the judge's bad dialogues
+    pd.DataFrame({"item_id": drawn, "part": "random", "reason": "uniform"}).to_csv(first / "plan.csv", index=False)
+    (first / "plan.json").write_text(json.dumps({"version": 1, "unit": "dialogues", "budget": 20}))
+    one = calibration.screen(judge, bunched, scale=(1, 5), budget=20, random_share=1.0, bootstrap=50,
+                             design="active")
+    two = calibration.screen(judge, bunched[bunched["item_id"].isin(drawn)], scale=(1, 5), budget=10,
+                             random_share=1.0, bootstrap=50, design="active", pilot_plan=first)
+    assert one.plan_info["uncertainty_share"] == 0.0
+    assert two.plan_info["uncertainty_share"] > 0.0
+    second = two.plan[two.plan["stage"] == 2]["inclusion_probability"].astype(float)
+    assert second.nunique() > 1  # drawn with unequal probabilities
+    assert not any("bunch" in w for w in two.warnings)

@@ -888,7 +888,8 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     strata = stratum_weights(errors) if errors is not None else pd.Series(dtype=float)
     drawn_on = stratified_uncertainty(items, per_judgment, strata)
     share, why = signal_check(drawn_on, errors) if design == "active" else (None, "")
-    bunched = bunched_rows(pilot, criteria, bounds or {}) if share else []
+    # A two-stage plan's bunched rows take the first stage's own interval whichever way the second is drawn.
+    bunched = bunched_rows(pilot, criteria, bounds or {}) if share and pilot_plan is None else []
     if bunched:
         share, why = 0.0, (f"the pilot's labels bunch at one end of the scale for {len(bunched)} system(s) and "
                            f"criteria ({', '.join(bunched[:3])}{' ...' if len(bunched) > 3 else ''}): there "
