@@ -311,3 +311,22 @@ def test_a_two_stage_plan_stays_active_where_the_pilots_labels_bunch(tmp_path):
     second = two.plan[two.plan["stage"] == 2]["inclusion_probability"].astype(float)
     assert second.nunique() > 1  # drawn with unequal probabilities
     assert not any("bunch" in w for w in two.warnings)
+    assert "dialogues_second_stage" in two.power and "dialogues_second_stage" not in one.power
+
+
+@pytest.mark.parametrize("uniform,active,first", [(40, 20, 10), (40, 40, 10), (40, 30, 25), (12, 8, 20),
+                                                  (100, 70, 20), (7, 5, 3)])
+def test_the_second_stage_needs_the_fewest_dialogues_whose_two_stage_variance_reaches_the_uniform_counts(
+        uniform, active, first):
+    """second_stage_count against a search: the smallest m2 with (m1 + m2 d) / (m1 + m2)^2 <= 1 / n, d = active /
+    n (the two-stage weights' variance in units of one label's)."""
+    from types import SimpleNamespace
+
+    from calibration.study.screen import second_stage_count
+
+    row = SimpleNamespace(dialogues_with_judge=uniform, dialogues_human_only=uniform + 5, dialogues_active=active)
+    d = active / uniform
+    expected = next(m2 for m2 in range(0, 10 * uniform) if (first + m2 * d) / (first + m2) ** 2 <= 1 / uniform + 1e-12)
+    assert second_stage_count(row, first) == expected
+    assert second_stage_count(SimpleNamespace(dialogues_with_judge=pd.NA, dialogues_human_only=uniform,
+                                              dialogues_active=pd.NA), first) is None

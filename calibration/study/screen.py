@@ -687,6 +687,21 @@ def active_count(row: dict, effect: float, power: float, alpha: float, rho: floa
                                              design_factor=factor, human_factor=human)
 
 
+def second_stage_count(row, first: int) -> int | None:
+    """The dialogues a two-stage study's second stage needs for the power asked, its first stage's `first` labelled:
+    the uniform count n (dialogues_with_judge, else dialogues_human_only) and the active design's variance factor
+    d = dialogues_active / n give the two-stage estimate's variance as (m1 + m2 d) / (m1 + m2)^2 in units of one
+    label's (estimate.two_stage_inclusion's weights), which must reach 1 / n: m1 + m2 = (n d + sqrt(n^2 d^2 +
+    4 n m1 (1 - d))) / 2. None where no study size reaches the power."""
+    uniform = row.dialogues_with_judge if not pd.isna(getattr(row, "dialogues_with_judge", np.nan)) \
+        else row.dialogues_human_only
+    if pd.isna(uniform) or pd.isna(row.dialogues_active):
+        return None
+    n, d = float(uniform), float(row.dialogues_active) / float(uniform)
+    total = (n * d + np.sqrt(n * n * d * d + 4.0 * n * first * (1.0 - d))) / 2.0
+    return max(int(np.ceil(total - 1e-9)) - first, 0)
+
+
 def jury_differences(judge: pd.DataFrame, pilot_wide: pd.DataFrame, criterion: str, judges: dict, first: str,
                      second: str) -> np.ndarray:
     """Per judged dialogue, first minus second of the cross-fitted jury (estimate.py's combined_matrices) fitted on
@@ -897,11 +912,20 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
                            "interval that replaces the t assumes a uniform draw), so the draw is uniform")
     relative = relative_probabilities(drawn_on, share) if design == "active" else None
     table = power_table(scored, systems, criteria, power, alpha, pilot, judges, relative)
-    result = ScreenResult(list(criteria), systems, dominated, items, table, power_sentence(table, power, alpha),
+    first = None if pilot_plan is None else first_stage(pilot_plan, path, items, pilot)
+    sentence = power_sentence(table, power, alpha)
+    if first is not None and "dialogues_active" in table:
+        table["dialogues_second_stage"] = [second_stage_count(row, len(first.random)) for row in table.itertuples()]
+        table["dialogues_second_stage"] = table["dialogues_second_stage"].astype("Int64")
+        counts = [f"{row.criterion} {row.dialogues_second_stage}" for row in table.itertuples()
+                  if not pd.isna(row.dialogues_second_stage)]
+        if counts:
+            sentence += (f" With the first stage's {len(first.random)} dialogues labelled, the second stage needs "
+                         f"{', '.join(counts)} more (power.csv's dialogues_second_stage).")
+    result = ScreenResult(list(criteria), systems, dominated, items, table, sentence,
                           n_resamples=n_resamples, seed=seed)
     if design == "active":
         result.warnings.append(f"--design active: {why}" + (strata_clause(strata) if share else ""))
-    first = None if pilot_plan is None else first_stage(pilot_plan, path, items, pilot)
     if first is not None:
         result.warnings += first.warnings
     if budget is not None and first is not None:
