@@ -53,11 +53,20 @@ def test_the_weighted_mean_is_the_composite_of_the_two_stages_written_out():
     labels[drawn] = y[drawn]
     got = ppi_mean_weighted(labels, np.zeros(big_n) + rng.random(big_n), inclusion).human_only
 
-    w = m1 / (m1 + m2)
-    t1 = big_n * y[first].mean()
-    t2 = y[first].sum() + sum(y[i] / q_of[i] for i in second)
-    denominator = w * big_n + (1 - w) * (m1 + sum(1 / q_of[i] for i in second))
-    assert got == pytest.approx((w * t1 + (1 - w) * t2) / denominator, rel=1e-12)
+    w = m1 * (big_n - m1 - m2) / ((big_n - m1) * (m1 + m2))
+    total = y[first].sum() + w * (big_n - m1) * y[first].mean() + (1 - w) * sum(y[i] / q_of[i] for i in second)
+    denominator = m1 + w * (big_n - m1) + (1 - w) * sum(1 / q_of[i] for i in second)
+    assert got == pytest.approx(total / denominator, rel=1e-12)
+
+
+@pytest.mark.parametrize("big_n,m1,m2", [(100, 20, 20), (100, 30, 30), (500, 10, 10), (60, 8, 52), (40, 5, 11)])
+def test_a_uniform_second_stage_weighs_every_label_alike(big_n, m1, m2):
+    """q = m2 / (N - m1) everywhere: the two stages are one simple random sample of m1 + m2, every weight equal
+    (w = m1 (N - m1 - m2) / ((N - m1)(m1 + m2)), not m1 / (m1 + m2), whose first-stage labels weighed (N + m2) /
+    (N - m1) times the others')."""
+    first = np.r_[np.ones(m1, bool), np.zeros(m2, bool)]
+    probability = np.where(first, m1 / big_n, m2 / (big_n - m1))
+    assert two_stage_inclusion(first, probability, big_n) == pytest.approx(np.ones(m1 + m2), rel=1e-12)
 
 
 def test_one_stage_alone_is_a_simple_random_sample_or_the_draws_own_probabilities():
@@ -270,22 +279,60 @@ def test_a_pilot_plan_then_estimate_counts_both_stages_and_export_skips_what_is_
     path = tmp_path / "labels.csv"
     pd.concat([labels, *rows]).to_csv(path, index=False)
     estimate = calibration.estimate(STUDY / "judgments.jsonl", path, plan=out)
-    assert any("a two-stage plan" in note for note in estimate.notes)
+    # This pilot's doubt does not mark the judge's errors: the second stage is uniform, every weight equal, and the
+    # two stages are estimated exactly as a one-stage uniform plan with the same random part.
+    assert result.plan_info["uncertainty_share"] == 0.0 and plan_inclusion(out) is None
+    assert any("second stage was drawn uniformly" in note for note in estimate.notes)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    plan.drop(columns=["inclusion_probability", "stage"]).to_csv(flat / "plan.csv", index=False)
+    (flat / "plan.json").write_text(json.dumps({**{k: v for k, v in info.items() if k != "stages"},
+                                                "plan_sha256": digest(flat / "plan.csv")}))
+    one = calibration.estimate(STUDY / "judgments.jsonl", path, plan=flat)
+    pd.testing.assert_frame_equal(estimate.estimates, one.estimates)
+    pd.testing.assert_frame_equal(estimate.differences, one.differences)
+
+
+def test_an_active_second_stage_is_estimated_with_the_two_stage_weights(tmp_path):
+    """A pilot whose doubt marks the judge's errors (test_screen_strata's study, the first stage its dialogues
+    0-13): the second stage is drawn with unequal probabilities and `judge estimate --plan` weighs each labelled
+    dialogue as two_stage_inclusion says: a human-only mean written out from plan.csv's numbers."""
+    from test_screen_strata import _study
+
+    judge, pilot = _study()
+    first = tmp_path / "first"
+    first.mkdir()
+    drawn = [f"d{i:02d}" for i in range(14)]
+    pd.DataFrame({"item_id": drawn, "part": "random", "reason": "uniform"}).to_csv(first / "plan.csv", index=False)
+    (first / "plan.json").write_text(json.dumps({"version": 1, "unit": "dialogues", "budget": 14}))
+    stage_one = pilot[pilot["item_id"].isin(drawn)]
+    result = calibration.screen(judge, stage_one, scale=(1, 5), budget=12, random_share=1.0, bootstrap=50,
+                                design="active", pilot_plan=first, seed=5)
+    assert result.plan_info["uncertainty_share"] > 0.0
+    out = tmp_path / "second"
+    result.write(out)
+    plan, info = read_plan(out)
+    second = plan[plan["stage"] == "2"]
+    made_up = judge[judge["item_id"].isin(set(second["item_id"]))].assign(annotator="ann", score=lambda f: (
+        f["score"].round().clip(1, 5)))[["item_id", "system", "annotator", "criterion", "score"]]
+    labels = pd.concat([stage_one, made_up], ignore_index=True)
+    estimate = calibration.estimate(judge, labels, plan=out, scale=(1, 5))
+    assert any("a two-stage plan: the first stage's 14" in note for note in estimate.notes)
 
     weights = plan_inclusion(out)
-    human = pd.read_csv(path)
-    row = estimate.estimates.query("criterion == 'accuracy' and system == 'alpha'").iloc[0]
-    cell = human[(human["criterion"] == "accuracy") & (human["system"] == "alpha")
-                 & human["item_id"].isin(set(weights))].groupby("item_id")["score"].mean()
-    w = np.array([1.0 / weights[i] for i in cell.index])
-    if row["interval_note"] == "":
-        assert row["human_only"] == pytest.approx(float((w * cell.to_numpy()).sum() / w.sum()))
-    m1, m2, big_n = 6, 4, 16
-    share = m1 / (m1 + m2)
-    ratio = (share * big_n / m1 + 1 - share) / ((1 - share) / second["inclusion_probability"].astype(float))
-    expected = {i: r for i, r in zip(second["item_id"], ratio)}
-    for item in second["item_id"]:  # the second stage's weight over the first's, as two_stage_inclusion has it
-        assert weights[item] / weights["d12"] == pytest.approx(expected[item])
+    probability = plan.loc[plan["part"] == "random"].set_index("item_id")["inclusion_probability"].astype(float)
+    m1, m2, big_n = 14, 12, 40
+    share = m1 * (big_n - m1 - m2) / ((big_n - m1) * (m1 + m2))
+    weight = {i: (1 + share * (big_n - m1) / m1) if i in drawn else (1 - share) / p for i, p in probability.items()}
+    assert info["stages"]["judged"] == big_n and len(weights) == m1 + m2
+    for item, value in weights.items():  # inverse weights, scaled: their ratios are the plan's
+        assert value / weights["d00"] == pytest.approx(weight["d00"] / weight[item], rel=1e-9)
+    rows = estimate.estimates.query("interval_note == ''")
+    assert len(rows)
+    for row in rows.itertuples():
+        cell = labels[(labels["criterion"] == row.criterion) & (labels["system"] == row.system)]
+        w = cell["item_id"].map(weight)
+        assert row.human_only == pytest.approx(float((w * cell["score"]).sum() / w.sum()))
 
 
 def test_a_two_stage_plan_stays_active_where_the_pilots_labels_bunch(tmp_path):

@@ -204,7 +204,11 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     if human_na:
         result.notes.append(f"{human_na} labelled cell(s) the annotators called N/A: left out of that criterion's "
                             "population, as the judge's N/A are")
-    if first_stage is not None:
+    if first_stage is not None and inclusion is None:
+        result.notes.append(f"a two-stage plan whose second stage was drawn uniformly: with the first stage's "
+                            f"{len(first_stage)} dialogues (the pilot) it is one simple random sample, estimated as "
+                            "one")
+    elif first_stage is not None:
         result.notes.append(f"a two-stage plan: the first stage's {len(first_stage)} uniformly drawn dialogues (the "
                             "pilot) and the second stage's count together, weighted so that the estimate is unbiased "
                             "whatever the pilot decided (calibration.study.estimate.two_stage_inclusion), normalised "
@@ -327,7 +331,8 @@ def plan_inclusion(plan) -> dict[str, float] | None:
     """{dialogue: inclusion probability} of the plan's random part when plan.csv records unequal ones (an active
     design, `judge screen --design active`); None for a uniform draw, recorded (`judge escalate` writes n/N) or not:
     every probability equal, the plain estimator. A two-stage plan (`judge screen --pilot-plan`): what stands for
-    them, estimate.two_stage_inclusion."""
+    them, estimate.two_stage_inclusion; None too when its second stage was drawn uniformly (the weights are then
+    equal: one simple random sample)."""
     from .estimate import two_stage_inclusion
     from .screen import read_plan
 
@@ -341,9 +346,9 @@ def plan_inclusion(plan) -> dict[str, float] | None:
         if isinstance(judged, bool) or not isinstance(judged, int) or judged < len(random):
             raise CalibrationError(f"{Path(plan) / 'plan.json'}: plan.csv has two stages but plan.json records no "
                                    "number of judged dialogues (stages.judged) to weigh them by")
-        weights = two_stage_inclusion(random["stage"].eq("1").to_numpy(), probabilities.to_numpy(), judged)
-        return dict(zip(random["item_id"], weights))
-    if np.ptp(probabilities.to_numpy()) <= 1e-12 * probabilities.max():
+        probabilities = pd.Series(two_stage_inclusion(random["stage"].eq("1").to_numpy(), probabilities.to_numpy(),
+                                                      judged), index=random.index)
+    if np.ptp(probabilities.to_numpy()) <= 1e-9 * probabilities.max():  # equal but for the CSV's rounding
         return None
     return dict(zip(random["item_id"], probabilities))
 
