@@ -21,6 +21,11 @@ all, so 1 - (width ratio)^2 understates the saving); its Monte Carlo 95% interva
 prints an interval in fewer than 98% of studies. `eff/worth`: the active draw's printed effective_labels (mean)
 over what its estimates were worth (n x the uniform draw's human-only squared error / its own), +- its MC se.
 
+--two-stage: the labelled pilot as the plan's first stage (`judge screen`'s two-stage plan): m1 random dialogues,
+checked as --pilot checks them, then m2 of the others drawn actively (or uniformly where the check fails), both
+stages estimated together (ppi_mean_weighted with estimate.two_stage_inclusion), against a uniform draw of m1 + m2
+(ppi_mean) and today's pilot (m1 only checked, m2 drawn from all N and estimated alone), per m1 + m2 labels paid.
+
 --hard: N = 100, hard share 0.1; 2 and 6 systems (a dialogue's difficulty shared by its summaries, each system
 shifted by 0.3, the judge bad on a dialogue for all its systems, one signal per dialogue), rare failures (10% of
 summaries badly wrong, the judge calling fine those on its hard dialogues), and a constant judge (lambda 0).
@@ -33,6 +38,7 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     nice -n 10 python benchmarks/active_design.py --decompose  # the informative gap: the t's df or lambda
     nice -n 10 python benchmarks/active_design.py --worth    # eff/worth alone, active and uniform, hard 0 beside
     nice -n 10 python benchmarks/active_design.py --pilot    # with a labelled pilot: the signal check per study
+    nice -n 10 python benchmarks/active_design.py --two-stage  # the pilot's labels counted: uniform m1, then m2
     nice -n 10 python benchmarks/active_design.py --strata   # two criteria, the judge's error weighting the draw
     nice -n 10 python benchmarks/active_design.py --jury     # the disagreement of more judges as the signal
     nice -n 10 python benchmarks/active_design.py --real     # DialSummEval: its metrics' disagreement as the doubt
@@ -50,7 +56,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calibration.study.estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED,  # noqa: E402
-                                        effective_labels, ppi_mean, ppi_mean_weighted, unseen_pull)
+                                        effective_labels, ppi_mean, ppi_mean_weighted, two_stage_inclusion,
+                                        unseen_pull)
 from calibration.study.screen import (ACTIVE_FLOOR, PILOT_CHECK, SIGNAL_LEVEL, inclusion_probabilities,  # noqa: E402
                                       signal_test, systematic_sample, uncertainty_weights)
 
@@ -202,19 +209,20 @@ def jury_signal(rng, y, f):
     return signal
 
 
-def pilot_checks(rng, y, f, signal, pilot, scale=None):
+def pilot_checks(rng, y, f, signal, pilot, scale=None, chosen=None):
     """(floors, bunched) per study, `judge screen --human PILOT`'s two checks on `pilot` dialogues labelled at
     random (y, f: (reps, size), or (reps, S, size) for S systems; signal (reps, size)). floors: ACTIVE_FLOOR where the
     permutation test finds that the uncertainty marks the judge's error (the human score's residual on the judge's,
     least squares on the pilot, squared and averaged over a dialogue's systems; p < SIGNAL_LEVEL: screen.signal_check's
     test on the same statistics), 1 (a uniform draw) otherwise; bunched: the pilot's labels bunch at one end of
-    `scale` for some system (screen.bunched_rows; False without a scale), where screen draws uniformly too."""
+    `scale` for some system (screen.bunched_rows; False without a scale), where screen draws uniformly too.
+    `chosen`: (reps, pilot) the pilot's dialogues per study (a two-stage plan's first stage), else drawn here."""
     floors, bunched = np.ones(len(y)), np.zeros(len(y), dtype=bool)
     for r in range(len(y)):
-        chosen = rng.choice(y.shape[-1], pilot, replace=False)
-        labels, judged = y[r][..., chosen], f[r][..., chosen]
+        picked = rng.choice(y.shape[-1], pilot, replace=False) if chosen is None else chosen[r]
+        labels, judged = y[r][..., picked], f[r][..., picked]
         error = squared_residuals(judged.ravel(), labels.ravel()).reshape(-1, pilot).mean(0)
-        relative = uncertainty_weights(signal[r], ACTIVE_FLOOR)[chosen]
+        relative = uncertainty_weights(signal[r], ACTIVE_FLOOR)[picked]
         if pilot >= PILOT_CHECK and np.ptp(relative) > 0 and error.any():
             floors[r] = ACTIVE_FLOOR if signal_test(relative, error)[0] < SIGNAL_LEVEL else 1.0
         bunched[r] = scale is not None and bool(np.any(unseen_pull(labels, judged, scale)))
@@ -337,6 +345,110 @@ def run_cell(kind, hard, signal_kind, n, size, reps, seed, savings=True, bootstr
         else np.nan
     out["active_share"] = float(np.mean(np.asarray(floor) < 1.0)) if pilot else np.nan
     return out
+
+
+def two_stage_draw(rng, signal, chosen, floor, m2):
+    """(mask, first, probability), each (reps, N), of a two-stage plan per study: the first stage `chosen` (reps, m1;
+    a simple random sample, the pilot), the second m2 of the other dialogues by systematic_sample on
+    inclusion_probabilities over them with the study's `floor` (ACTIVE_FLOOR where its pilot passed the check, 1:
+    uniform, q = m2 / (N - m1)). probability: m1 / N in the first stage, q_i in the second, 1 elsewhere."""
+    reps, size = signal.shape
+    m1 = chosen.shape[1]
+    mask, first, probability = np.zeros((reps, size), dtype=bool), np.zeros((reps, size), dtype=bool), \
+        np.ones((reps, size))
+    for r in range(reps):
+        rest = np.setdiff1d(np.arange(size), chosen[r])
+        q = inclusion_probabilities(signal[r, rest], m2, floor=floor[r])
+        picked = systematic_sample(q, rng)
+        mask[r, chosen[r]] = first[r, chosen[r]] = True
+        probability[r, chosen[r]] = m1 / size
+        mask[r, rest[picked]] = True
+        probability[r, rest[picked]] = q[picked]
+    return mask, first, probability
+
+
+def two_stage_weights(mask, first, probability):
+    """(reps, N) what ppi_mean_weighted takes as `inclusion` for two_stage_draw's plans: two_stage_inclusion on each
+    study's labelled dialogues (1 elsewhere, not read)."""
+    size = mask.shape[1]
+    inclusion = np.ones(mask.shape)
+    for r in range(len(mask)):
+        on = mask[r]
+        inclusion[r, on] = two_stage_inclusion(first[r][on], probability[r, on], size)
+    return inclusion
+
+
+def two_stage_cell(kind, signal_kind, size, m1, m2, reps, seed, hard=0.1, savings=True, bootstrap=300):
+    """One cell of --two-stage, the same studies under three plans of m1 + m2 labels: "U" a uniform draw of m1 + m2
+    estimated by ppi_mean (`judge estimate`'s uniform plan); "T" the two-stage plan as `judge screen --pilot-plan`
+    makes it and `judge estimate --plan` reads it: a pilot of m1 checked as pilot_checks checks it (the bunching
+    check does not apply: bunched rows take the first stage's interval), the second stage drawn by two_stage_draw,
+    estimated by ppi_mean_weighted with two_stage_inclusion and the first stage's bounded interval, or, where the
+    second stage is uniform (every weight equal), by ppi_mean as one simple random sample; "P" today's pilot: the
+    same m1 dialogues only checked, then m2 drawn from all N (active_draw; uniform where the check fails or the
+    pilot bunches), estimated on the m2 alone as run_cell's pilot estimates it. Per plan: cover (over the rows with
+    an interval), shown, width (NaN where none), error; "active": the share of studies drawn active; "saved":
+    {plan: saved_interval against U's width curve at uniform_sizes(m1 + m2)} for T and P (NaN without `savings`).
+    Truth: 3 for gaussian, a draw of 400,000 otherwise (run_cell's)."""
+    rng = np.random.default_rng(seed)
+    truth = 3.0 if kind == "gaussian" else population(np.random.default_rng(99), 1, 400_000, kind, hard)[0].mean()
+    y, f, signal = population(rng, reps, size, kind, hard)
+    if signal_kind == "useless":
+        signal = rng.permuted(signal, axis=1)
+    scale = None if kind == "gaussian" else (1, 5)
+    n = m1 + m2
+
+    def uniform(k):
+        return ppi_mean(np.where(rng.random((reps, size)).argsort(1) < k, y, np.nan), f, bounds=scale)
+
+    plans = {"U": uniform(n)}
+    chosen = np.array([rng.choice(size, m1, replace=False) for _ in range(reps)])
+    floors, bunched = pilot_checks(rng, y, f, signal, m1, scale, chosen=chosen)
+    floor = np.where(bunched, 1.0, floors)  # today's one-stage plan (P) falls back where the pilot bunches
+    mask, first, probability = two_stage_draw(rng, signal, chosen, floors, m2)
+    labels = np.where(mask, y, np.nan)
+    weighted = ppi_mean_weighted(labels, f, two_stage_weights(mask, first, probability), bounds=scale, first=first)
+    together = ppi_mean(labels, f, bounds=scale)  # a uniform second stage: one simple random sample
+    uniform_second = floors >= 1.0
+    plans["T"] = {key: np.where(uniform_second, getattr(together, key), getattr(weighted, key))
+                  for key in ("estimate", "ci_low", "ci_high")}
+    mask, pi = active_draw(rng, signal, m2, floor)
+    drawn = ppi_mean_weighted(np.where(mask, y, np.nan), f, pi, bounds=scale)
+    plain = ppi_mean(np.where(mask, y, np.nan), f, bounds=scale)  # a plan that fell back: equal probabilities
+    back = floor >= 1.0
+    plans["P"] = {key: np.where(back, getattr(plain, key), getattr(drawn, key)) for key in ("estimate", "ci_low",
+                                                                                           "ci_high")}
+    out = {"active": float(np.mean(~uniform_second)), "saved": {}}  # T's second stages drawn active
+    for key, result in plans.items():
+        estimate, low, high = (result[k] if isinstance(result, dict) else getattr(result, k)
+                               for k in ("estimate", "ci_low", "ci_high"))
+        shown = np.isfinite(low)
+        out[key] = {"cover": float(((low <= truth) & (truth <= high))[shown].mean()), "shown": float(shown.mean()),
+                    "width": np.where(shown, high - low, np.nan), "error": estimate - truth}
+    draws = np.random.default_rng(seed + 1).integers(0, reps, (bootstrap, reps))
+    sizes = uniform_sizes(n, size)
+    curve = [(lambda r: r.ci_high - r.ci_low)(uniform(k)) for k in sizes] if savings else None
+    for key in ("T", "P"):
+        out["saved"][key] = saved_interval(sizes, curve, out[key]["width"], draws, n) if savings \
+            else (np.nan, np.nan, np.nan, False)
+    return out
+
+
+def two_stage_line(label, o) -> str:
+    """One row of --two-stage (two_stage_cell's `o`)."""
+    u_width, u_error = np.nanmean(o["U"]["width"]), np.mean(o["U"]["error"] ** 2)
+    error = o["T"]["error"]
+    saved = lambda t: f"{'>' if t[3] else ' '}{t[0]:+.2f} [{t[1]:+.2f}, {t[2]:+.2f}]"  # noqa: E731
+    return (f"{label} | {o['T']['cover']:.3f} {o['U']['cover']:.3f} {o['P']['cover']:.3f} | {o['T']['shown']:.2f} | "
+            f"{o['active']:.2f} | {np.nanmean(o['T']['width']) / u_width:.3f} "
+            f"{np.nanmean(o['P']['width']) / u_width:.3f} | {np.mean(error ** 2) / u_error:.3f} "
+            f"{np.mean(o['P']['error'] ** 2) / u_error:.3f} | "
+            f"{np.mean(error):+.4f} {np.std(error) / np.sqrt(len(error)):.4f} | {saved(o['saved']['T'])} "
+            f"{saved(o['saved']['P'])}")
+
+
+TWO_STAGE_COLUMNS = ("| cover: T U P | shown T | active | width / U's: T P | squared error / U's: T P | bias T, "
+                     "its MC se | labels saved vs uniform [MC 95%]: T, P")
 
 
 def strata_population(rng, reps, size, errors, hard=0.1):
@@ -580,6 +692,9 @@ def main(argv=None) -> int:
                         "draw's ppi_mean, and a judge without a hard share (hard 0: normal residuals) beside them")
     parser.add_argument("--pilot", action="store_true", help="with a labelled pilot (`judge screen --human`): each "
                         "study's draw active or uniform by the signal check on 10, 20 or 30 pilot dialogues")
+    parser.add_argument("--two-stage", action="store_true", help="the pilot's labels counted: a uniform first stage "
+                        "of m1, the signal checked on it, m2 more drawn actively from the others (uniformly where the "
+                        "check fails), both stages estimated together; against m1 + m2 uniform, and today's pilot")
     parser.add_argument("--strata", action="store_true", help="two criteria whose judge errs differently, a pilot: "
                         "the active draw's uncertainty weighted by the pilot's error per criterion, or not")
     parser.add_argument("--jury", action="store_true", help="no self-reported doubt: the disagreement of two more "
@@ -649,6 +764,29 @@ def main(argv=None) -> int:
             print(line(f"{kind:8s} {hard:4.2f} {sig:13s} {size:4d} {n:3d} {m:5d}", o)
                   + f" | {o['active_share']:.2f}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
+        return 0
+    if args.two_stage:
+        print("kind     signal        N  m1  m2 " + TWO_STAGE_COLUMNS)
+        cells = [(kind, sig, size, m1, m2) for kind in ("likert", "gaussian") for sig in ("informative", "useless")
+                 for size in (100, 500) for m1, m2 in ((10, 10), (20, 20), (30, 30), (20, 40))]
+        low = []
+        for index, (kind, sig, size, m1, m2) in enumerate(cells):
+            o = two_stage_cell(kind, sig, size, m1, m2, args.repetitions, 1500 + index)
+            print(two_stage_line(f"{kind:8s} {sig:11s} {size:4d} {m1:3d} {m2:3d}", o), flush=True)
+            if o["T"]["cover"] < 0.94:
+                low.append((index, kind, sig, size, m1, m2, o["T"]["cover"]))
+        print(f"({time.perf_counter() - started:.0f}s, {args.repetitions} repetitions per cell)")
+        if low:
+            print(f"T's coverage under 0.94 at {args.repetitions}: rechecked at 4,000 studies, new seeds, no savings")
+            print("kind     signal        N  m1  m2 | cover T: before, at 4,000 +- se | cover U P at 4,000 | shown T")
+        for index, kind, sig, size, m1, m2, before in low:
+            o = two_stage_cell(kind, sig, size, m1, m2, 4000, 1600 + index, savings=False, bootstrap=2)
+            cover = o["T"]["cover"]
+            print(f"{kind:8s} {sig:11s} {size:4d} {m1:3d} {m2:3d} | {before:.3f}, {cover:.3f} +- "
+                  f"{np.sqrt(cover * (1 - cover) / (4000 * o['T']['shown'])):.3f} | {o['U']['cover']:.3f} "
+                  f"{o['P']['cover']:.3f} | {o['T']['shown']:.2f}", flush=True)
+        if low:
+            print(f"({time.perf_counter() - started:.0f}s in all)")
         return 0
     if args.strata:
         print("errors A,B  signal        N   n pilot | drawn active: plain strata | labels saved [MC 95%] A: plain, "
