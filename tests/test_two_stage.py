@@ -358,6 +358,9 @@ def test_a_two_stage_plan_stays_active_where_the_pilots_labels_bunch(tmp_path):
     second = two.plan[two.plan["stage"] == 2]["inclusion_probability"].astype(float)
     assert second.nunique() > 1  # drawn with unequal probabilities
     assert not any("bunch" in w for w in two.warnings)
+    thrown = [w for w in one.warnings if w.startswith("--human: the pilot's 20 dialogues check the draw")]
+    assert len(thrown) == 1 and "give its folder as --pilot-plan" in thrown[0]
+    assert not any(w.startswith("--human: the pilot's") for w in two.warnings)
     assert "dialogues_second_stage" in two.power and "dialogues_second_stage" not in one.power
 
 

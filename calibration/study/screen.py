@@ -926,6 +926,12 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
                           n_resamples=n_resamples, seed=seed)
     if design == "active":
         result.warnings.append(f"--design active: {why}" + (strata_clause(strata) if share else ""))
+        if pilot is not None and first is None and budget is not None:
+            result.warnings.append(
+                f"--human: the pilot's {pilot['item_id'].nunique()} dialogues check the draw but are not in this "
+                "plan, so `judge estimate --plan` will not count their labels (a pilot thrown away costs more labels "
+                "than an active draw saves: benchmarks/active_design.py --two-stage); if they are the random part of "
+                "an earlier uniform plan, give its folder as --pilot-plan and they count")
     if first is not None:
         result.warnings += first.warnings
     if budget is not None and first is not None:
