@@ -348,7 +348,7 @@ def plan_inclusion(plan) -> dict[str, float] | None:
                                    "number of judged dialogues (stages.judged) to weigh them by")
         probabilities = pd.Series(two_stage_inclusion(random["stage"].eq("1").to_numpy(), probabilities.to_numpy(),
                                                       judged), index=random.index)
-    if np.ptp(probabilities.to_numpy()) <= 1e-9 * probabilities.max():  # equal but for the CSV's rounding
+    if np.ptp(probabilities.to_numpy()) <= 1e-12 * probabilities.max():
         return None
     return dict(zip(random["item_id"], probabilities))
 
