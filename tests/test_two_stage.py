@@ -7,6 +7,7 @@ input table-driven (each refusal names what is wrong and leaves every file as it
 example study, down to the sheets `judge export --plan` writes."""
 
 import hashlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -17,9 +18,9 @@ import pytest
 
 import calibration
 from calibration.errors import CalibrationError
-from calibration.study.estimate import MIN_LABELLED, ppi_mean_weighted, two_stage_inclusion
+from calibration.study.estimate import MIN_LABELLED, effective_labels, ppi_mean_weighted, two_stage_inclusion
 from calibration.study.estimating import plan_first_stage, plan_inclusion
-from calibration.study.screen import inclusion_probabilities, read_plan, systematic_sample
+from calibration.study.screen import inclusion_probabilities, print_screen, read_plan, systematic_sample
 from judge.annotation.package import read_plan as export_plan
 
 STUDY = Path(__file__).resolve().parents[1] / "examples" / "study"
@@ -73,6 +74,11 @@ def test_one_stage_alone_is_a_simple_random_sample_or_the_draws_own_probabilitie
     assert np.all(two_stage_inclusion([True, True, True], [0.1, 0.1, 0.1], 30) == 1.0)
     got = two_stage_inclusion([False, False], [0.2, 0.4], 30)
     assert got == pytest.approx([0.5, 1.0])
+    # One second-stage dialogue is a second stage: weights 1 + w (N - m1) / m1 and (1 - w) / q.
+    w = 2 * (30 - 3) / ((30 - 2) * 3)
+    weights = np.array([1 + w * 28 / 2, 1 + w * 28 / 2, (1 - w) / 0.3])
+    assert two_stage_inclusion([True, True, False], [2 / 30, 2 / 30, 0.3], 30) == pytest.approx(
+        weights.min() / weights)
 
 
 # -- plant and recover ----------------------------------------------------------------------------------------------
@@ -142,15 +148,28 @@ def test_bunched_rows_take_the_first_stages_betting_interval():
     f = y + 0.1 * rng.standard_normal((2, big_n))
     labels = np.full((2, big_n), np.nan)
     labels[:, :12] = y[:, :12]
-    first = np.zeros((2, big_n), dtype=bool)
-    first[0, :6] = True
+    # A third row spread over the scale: never tripped, kept as the weighted estimator has it.
+    y = np.vstack([y, np.where(rng.random(big_n) < 0.5, 2.0, 4.0)])
+    f = np.vstack([f, y[2] + 0.5 * rng.standard_normal(big_n)])
+    labels = np.vstack([labels, np.where(np.arange(big_n) < 12, y[2], np.nan)])
+    first = np.zeros((3, big_n), dtype=bool)
+    first[0, :MIN_LABELLED] = True  # exactly as few first-stage labels as an interval needs
     first[1, :MIN_LABELLED - 1] = True
-    inclusion = np.ones((2, big_n))
+    first[2, :6] = True
+    inclusion = np.ones((3, big_n))
+    inclusion[:, 6:12] = 0.5  # the second stage drawn with unequal probabilities
     result = ppi_mean_weighted(labels, f, inclusion, bounds=(1, 5), first=first)
-    assert list(result.no_interval) == ["first stage", "unseen"]
-    assert result.estimate[0] == pytest.approx(labels[0, :6].mean())
+    plain = ppi_mean_weighted(labels, f, inclusion, bounds=(1, 5))
+    assert list(result.no_interval) == ["first stage", "unseen", ""]
+    assert result.estimate[0] == pytest.approx(labels[0, :MIN_LABELLED].mean())
     assert result.ci_low[0] < 5.0 <= result.ci_high[0] and result.ci_low[0] > 1.0
     assert np.isnan(result.ci_low[1])
+    assert result.lam[0] == 0.0 and result.lam[2] == plain.lam[2]
+    # What the first stage's interval is worth: its own labels, no more; the untouched row as before.
+    worth = effective_labels(result)
+    assert worth[0] == pytest.approx(MIN_LABELLED)
+    assert worth[2] == pytest.approx(effective_labels(plain)[2])
+    assert (result.ci_low[2], result.ci_high[2]) == (plain.ci_low[2], plain.ci_high[2])
 
 
 # -- bad input ------------------------------------------------------------------------------------------------------
@@ -241,6 +260,38 @@ def test_a_two_stage_plan_csv_with_a_bad_stage_column_is_refused_with_its_line(t
     with pytest.raises(CalibrationError) as caught:
         read_plan(directory)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("stages", [None, {}, {"judged": "16"}, {"judged": True}, {"judged": 5}])
+def test_a_two_stage_plan_without_its_judged_count_is_refused(tmp_path, stages):
+    """plan.csv with a stage column needs plan.json's stages.judged (N, at least the random rows) to weigh them."""
+    directory = first_plan(tmp_path, inclusion_probability=["0.375"] * 6 + [""] * 4, stage=["1"] * 10)
+    info = json.loads((directory / "plan.json").read_text())
+    if stages is not None:
+        info["stages"] = stages
+    (directory / "plan.json").write_text(json.dumps(info))
+    with pytest.raises(CalibrationError) as caught:
+        plan_inclusion(directory)
+    assert "plan.json: plan.csv has two stages but plan.json records no number of judged dialogues" in \
+        str(caught.value)
+    info["stages"] = {"judged": 16}
+    (directory / "plan.json").write_text(json.dumps(info))
+    assert plan_inclusion(directory) is None  # one stage of equal probabilities: a simple random sample
+
+
+def test_a_first_plan_that_records_equal_probabilities_and_a_budget_of_all_that_is_left_are_accepted(tmp_path):
+    """A uniform plan may record its probabilities (all equal, as `judge escalate` writes them); a second stage may
+    take every dialogue the first left."""
+    directory = first_plan(tmp_path, inclusion_probability=["0.375"] * 6 + [""] * 4)
+    result = calibration.screen(STUDY / "judgments.jsonl", STUDY / "labels.csv", design="active", budget=10,
+                                random_share=1.0, bootstrap=50, pilot_plan=directory)
+    second = result.plan[(result.plan["stage"] == 2) & (result.plan["part"] == "random")]
+    assert len(second) == 10 and (second["inclusion_probability"] == 1.0).all()
+    assert "second stage needs" not in result.sentence  # no count reaches the power here: none is listed
+    printed = io.StringIO()
+    print_screen(result, printed)
+    assert ("the first stage's 6 dialogues (the --pilot-plan's random part) and 10 dialogues drawn uniformly at "
+            "random (the active design fell back") in printed.getvalue()
 
 
 # -- end to end -----------------------------------------------------------------------------------------------------
