@@ -274,9 +274,10 @@ def test_a_two_stage_plan_without_its_judged_count_is_refused(tmp_path, stages):
         plan_inclusion(directory)
     assert "plan.json: plan.csv has two stages but plan.json records no number of judged dialogues" in \
         str(caught.value)
-    info["stages"] = {"judged": 16}
-    (directory / "plan.json").write_text(json.dumps(info))
-    assert plan_inclusion(directory) is None  # one stage of equal probabilities: a simple random sample
+    for judged in (16, 6):  # 6: every judged dialogue drawn at random, as many as the plan's random rows
+        info["stages"] = {"judged": judged}
+        (directory / "plan.json").write_text(json.dumps(info))
+        assert plan_inclusion(directory) is None  # one stage of equal probabilities: a simple random sample
 
 
 def test_a_first_plan_that_records_equal_probabilities_and_a_budget_of_all_that_is_left_are_accepted(tmp_path):
