@@ -93,6 +93,7 @@ dialogue then weighs 1/p, normalised by their realised sum, with a t quantile on
 A two-stage --plan (`judge screen --pilot-plan`): the first stage's labels weigh w N / m1 + 1 - w and the second's
 (1 - w) / p, w = m1 / (m1 + m2) (the uniform first stage's mean and the second stage's estimate of the rest,
 combined); a row whose labels bunch at one end of the scale takes the betting interval of the first stage alone.
+--human then holds both stages' labels: the pilot's rows and the second stage's, under one header.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
 
 pairwise judgments (`judge compare`) and votes "A|B" (`judge import`): --baseline SYSTEM gives per system the win
