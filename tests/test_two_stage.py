@@ -223,7 +223,10 @@ BAD = [
      "already a two-stage plan"),
     ("an edited first plan", {}, {"reason": ["edited"] * 10, "stale": True}, "differs from the plan `judge "
                                                                                "screen` wrote"),
-    ("other judgments", {"judgments": "other"}, None, "not the judgments the --pilot-plan was made from"),
+    ("other judgments", {"judgments": "other"}, None, "not the judgments the plan was made from (examples/study/"
+                                                      "judgments.jsonl, sha256 a97cc0b54f59...): the plan's random "
+                                                      "sample was drawn from those; both stages must draw from the "
+                                                      "same dialogues"),
     ("labels outside the first plan", {"human": "outside"}, None, "labelled dialogue(s) are not in the "
                                                                    "--pilot-plan, e.g. 'd04'"),
     ("budget beyond what is left", {"budget": 11}, None, "--budget 11 dialogues is more than the first stage left: "

@@ -284,34 +284,13 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
 def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) -> tuple[set | None, set | None,
                                                                                           list[str]]:
     """(random items, targeted items, warnings) from the plan, after holding it to its contract."""
-    from .screen import read_plan
+    from .screen import plan_contract
 
     if plan is None:
         return None, None, []
     plan = Path(plan)
-    frame, info = read_plan(plan)
-    warnings = []
-    digest = file_sha256(plan / "plan.csv")
-    if info.get("plan_sha256") is None:
-        warnings.append(f"{plan / 'plan.json'} records no digest of its plan (made by an older version): "
-                        "plan.csv cannot be checked for edits")
-    elif info["plan_sha256"] != digest:
-        raise CalibrationError(f"{plan / 'plan.csv'}: differs from the plan `judge screen` wrote (plan.json records "
-                               f"sha256 {info['plan_sha256'][:12]}..., the file has {digest[:12]}...): an edited plan "
-                               "no longer says which dialogues were drawn at random")
-    named = info.get("judgments_sha256")
-    if isinstance(judgments, pd.DataFrame):
-        warnings.append("the judgments are a DataFrame: not checked against the file the plan was made from "
-                        f"({info.get('judgments')})")
-    elif named and named != file_sha256(Path(judgments)):
-        raise CalibrationError(f"{judgments}: not the judgments the plan was made from ({info.get('judgments')}, "
-                               f"sha256 {named[:12]}...): the plan's random sample was drawn from those; estimate "
-                               "with them, or screen these judgments for a new plan")
-    outside = ~frame["item_id"].isin(set(judge["item_id"]))
-    if outside.any():
-        line = int(np.flatnonzero(outside.to_numpy())[0]) + 2
-        raise CalibrationError(f"{plan / 'plan.csv'}:{line}: dialogue {frame['item_id'][outside].iloc[0]!r} is not "
-                               "in the judgments: the plan was made for other judgments")
+    frame, info, digest, warnings = plan_contract(plan, judgments, judge["item_id"],
+                                                  "estimate with them, or screen these judgments for a new plan")
     parts = dict(zip(frame["item_id"], frame["part"]))
     unplanned = ~labels["item_id"].isin(set(parts))
     if unplanned.any():

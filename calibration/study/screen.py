@@ -870,6 +870,8 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
         if len(unknown):
             raise CalibrationError(f"--human: {unknown['item_id'].nunique()} labelled dialogue(s) are not in the "
                                    f"judgments, e.g. {unknown['item_id'].iloc[0]!r}")
+    # A second stage's first: checked before any resampling, so bad input fails at once.
+    first = None if pilot_plan is None else first_stage(pilot_plan, path, judge["item_id"], pilot)
     if "*" in set(judge["criterion"]):
         # One metric column for every criterion: the pilot's criteria, or else the column's own name.
         names = sorted(pilot["criterion"].unique()) if pilot is not None else [score_column or "score"]
@@ -912,7 +914,6 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
                            "interval that replaces the t assumes a uniform draw), so the draw is uniform")
     relative = relative_probabilities(drawn_on, share) if design == "active" else None
     table = power_table(scored, systems, criteria, power, alpha, pilot, judges, relative)
-    first = None if pilot_plan is None else first_stage(pilot_plan, path, items, pilot)
     sentence = power_sentence(table, power, alpha)
     if first is not None and "dialogues_active" in table:
         table["dialogues_second_stage"] = [second_stage_count(row, len(first.random)) for row in table.itertuples()]
@@ -973,20 +974,13 @@ class FirstStage:
     warnings: list
 
 
-def first_stage(directory: Path, judgments: Path, items: pd.DataFrame, pilot: pd.DataFrame) -> FirstStage:
+def first_stage(directory: Path, judgments: Path, judged_items, pilot: pd.DataFrame) -> FirstStage:
     """The plan `--pilot-plan` names, held to what a first stage must be: a uniform random draw of dialogues (no
     unequal inclusion probabilities, not itself a second stage), made from these judgments, unedited; the
     pilot's labels on its dialogues only."""
-    frame, info = read_plan(directory)
+    frame, info, digest, warnings = plan_contract(directory, judgments, judged_items,
+                                                  "both stages must draw from the same dialogues")
     where = directory / "plan.csv"
-    digest = file_sha256(where)
-    if info.get("plan_sha256") not in (None, digest):
-        raise CalibrationError(f"{where}: differs from the plan `judge screen` wrote (plan.json records another "
-                               "sha256): an edited plan no longer says which dialogues were drawn at random")
-    named = info.get("judgments_sha256")
-    if named and Path(judgments).is_file() and named != file_sha256(Path(judgments)):
-        raise CalibrationError(f"{judgments}: not the judgments the --pilot-plan was made from "
-                               f"({info.get('judgments')}): both stages must draw from the same dialogues")
     if "stage" in frame.columns:
         raise CalibrationError(f"{where}: already a two-stage plan: --pilot-plan takes the first, uniform plan")
     if info.get("unit", "dialogues") != "dialogues":
@@ -1000,20 +994,16 @@ def first_stage(directory: Path, judgments: Path, items: pd.DataFrame, pilot: pd
                                    "stage must be a uniform random draw")
     if random.empty:
         raise CalibrationError(f"{where}: no random part: the first stage must be a uniform random draw")
-    unknown = ~frame["item_id"].isin(set(items["item_id"]))
-    if unknown.any():
-        raise CalibrationError(f"{where}:{int(np.flatnonzero(unknown.to_numpy())[0]) + 2}: dialogue "
-                               f"{frame['item_id'][unknown].iloc[0]!r} is not in the judgments")
     outside = ~pilot["item_id"].isin(set(frame["item_id"]))
     if outside.any():
         raise CalibrationError(f"--human: {pilot.loc[outside, 'item_id'].nunique()} labelled dialogue(s) are not in "
                                f"the --pilot-plan, e.g. {pilot.loc[outside, 'item_id'].iloc[0]!r}: the pilot must be "
                                "the labels of that plan's dialogues")
     unlabelled = sorted(set(random["item_id"]) - set(pilot["item_id"]))
-    warnings = [] if not unlabelled else [
-        f"{len(unlabelled)} of the first stage's {len(random)} random dialogues have no pilot label (e.g. "
-        f"{unlabelled[0]!r}): the check used the others; label them before `judge estimate`, which counts the "
-        "first stage's labelled dialogues as a random sample"]
+    if unlabelled:
+        warnings.append(f"{len(unlabelled)} of the first stage's {len(random)} random dialogues have no pilot label "
+                        f"(e.g. {unlabelled[0]!r}): the check used the others; label them before `judge estimate`, "
+                        "which counts the first stage's labelled dialogues as a random sample")
     targeted = frame.loc[frame["part"] == "targeted", "item_id"].tolist()
     return FirstStage(random["item_id"].tolist(), targeted, digest, warnings)
 
@@ -1070,6 +1060,36 @@ def plan_warnings(plan: pd.DataFrame, budget: int, unit: str, random_share: floa
                 f"prints no interval where it cannot hold (too few labelled dialogues) and wide ones below about "
                 f"{FEW_RANDOM}; raise --budget or --random-share for intervals that decide something"]
     return []
+
+
+def plan_contract(directory: Path, judgments, judged_items, instead: str) -> tuple[pd.DataFrame, dict, str, list]:
+    """(plan.csv, plan.json, plan.csv's sha256, warnings) of a plan held to its contract: unedited since `judge
+    screen` wrote it, made from these `judgments` (a path; a DataFrame, or the name screen gives one, cannot be
+    checked: a warning) and naming only
+    dialogues among `judged_items`. `instead`: what the judgments' refusal says to do."""
+    frame, info = read_plan(directory)
+    warnings = []
+    digest = file_sha256(directory / "plan.csv")
+    if info.get("plan_sha256") is None:
+        warnings.append(f"{directory / 'plan.json'} records no digest of its plan (made by an older version): "
+                        "plan.csv cannot be checked for edits")
+    elif info["plan_sha256"] != digest:
+        raise CalibrationError(f"{directory / 'plan.csv'}: differs from the plan `judge screen` wrote (plan.json "
+                               f"records sha256 {info['plan_sha256'][:12]}..., the file has {digest[:12]}...): an "
+                               "edited plan no longer says which dialogues were drawn at random")
+    named = info.get("judgments_sha256")
+    if isinstance(judgments, pd.DataFrame) or not Path(judgments).is_file():
+        warnings.append("the judgments are a DataFrame: not checked against the file the plan was made from "
+                        f"({info.get('judgments')})")
+    elif named and named != file_sha256(Path(judgments)):
+        raise CalibrationError(f"{judgments}: not the judgments the plan was made from ({info.get('judgments')}, "
+                               f"sha256 {named[:12]}...): the plan's random sample was drawn from those; {instead}")
+    outside = ~frame["item_id"].isin(set(judged_items))
+    if outside.any():
+        line = int(np.flatnonzero(outside.to_numpy())[0]) + 2
+        raise CalibrationError(f"{directory / 'plan.csv'}:{line}: dialogue {frame['item_id'][outside].iloc[0]!r} is "
+                               "not in the judgments: the plan was made for other judgments")
+    return frame, info, digest, warnings
 
 
 def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
