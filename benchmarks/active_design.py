@@ -39,6 +39,7 @@ summaries badly wrong, the judge calling fine those on its hard dialogues), and 
     nice -n 10 python benchmarks/active_design.py --worth    # eff/worth alone, active and uniform, hard 0 beside
     nice -n 10 python benchmarks/active_design.py --pilot    # with a labelled pilot: the signal check per study
     nice -n 10 python benchmarks/active_design.py --two-stage  # the pilot's labels counted: uniform m1, then m2
+    nice -n 10 python benchmarks/active_design.py --two-stage-rare  # the same on rare failures, from 3 + 3 labels
     nice -n 10 python benchmarks/active_design.py --strata   # two criteria, the judge's error weighting the draw
     nice -n 10 python benchmarks/active_design.py --jury     # the disagreement of more judges as the signal
     nice -n 10 python benchmarks/active_design.py --real     # DialSummEval: its metrics' disagreement as the doubt
@@ -695,6 +696,8 @@ def main(argv=None) -> int:
     parser.add_argument("--two-stage", action="store_true", help="the pilot's labels counted: a uniform first stage "
                         "of m1, the signal checked on it, m2 more drawn actively from the others (uniformly where the "
                         "check fails), both stages estimated together; against m1 + m2 uniform, and today's pilot")
+    parser.add_argument("--two-stage-rare", action="store_true", help="--two-stage on rare failures (10%% of "
+                        "summaries badly wrong), down to 3 + 3 labels: coverage where the labels bunch")
     parser.add_argument("--strata", action="store_true", help="two criteria whose judge errs differently, a pilot: "
                         "the active draw's uncertainty weighted by the pilot's error per criterion, or not")
     parser.add_argument("--jury", action="store_true", help="no self-reported doubt: the disagreement of two more "
@@ -787,6 +790,17 @@ def main(argv=None) -> int:
                   f"{o['P']['cover']:.3f} | {o['T']['shown']:.2f}", flush=True)
         if low:
             print(f"({time.perf_counter() - started:.0f}s in all)")
+        return 0
+    if args.two_stage_rare:
+        print("kind signal        N  m1+m2 | cover: T U P | shown T | active | width T / U's (2,000 studies a cell)")
+        for signal_kind in ("informative", "useless"):
+            for size, m1, m2 in ((100, 10, 10), (100, 20, 20), (100, 30, 30), (500, 20, 20), (100, 6, 4), (100, 3, 3)):
+                o = two_stage_cell("rare", signal_kind, size, m1, m2, 2000, 900 + m1 + m2 + size, savings=False,
+                                   bootstrap=2)
+                print(f"rare {signal_kind:11s} {size:4d} {m1:2d}+{m2:<2d} | {o['T']['cover']:.3f} {o['U']['cover']:.3f} "
+                      f"{o['P']['cover']:.3f} | {o['T']['shown']:.2f} | {o['active']:.2f} | "
+                      f"{np.nanmean(o['T']['width']) / np.nanmean(o['U']['width']):.3f}", flush=True)
+        print(f"({time.perf_counter() - started:.0f}s)")
         return 0
     if args.strata:
         print("errors A,B  signal        N   n pilot | drawn active: plain strata | labels saved [MC 95%] A: plain, "
