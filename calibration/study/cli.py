@@ -32,7 +32,7 @@ examples:
       --design active --budget 4 --output-dir out/plan-second
 
   # more judges: where they disagree is one more sign of doubt (items.csv's mean_jury_disagreement)
-  judge screen --judgments {FIXTURES}/judgments.jsonl --judge rouge-1={FIXTURES}/metric_scores.csv --budget 8 \
+  judge screen --judgments {FIXTURES}/judgments.jsonl --judge rouge-1={FIXTURES}/metric_scores.csv --budget 8 \\
       --design active --output-dir out/plan-jury
 
 writes (with --output-dir): systems.csv, items.csv, power.csv and, with --budget, the plan:
