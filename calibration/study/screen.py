@@ -935,11 +935,10 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
                 "an earlier uniform plan, give its folder as --pilot-plan and they count")
     if first is not None:
         result.warnings += first.warnings
-    if budget is not None and first is not None:
-        plan = second_stage_plan(items, first, budget, random_share, seed, share, drawn_on["uncertainty"])
-    elif budget is not None:
-        plan = make_plan(items, budget, unit, random_share, seed, design, share, drawn_on["uncertainty"])
     if budget is not None:
+        plan = (make_plan(items, budget, unit, random_share, seed, design, share, drawn_on["uncertainty"])
+                if first is None else
+                second_stage_plan(items, first, budget, random_share, seed, share, drawn_on["uncertainty"]))
         result.warnings += plan_warnings(plan, budget, unit, random_share)
         result.plan = plan
         items["part"] = items["item_id"].map(dict(zip(plan["item_id"], plan["part"]))).fillna("")
