@@ -46,7 +46,8 @@ uniform count at the worst case the design's floor allows (active_basis "worst c
 draw follows each judgment's doubt weighted by the judge's error in its system and criterion on the pilot (plan.json's
 strata): doubt where the judge errs draws labels, doubt where it is right anyway hardly does. The pilot also
 checks that the doubt marks the judge's errors and that its labels do not bunch at one end of the scale (where the
-estimate would print no interval for an active draw); the draw is uniform otherwise, and the warning says why.
+estimate would print no interval for a one-stage active draw); the draw is uniform otherwise, and the warning says
+why.
 --pilot-plan DIR (with --human, the labels of DIR's plan): a two-stage study. DIR's uniform random part is the
 first stage; its labels check the doubt as a pilot does, and --budget more dialogues are planned among the others
 (plan.csv's stage column: 1 or 2; plan.json's stages). `judge estimate --plan` then weighs both stages' labels so
@@ -90,9 +91,10 @@ where cross-validation prefers it), pooled over systems and cross-fitted over fo
 weighted by the unlabelled share m/(n+m): no degree of freedom spent, from 3 labels on.
 A --plan from `judge screen --design active` records each random dialogue's inclusion probability p: every labelled
 dialogue then weighs 1/p, normalised by their realised sum, with a t quantile on Kish's effective number of labels.
-A two-stage --plan (`judge screen --pilot-plan`): the first stage's labels weigh w N / m1 + 1 - w and the second's
-(1 - w) / p, w = m1 / (m1 + m2) (the uniform first stage's mean and the second stage's estimate of the rest,
-combined); a row whose labels bunch at one end of the scale takes the betting interval of the first stage alone.
+A two-stage --plan (`judge screen --pilot-plan`): the first stage's labels weigh 1 + w (N - m1) / m1 and the
+second's (1 - w) / p, w = m1 (N - m1 - m2) / ((N - m1)(m1 + m2)) (the uniform first stage's mean and the second
+stage's estimate of the rest, combined; every weight equal when the second stage is uniform); a row whose labels
+bunch at one end of the scale takes the betting interval of the first stage alone.
 --human then holds both stages' labels: the pilot's rows and the second stage's, under one header.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
 
