@@ -113,6 +113,8 @@ def _kinds(judge: pd.DataFrame, labels: pd.DataFrame, criteria) -> tuple[list[st
     Pairwise: the judge compared two systems. Categorical: the humans gave labels, or the judge gave labels on
     single systems. A judge that gives only numbers where the humans gave labels cannot be compared at all.
     """
+    from .io import label_at
+
     pair_rows = judge["system_1"].notna()
     pairwise = sorted(set(judge.loc[pair_rows, "criterion"]) & set(criteria))
     single = judge[~pair_rows]
@@ -122,7 +124,7 @@ def _kinds(judge: pd.DataFrame, labels: pd.DataFrame, criteria) -> tuple[list[st
     for criterion in criteria:
         if criterion in human_labels and criterion in judge_numbers_only:
             example = labels.loc[(labels["criterion"] == criterion) & labels["label"].notna()].iloc[0]
-            where = f"{labels.attrs.get('path', 'human labels')}:{example['line']}"
+            where = label_at(labels, example, "human labels")
             raise CalibrationError(
                 f"{where}: criterion {criterion!r} has text scores such as {example['label']!r} where the judge "
                 "gives numbers: write the human scores as numbers")

@@ -276,7 +276,10 @@ def _checked_labels(frame: pd.DataFrame, path, scales) -> pd.DataFrame:
 
 def read_human_labels(human, scales: dict[str, HumanScale] | None = None) -> pd.DataFrame:
     """Labels from a path (load_human_labels) or a DataFrame in its shape (or the CSV's five columns), checked
-    alike: a frame given by a script gets the same scale and duplicate checks as a file."""
+    alike: a frame given by a script gets the same scale and duplicate checks as a file. A list of them (a
+    two-stage study's two label files): read one by one, then joined (several_label_files)."""
+    if isinstance(human, (list, tuple)):
+        return several_label_files(human, scales)
     if not isinstance(human, pd.DataFrame):
         return load_human_labels(human, scales)
     where = human.attrs.get("path", "human labels (DataFrame)")
@@ -304,6 +307,45 @@ def read_human_labels(human, scales: dict[str, HumanScale] | None = None) -> pd.
     if frame.empty:
         raise CalibrationError(f"{where}: no labels")
     return _checked_labels(frame.reset_index(drop=True), where, scales or {})
+
+
+# The column naming each label's own file when labels come from several (several_label_files; label_at).
+LABELS_FILE = "labels_file"
+
+
+def several_label_files(sources, scales: dict[str, HumanScale] | None = None) -> pd.DataFrame:
+    """The labels of several files (or frames) as one frame, each checked as read_human_labels checks one, then
+    together: one cell labelled twice by one annotator across the files (the same file given twice, or a dialogue
+    labelled in both stages) is an error naming both lines. Each row keeps its file in LABELS_FILE, so that every
+    message still points at the right file and line (label_at)."""
+    if not sources:
+        raise CalibrationError("no human labels given")
+    frames = [read_human_labels(source, scales) for source in sources]
+    if len(frames) == 1:
+        return frames[0]
+    for frame in frames:
+        if LABELS_FILE not in frame.columns:
+            frame[LABELS_FILE] = frame.attrs.get("path", "human labels (DataFrame)")
+    joined = pd.concat(frames, ignore_index=True)
+    key = ["item_id", "system", "annotator", "criterion"]
+    again = joined.duplicated(key)
+    if again.any():
+        row = joined.loc[again].iloc[0]
+        first = joined.loc[(joined[key] == row[key]).all(axis=1)].iloc[0]
+        raise CalibrationError(
+            f"{label_at(joined, row)}: duplicate label for item {row.item_id!r}, system {row.system!r}, annotator "
+            f"{row.annotator!r}, criterion {row.criterion!r}: already at {label_at(joined, first)} (the same file "
+            "given twice, or a dialogue labelled in two stages?)")
+    joined.attrs["path"] = " + ".join(dict.fromkeys(str(f.attrs.get("path")) for f in frames))
+    return joined
+
+
+def label_at(labels: pd.DataFrame, row, default: str = "the human labels") -> str:
+    """'FILE:LINE' of one row of `labels` (a Series or an itertuples row), for messages: the row's own file where
+    the labels were read from several (LABELS_FILE), else the frame's."""
+    get = row.get if hasattr(row, "get") else lambda name, fallback=None: getattr(row, name, fallback)
+    source = get(LABELS_FILE) if LABELS_FILE in labels.columns else None
+    return f"{source if isinstance(source, str) else labels.attrs.get('path', default)}:{get('line')}"
 
 
 def read_judge_scores(judgments, score_column: str | None = None, failure_value: float | None = None
@@ -485,11 +527,10 @@ def check_labels(labels: pd.DataFrame, judge: pd.DataFrame, path: str | Path | N
     is imputed as the engine's failures are. `criteria`: only these criteria are used (the others' labels are
     still checked).
     """
-    path = path or labels.attrs.get("path", "the human labels")
-
     def fail(mask, message):
         row = labels[mask].iloc[0]
-        raise CalibrationError(f"{path}:{row.line}: {message(row)} ({int(mask.sum())} label(s) like it)")
+        at = f"{path}:{row.line}" if path else label_at(labels, row)
+        raise CalibrationError(f"{at}: {message(row)} ({int(mask.sum())} label(s) like it)")
 
     unknown = ~labels["item_id"].isin(set(judge["item_id"]))
     if unknown.any():

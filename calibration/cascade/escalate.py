@@ -685,6 +685,7 @@ def _cascade(human, listed, *, alpha: float, delta: float, criteria, tolerance: 
     """The cascade of the judges as they have judged so far (name -> path or frame); `later`: judges run on the
     cells the cascade needs only, whose other cells are not the cascade's (nor missing)."""
     from ..alignment import expand_all_criteria
+    from ..io import label_at
     from ..trust.select import read_judges
 
     names = [n for n, _ in listed]
@@ -705,9 +706,9 @@ def _cascade(human, listed, *, alpha: float, delta: float, criteria, tolerance: 
         off = ~usable[column].isin(known)
         if off.any():
             row = usable[off].iloc[0]
-            raise CalibrationError(f"{where}:{row.line}: {what} {row[column]!r} is not judged by any judge (judged "
-                                   f"criteria: {', '.join(judged)}); labels from another rubric or study? "
-                                   f"({int(off.sum())} label(s) like it)")
+            raise CalibrationError(f"{label_at(usable, row, where)}: {what} {row[column]!r} is not judged by any "
+                                   f"judge (judged criteria: {', '.join(judged)}); labels from another rubric or "
+                                   f"study? ({int(off.sum())} label(s) like it)")
     pair_systems = {(c[0], s, c[2]) for n, f in frames.items() for c, s1, s2 in
                     zip(zip(f["item_id"], f["system"], f["criterion"]), f["system_1"], f["system_2"])
                     if isinstance(s1, str) for s in (s1, s2)}
@@ -715,8 +716,9 @@ def _cascade(human, listed, *, alpha: float, delta: float, criteria, tolerance: 
     off = np.array([c not in every and c not in pair_systems for c in lab_cells], bool)
     if off.any():
         row = usable[off].iloc[0]
-        raise CalibrationError(f"{where}:{row.line}: item {row.item_id!r}, system {row.system!r}, criterion "
-                               f"{row.criterion!r} is not judged by any judge ({int(off.sum())} label(s) like it)")
+        raise CalibrationError(f"{label_at(usable, row, where)}: item {row.item_id!r}, system {row.system!r}, "
+                               f"criterion {row.criterion!r} is not judged by any judge ({int(off.sum())} label(s) "
+                               "like it)")
     annotators = usable.groupby(["item_id", "system", "criterion"])["annotator"].nunique()
     if len(annotators) and annotators.max() <= 1:
         warnings.append("every labelled cell has one annotator: agreement is with that one person, not a majority")

@@ -76,9 +76,14 @@ examples:
   judge estimate --judgments {FIXTURES}/judgments.jsonl --human {FIXTURES}/labels.csv \\
       --judge rouge-1={FIXTURES}/metric_scores.csv --judge bartscore_s_h={FIXTURES}/metric_scores.csv
 
+  # a two-stage study (out/plan-second: the `judge screen --pilot-plan` example): each stage's labels in a file
+  judge estimate --judgments {FIXTURES}/judgments.jsonl --human {FIXTURES}/labels.csv \\
+      --human {FIXTURES}/second_stage_labels.csv --plan out/plan-second
+
 method: prediction-powered inference with the power-tuned lambda (PPI++): the judge's scores on every judged
 dialogue correct the mean of the human labels on the random sample; from 10 labelled dialogues on, lambda is
-tuned and the t interval has n - 2 degrees of freedom plus lambda's own error; below, the human mean with n - 1;
+tuned, each dialogue's on the other labels (cross-fitted: no degree of freedom spent, t on n - 1; from 10 to 19
+labels one lambda shared by a criterion's systems); below, the human mean with n - 1;
 no interval below 3 labels or on labels that do not vary (interval_note says why); a system whose labels bunch at
 one end of the scale takes, on the other side, the betting bound valid for any scores on the scale (interval_note
 says so: a share of failures none of its labels drew could lie there). width_ratio = PPI interval /
@@ -95,7 +100,7 @@ A two-stage --plan (`judge screen --pilot-plan`): the first stage's labels weigh
 second's (1 - w) / p, w = m1 (N - m1 - m2) / ((N - m1)(m1 + m2)) (the uniform first stage's mean and the second
 stage's estimate of the rest, combined; every weight equal when the second stage is uniform); a row whose labels
 bunch at one end of the scale takes the betting interval of the first stage alone.
---human then holds both stages' labels: the pilot's rows and the second stage's, under one header.
+--human then holds both stages' labels: give it twice (the pilot's file and the second stage's) or one file with both.
 writes (with --output-dir): estimates.csv, differences.csv (paired, per dialogue), targeted.csv, summary.json
 
 pairwise judgments (`judge compare`) and votes "A|B" (`judge import`): --baseline SYSTEM gives per system the win
@@ -144,8 +149,9 @@ def register(sub) -> None:
                     "and what a human study needs: a plan under a budget, and how many dialogues to label.",
         epilog=SCREEN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_judge_arguments(screen)
-    screen.add_argument("--human", type=Path, metavar="PILOT.csv",
-                        help="labels from a pilot (long CSV): human-scale effect and judge-human correlation")
+    screen.add_argument("--human", action="append", type=Path, metavar="PILOT.csv",
+                        help="labels from a pilot (long CSV): human-scale effect and judge-human correlation; "
+                             "repeat for labels in several files")
     screen.add_argument("--budget", type=positive_type, metavar="N", help="plan a study of N dialogues or judgments")
     screen.add_argument("--budget-unit", choices=["dialogues", "judgments"], default="dialogues",
                         help="what --budget counts (default: dialogues)")
@@ -179,7 +185,9 @@ def register(sub) -> None:
                     "human-only estimate from the same labels, and the paired differences between systems.",
         epilog=ESTIMATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_judge_arguments(estimate)
-    estimate.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
+    estimate.add_argument("--human", required=True, action="append", type=Path, metavar="LABELS.csv",
+                          help="human labels (long CSV); repeat for labels in several files (a two-stage study's "
+                               "two stages): read as one, a cell labelled twice by one annotator refused")
     estimate.add_argument("--plan", type=Path, metavar="DIR",
                           help="the --output-dir of `judge screen --budget`: which dialogues are the random sample")
     estimate.add_argument("--key", type=Path, metavar="KEY.json",
@@ -211,7 +219,7 @@ def _run(args: argparse.Namespace, verb: str, compute, exit_code=lambda result: 
     from ..result import run_verb
 
     started = time.perf_counter()
-    inputs = [p for p in (args.judgments, getattr(args, "human", None), getattr(args, "key", None)) if p]
+    inputs = [p for p in (args.judgments, *(getattr(args, "human", None) or []), getattr(args, "key", None)) if p]
     inputs += [Path(source) for _, source in getattr(args, "judge", None) or []]
     for plan in (getattr(args, "plan", None), getattr(args, "pilot_plan", None)):
         if plan is not None:

@@ -25,8 +25,9 @@ from .estimate import Estimates
 from .pairwise import PairwiseTables
 from .screen import format_table
 
-METHOD = ("PPI++: lambda tuned from 10 labels on (t interval, n-2 df, lambda's error counted), else the human "
-          "mean (t, n-1 df); no interval below 3 labels or on labels that do not vary; labels bunched at one end of "
+METHOD = ("PPI++: lambda tuned from 10 labels on, each dialogue's on the other labels (cross-fitted: t interval, "
+          "n-1 df; at 10-19 labels one lambda shared by a criterion's systems; an active plan's fitted on all its "
+          "labels there, n-2 df and lambda's error counted), else the human mean (t, n-1 df); no interval below 3 labels or on labels that do not vary; labels bunched at one end of "
           "the scale: the betting bound (human labels only) on the other side; with --judge, one cross-fitted "
           "predictor weighted m/(n+m); with an active plan, 1/p weights (Hajek)")
 
@@ -125,7 +126,8 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
              clean: bool = False, scale: tuple[float, float] | None = None, confidence: float = 0.95,
              apply_map=None, failure_value: float | None = None, baseline: str | None = None,
              margin: float | None = None, judges=None, items=None) -> EstimateResult | PairwiseEstimateResult:
-    """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them), `plan` the
+    """`judge estimate`: `judgments` and `human` are paths or DataFrames (as calibration.io loads them; `human` also
+    a list of them, labels in several files: a two-stage study's, one per stage), `plan` the
     folder `judge screen --budget` wrote, `key` the key.json `judge export --plan` wrote (checked against the plan);
     the other keywords are the CLI's flags. Raises CalibrationError with the CLI's message; warnings go into
     `result.warnings`. With `baseline` (pairwise judgments, as `judge compare` writes them, and pairwise votes
@@ -230,7 +232,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
 def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, score_column, clean, confidence,
                     apply_map, failure_value, items=None) -> PairwiseEstimateResult:
     """The pairwise path of estimate(): inputs read and checked, then calibration.study.pairwise."""
-    from ..io import read_human_labels, read_judge_scores
+    from ..io import label_at, read_human_labels, read_judge_scores
     from .pairwise import pairwise_estimate
     from .screen import provenance
 
@@ -249,13 +251,13 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
     unknown = ~labels["item_id"].isin(set(judge["item_id"]))
     if unknown.any():
         row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{row['line']}: item {row['item_id']!r} "
+        raise CalibrationError(f"{label_at(labels, row)}: item {row['item_id']!r} "
                                f"is not in the judgments ({int(unknown.sum())} label(s) like it)")
     judged = set(judge.loc[judge["system_1"].notna(), "criterion"])
     unknown = ~labels["criterion"].isin(judged)
     if unknown.any():
         row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{row['line']}: criterion "
+        raise CalibrationError(f"{label_at(labels, row)}: criterion "
                                f"{row['criterion']!r} matches no pairwise criterion of the judgments; they have "
                                f"{', '.join(sorted(judged))} ({int(unknown.sum())} label(s) like it)")
     random_items, targeted_items, warnings = plan_parts(plan, key, labels, judge, judgments)
@@ -284,6 +286,7 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
 def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) -> tuple[set | None, set | None,
                                                                                           list[str]]:
     """(random items, targeted items, warnings) from the plan, after holding it to its contract."""
+    from ..io import label_at
     from .screen import plan_contract
 
     if plan is None:
@@ -294,7 +297,7 @@ def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) 
     parts = dict(zip(frame["item_id"], frame["part"]))
     unplanned = ~labels["item_id"].isin(set(parts))
     if unplanned.any():
-        raise CalibrationError(f"{labels.attrs.get('path', 'the human labels')}:{labels['line'][unplanned].iloc[0]}: "
+        raise CalibrationError(f"{label_at(labels, labels[unplanned].iloc[0])}: "
                                f"dialogue {labels['item_id'][unplanned].iloc[0]!r} is not in the plan; labels outside "
                                "the plan are neither the random sample nor targeted")
     if key is not None:

@@ -127,6 +127,8 @@ def judge_predictions(frame: pd.DataFrame) -> tuple[np.ndarray, int]:
 def human_votes(labels: pd.DataFrame, pairs: pd.DataFrame, criterion: str, where: str) -> pd.Series:
     """Mean human vote per judged pair (index: position in `pairs`), as P(system_1 wins). Every label must be a
     verdict 1, 2 or 0 on a judged pair of this criterion; one given in the reverse order is turned round."""
+    from ..io import label_at
+
     part = labels[(labels["criterion"] == criterion) & ~labels.get("na", pd.Series(False, index=labels.index))]
     if part.empty:
         return pd.Series(dtype=float)
@@ -136,9 +138,9 @@ def human_votes(labels: pd.DataFrame, pairs: pd.DataFrame, criterion: str, where
     bad = votes.isna()
     if bad.any():
         row = part[bad].iloc[0]
-        raise CalibrationError(f"{where}:{row['line']}: {text[bad].iloc[0]!r} is not a pairwise verdict of criterion "
-                               f"{criterion!r}: give 1 (the first system of the pair better), 2 (the second) or 0 "
-                               f"(a tie), in the judgments' order ({int(bad.sum())} label(s) like it)")
+        raise CalibrationError(f"{label_at(part, row, where)}: {text[bad].iloc[0]!r} is not a pairwise verdict "
+                               f"of criterion {criterion!r}: give 1 (the first system of the pair better), 2 (the "
+                               f"second) or 0 (a tie), in the judgments' order ({int(bad.sum())} label(s) like it)")
     index = {(i, s): k for k, (i, s) in enumerate(zip(pairs["item_id"], pairs["system"]))}
     reverse = {(i, f"{b}|{a}"): k for k, (i, a, b) in enumerate(zip(pairs["item_id"], pairs["system_1"],
                                                                       pairs["system_2"]))}
@@ -153,7 +155,7 @@ def human_votes(labels: pd.DataFrame, pairs: pd.DataFrame, criterion: str, where
                        "'A|B' as `judge import` writes them")
         else:
             message = f"pair {row['system']!r} of dialogue {row['item_id']!r} was not judged on {criterion!r}"
-        raise CalibrationError(f"{where}:{row['line']}: {message} ({int(missing.sum())} label(s) like it)")
+        raise CalibrationError(f"{label_at(part, row, where)}: {message} ({int(missing.sum())} label(s) like it)")
     values = np.where(flipped, 1.0 - votes.to_numpy(float), votes.to_numpy(float))
     return pd.Series(values).groupby(np.array(position)).mean()
 

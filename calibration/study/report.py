@@ -63,10 +63,11 @@ def sources_html(provenance: dict, extra: dict | None = None) -> str:
     """Where the numbers come from (files with their sha256, model, rubric, date, seed), as calibrate shows it."""
     rows = {}
     for name, key in (("Judgments", "judgments"), ("Human labels", "human"), ("Plan", "plan")):
-        source = provenance.get(key)
-        if source:
-            digest = f" (sha256 {source['sha256'][:12]}…)" if source.get("sha256") else ""
-            rows[name] = f"{source['path']}{digest}"
+        sources = provenance.get(key)
+        sources = sources if isinstance(sources, list) else [sources] if sources else []  # several label files
+        if sources:
+            rows[name] = "; ".join(f"{source['path']}" + (f" (sha256 {source['sha256'][:12]}…)"
+                                                         if source.get("sha256") else "") for source in sources)
     for name, key in (("Model", "model"), ("Rubric", "rubric"), ("Date", "date"), ("Seed", "seed")):
         if provenance.get(key) is not None:
             rows[name] = provenance[key]
@@ -101,14 +102,14 @@ def screen_section(result) -> str:
 
 
 def estimate_section(result) -> str:
+    from .estimating import METHOD
+
     source = ("the plan's random part" if result.random_source == "plan"
               else "every labelled dialogue, taken as a random sample (no plan given)")
     bounds = getattr(result, "scales", None)
     level = f"{result.confidence:.0%}"
     parts = [sources_html(result.provenance, {"Random sample": f"{result.n_random} dialogues ({source})",
-                                              "Method": "PPI++: lambda tuned from 10 labels on (t interval on "
-                                                        "n-2 df with lambda's own error), else human-only (n-1 "
-                                                        "df); none below 3 labels"}),
+                                              "Method": METHOD}),
              "<h2>Estimate: paired differences between systems</h2>",
              f"<p class=note>Each system minus each other, per dialogue (the question a study asks): PPI++ "
              f"{level} intervals beside the human-only ones from the same labels. An interval that excludes 0 "

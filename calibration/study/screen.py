@@ -828,6 +828,8 @@ def provenance(judgments, judge: pd.DataFrame, human, seed: int) -> dict:
     from datetime import datetime, timezone
 
     def named(source):
+        if isinstance(source, (list, tuple)):  # several label files: each named, one alone as before
+            return [named(one) for one in source] if len(source) > 1 else named(source[0])
         if isinstance(source, (str, Path)):
             return {"path": str(source), "sha256": file_sha256(Path(source))}
         return {"path": source.attrs.get("path", "(a DataFrame)") if source is not None else None, "sha256": None}
