@@ -57,7 +57,7 @@ EQUIVALENT_FILE = ROOT / "benchmarks" / "mutation_equivalent.json"
 _TRUST_CLI = ["tests/test_cli_properties.py", "tests/test_drift_guards.py", "tests/test_flag_messages.py",
               "tests/test_failure_value.py", "tests/test_audit_guards.py", "tests/test_audit_cli.py",
               "tests/test_select.py", "tests/test_drift.py", "tests/test_api.py"]
-_STUDY_CLI = ["tests/test_cli_properties.py", "tests/test_cli_numbers.py", "tests/test_flag_messages.py",
+_STUDY_CLI = ["tests/test_label_files.py", "tests/test_cli_properties.py", "tests/test_cli_numbers.py", "tests/test_flag_messages.py",
               "tests/test_failure_value.py", "tests/test_estimate.py", "tests/test_screen.py",
               "tests/test_study_contract.py", "tests/test_api.py", "tests/test_pairwise_estimate.py"]
 TESTS = {
@@ -80,7 +80,7 @@ TESTS = {
                                     "tests/test_select.py", "tests/test_drift.py", "tests/test_api.py",
                                     "tests/test_trust_mutants.py"],
     "calibration/study/__init__.py": ["tests/test_api.py"],
-    "calibration/study/screen.py": ["tests/test_screen_branches.py", "tests/test_study_properties.py",
+    "calibration/study/screen.py": ["tests/test_label_files.py", "tests/test_screen_branches.py", "tests/test_study_properties.py",
                                     "tests/test_screen.py", "tests/test_cli_numbers.py",
                                     "tests/test_screen_selection.py", "tests/test_study_contract.py",
                                     "tests/test_study_mutants.py", "tests/test_screen_active.py",
@@ -97,7 +97,7 @@ TESTS = {
                                       "tests/test_small_n_coverage.py", "tests/test_study_contract.py",
                                       "tests/test_screen_active.py", "tests/test_estimate_jury.py",
                                       "tests/test_estimate_effective.py", "tests/test_two_stage.py"],
-    "calibration/study/estimating.py": ["tests/test_estimating_branches.py", "tests/test_study_properties.py",
+    "calibration/study/estimating.py": ["tests/test_label_files.py", "tests/test_estimating_branches.py", "tests/test_study_properties.py",
                                         "tests/test_estimate.py", "tests/test_cli_numbers.py",
                                         "tests/test_study_contract.py", "tests/test_study_mutants.py",
                                         "tests/test_pairwise_estimate.py",
@@ -108,13 +108,13 @@ TESTS = {
                                    "tests/test_screen_power.py", "tests/test_screen.py", "tests/test_study_mutants.py",
                                    "tests/test_estimate_jury.py"],
     "calibration/study/cli.py": ["tests/test_cli_branches.py"] + _STUDY_CLI + ["tests/test_study_mutants.py"],
-    "calibration/study/pairwise.py": ["tests/test_pairwise_branches.py", "tests/test_pairwise_mutants.py",
+    "calibration/study/pairwise.py": ["tests/test_label_files.py", "tests/test_pairwise_branches.py", "tests/test_pairwise_mutants.py",
                                       "tests/test_narrow_mutants.py",
                                       "tests/test_pairwise_properties.py", "tests/test_pairwise_estimate.py"],
     "calibration/study/predictor.py": ["tests/test_predictor_written.py", "tests/test_narrow_mutants.py",
                                        "tests/test_estimate_jury.py"],
     "calibration/cascade/__init__.py": ["tests/test_api.py", "tests/test_escalate.py"],
-    "calibration/cascade/escalate.py": ["tests/test_escalate_branches.py", "tests/test_escalate_mutants.py",
+    "calibration/cascade/escalate.py": ["tests/test_label_files.py", "tests/test_escalate_branches.py", "tests/test_escalate_mutants.py",
                                         "tests/test_narrow_mutants.py", "tests/test_escalate_properties.py",
                                         "tests/test_cli_properties.py", "tests/test_escalate.py",
                                         "tests/test_escalate_real.py"],
@@ -123,9 +123,13 @@ TESTS = {
     "calibration/cascade/cli.py": ["tests/test_cli_branches.py", "tests/test_cli_properties.py",
                                    "tests/test_escalate.py"],
     "calibration/cascade/runs.py": ["tests/test_escalate_runs.py", "tests/test_escalate_mutants.py"],
+    # Not in PACKAGES (calibration's top level is not drawn from): its changed lines are run with --mutants-of.
+    "calibration/io.py": ["tests/test_label_files.py", "tests/test_calibration_bad_inputs.py",
+                          "tests/test_two_stage.py", "tests/test_estimate.py", "tests/test_pairwise_estimate.py"],
     "calibration/study/report.py": ["tests/test_study_report_branches.py", "tests/test_report_properties.py",
                                     "tests/test_estimate.py", "tests/test_screen.py", "tests/test_study_report.py",
-                                    "tests/test_study_contract.py", "tests/test_study_mutants.py"],
+                                    "tests/test_study_contract.py", "tests/test_study_mutants.py",
+                                    "tests/test_label_files.py"],
 }
 
 COMPARE_SWAPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
@@ -284,19 +288,21 @@ def mutated_text(text: str, mutant: Mutant) -> str:
     return text[:mutant.start] + mutant.replacement + text[mutant.end:]
 
 
-def all_mutants() -> list[Mutant]:
+def all_mutants(extra=()) -> list[Mutant]:
+    """Every mutation site of PACKAGES' files, and of the `extra` files (relative paths) outside them."""
     mutants: list[Mutant] = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).glob("*.py")):
-            relative = path.relative_to(ROOT).as_posix()
-            text = path.read_text(encoding="utf-8")
-            for m in enumerate_file(relative, text):
-                new = mutated_text(text, m)
-                first = text.rfind("\n", 0, m.start) + 1
-                old_end, new_end = text.find("\n", m.end), new.find("\n", m.start + len(m.replacement))
-                old_line = " ".join(text[first:old_end if old_end >= 0 else None].split())
-                new_line = " ".join(new[first:new_end if new_end >= 0 else None].split())
-                mutants.append(Mutant(**{**asdict(m), "original_line": old_line, "mutated_line": new_line}))
+    paths = [path for package in PACKAGES for path in sorted((ROOT / package).glob("*.py"))]
+    paths += [ROOT / name for name in sorted(set(extra)) if Path(name).parent.as_posix() not in PACKAGES]
+    for path in paths:
+        relative = path.relative_to(ROOT).as_posix()
+        text = path.read_text(encoding="utf-8")
+        for m in enumerate_file(relative, text):
+            new = mutated_text(text, m)
+            first = text.rfind("\n", 0, m.start) + 1
+            old_end, new_end = text.find("\n", m.end), new.find("\n", m.start + len(m.replacement))
+            old_line = " ".join(text[first:old_end if old_end >= 0 else None].split())
+            new_line = " ".join(new[first:new_end if new_end >= 0 else None].split())
+            mutants.append(Mutant(**{**asdict(m), "original_line": old_line, "mutated_line": new_line}))
     mutants.sort(key=lambda m: (m.file, m.line, m.col, m.operator, m.replacement, m.start))
     return mutants
 
@@ -583,7 +589,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seed {earlier['seed']}, {earlier['sample']} of {earlier['sites']} sites\n")
         print(report(results, equivalent))
         return 0
-    mutants = [m for m in all_mutants() if not args.file or any(f in m.file for f in args.file)]
+    earlier = json.loads(Path(args.survivors_of or args.mutants_of).read_text(encoding="utf-8"))["results"] \
+        if args.survivors_of or args.mutants_of else []
+    mutants = [m for m in all_mutants({r["file"] for r in earlier})
+               if not args.file or any(f in m.file for f in args.file)]
     unmapped = sorted({m.file for m in mutants} - set(TESTS))
     if unmapped:  # found before any mutant runs, not as a KeyError midway through a draw
         parser.error(f"no tests mapped for {', '.join(unmapped)}: add them to TESTS in {Path(__file__).name}")
@@ -602,7 +611,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     chosen = mutants if args.all else random.Random(args.seed).sample(mutants, min(args.sample, len(mutants)))
     if args.survivors_of or args.mutants_of:
-        earlier = json.loads(Path(args.survivors_of or args.mutants_of).read_text(encoding="utf-8"))["results"]
         wanted = {(r["file"], r["line"], r["col"], r["operator"], r.get("start")) for r in earlier
                   if args.mutants_of or r["status"] == "survived"}
         chosen = [m for m in mutants if m.key in wanted or m.key[:4] + (None,) in wanted]

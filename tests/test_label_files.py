@@ -56,12 +56,16 @@ def test_each_label_keeps_its_own_file_and_line(tmp_path):
     first, second = split_labels(tmp_path)
     labels = read_human_labels([first, second])
     rows = pd.read_csv(first).shape[0]
+    assert list(labels.index) == list(range(len(labels)))  # one index over both files: .loc stays unambiguous
     assert list(labels[LABELS_FILE].unique()) == [str(first), str(second)]
     assert label_at(labels, labels.iloc[0]) == f"{first}:2"
     assert label_at(labels, labels.iloc[rows]) == f"{second}:2"  # the second file's first row, its own line 2
     assert label_at(labels, next(labels.iloc[rows:].itertuples())) == f"{second}:2"
     one = read_human_labels(first)
     assert LABELS_FILE not in one.columns and label_at(one, one.iloc[3]) == f"{first}:5"
+    listed = read_human_labels([first])  # a list of one file is that file, no column added
+    pd.testing.assert_frame_equal(listed, one)
+    assert listed.attrs["path"] == str(first)
     frame = one.drop(columns="line").assign(line=[7] * len(one))
     frame.attrs = {}
     assert label_at(frame, frame.iloc[0], "a script's frame") == "a script's frame:7"
