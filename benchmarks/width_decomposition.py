@@ -22,6 +22,12 @@ the f* and jury rows, the first judge's own r^2 for the `one` rows), coverage of
 repetitions, var(y) from the large draw; jackknife MC se over chunks of 50).
 
     nice -n 10 python benchmarks/width_decomposition.py --repetitions 1000
+    nice -n 10 python benchmarks/width_decomposition.py --real --repetitions 1000
+    nice -n 10 python benchmarks/width_decomposition.py --tradeoff --repetitions 2000
+
+--tradeoff: a lone row (one system) at 10-19 labels, the first judge alone, N = 100 and 500: the width over
+human-only at rho 0 (a useless judge) against the width over the oracle's (lambda known) at rho >= 0.3, for lambda
+rules computed from the study's labels only (tradeoff's docstring), with a verdict per n.
 """
 
 from __future__ import annotations
@@ -188,13 +194,122 @@ def real(reps: int, seed: int, sizes=(10, 15, 20)) -> None:
                       f"({np.max(ratio / oracle):.3f})", flush=True)
 
 
+def jackknife(parts):
+    """sum(parts[:, 0]) / sum(parts[:, 1]) over chunks of studies, and its jackknife MC se."""
+    k = len(parts)
+    values = np.array([np.delete(parts, i, 0) for i in range(k)]).sum(1)
+    values = values[:, 0] / values[:, 1]
+    return parts[:, 0].sum() / parts[:, 1].sum(), float(np.sqrt((k - 1) / k * np.sum((values - values.mean()) ** 2)))
+
+
+def tradeoff(reps: int, seed: int, sizes=(100, 500), counts=(10, 15, 19), chunks: int = 20) -> None:
+    """A lone row (one system, the first judge of `draw`) at n = 10-19 labels of N judged dialogues; the rules:
+
+      as is        ppi_mean(shared=True), what `judge estimate` prints: a lone row's lambda cross-fitted on its own
+                   other labels, shrunk by t^2 / (1 + t^2)
+      shrink c     the same shrunk by t^2 / (c + t^2) (estimate._shrunk patched here, restored after)
+      pre-test a   `as is` where pearsonr on the labelled dialogues (labels against judge scores) gives p < a,
+                   else the human-only interval (a choice that looks at the labels: its coverage is measured)
+      oracle       lambda known, cov(y, f) / var(f) (N - n) / N from a draw of 400,000 (PPI++'s m / (n + m))
+
+    Per cell: width over human-only and over the oracle (means over the studies, same labels; jackknife MC se over
+    `chunks` chunks of studies), coverage [Wilson 95%] (the pre-tests' also where they take the judge). Verdict
+    per N and n over both kinds: (a) the rho 0 ratio to human-only at most 1.000 within 2 MC se, (b) at most 1.05 x
+    the oracle at every rho >= 0.3, coverage >= 0.94. Every cell draws its studies from the same seed."""
+    import warnings
+
+    from scipy.stats import pearsonr
+
+    import calibration.study.estimate as estimate
+
+    original = estimate._shrunk
+
+    def shrunk(c):  # t^2 is proportional to df: df / c turns t^2 / (1 + t^2) into t^2 / (c + t^2)
+        return lambda lam, s_fy, s_ff, s_yy, df: original(lam, s_fy, s_ff, s_yy, df / c)
+
+    rhos, names = (0.0, 0.3, 0.5, 0.7, 0.9), ("as is", "shrink 2", "shrink 4", "pre-test 0.05", "pre-test 0.2")
+    print(f"lone row, first judge, {reps} studies a cell (seed {seed}); per rule: width/human-only+-MC se "
+          f"width/oracle+-MC se cover [Wilson 95%]")
+    for big_n in sizes:
+        verdict = {}  # (rule, n) -> list of (kind, rho, to_h, to_h_se, to_oracle, to_oracle_se, cover)
+        for kind in ("gaussian", "likert"):
+            for rho in rhos:
+                big_h, big_j = draw(np.random.default_rng(12345), (400_000,), kind, rho, 1)
+                y_all, f_all = big_h[:, 0], big_j[:, 0, 0]
+                truth, r = y_all.mean(), np.corrcoef(y_all, f_all)[0, 1]
+                slope = np.cov(y_all, f_all)[0, 1] / f_all.var(ddof=1)
+                for n in counts:
+                    rng = np.random.default_rng(seed)
+                    human, judges = draw(rng, (reps, big_n), kind, rho, 1)
+                    labelled = rng.random((reps, big_n)).argsort(axis=1) < n
+                    y = np.where(labelled, human[..., 0], np.nan)[:, None]  # (reps, 1, N)
+                    f = judges[:, None, :, 0, 0]
+                    base = ppi_mean(y, f, shared=True)
+                    intervals = {"as is": (base.ci_low[:, 0], base.ci_high[:, 0])}
+                    for c in (2, 4):
+                        estimate._shrunk = shrunk(c)
+                        try:
+                            res = ppi_mean(y, f, shared=True)
+                        finally:
+                            estimate._shrunk = original
+                        intervals[f"shrink {c}"] = res.ci_low[:, 0], res.ci_high[:, 0]
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")  # a constant judge on the labels: p NaN, not rejected
+                        p = pearsonr(human[..., 0][labelled].reshape(reps, n),
+                                     judges[..., 0, 0][labelled].reshape(reps, n), axis=-1).pvalue
+                    for a in (0.05, 0.2):
+                        keep = (p < a)[:, None]
+                        intervals[f"pre-test {a}"] = tuple(np.where(keep, base_ci, human_ci)[:, 0] for base_ci, human_ci
+                                                           in ((base.ci_low, base.human_only_ci_low),
+                                                               (base.ci_high, base.human_only_ci_high)))
+                    res = ppi_mean(y, f, lam=np.full((reps, 1), slope * (big_n - n) / big_n))
+                    intervals["oracle"] = res.ci_low[:, 0], res.ci_high[:, 0]
+                    human_width = (base.human_only_ci_high - base.human_only_ci_low)[:, 0]
+                    oracle_width = intervals["oracle"][1] - intervals["oracle"][0]
+                    split = np.array_split(np.arange(reps), chunks)
+                    print(f"N={big_n} {kind} rho={rho:.1f} (r {r:.3f}) n={n}: pre-test rejects "
+                          f"{np.mean(p < 0.05):.3f} (0.05) {np.mean(p < 0.2):.3f} (0.2)")
+                    picked = {f"pre-test {a}": p < a for a in (0.05, 0.2)}
+                    for name, (low, high) in intervals.items():
+                        width = high - low
+                        held = (low <= truth) & (truth <= high)
+                        hits = int(held.sum())
+                        to_h = jackknife(np.array([(width[i].sum(), human_width[i].sum()) for i in split]))
+                        to_o = jackknife(np.array([(width[i].sum(), oracle_width[i].sum()) for i in split]))
+                        wl, wh = wilson(hits, reps)
+                        print(f"   {name:14s} {to_h[0]:.3f}+-{to_h[1]:.3f}  {to_o[0]:.3f}+-{to_o[1]:.3f}  "
+                              f"{hits / reps:.3f} [{wl:.3f}, {wh:.3f}]" + (
+                                  f"  where it takes the judge: cover {held[picked[name]].mean():.3f}"
+                                  if name in picked else ""), flush=True)
+                        verdict.setdefault((name, n), []).append((kind, rho) + to_h + to_o + (hits / reps,))
+        print(f"verdict N={big_n} (both kinds): (a) worst rho-0 width/h +- MC se <= 1.000 within 2 se; "
+              f"(b) worst width/oracle at rho >= 0.3 <= 1.05; lowest coverage >= 0.94")
+        for n in counts:
+            for name in names:
+                rows = verdict[(name, n)]
+                a = max((row for row in rows if row[1] == 0.0), key=lambda row: row[2])
+                b = max((row for row in rows if row[1] >= 0.3), key=lambda row: row[4])
+                cover = min(rows, key=lambda row: row[6])
+                ok_a, ok_b, ok_c = a[2] <= 1.0 + 2 * a[3], b[4] <= 1.05, cover[6] >= 0.94
+                print(f"  n={n} {name:14s} (a) {a[2]:.3f}+-{a[3]:.3f} {a[0]:8s} {'meets' if ok_a else 'FAILS'} | "
+                      f"(b) {b[4]:.3f}+-{b[5]:.3f} {b[0]} rho {b[1]:.1f} {'meets' if ok_b else 'FAILS'} | cover "
+                      f"{cover[6]:.3f} {cover[0]} rho {cover[1]:.1f} {'meets' if ok_c else 'FAILS'} | all three: "
+                      f"{'yes' if ok_a and ok_b and ok_c else 'no'}", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repetitions", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--cell", action="append", default=[], metavar="KIND,RHO,S,N,WHAT")
     parser.add_argument("--real", action="store_true", help="DialSummEval with QuestEval alone, per system")
+    parser.add_argument("--tradeoff", action="store_true", help="a lone row at 10-19 labels: lambda rules against "
+                        "human-only at rho 0 and the oracle at rho >= 0.3")
+    parser.add_argument("--sizes", default="100,500", help="--tradeoff: the N judged dialogues")
     args = parser.parse_args(argv)
+    if args.tradeoff:
+        tradeoff(args.repetitions, args.seed, tuple(int(v) for v in args.sizes.split(",")))
+        return 0
     if args.real:
         real(args.repetitions, args.seed)
         return 0
