@@ -102,14 +102,12 @@ def screen_section(result) -> str:
 
 
 def estimate_section(result) -> str:
-    from .estimating import METHOD
-
     source = ("the plan's random part" if result.random_source == "plan"
               else "every labelled dialogue, taken as a random sample (no plan given)")
     bounds = getattr(result, "scales", None)
     level = f"{result.confidence:.0%}"
     parts = [sources_html(result.provenance, {"Random sample": f"{result.n_random} dialogues ({source})",
-                                              "Method": METHOD}),
+                                              "Method": result.summary()["method"]}),
              "<h2>Estimate: paired differences between systems</h2>",
              f"<p class=note>Each system minus each other, per dialogue (the question a study asks): PPI++ "
              f"{level} intervals beside the human-only ones from the same labels. An interval that excludes 0 "
