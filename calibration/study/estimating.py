@@ -27,9 +27,10 @@ from .screen import format_table
 
 METHOD = ("PPI++: lambda tuned from 10 labels on, each dialogue's on the other labels (cross-fitted: t interval, "
           "n-1 df; at 10-19 labels one lambda shared by a criterion's systems; an active plan's fitted on all its "
-          "labels there, n-2 df and lambda's error counted), else the human mean (t, n-1 df); no interval below 3 labels or on labels that do not vary; labels bunched at one end of "
-          "the scale: the betting bound (human labels only) on the other side; with --judge, one cross-fitted "
-          "predictor weighted m/(n+m); with an active plan, 1/p weights (Hajek)")
+          "labels there, n-2 df and lambda's error counted), else the human mean (t, n-1 df); no interval below 3 "
+          "labels or on labels that do not vary; labels bunched at one end of the scale: the betting bound (human "
+          "labels only) on the other side; with --judge, one cross-fitted predictor weighted m/(n+m); with an "
+          "active plan, 1/p weights (Hajek)")
 
 
 @dataclass
@@ -251,15 +252,15 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
     unknown = ~labels["item_id"].isin(set(judge["item_id"]))
     if unknown.any():
         row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{label_at(labels, row)}: item {row['item_id']!r} "
-                               f"is not in the judgments ({int(unknown.sum())} label(s) like it)")
+        raise CalibrationError(f"{label_at(labels, row)}: item {row['item_id']!r} is not in the judgments "
+                               f"({int(unknown.sum())} label(s) like it)")
     judged = set(judge.loc[judge["system_1"].notna(), "criterion"])
     unknown = ~labels["criterion"].isin(judged)
     if unknown.any():
         row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{label_at(labels, row)}: criterion "
-                               f"{row['criterion']!r} matches no pairwise criterion of the judgments; they have "
-                               f"{', '.join(sorted(judged))} ({int(unknown.sum())} label(s) like it)")
+        raise CalibrationError(f"{label_at(labels, row)}: criterion {row['criterion']!r} matches no pairwise "
+                               f"criterion of the judgments; they have {', '.join(sorted(judged))} "
+                               f"({int(unknown.sum())} label(s) like it)")
     random_items, targeted_items, warnings = plan_parts(plan, key, labels, judge, judgments)
     if plan is not None and plan_inclusion(plan) is not None:
         raise CalibrationError(f"{Path(plan) / 'plan.csv'}: an active plan (unequal inclusion probabilities): "
