@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from labels_coverage import draw  # noqa: E402
+from labels_coverage import draw, jackknife  # noqa: E402
 
 from calibration.study.estimate import effective_labels, ppi_mean  # noqa: E402
 from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage  # noqa: E402
@@ -133,14 +133,11 @@ def run(kind, rho, systems, n, reps, seed, big_n=100, what="mean"):
 
 def printed_over_worth(parts):
     """Mean printed effective_labels over the worth pooled over the chunks, and its jackknife MC se."""
-    parts = np.array(parts)
-
-    def ratio(p):
+    def ratio(chunks):
+        p = np.array(chunks)
         return (p[:, 0].sum() / p[:, 1].sum()) / (p[:, 2].sum() / p[:, 3].sum())
 
-    k = len(parts)
-    values = np.array([ratio(np.delete(parts, i, 0)) for i in range(k)])
-    return ratio(parts), float(np.sqrt((k - 1) / k * np.sum((values - values.mean()) ** 2)))
+    return ratio(parts), jackknife(list(parts), ratio)
 
 
 def real(reps: int, seed: int, sizes=(10, 15, 20)) -> None:
@@ -194,12 +191,14 @@ def real(reps: int, seed: int, sizes=(10, 15, 20)) -> None:
                       f"({np.max(ratio / oracle):.3f})", flush=True)
 
 
-def jackknife(parts):
-    """sum(parts[:, 0]) / sum(parts[:, 1]) over chunks of studies, and its jackknife MC se."""
-    k = len(parts)
-    values = np.array([np.delete(parts, i, 0) for i in range(k)]).sum(1)
-    values = values[:, 0] / values[:, 1]
-    return parts[:, 0].sum() / parts[:, 1].sum(), float(np.sqrt((k - 1) / k * np.sum((values - values.mean()) ** 2)))
+def ratio_of_sums(chunks) -> tuple[float, float]:
+    """sum of the first values over sum of the second, over (value, value) chunks of studies, and its jackknife MC
+    se (labels_coverage.jackknife)."""
+    def ratio(part):
+        p = np.array(part)
+        return p[:, 0].sum() / p[:, 1].sum()
+
+    return ratio(chunks), jackknife(list(chunks), ratio)
 
 
 def tradeoff(reps: int, seed: int, sizes=(100, 500), counts=(10, 15, 19), chunks: int = 20) -> None:
@@ -274,8 +273,8 @@ def tradeoff(reps: int, seed: int, sizes=(100, 500), counts=(10, 15, 19), chunks
                         width = high - low
                         held = (low <= truth) & (truth <= high)
                         hits = int(held.sum())
-                        to_h = jackknife(np.array([(width[i].sum(), human_width[i].sum()) for i in split]))
-                        to_o = jackknife(np.array([(width[i].sum(), oracle_width[i].sum()) for i in split]))
+                        to_h = ratio_of_sums([(width[i].sum(), human_width[i].sum()) for i in split])
+                        to_o = ratio_of_sums([(width[i].sum(), oracle_width[i].sum()) for i in split])
                         wl, wh = wilson(hits, reps)
                         print(f"   {name:14s} {to_h[0]:.3f}+-{to_h[1]:.3f}  {to_o[0]:.3f}+-{to_o[1]:.3f}  "
                               f"{hits / reps:.3f} [{wl:.3f}, {wh:.3f}]" + (
