@@ -60,12 +60,15 @@ _TRUST_CLI = ["tests/test_cli_properties.py", "tests/test_drift_guards.py", "tes
 _STUDY_CLI = ["tests/test_label_files.py", "tests/test_cli_properties.py", "tests/test_cli_numbers.py", "tests/test_flag_messages.py",
               "tests/test_failure_value.py", "tests/test_estimate.py", "tests/test_screen.py",
               "tests/test_study_contract.py", "tests/test_api.py", "tests/test_pairwise_estimate.py"]
+# The audit's verb and its estimator cores (one topic module each) are guarded by the same tests.
+_AUDIT = ["tests/test_audit_branches.py", "tests/test_narrow_mutants.py", "tests/test_audit_properties.py",
+          "tests/test_audit_guards.py", "tests/test_audit_cli.py", "tests/test_trust_mutants.py",
+          "tests/test_audit_sim.py", "tests/test_audit.py"]
 TESTS = {
     "calibration/trust/__init__.py": ["tests/test_api.py"],
-    "calibration/trust/audit.py": ["tests/test_audit_branches.py", "tests/test_narrow_mutants.py",
-                                   "tests/test_audit_properties.py", "tests/test_audit_guards.py",
-                                   "tests/test_audit_cli.py", "tests/test_trust_mutants.py", "tests/test_audit_sim.py",
-                                   "tests/test_audit.py"],
+    "calibration/trust/audit.py": _AUDIT,
+    **{f"calibration/trust/{topic}.py": _AUDIT
+       for topic in ("dialogues", "noise", "gain", "length", "position", "self_preference", "family")},
     "calibration/trust/probes.py": ["tests/test_probes_branches.py", "tests/test_cli_properties.py",
                                     "tests/test_audit_guards.py", "tests/test_audit_cli.py",
                                     "tests/test_trust_mutants.py"],

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # name, file, the text to change, what it becomes, the test files that must catch it
 BUGS = [
-    ("audit: ties counted as decided in the first-shown share", "calibration/trust/audit.py",
+    ("audit: ties counted as decided in the first-shown share", "calibration/trust/position.py",
      'decided = (forward != "0").astype(float) + (swapped != "0").astype(float)',
      "decided = np.full(len(forward), 2.0)", ["tests/test_audit_guards.py"]),
     ("audit: the probes' shift sign", "calibration/trust/probes.py",
@@ -28,11 +28,11 @@ BUGS = [
     ("audit: the faithful/raises rule", "calibration/trust/probes.py",
      'row["faithful"] = not (row["raises"] if may_move else row["moved"])', 'row["faithful"] = not row["raises"]',
      ["tests/test_audit_guards.py"]),
-    ("audit: the excess taken against its own reading (no instrument)", "calibration/trust/audit.py",
+    ("audit: the excess taken against its own reading (no instrument)", "calibration/trust/gain.py",
      'for pair in ("ba", "bx", "xa", "xx", "by", "xy")}',
      'for pair in ("aa", "ax", "xa", "xx", "ay", "xy")}\n        self.sums["ba"], self.sums["bx"], self.sums["by"] = '
      'self.sums["aa"], self.sums["ax"], self.sums["ay"]', ["tests/test_audit_sim.py", "tests/test_audit_cli.py"]),
-    ("audit: no family-wise step", "calibration/trust/audit.py",
+    ("audit: no family-wise step", "calibration/trust/family.py",
      "adjusted = holm([p for _, _, p in found])", "adjusted = [p for _, _, p in found]",
      ["tests/test_audit_guards.py"]),
     ("audit: labels not checked against the scale", "calibration/trust/audit.py",

@@ -12,7 +12,10 @@ import sys
 import numpy as np
 import pandas as pd
 
-from calibration.trust.audit import Dialogues, family_wise, length_slopes, self_preference
+from calibration.trust.dialogues import Dialogues
+from calibration.trust.family import family_wise
+from calibration.trust.length import length_slopes
+from calibration.trust.self_preference import self_preference
 
 SYSTEMS = [f"s{k}" for k in range(5)]
 

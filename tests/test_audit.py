@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.trust.audit import (Dialogues, block_position, length_controlled_means, length_slopes,
-                                     pairwise_position, pairwise_self_preference, self_preference)
+from calibration.trust.dialogues import Dialogues
+from calibration.trust.length import length_controlled_means, length_slopes
+from calibration.trust.position import block_position, pairwise_position
+from calibration.trust.self_preference import pairwise_self_preference, self_preference
 
 REPETITIONS = 200
 RESAMPLES = 400
@@ -36,7 +38,7 @@ def simulate(rng, dialogues=60, judge_length=0.4, human_length=0.4, quality_leng
     z = centred / sd
     frame["quality"] += quality_length * z
     # Two annotators with independent errors (their mean has SD `label_noise`): the readings that identify the
-    # judge's gain on the human scale (calibration.trust.audit.Gain).
+    # judge's gain on the human scale (calibration.trust.gain.Gain).
     perceived = frame["quality"] + human_length * z
     human_a = perceived + rng.normal(0, label_noise * np.sqrt(2), len(frame))
     human_b = perceived + rng.normal(0, label_noise * np.sqrt(2), len(frame))

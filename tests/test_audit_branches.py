@@ -16,9 +16,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.trust.audit import (CONTROLLED_COLUMNS, NO_LABELS_NOTE, Dialogues, _p_from_interval, audit,
-                                     block_position, length_controlled_means, length_slopes, pairwise_length,
-                                     pairwise_position, pairwise_self_preference, self_preference, sentences)
+from calibration.trust.audit import audit, sentences
+from calibration.trust.dialogues import Dialogues
+from calibration.trust.family import _p_from_interval
+from calibration.trust.length import CONTROLLED_COLUMNS, length_controlled_means, length_slopes, pairwise_length
+from calibration.trust.position import block_position, pairwise_position
+from calibration.trust.self_preference import NO_LABELS_NOTE, pairwise_self_preference, self_preference
 from test_audit import simulate
 from test_trust_mutants import _pairwise_study
 
@@ -391,7 +394,7 @@ def test_a_pairwise_self_preference_whose_own_system_has_no_labels_is_the_judges
     gap with the no-labels note, as without labels, and no human gap or self-preference (never a 0/0)."""
     import pandas as pd
 
-    from calibration.trust.audit import NO_LABELS_NOTE
+    from calibration.trust.self_preference import NO_LABELS_NOTE
 
     judgments, items, labels, _, _ = pairwise_study
     frame = pd.read_csv(labels)
@@ -426,7 +429,7 @@ def test_a_rerun_of_pairwise_verdicts_is_the_noise_floor(tmp_path):
 def test_an_effect_is_flagged_only_when_its_finite_closed_interval_leaves_out_zero(low, high, excludes):
     """The effect column reads an interval [low, high]: a bound exactly at 0 still holds 0, and an interval without
     two finite bounds claims nothing."""
-    from calibration.trust.audit import _excludes_zero
+    from calibration.trust.dialogues import _excludes_zero
 
     assert _excludes_zero(low, high) is excludes
 
@@ -478,7 +481,7 @@ def test_a_pairwise_position_p_value_tests_the_first_shown_share_against_one_hal
     """family_wise reads a pairwise position row's p-value from its first-shown share and interval, less 1/2 (the
     share with no position effect): the t test (scipy) whose interval it is, on the dialogues' degrees of freedom;
     alone in its family, Holm leaves it as it is."""
-    from calibration.trust.audit import family_wise
+    from calibration.trust.family import family_wise
     from test_audit import simulate_pairs
 
     pairs, _, _ = simulate_pairs(np.random.default_rng(seed), bias, dialogues=30)
@@ -546,7 +549,7 @@ def test_centring_skips_dialogues_with_no_value_silently():
     user's terminal."""
     import warnings
 
-    from calibration.trust.audit import _centred
+    from calibration.trust.dialogues import _centred
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -242,7 +242,8 @@ def test_every_pair_of_a_dialogues_systems_is_accepted(tmp_path):
 
 
 def test_ties_are_not_decided_in_the_first_shown_share():
-    from calibration.trust.audit import Dialogues, pairwise_position
+    from calibration.trust.dialogues import Dialogues
+    from calibration.trust.position import pairwise_position
 
     # forward / swapped verdicts read back in the input's order; "0" is a tie. First-shown wins: forward "1",
     # swapped "2". Decided: every verdict that is not a tie.
@@ -265,7 +266,7 @@ def test_ties_are_not_decided_in_the_first_shown_share():
     ("concision", 4.0, False, True),
 ])
 def test_the_probe_rule_moved_raises_faithful(criterion, probe_score, faithful, raises):
-    from calibration.trust.audit import Dialogues
+    from calibration.trust.dialogues import Dialogues
     from calibration.trust.probes import probe_table
 
     keys = [(f"d{i}", "s") for i in range(12)]
@@ -282,7 +283,7 @@ def test_the_probe_rule_moved_raises_faithful(criterion, probe_score, faithful, 
 def test_the_family_is_holm_over_every_finding():
     from statsmodels.stats.multitest import multipletests
 
-    from calibration.trust.audit import _p_from_interval, family_wise
+    from calibration.trust.family import _p_from_interval, family_wise
 
     # Twelve findings each just significant alone (p ~ 0.02), and one strong one: Holm keeps only the strong one.
     length = pd.DataFrame({"criterion": [f"c{k}" for k in range(12)], "excess_slope": 0.5, "excess_ci_low": 0.05,

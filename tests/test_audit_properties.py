@@ -19,9 +19,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.trust.audit import (Dialogues, block_position, family_wise, length_controlled_means, length_slopes,
-                                     noise_floor, pairwise_length, pairwise_position, pairwise_self_preference,
-                                     self_preference)
+from calibration.trust.dialogues import Dialogues
+from calibration.trust.family import family_wise
+from calibration.trust.length import length_controlled_means, length_slopes, pairwise_length
+from calibration.trust.noise import noise_floor
+from calibration.trust.position import block_position, pairwise_position
+from calibration.trust.self_preference import pairwise_self_preference, self_preference
 from resampling import expanded as expanded_interval
 from test_audit import simulate, simulate_own_pairs
 
@@ -379,7 +382,7 @@ def test_a_shares_interval_is_the_bootstrap_widened_to_wilson_at_its_effective_t
                                                                            1 - (4 * 3) / 30),
     ([1, "1", 1.0], False, 2 / 3)])  # "1.0" is another verdict than "1": compared as text
 def test_reask_noise_is_the_share_of_ordered_pairs_of_samples_that_differ(samples, both, expected):
-    from calibration.trust.audit import _sample_change
+    from calibration.trust.noise import _sample_change
 
     value = _sample_change(samples, both)
     assert (np.isnan(value) and np.isnan(expected)) or value == pytest.approx(expected)
@@ -395,7 +398,7 @@ def test_the_length_unit_is_characters_only_when_more_than_half_the_letters_are_
 
 
 def test_block_letters_are_positions_from_zero_and_two_letters_continue_after_z():
-    from calibration.trust.audit import _letter_index
+    from calibration.trust.position import _letter_index
 
     assert [_letter_index(x) for x in ("A", "B", "Z", "AA", "AB", "BA")] == [0, 1, 25, 26, 27, 52]
     assert all(np.isnan(_letter_index(x)) for x in ("a", "1", "AAA", None, "", "A1"))

@@ -36,7 +36,8 @@ def test_the_excess_interval_is_the_dialogue_jackknife_of_an_independent_2sls():
     from statsmodels.sandbox.regression.gmm import IV2SLS
 
     from audit_sim import study
-    from calibration.trust.audit import Dialogues, self_preference
+    from calibration.trust.dialogues import Dialogues
+    from calibration.trust.self_preference import self_preference
 
     judge, _, human = study(np.random.default_rng(4), 12, gain=0.7, self_bonus=0.4, likert=False)
     row = self_preference(judge, human, Dialogues(judge["item_id"], 200, 0), "c", ["s0"])

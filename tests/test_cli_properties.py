@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import calibration
-from calibration.trust.audit import Dialogues
+from calibration.trust.dialogues import Dialogues
 from calibration.trust.probes import probe_sentences, probe_table
 
 

@@ -18,7 +18,7 @@ from calibration.study.estimate import MIN_LABELLED, ppi_mean_weighted
 from calibration.study.power import dialogues_needed
 from calibration.study.predictor import cross_fitted_prediction
 from calibration.trust import drift as drift_module
-from calibration.trust.audit import Dialogues
+from calibration.trust.dialogues import Dialogues
 
 
 # -- power: the jury's variance share --------------------------------------------------------------------------------

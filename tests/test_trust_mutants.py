@@ -16,9 +16,14 @@ import pandas as pd
 import pytest
 
 from calibration.errors import CalibrationError
-from calibration.trust import audit as audit_module
-from calibration.trust.audit import (ONE_ANNOTATOR_NOTE, WEAK_NOTE, Dialogues, audit, block_position, family_wise,
-                                     length_slopes, noise_floor, pairwise_position, read_human)
+from calibration.trust import position as position_module
+from calibration.trust.audit import audit, read_human
+from calibration.trust.dialogues import Dialogues
+from calibration.trust.family import family_wise
+from calibration.trust.gain import ONE_ANNOTATOR_NOTE, WEAK_NOTE
+from calibration.trust.length import length_slopes
+from calibration.trust.noise import noise_floor
+from calibration.trust.position import block_position, pairwise_position
 from calibration.trust.drift import drift
 from calibration.trust.probes import probe_sentences, probe_table
 from calibration.trust.select import select
@@ -171,7 +176,7 @@ def test_pairwise_strata_and_self_preference_against_hand_counts(tmp_path):
     decided = (f != "0").astype(float) + (s != "0")
     gap = np.abs(pairs["h1"] - pairs["h2"]).to_numpy()
     position = result.position.set_index("stratum")
-    for low, high, name in audit_module.GAP_STRATA:
+    for low, high, name in position_module.GAP_STRATA:
         mask = (gap >= low) & (gap < high)
         assert position.loc[name, "n"] == mask.sum()
         assert position.loc[name, "first_shown_wins"] == pytest.approx(first[mask].sum() / decided[mask].sum())
@@ -480,7 +485,7 @@ def test_an_interval_from_two_defined_replicates_is_their_expanded_percentiles()
 
 def test_pairs_exactly_at_the_length_threshold_are_not_apart():
     """'Lengths differ by more than the threshold': 10 against 9 words is 10% apart, not more than 10%."""
-    from calibration.trust.audit import pairwise_length
+    from calibration.trust.length import pairwise_length
 
     rows, lengths = [], []
     for d in range(12):
@@ -580,7 +585,7 @@ def test_the_length_controlled_interval_does_not_depend_on_the_systems_names():
     """4 dialogues, 5 systems, summaries missing: some resamples confound length with the systems, where the length
     slope cannot be told; those are left out, so the interval is the same whichever system is the baseline (renaming
     the systems in reverse order moved a bound by 0.09 when they were kept)."""
-    from calibration.trust.audit import length_controlled_means
+    from calibration.trust.length import length_controlled_means
 
     rng = np.random.default_rng(14)
     rows = [(f"d{d}", f"s{s}", float(rng.integers(5, 60))) for d in range(4) for s in range(5) if rng.random() >= 0.2]
@@ -609,7 +614,7 @@ def test_an_effects_p_value_is_read_from_its_expanded_interval_from_two_dialogue
     p-value is scipy's two-sided t_{n-1} one, from 2 dialogues (1 degree of freedom) on; below, none."""
     from scipy import stats
 
-    from calibration.trust.audit import _p_from_interval
+    from calibration.trust.family import _p_from_interval
 
     se = 0.2 / stats.t.ppf(0.975, dialogues - 1)  # the interval is t_{n-1} x the unbiased se (expansion inside)
     expected = 2 * stats.t.sf(0.5 / se, dialogues - 1)
