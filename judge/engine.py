@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from judge.asking import Asker
+from judge.backends import PREFIX_GROUP
 from judge.cache import NoCache
 from judge.errors import Deferred
 from judge.items import Item
@@ -325,6 +326,7 @@ class Engine:
 
         async def worker(queue) -> None:
             for unit, left in queue:
+                PREFIX_GROUP.set(f"{unit.criterion.id}\x00{unit.items[0].id}")  # batch shards keep it together
                 try:
                     done = await self._do(unit, left)
                 except Deferred as deferred:  # its answer comes in a later pass (batch transports)

@@ -11,6 +11,7 @@ Imports are lazy: choosing a backend must not import the HTTP stack, torch or vL
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import sys
 import time
@@ -21,6 +22,11 @@ from judge.errors import BackendError, JudgeError
 
 if TYPE_CHECKING:
     from judge.options import RunOptions
+
+
+# The prefix group of the request being asked: "(criterion, dialogue)", set by the engine for each unit of work.
+# Batch transports keep a group's requests in one shard, so a node prefills each dialogue once.
+PREFIX_GROUP: contextvars.ContextVar[str | None] = contextvars.ContextVar("prefix_group", default=None)
 
 
 class Usage(TypedDict):

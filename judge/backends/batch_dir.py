@@ -10,12 +10,15 @@ rerun records the answers without reading the items or rendering a prompt.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
+import os
 import re
+import tempfile
 from pathlib import Path
 
-from judge.backends import batch
-from judge.backends.batch import MANIFEST_KIND, _HEX_KEY, Batcher, _batch_lines, batch_line, result_of
+from judge.backends import PREFIX_GROUP, batch
+from judge.backends.batch import _HEX_KEY, MANIFEST_KIND, Batcher, _batch_lines, batch_line, result_of
 from judge.backends.keyindex import KeyIndex
 from judge.cache import request_key
 from judge.errors import Deferred, InputError, OutputError
@@ -63,9 +66,10 @@ class BatchDirClient(Batcher):
     It streams: a question with an answer in the folder is answered at once; one without is written to this pass's
     shard files (unless it already waits in one) and `Deferred`, so the engine goes on with the rest of the plan
     and memory never holds the run. The answers are indexed by where they stand in their files (file and offset)
-    and read back one at a time. Shards are filled round-robin, so they stay balanced without knowing the total,
-    and each is cut into files under the API's limits. When the pass ends with questions deferred, `pending()`
-    says what to run."""
+    and read back one at a time. A pass's requests wait in a spool file (`_Spool`) until the pass ends; then whole
+    prefix groups (every request about one (criterion, dialogue)) are dealt to the shards, largest first into the
+    lightest, so a node prefills each dialogue once and the shards stay balanced; each shard is cut into files
+    under the API's limits. When the pass ends with questions deferred, `end_pass` says what to run."""
 
     name = "batch-dir"
     answers_at_once = True  # `complete` never waits: it answers from the folder or defers
@@ -89,12 +93,12 @@ class BatchDirClient(Batcher):
         self._used = KeyIndex(1)  # custom_id -> round of the error answer handed out (0: written again since)
         self._read_answers()
         self._round = max((self._round_of(p) for p in self._files), default=0) + 1
-        self._parts: list = []  # this pass's open shard files (judge.outputs.StreamedFile), in the order opened
-        self._writers: list[list[int]] = []  # per shard, the numbers of its files in self._parts
+        self._spool: _Spool | None = None  # this pass's request lines, dealt to the shards when it ends
+        self._parts: list = []  # the shard files being written at the end of a pass (judge.outputs.StreamedFile)
         self._written = KeyIndex()  # custom_ids written in this pass
         self._deferred = 0  # questions this pass waits for
         self._waiting_files: set[int] = set()  # ... in files of earlier runs (and in this pass's)
-        self._next = 0  # round-robin over the shards
+        self.shard_groups: dict[str, int] = {}  # the newest round's files -> prefix groups each holds
 
     def _check_manifest(self, fingerprint: str, command: str) -> None:
         path = self.dir / DIR_MANIFEST
@@ -241,19 +245,11 @@ class BatchDirClient(Batcher):
         return newest(self.dir, self.fingerprint, identity)
 
     def _write(self, key: str, body: dict) -> None:
-        """One request line into this pass's next shard (round-robin), a new file when a shard's is full."""
-        from judge.outputs import StreamedFile
-
-        line = batch_line(key, body) + "\n"
-        if not self._writers:
-            self._writers = [[] for _ in range(self.shards)]
-        shard = self._writers[self._next % self.shards]  # the numbers of its files in self._parts
-        self._next += 1
-        if not shard or self._parts[shard[-1]].lines >= int(batch.MAX_REQUESTS * batch.MARGIN) or \
-                self._parts[shard[-1]].size + len(line) > int(batch.MAX_BYTES * batch.MARGIN):
-            shard.append(len(self._parts))
-            self._parts.append(StreamedFile(self.dir / f"round{self._round}", verb="batch"))  # named when committed
-        self._parts[shard[-1]].write(line)
+        """One request line into this pass's spool, under its prefix group (the engine's PREFIX_GROUP; a request
+        without one is a group of its own)."""
+        if self._spool is None:
+            self._spool = _Spool(self.dir)
+        self._spool.add(PREFIX_GROUP.get() or key, batch_line(key, body) + "\n")
         self._written.add(key)
         if key in self._used:
             self._used.add(key, 0)
@@ -266,40 +262,72 @@ class BatchDirClient(Batcher):
             return None
         waiting = sorted({self._files[n] for n in self._waiting_files}, key=lambda p: (self._round_of(p), p.name))
         commands = "\n".join(f"  vllm run-batch -i {p} -o {p.with_name(p.name.removesuffix('.jsonl') + '.out.jsonl')}"
-                             f" --model {self.model}" for p in waiting)
+                             f" --model {self.model}{self._groups_note(p)}" for p in waiting)
         return (f"{self._deferred} requests wait in {len(waiting)} batch file(s) in {self.dir}; run each (on any "
                 f"node; `vllm run-batch` can be started as `python -m vllm.entrypoints.openai.run_batch`):\n"
                 f"{commands}\nthen run this command again to record the answers")
 
+    def _groups_note(self, path: Path) -> str:
+        groups = self.shard_groups.get(path.name)
+        return "" if groups is None else f"   # {groups} prefix group(s)"
+
     def _commit(self) -> set[int]:
-        """This pass's shard files under their final names, round{R}-{NNN}.jsonl (shard by shard), and the
-        manifest's round; the numbers of the files written."""
-        order = [n for shard in self._writers for n in shard]  # shard by shard
-        self._writers = []
+        """This pass's requests dealt to the shards by prefix group and written as round{R}-{NNN}.jsonl (shard by
+        shard, each cut under the API's limits), and the manifest's round; the numbers of the files written."""
+        spool, self._spool = self._spool, None
         keys, self._keys = self._keys, None
-        if not order:
+        if spool is None:
             if keys is not None:
                 keys.discard()  # nothing new to answer: the newest key file still lists the plan
             return set()
+        try:
+            files, groups = self._deal(spool)
+        finally:
+            spool.discard()
         written, requests, numbers = [], 0, set()
-        for name, n in enumerate(order, start=1):
-            part = self._parts[n]
+        self.shard_groups = {}
+        for name, (part, held) in enumerate(zip(files, groups), start=1):
             part.path = self.dir / f"round{self._round}-{name:03d}.jsonl"
             part.commit()
             written.append(part.path)
             numbers.add(self._number(part.path))
             requests += part.lines
+            self.shard_groups[part.path.name] = held
+        self._parts = []
         if keys is not None:
             keys.commit()
-        self._written, self._parts = KeyIndex(), []
+        self._written = KeyIndex()
         self.manifest.setdefault("rounds", []).append({"round": self._round, "files": [p.name for p in written],
-                                                       "requests": requests})
+                                                       "requests": requests,
+                                                       "prefix_groups": [self.shard_groups[p.name] for p in written]})
         write_files({self.dir / DIR_MANIFEST: json.dumps(self.manifest, indent=1) + "\n"}, verb="batch")
         self.rounds += 1
         self.batches += len(written)
         self.requests += requests
         self._round += 1
         return numbers
+
+    def _deal(self, spool: _Spool) -> tuple[list, list[int]]:
+        """The spool's lines written into shard files, whole groups per shard (`_Spool.deal`); (the files, shard by
+        shard, and the prefix groups each holds, a group cut by a file limit counted in both files)."""
+        from judge.outputs import StreamedFile
+
+        shard_of = spool.deal(self.shards)
+        per_shard: list[list] = [[] for _ in range(max(shard_of, default=-1) + 1)]
+        held: list[list[set]] = [[] for _ in per_shard]
+        limit_lines, limit_bytes = int(batch.MAX_REQUESTS * batch.MARGIN), int(batch.MAX_BYTES * batch.MARGIN)
+        for group, line in spool.lines():
+            shard = shard_of[group]
+            files = per_shard[shard]
+            size = len(line.encode("utf-8"))
+            if not files or files[-1].lines >= limit_lines or files[-1].size + size > limit_bytes:
+                files.append(StreamedFile(self.dir / f"round{self._round}", verb="batch"))  # named when committed
+                self._parts.append(files[-1])
+                held[shard].append(set())
+            files[-1].write(line)
+            held[shard][-1].add(group)
+        order = [(part, len(groups)) for files, sets in zip(per_shard, held) for part, groups in zip(files, sets)]
+        return [part for part, _ in order], [n for _, n in order]
 
     async def aclose(self) -> None:
         """An interrupted or failed pass: its unfinished shard files are dropped, the answers already read kept."""
@@ -308,7 +336,55 @@ class BatchDirClient(Batcher):
         self._handles = {}
         for part in self._parts:
             part.discard()
-        self._writers, self._parts = [], []
+        self._parts = []
+        if self._spool is not None:
+            self._spool.discard()
+            self._spool = None
         if self._keys is not None:
             self._keys.discard()
             self._keys = None
+
+
+class _Spool:
+    """A pass's request lines in the order asked, each under its prefix group, kept in a hidden file of the batch
+    folder until the pass ends: only then are the groups' sizes known, so that whole groups can be dealt to the
+    shards. Memory holds one entry per group, not per request."""
+
+    def __init__(self, directory: Path):
+        directory.mkdir(parents=True, exist_ok=True)
+        handle, self.path = tempfile.mkstemp(prefix=".spool.", suffix=".tmp", dir=directory)
+        self.handle = os.fdopen(handle, "w+", encoding="utf-8", newline="\n", buffering=1 << 20)
+        self.index: dict[str, int] = {}  # group -> its number
+        self.sizes: list[int] = []  # requests per group
+
+    def add(self, group: str, line: str) -> None:
+        number = self.index.get(group)
+        if number is None:
+            number = self.index[group] = len(self.sizes)
+            self.sizes.append(0)
+        self.sizes[number] += 1
+        self.handle.write(f"{number}\t{line}")
+
+    def deal(self, shards: int) -> list[int]:
+        """Each group's shard: largest group first into the lightest shard (ties: the first shard), so the largest
+        shard exceeds the smallest by at most one group. Fewer groups than shards make fewer shards."""
+        count = min(shards, len(self.sizes))
+        loads = [(0, shard) for shard in range(count)]
+        shard_of = [0] * len(self.sizes)
+        for group in sorted(range(len(self.sizes)), key=lambda g: -self.sizes[g]):  # stable: first asked first
+            load, shard = heapq.heappop(loads)
+            shard_of[group] = shard
+            heapq.heappush(loads, (load + self.sizes[group], shard))
+        return shard_of
+
+    def lines(self):
+        """(group number, line) in the order written."""
+        self.handle.flush()
+        self.handle.seek(0)
+        for record in self.handle:
+            number, _, line = record.partition("\t")
+            yield int(number), line
+
+    def discard(self) -> None:
+        self.handle.close()
+        Path(self.path).unlink(missing_ok=True)
