@@ -23,7 +23,7 @@ over what its estimates were worth (n x the uniform draw's human-only squared er
 
 --two-stage: the labelled pilot as the plan's first stage (`judge screen`'s two-stage plan): m1 random dialogues,
 checked as --pilot checks them, then m2 of the others drawn actively (or uniformly where the check fails), both
-stages estimated together (ppi_mean_weighted with estimate.two_stage_inclusion), against a uniform draw of m1 + m2
+stages estimated together (ppi_mean_weighted with ppi_weighted.two_stage_inclusion), against a uniform draw of m1 + m2
 (ppi_mean) and today's pilot (m1 only checked, m2 drawn from all N and estimated alone), per m1 + m2 labels paid.
 
 --hard: N = 100, hard share 0.1; 2 and 6 systems (a dialogue's difficulty shared by its summaries, each system
@@ -56,9 +56,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate import (MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED,  # noqa: E402
-                                        effective_labels, ppi_mean, ppi_mean_weighted, two_stage_inclusion,
-                                        unseen_pull)
+from calibration.study.ppi import MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, effective_labels, ppi_mean  # noqa: E402
+from calibration.study.ppi_weighted import ppi_mean_weighted, two_stage_inclusion  # noqa: E402
+from calibration.study.bounded import unseen_pull  # noqa: E402
 from calibration.study.screen import (ACTIVE_FLOOR, PILOT_CHECK, SIGNAL_LEVEL, inclusion_probabilities,  # noqa: E402
                                       signal_test, systematic_sample, uncertainty_weights)
 
@@ -649,8 +649,8 @@ FLOORS = (0.4, 0.6, 0.7, 0.8, 0.9)
 def decompose(reps: int, best_lambda: float = 0.88) -> None:
     """Where the informative signal's gap to the ceiling goes: the saving as measured, with a normal quantile in
     place of the t (the weighted estimator's Satterthwaite df), with lambda fixed at the design's best (about 0.88
-    for this population, from the closed form), and both. Patches calibration.study.estimate for the run only."""
-    import calibration.study.estimate as estimate_module
+    for this population, from the closed form), and both. Patches calibration.study.ppi_weighted for the run only."""
+    import calibration.study.ppi_weighted as estimate_module
     from scipy import stats
 
     saved_quantile, saved_lambdas = estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas

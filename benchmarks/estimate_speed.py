@@ -29,7 +29,9 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate import pair_indices, ppi_mean, study_matrices  # noqa: E402
+from calibration.study.estimate_tables import pair_indices  # noqa: E402
+from calibration.study.ppi import ppi_mean  # noqa: E402
+from calibration.study.matrices import study_matrices  # noqa: E402
 from calibration.humans import aggregate_humans  # noqa: E402
 from calibration.io import load_human_labels, load_judge_scores  # noqa: E402
 from calibration.study.screen import score_table, systems_table, weighted_means  # noqa: E402

@@ -46,7 +46,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate import bounded_scale, effective_labels, ppi_mean  # noqa: E402
+from calibration.study.bounded import bounded_scale  # noqa: E402
+from calibration.study.ppi import effective_labels, ppi_mean  # noqa: E402
 from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage  # noqa: E402
 
 WEIGHTS = np.array([1.0, 0.8, 0.5, 0.0])  # each judge's correlation, as a share of rho

@@ -38,8 +38,10 @@ from scipy import stats as scipy_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.pairwise import (Pairs, bradley_terry, bt_rows, combined_rank_sets, newton, rank_df,  # noqa: E402
-                                        length_controlled_rows, rank_sets, style_controlled_rows, win_rate_rows)
+from calibration.study.bradley_terry import bradley_terry, bt_rows, newton  # noqa: E402
+from calibration.study.pairs import Pairs  # noqa: E402
+from calibration.study.rank_sets import combined_rank_sets, rank_df, rank_sets  # noqa: E402
+from calibration.study.win_rates import length_controlled_rows, style_controlled_rows, win_rate_rows  # noqa: E402
 
 CONFIDENCE = 0.95
 TAU = 0.6  # per-dialogue spread of a system's quality, in log odds

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from labels_coverage import draw, jackknife  # noqa: E402
 
-from calibration.study.estimate import effective_labels, ppi_mean  # noqa: E402
+from calibration.study.ppi import effective_labels, ppi_mean  # noqa: E402
 from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage  # noqa: E402
 
 
@@ -145,7 +145,7 @@ def real(reps: int, seed: int, sizes=(10, 15, 20)) -> None:
     n dialogues redrawn at random, truth = the mean over the 100; per system, coverage and width over its oracle
     sqrt(1 - r^2 (1 - n/N)) (r: QuestEval's correlation with the humans over the 100), before (each system's lambda
     on its own labels) and after (shared), and the shared lambda forced at 20 labels (`forced`)."""
-    import calibration.study.estimate as estimate
+    import calibration.study.ppi as estimate
     from labels_coverage import dialsummeval
 
     criteria, systems, human, metrics, names = dialsummeval()
@@ -206,7 +206,7 @@ def tradeoff(reps: int, seed: int, sizes=(100, 500), counts=(10, 15, 19), chunks
 
       as is        ppi_mean(shared=True), what `judge estimate` prints: a lone row's lambda cross-fitted on its own
                    other labels, shrunk by t^2 / (1 + t^2)
-      shrink c     the same shrunk by t^2 / (c + t^2) (estimate._shrunk patched here, restored after)
+      shrink c     the same shrunk by t^2 / (c + t^2) (ppi._shrunk patched here, restored after)
       pre-test a   `as is` where pearsonr on the labelled dialogues (labels against judge scores) gives p < a,
                    else the human-only interval (a choice that looks at the labels: its coverage is measured)
       oracle       lambda known, cov(y, f) / var(f) (N - n) / N from a draw of 400,000 (PPI++'s m / (n + m))
@@ -219,7 +219,7 @@ def tradeoff(reps: int, seed: int, sizes=(100, 500), counts=(10, 15, 19), chunks
 
     from scipy.stats import pearsonr
 
-    import calibration.study.estimate as estimate
+    import calibration.study.ppi as estimate
 
     original = estimate._shrunk
 

@@ -25,7 +25,7 @@ _WHERE = {
     "kendall_tau_b": "stats", "pearson": "stats", "spearman": "stats",
     "write_report": "report",
     "ScreenResult": "study.screen", "screen": "study.screen",
-    "EstimateResult": "study.estimating", "PairwiseEstimateResult": "study.estimating", "estimate": "study.estimating",
+    "EstimateResult": "study.estimate", "PairwiseEstimateResult": "study.estimate", "estimate": "study.estimate",
     "AuditResult": "trust.audit", "audit": "trust.audit",
     "DriftResult": "trust.drift", "drift": "trust.drift",
     "SelectResult": "trust.select", "select": "trust.select",

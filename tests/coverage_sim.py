@@ -67,7 +67,7 @@ def label_mask(rng, reps: int, n: int, n_judged: int = N_JUDGED) -> np.ndarray:
 def simulate(kind: str, rho: float, n: int, reps: int = 2000, annotators: int = 3, effect: float = 0.3,
              seed: int = 0, confidence: float = 0.95) -> dict:
     """Coverage and widths of the PPI and human-only intervals for one system's mean and for a difference."""
-    from calibration.study.estimate import ppi_mean
+    from calibration.study.ppi import ppi_mean
 
     rng = np.random.default_rng(seed)
     (ha, fa), (hb, fb) = draw_pair(rng, (reps, N_JUDGED), kind, rho, annotators, effect)

@@ -292,7 +292,7 @@ def test_calibrate_bad_options_raise_with_the_flag_name():
 def test_docstring_examples_run(monkeypatch):
     """Every public function's example (those needing a server are exercised above and in the notebook)."""
     import calibration.analysis
-    import calibration.study.estimating
+    import calibration.study.estimate
     import calibration.study.screen
     import calibration.trust.audit
     import calibration.trust.drift
@@ -300,7 +300,7 @@ def test_docstring_examples_run(monkeypatch):
     import judge.api
 
     monkeypatch.chdir(ROOT)
-    for module in (judge.api, calibration.analysis, calibration.study.screen, calibration.study.estimating,
+    for module in (judge.api, calibration.analysis, calibration.study.screen, calibration.study.estimate,
                    calibration.trust.audit, calibration.trust.drift, calibration.trust.select):
         failed, tried = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert failed == 0 and tried > 0, module.__name__

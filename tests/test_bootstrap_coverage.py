@@ -114,7 +114,7 @@ def real_matrices(judgments, labels, criteria, clean, score_column=None):
     from calibration.alignment import expand_all_criteria
     from calibration.humans import aggregate_humans
     from calibration.io import load_human_labels, load_judge_scores
-    from calibration.study.estimate import study_matrices
+    from calibration.study.matrices import study_matrices
 
     human = aggregate_humans(load_human_labels(labels), clean=clean)
     judge = expand_all_criteria(load_judge_scores(judgments, score_column), criteria)
@@ -125,7 +125,7 @@ def superpopulation(human, judge, n_labelled, seed, repetitions=2000, se_scale=1
     """(coverage, share below, share above) per row: the judged dialogues redrawn from the real ones each time,
     the first n_labelled of them labelled, the target the real data's mean. `se_scale` shrinks the interval
     around its centre (what a standard error that much too small would give)."""
-    from calibration.study.estimate import ppi_mean
+    from calibration.study.ppi import ppi_mean
 
     rng = np.random.default_rng(seed)
     keep = ~np.isnan(judge).any(axis=0) & ~np.isnan(human).any(axis=0)  # dialogues that are units for every row

@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 from judge.cli import main
-from calibration.study.estimate import betting_interval  # tested against the formulas in test_estimate_bounded
+from calibration.study.bounded import betting_interval  # tested against the formulas in test_estimate_bounded
 from test_estimate import reference_ppi  # PPI++ written out from the formulas, one place
 
 STUDY = Path(__file__).resolve().parents[1] / "examples" / "study"
@@ -160,7 +160,7 @@ def test_estimates_and_differences_equal_a_hand_computation_and_the_estimator(tm
 
     # The estimator called directly gives the very same tables.
     from calibration.io import load_human_labels, load_judge_scores
-    from calibration.study.estimate import estimate
+    from calibration.study.estimate_tables import estimate
 
     direct = estimate(load_judge_scores(STUDY / "judgments.jsonl"), load_human_labels(STUDY / "labels.csv"),
                       random_items=random_items, targeted_items=set(pd.read_csv(STUDY / "plan" / "plan.csv")

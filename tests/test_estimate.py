@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import ppi_mean
+from calibration.study.ppi import ppi_mean
 from judge.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "examples" / "study"
@@ -144,7 +144,7 @@ def test_each_lambda_is_tuned_without_its_own_label():
     """Cross-fitting: changing one labelled dialogue's human score leaves its own lambda unchanged (it moves every
     other one), so each rectified term y_i - lambda_i f_i is unbiased; the estimate moves by exactly the change / n
     plus what the others' lambdas do."""
-    from calibration.study.estimate import cross_fitted_lambdas
+    from calibration.study.ppi import cross_fitted_lambdas
 
     rng = np.random.default_rng(9)
     y, f = correlated(rng, 40, rho=0.6)
@@ -211,7 +211,7 @@ def test_against_ppi_python():
     the same point estimate; their interval is normal (z) with ddof=0 variances and the unlabelled part's variance
     over the unlabelled dialogues only, so at n = 300 ours is theirs within 2%."""
     ppi_py = pytest.importorskip("ppi_py", reason="ppi_python (the method authors' library) is not installed")
-    from calibration.study.estimate import cross_fitted_lambdas
+    from calibration.study.ppi import cross_fitted_lambdas
 
     rng = np.random.default_rng(6)
     y, f = correlated(rng, 3000, rho=0.6, scale=1.0)

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.estimate import betting_interval, estimate, ppi_mean, unseen_pull
+from calibration.study.bounded import betting_interval, unseen_pull
+from calibration.study.estimate_tables import estimate
+from calibration.study.ppi import ppi_mean
 from coverage_sim import draw_pair
 
 SIZES = (3, 4, 6, 10, 20)

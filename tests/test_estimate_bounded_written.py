@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import betting_interval, effective_labels, ppi_mean, unseen_pull
+from calibration.study.bounded import betting_interval, unseen_pull
+from calibration.study.ppi import effective_labels, ppi_mean
 
 LABELS = [[5, 5, 4, 5, 5, 5, 5, 4, 5, 5, 5, 4],   # tight at the top: far side below
           [1, 1, 2, 1, 1, 1, 1, 1, 2, 1, 1, 1],   # tight at the bottom: far side above

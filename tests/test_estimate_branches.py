@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import (MIN_LABELLED, betting_interval, bounded_scale, effective_labels,
-                                        interval_note, ppi_mean, ppi_mean_weighted, unseen_pull)
+from calibration.study.ppi import MIN_LABELLED, effective_labels, ppi_mean
+from calibration.study.bounded import betting_interval, bounded_scale, unseen_pull
+from calibration.study.estimate_tables import interval_note
+from calibration.study.ppi_weighted import ppi_mean_weighted
 
 FIELDS = ("estimate", "se", "ci_low", "ci_high", "human_only", "human_only_se", "human_only_ci_low",
           "human_only_ci_high", "lam", "n_labelled", "n_unlabelled")
@@ -223,7 +225,7 @@ def test_the_weighted_lambda_minimises_the_variance_its_docstring_writes_out(see
     is tuned on the others: test_screen_active checks it by brute force); below MIN_TUNED labels it is 0."""
     from scipy.optimize import minimize_scalar
 
-    from calibration.study.estimate import MIN_CROSS_FITTED, MIN_TUNED
+    from calibration.study.ppi import MIN_CROSS_FITTED, MIN_TUNED
 
     rng = np.random.default_rng(seed)
     human, judge = _study(rng, 1, 80, MIN_CROSS_FITTED - 1, rho=0.7)
@@ -279,7 +281,7 @@ def test_the_estimate_refuses_a_confidence_outside_zero_and_one(confidence):
     import pandas as pd
 
     from calibration.errors import CalibrationError
-    from calibration.study.estimate import estimate
+    from calibration.study.estimate_tables import estimate
 
     judge = pd.DataFrame({"item_id": ["d1", "d2", "d3"], "system": "s", "criterion": "c", "score": [1.0, 2.0, 3.0],
                           "status": "ok"})
@@ -294,7 +296,7 @@ def test_the_estimate_refuses_a_confidence_outside_zero_and_one(confidence):
 def test_the_jensen_factor_is_its_formula_with_g_from_scipys_chi2_expectation(share, rho2, n):
     """_jensen's g = E[(c + 1) / (c + W)], W ~ chi^2_df / df, c = 1 / share - 1, df = n - 1, by scipy's numerical
     expectation (not Gauss-Laguerre); the factor 1 + (g - 1)(1 - rho^2 / share), never below 1."""
-    from calibration.study.estimate import _jensen
+    from calibration.study.ppi import _jensen
 
     df, c = n - 1.0, 1.0 / share - 1.0
     g = stats.chi2.expect(lambda x: (c + 1.0) / (c + x / df), args=(df,)) if df > 2 else 1.0
@@ -307,7 +309,7 @@ def test_the_jensen_factor_is_its_formula_with_g_from_scipys_chi2_expectation(sh
 def test_the_weighted_lambda_is_tuned_from_exactly_min_tuned_labels():
     """Written after the seed-13 draw let `n >= MIN_TUNED` become `>` in the weighted estimator: at MIN_TUNED
     labels a good judge is used (lambda the variance's minimiser, not 0), one label fewer it is not."""
-    from calibration.study.estimate import MIN_TUNED
+    from calibration.study.ppi import MIN_TUNED
 
     rng = np.random.default_rng(11)
     human, judge = _study(rng, 1, 80, MIN_TUNED, rho=0.9)
@@ -324,7 +326,7 @@ def test_the_cross_fitted_lambda_is_each_labels_others_ppi_lambda_shrunk_by_thei
     """From MIN_CROSS_FITTED labels each labelled dialogue's lambda is tuned on the k = n - 1 others: PPI++'s
     cov(y, f) / (var(f_labelled) + n/m var(f_all)), times t^2 / (1 + t^2) with t the others' correlation t statistic
     on k - 2 degrees of freedom (scipy's pearsonr for r); the printed lambda is their mean."""
-    from calibration.study.estimate import MIN_CROSS_FITTED
+    from calibration.study.ppi import MIN_CROSS_FITTED
 
     rng = np.random.default_rng(labelled)
     human, judge = _study(rng, 1, 120, labelled, rho=rho)
@@ -353,7 +355,7 @@ def test_the_shared_lambda_is_the_pooled_within_row_slope_on_the_other_dialogues
     add each row's (k - 1) n/m var(f), and shrink by the pooled correlation's t^2 / (1 + t^2) on
     sum(k - 1) - 1 degrees of freedom; a row outside `rows` neither gets a lambda nor enters the fit. The 2-d
     call (rows, dialogues) and the same call under a leading axis agree."""
-    from calibration.study.estimate import shared_cross_fitted_lambdas
+    from calibration.study.ppi import shared_cross_fitted_lambdas
 
     rng = np.random.default_rng(seed)
     rows_n, dialogues = 4, 40
@@ -394,7 +396,7 @@ def test_the_lambda_fitted_on_ten_to_nineteen_labels_is_ppi_plus_plus_even_when_
     """Likert judge scores whose labelled mean equals the judged mean exactly (sums of centred scores exactly 0, as
     integer scores often give): the lambda fitted on the row's own 12 labels is still PPI++'s cov(y, f) /
     (var(f_labelled) + n/m var(f_all)) from numpy, not lost to a 0 / 0."""
-    from calibration.study.estimate import MIN_CROSS_FITTED, MIN_TUNED
+    from calibration.study.ppi import MIN_CROSS_FITTED, MIN_TUNED
 
     judge = np.array([1.0, 5.0, 2.0, 4.0, 3.0, 3.0, 1.0, 5.0, 2.0, 4.0, 3.0, 3.0] + [1.0, 5.0, 2.0, 4.0, 3.0] * 4)
     human = np.full(judge.shape, np.nan)
@@ -413,7 +415,7 @@ def test_the_worth_in_labels_correction_takes_the_residual_share_of_se_squared(l
     """With a fixed lambda, effective_labels' correction is _jensen at the residual part's share of se^2,
     var_residual / (var_unlabelled + var_residual), and the adjusted squared correlation of the labels with their
     rectified values y - lambda f (numpy), on n labels."""
-    from calibration.study.estimate import _jensen
+    from calibration.study.ppi import _jensen
 
     rng = np.random.default_rng(5)
     human, judge = _study(rng, 1, 80, 25)
@@ -452,7 +454,7 @@ def test_the_weighted_design_effect_is_one_at_equal_probabilities_and_the_hajek_
     a uniform draw's, 2 t_{n-1} sqrt(var_y / n) with var_y the weighted label variance (times _jensen's bias, set to
     1 here to read the design effect alone): 1 exactly when every probability is equal, and the two widths' squared
     ratio, written out with scipy's t, otherwise (either factor of the uniform width changed fails it)."""
-    import calibration.study.estimate as estimate_module
+    import calibration.study.ppi_weighted as estimate_module
 
     monkeypatch.setattr(estimate_module, "_jensen", lambda share, rho2, df: np.ones(np.shape(share)))
     rng = np.random.default_rng(n)

@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 from calibration.alignment import expand_all_criteria
-from calibration.study.estimate import pair_indices, ppi_mean, study_matrices
+from calibration.study.estimate_tables import pair_indices
+from calibration.study.ppi import ppi_mean
+from calibration.study.matrices import study_matrices
 from calibration.humans import aggregate_humans
 from calibration.io import load_human_labels, load_judge_scores
 

@@ -4,7 +4,7 @@ plug-in ratio's own upward bias (calibration.study.estimate._jensen)."""
 import numpy as np
 import pytest
 
-from calibration.study.estimate import _jensen, effective_labels, ppi_mean
+from calibration.study.ppi import _jensen, effective_labels, ppi_mean
 
 
 @pytest.mark.parametrize("share, rho2, n", [(1.0, 0.0, 10), (0.8, 0.5, 10), (0.6, 0.2, 6), (0.9, 0.7, 20)])
@@ -121,7 +121,7 @@ def test_judge_estimates_jury_rows_count_the_fit_in_effective_labels():
     """What `judge estimate --judge` runs for a row (estimate._ppi with the combined predictor) is ppi_mean with the
     jury's lambda m / (n + m), its spread counted as noisy as the residuals (fitted_judge) and its coefficients'
     error (fit_leverage): the same effective_labels, and not those of a judge taken as given."""
-    from calibration.study.estimate import _ppi
+    from calibration.study.estimate_tables import _ppi
     from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda, fit_leverage
 
     human, judges = _jury_study(10)

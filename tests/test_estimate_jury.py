@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import calibration.study.predictor as predictor
-from calibration.study.estimate import ppi_mean
+from calibration.study.ppi import ppi_mean
 from calibration.study.predictor import cross_fitted_prediction, cross_prediction_lambda
 from judge.cli import main
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import MIN_CROSS_FITTED, ppi_mean
+from calibration.study.ppi import MIN_CROSS_FITTED, ppi_mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -73,7 +73,7 @@ def test_the_shared_estimator_written_out(systems, n):
 def test_no_lambda_has_seen_its_own_dialogues_labels():
     """Changing dialogue i's label in one system leaves dialogue i's lambda unchanged in every system (the rectified
     terms stay unbiased) and moves every other labelled dialogue's lambda."""
-    from calibration.study.estimate import shared_cross_fitted_lambdas
+    from calibration.study.ppi import shared_cross_fitted_lambdas
 
     human, judge, _ = study(np.random.default_rng(3), systems=3, n=12)
     labelled = ~np.isnan(human)

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.estimate import effective_labels, estimate, ppi_mean
+from calibration.study.ppi import effective_labels, ppi_mean
+from calibration.study.estimate_tables import estimate
 
 SYSTEMS = ["alpha", "beta", "gamma"]
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import MIN_CROSS_FITTED, MIN_TUNED, effective_labels, ppi_mean
+from calibration.study.ppi import MIN_CROSS_FITTED, MIN_TUNED, effective_labels, ppi_mean
 
 
 def _bias(share, rho2, df):
@@ -193,7 +193,7 @@ def test_no_correction_where_the_ratio_has_no_finite_mean_or_the_residuals_are_e
     labels) E[1 / W] of chi^2_2 / 2 diverges at share 1, so no finite correction is made at any share; and with
     residuals exactly 0 (labels exactly linear in the judge at the fixed lambda: dyadic numbers, exact sums) nothing
     in se^2 is noisy. Both: effective_labels is the plug-in n / width_ratio^2."""
-    from calibration.study.estimate import _jensen
+    from calibration.study.ppi import _jensen
 
     for share in (0.3, 0.7, 1.0):
         assert _jensen(np.array([share]), np.array([0.0]), np.array([3.0]))[0] == 1.0
@@ -241,7 +241,7 @@ def test_the_judge_is_used_when_its_labelled_spread_is_exactly_a_quarter_of_the_
     """MIN_SPREAD is inclusive: 10 labelled judge scores at the judged mean with squared deviations summing to 10,
     28 judged with 120 (integers: the variances 10/9 and 120/27 are exact ratios, a quarter apart to the last
     bit): lambda is tuned; with the labelled scores a little tighter it is not."""
-    from calibration.study.estimate import MIN_SPREAD
+    from calibration.study.ppi import MIN_SPREAD
 
     labelled_f = 3.0 + np.array([-1.0, 1.0] * 5)
     others = 3.0 + np.array([3.0, -3.0] * 5 + [2.0, -2.0] * 2 + [1.0, -1.0] * 2)

@@ -1,4 +1,4 @@
-"""`judge estimate`'s verb layer (calibration.study.estimating): what it prints where no interval is given, and a
+"""`judge estimate`'s verb layer (calibration.study.estimate): what it prints where no interval is given, and a
 result built by hand. Written after fresh draws of benchmarks/mutation.py left survivors here (estimating.py:42,
 :375)."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.estimate import interval_note
-from calibration.study.estimating import EstimateResult
+from calibration.study.estimate_tables import interval_note
+from calibration.study.estimate import EstimateResult
 
 
 def _judge(dialogues=12, seed=5):
@@ -28,7 +28,7 @@ def _labels(judge, items):
 def test_a_table_row_without_an_interval_prints_why_in_its_note():
     """Two labelled dialogues: no interval can hold, and the printed tables (per system and per difference) say so
     in their note column, in estimate.py's own words (interval_note), not a blank."""
-    from calibration.study.estimating import estimate
+    from calibration.study.estimate import estimate
 
     judge = _judge()
     result = estimate(judge, _labels(judge, ["d00", "d01"]), scale=(1, 5))
@@ -43,7 +43,7 @@ def test_a_table_row_without_an_interval_prints_why_in_its_note():
 def test_a_result_built_by_hand_claims_no_imputed_or_na_cells():
     """EstimateResult is public: built from the tables alone, it says no labelled cell lacked a judgment and none
     was called N/A, in its summary and in what it prints."""
-    from calibration.study.estimating import estimate
+    from calibration.study.estimate import estimate
 
     judge = _judge()
     tables = estimate(judge, _labels(judge, [f"d{i:02d}" for i in range(12)]), scale=(1, 5))
@@ -57,7 +57,7 @@ def test_a_result_built_by_hand_claims_no_imputed_or_na_cells():
 
 def test_a_difference_is_separated_only_by_two_finite_distinct_bounds_that_exclude_zero():
     """separated(): a row per case, the verdict a reader would give."""
-    from calibration.study.estimating import separated
+    from calibration.study.estimate import separated
 
     nan = np.nan
     rows = [  # ci_low, ci_high, separated
@@ -76,7 +76,7 @@ def test_a_difference_is_separated_only_by_two_finite_distinct_bounds_that_exclu
     (["0.01", "0.01000000001", "0.01"], True),  # small probabilities 1e-9 apart: more than rounding, relative to them
 ])
 def test_only_a_plan_with_unequal_probabilities_weighs_the_labels(probabilities, weighted, tmp_path):
-    from calibration.study.estimating import plan_inclusion
+    from calibration.study.estimate import plan_inclusion
 
     rows = "".join(f"d{k},random,{p}\n" for k, p in enumerate(probabilities)) + "d9,targeted,\n"
     (tmp_path / "plan.csv").write_text("item_id,part,inclusion_probability\n" + rows, encoding="utf-8")
@@ -94,7 +94,7 @@ def test_the_estimate_files_read_back_as_the_tables_with_no_index_column():
     import io
     import json
 
-    from calibration.study.estimating import estimate
+    from calibration.study.estimate import estimate
 
     judge = _judge()
     result = estimate(judge, _labels(judge, [f"d{i:02d}" for i in range(12)]), scale=(1, 5))
@@ -138,7 +138,7 @@ def test_the_files_are_the_tables_without_an_index_and_the_summary_as_json(pairw
 def test_the_printed_differences_say_yes_where_separated_and_nothing_elsewhere():
     """a is 1.5 points above b and c, which are tied: a - b and a - c are separated (both bounds above 0), b - c
     is not; the separated column says yes on those two rows and is blank (not '-') on the third."""
-    from calibration.study.estimating import estimate
+    from calibration.study.estimate import estimate
 
     rng = np.random.default_rng(5)
     rows = []
@@ -161,7 +161,7 @@ def test_the_printed_differences_say_yes_where_separated_and_nothing_elsewhere()
 @pytest.mark.parametrize("content", ['[1, 2]', '"a key"', '{"format": "judge-annotation-sheet"}', '{}'])
 def test_a_key_of_another_kind_is_refused_as_not_a_key(content, tmp_path):
     from calibration.errors import CalibrationError
-    from calibration.study.estimating import check_key
+    from calibration.study.estimate import check_key
 
     path = tmp_path / "key.json"
     path.write_text(content, encoding="utf-8")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.estimate import estimate, twice_the_labels
+from calibration.study.estimate_tables import estimate, twice_the_labels
 
 SYSTEMS = ("a", "b", "c")
 

@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import MIN_LABELLED, ppi_mean_weighted
 from calibration.study.power import dialogues_needed
+from calibration.study.ppi import MIN_LABELLED
+from calibration.study.ppi_weighted import ppi_mean_weighted
 from calibration.study.predictor import cross_fitted_prediction
 from calibration.trust import drift as drift_module
 from calibration.trust.dialogues import Dialogues
-
 
 # -- power: the jury's variance share --------------------------------------------------------------------------------
 
@@ -147,7 +147,8 @@ def test_a_ppi_fit_the_judge_pushes_past_separation_falls_back_to_the_humans_str
     labelled pair and loses every unlabelled one. The PPI mean vote, mean_L(h) + lambda (mean_U(f) - mean_L(f)), is
     then above 1 for every lambda from 1/12 on: no finite strength (Newton diverges). The fit must fall back along
     lambda / 2, lambda / 4, 0 to the human-only one, whose strength is the log-odds of the votes: -log(11)."""
-    from calibration.study.pairwise import Pairs, bradley_terry
+    from calibration.study.bradley_terry import bradley_terry
+    from calibration.study.pairs import Pairs
 
     dialogues, labelled = 30, 12
     human = np.full(dialogues, np.nan)

@@ -9,10 +9,10 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-
-from calibration.study.pairwise import pairwise_estimate
 from test_pairwise_estimate import study
 from test_pairwise_properties import prepared
+
+from calibration.study.pairwise import pairwise_estimate
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_the_max_t_quantile_with_one_or_no_usable_pair_is_the_single_t_quantile(
     import numpy as np
     from scipy import stats
 
-    from calibration.study.pairwise import max_t_quantile
+    from calibration.study.rank_sets import max_t_quantile
 
     cov = np.array([[0.04, 0.01], [0.01, 0.05]])
     assert max_t_quantile(cov, np.array(usable), 12.0, 0.9) == pytest.approx(stats.t.ppf(0.95, 12.0))
@@ -89,7 +89,7 @@ def test_variance_inflation_is_statsmodels(seed, spread):
     column that does not vary is inflated without bound."""
     from statsmodels.stats.outliers_influence import variance_inflation_factor
 
-    from calibration.study.pairwise import _variance_inflation
+    from calibration.study.win_rates import _variance_inflation
 
     rng = np.random.default_rng(seed)
     systems = np.eye(3)[rng.integers(0, 3, 40)]
@@ -106,8 +106,10 @@ def test_variance_inflation_is_statsmodels(seed, spread):
 def test_a_controlled_fit_with_one_judged_only_dialogue_keeps_the_judge():
     """30 labelled pairs and one judged only: the judge's term has one dialogue (its spread taken over every
     dialogue, as for the strengths), lambda is cross-fitted and the fit is not the votes' alone."""
-    from calibration.study.pairwise import Pairs, _controlled_fit
     from test_pairwise_estimate import SYSTEMS, _against_baseline, _lengths, _single_pairs
+
+    from calibration.study.pairs import Pairs
+    from calibration.study.win_rates import _controlled_fit
 
     data, b, _ = _single_pairs(seed=5, dialogues=31, labelled=30, copy=0.9)
     mine, x, h, f = _against_baseline(data, b, SYSTEMS[1], _lengths(data, 5))
@@ -122,7 +124,7 @@ def test_a_controlled_fit_with_one_judged_only_dialogue_keeps_the_judge():
 def test_a_vote_on_a_pair_judged_in_both_orders_is_the_vote_on_the_order_it_names():
     """A dialogue whose pair was judged as alpha|base and again as base|alpha (two units): the vote labelled
     'alpha|base' is that pair's vote as given (not turned round as if it were base|alpha's)."""
-    from calibration.study.pairwise import read_pairs
+    from calibration.study.pairs import read_pairs
 
     judge, labels = study(seed=64, dialogues=12, labelled=6)
     pair = judge[(judge["item_id"] == labels["item_id"].iloc[0]) & (judge["system"] == labels["system"].iloc[0])]

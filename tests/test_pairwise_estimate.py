@@ -19,7 +19,9 @@ import pytest
 
 import calibration
 from calibration.errors import CalibrationError
-from calibration.study.pairwise import BTFit, Pairs, bradley_terry, combined_rank_sets, rank_sets, read_pairs
+from calibration.study.bradley_terry import BTFit, bradley_terry
+from calibration.study.pairs import Pairs, read_pairs
+from calibration.study.rank_sets import combined_rank_sets, rank_sets
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ["base", "alpha", "beta", "gamma", "delta"]
@@ -106,7 +108,7 @@ def test_win_rate_is_the_ppi_mean_of_the_votes_against_the_baseline_by_hand(labe
     (estimate.effective_labels: its width against the votes' alone, without the pseudo-votes that widen the printed
     human-only interval more than the judge's); n / ratio^2 of the pseudo-voted ratio overstated a good judge's
     worth by 27% at 20 labelled dialogues (benchmarks/pairwise_coverage.py)."""
-    from calibration.study.estimate import effective_labels, ppi_mean
+    from calibration.study.ppi import effective_labels, ppi_mean
 
     judge, labels = study(seed=2, labelled=labelled)
     result = calibration.estimate(judge, labels, baseline="base")
@@ -237,7 +239,7 @@ def _against_baseline(data, b, system, lengths):
 
 
 def test_length_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimises_its_loss():
-    from calibration.study.pairwise import _controlled_fit, length_controlled_rows
+    from calibration.study.win_rates import _controlled_fit, length_controlled_rows
 
     data, b, _ = _single_pairs(seed=6, dialogues=600, labelled=150, copy=0.6)
     lengths = _lengths(data, 6)
@@ -281,7 +283,7 @@ def test_length_controlled_lambda_is_cross_fitted_from_20_labelled_dialogues():
     """A lambda tuned on the labels it is then used on fits them (coverage 0.939-0.945 with a style-biased judge at
     20-35 labelled dialogues): each labelled dialogue's lambda comes from the others, and the fit is the PPI loss
     with those lambdas minimised directly, on n - 1 degrees of freedom."""
-    from calibration.study.pairwise import _controlled_fit
+    from calibration.study.win_rates import _controlled_fit
 
     for labelled, crossed in ((40, True), (20, True), (15, False)):  # 20: MIN_CROSS_FITTED itself
         data, b, _ = _single_pairs(seed=6, dialogues=300, labelled=labelled, copy=0.7)
@@ -311,7 +313,7 @@ def test_an_under_confident_judges_cross_fitted_lambdas_are_clipped_at_one(seed,
     """A judge right about the votes but only `confident` as far from 1/2 (P = 0.5 + confident (vote - 0.5)) has
     a PPI++ slope above 1 (about 1 / confident): each cross-fitted lambda is clipped to 1 (the loss stays convex,
     judge and humans on one scale), all of them in seed 0, one of thirty in seed 2."""
-    from calibration.study.pairwise import _controlled_fit
+    from calibration.study.win_rates import _controlled_fit
 
     data, b, _ = _single_pairs(seed=seed, dialogues=300, labelled=30, copy=0.9)
     mine, x, h, f = _against_baseline(data, b, SYSTEMS[1], _lengths(data, seed))
@@ -327,7 +329,7 @@ def test_an_under_confident_judges_cross_fitted_lambdas_are_clipped_at_one(seed,
     assert fit["theta"] != pytest.approx(_controlled_fit(one, b, x, lam=0.0)["theta"], abs=1e-3)
 
 def test_length_controlled_win_rate_needs_every_length():
-    from calibration.study.pairwise import length_controlled_rows
+    from calibration.study.win_rates import length_controlled_rows
 
     data, b, _ = _single_pairs(seed=6, dialogues=200, labelled=60)
     lengths = _lengths(data, 1)
@@ -375,7 +377,7 @@ def _style_design(data, b, styles):
 
 
 def test_style_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimises_its_loss():
-    from calibration.study.pairwise import _controlled_fit, against_baseline, style_controlled_rows
+    from calibration.study.win_rates import _controlled_fit, against_baseline, style_controlled_rows
 
     data, b, _ = _single_pairs(seed=7, dialogues=600, labelled=150, copy=0.6)
     styles = _styles(data, 7)
@@ -398,7 +400,7 @@ def test_style_controlled_win_rate_human_only_equals_statsmodels_and_ppi_minimis
 
 
 def test_markdown_counts_headers_list_items_and_bold_outside_code():
-    from calibration.study.pairwise import markdown_counts
+    from calibration.study.win_rates import markdown_counts
 
     text = ("# Title\n## Part\nnot # a header\n- one\n* two\n  3. three\n10. ten\n-not an item\n**bold** and __also__ "
             "and **not\nbold**\n```\n# code\n- code\n**code**\n```\n")
@@ -447,7 +449,7 @@ def _always_longer(data, b, styles):
 def test_style_control_says_why_a_system_or_a_feature_is_left_out(change, markdown, systems_without, message, note):
     """Table-driven: what the texts or votes lack, the row (or the note) says; every system keeps its row and the
     others their estimate."""
-    from calibration.study.pairwise import style_controlled_rows
+    from calibration.study.win_rates import style_controlled_rows
 
     data, b, _ = _single_pairs(seed=8, dialogues=300, labelled=90, copy=0.6)
     styles = change(data, b, _styles(data, 8, markdown=markdown))
@@ -920,7 +922,7 @@ def test_dialsummeval_pairs_hiding_votes_covers_the_all_votes_answer(capsys):
     campus score (equal: a tie), the judge's is which has the higher BARTScore (s->h). The all-votes win rates and
     Bradley-Terry fit are the truth; 25 dialogues keep their votes, 300 times: the intervals must cover it. So must
     the style-controlled win rates' (the summaries' lengths in words; no markdown, so length is the one feature)."""
-    from calibration.study.pairwise import style_controlled_rows, win_rate_rows
+    from calibration.study.win_rates import style_controlled_rows, win_rate_rows
 
     criterion, metric, baseline = "consistency", "bartscore_s_h", "LEAD-3"
     human = pd.read_csv(DIALSUMMEVAL / "annotations.csv").query("criterion == @criterion")
@@ -1024,7 +1026,7 @@ def test_style_control_prints_an_interval_only_with_more_labelled_dialogues_than
                                                                                                     interval):
     """Four style effects from 3 labelled dialogues covered 0.919 (benchmarks/pairwise_coverage.py): with no more
     dialogues than shared coefficients the estimate stands alone and the note says why."""
-    from calibration.study.pairwise import style_controlled_rows
+    from calibration.study.win_rates import style_controlled_rows
 
     judge, labels = study(seed=12, dialogues=80, labelled=labelled, copy=0.6, extra=0)
     data = _pairs_of(judge, labels)
@@ -1041,7 +1043,7 @@ def test_style_control_prints_an_interval_only_with_more_labelled_dialogues_than
 def test_style_control_with_a_tuned_lambda_is_never_wider_on_average_than_the_votes_alone():
     """A judge that votes at random, 20-24 labelled dialogues: lambda tuned on them is noise, and the fit falls back
     to the votes alone whenever its intercepts' standard errors would be larger on average."""
-    from calibration.study.pairwise import _controlled_fit, against_baseline
+    from calibration.study.win_rates import _controlled_fit, against_baseline
 
     kept = fell_back = 0
     for seed in range(10):

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.pairwise import Pairs, bradley_terry, set_apart
+from calibration.study.bradley_terry import bradley_terry, set_apart
+from calibration.study.pairs import Pairs
 
 
 def pairs(systems, rows, judge=None):
@@ -79,7 +80,7 @@ def _against_base(votes, unlabelled, gaps=None):
 def test_the_length_controlled_win_rate_needs_three_labelled_dialogues_for_an_interval(votes, shown):
     """Equal lengths (no length to control for): the win rate is the votes' share; from 3 labelled dialogues on with
     an interval, below with the note saying how many there are."""
-    from calibration.study.pairwise import length_controlled_rows
+    from calibration.study.win_rates import length_controlled_rows
 
     data, lengths = _against_base(votes, unlabelled=4)
     row, = length_controlled_rows(data, 0, 0.95, lengths)
@@ -108,7 +109,7 @@ def test_the_length_controlled_win_rate_needs_three_labelled_dialogues_for_an_in
 def test_labelled_votes_that_are_all_ties_give_a_length_controlled_rate_of_one_half_and_no_width_ratio():
     """Every labelled vote a tie, lengths on both sides of equal: the fit is exact (win rate 1/2 at any length,
     every residual 0), both intervals have width 0 and their ratio is undefined (NaN), not a division error."""
-    from calibration.study.pairwise import length_controlled_rows
+    from calibration.study.win_rates import length_controlled_rows
 
     gaps = np.array([30.0, -20.0, 25.0, -35.0, 10.0, -15.0, 40.0, -5.0])
     data, lengths = _against_base([0.5] * 6, unlabelled=2, gaps=gaps)
@@ -126,7 +127,7 @@ def test_labelled_votes_that_are_all_ties_give_a_length_controlled_rate_of_one_h
 def test_a_labelled_pair_of_equal_length_is_on_neither_side_of_it(labelled_gaps, estimated):
     """The win rate at equal length needs 3 labelled pairs where the system's text is longer and 3 where it is
     shorter (else it is an extrapolation); a pair of equal length counts on neither side."""
-    from calibration.study.pairwise import length_controlled_rows
+    from calibration.study.win_rates import length_controlled_rows
 
     votes = [1.0, 0.0] * 4
     data, lengths = _against_base(votes[:len(labelled_gaps)], unlabelled=2,
@@ -144,7 +145,7 @@ def test_a_system_that_won_every_labelled_pair_has_no_length_controlled_win_rate
         votes[1] = 0.0  # at a gap of -20, with a win at -35: not separable by length
     gaps = np.array([30.0, -20.0, 25.0, -35.0, 10.0, -15.0, 40.0, -5.0, 12.0, -8.0])
     data, lengths = _against_base(votes, unlabelled=2, gaps=gaps)
-    from calibration.study.pairwise import length_controlled_rows
+    from calibration.study.win_rates import length_controlled_rows
 
     row, = length_controlled_rows(data, 0, 0.95, lengths)
     assert np.isfinite(row["estimate"]) == converges
@@ -155,9 +156,10 @@ def test_a_system_that_won_every_labelled_pair_has_no_length_controlled_win_rate
 def test_the_notes_say_how_many_pairs_failed_and_when_the_strengths_are_the_votes_alone(labelled):
     """Two judgments failed: said, with the count. Below 10 labelled dialogues the strengths are the votes' alone
     (lambda 0), said with the count; from 10 on the judge is used and nothing is said."""
-    from calibration.study.pairwise import pairwise_estimate
     from test_pairwise_estimate import study
     from test_pairwise_properties import prepared
+
+    from calibration.study.pairwise import pairwise_estimate
 
     judge, labels = study(seed=81, dialogues=40, labelled=labelled)
     judge.loc[[3, 7], ["forward", "swapped", "label"]] = None
@@ -176,7 +178,7 @@ def test_the_notes_say_how_many_pairs_failed_and_when_the_strengths_are_the_vote
 def test_effective_labels_are_the_labels_over_the_squared_width_ratio_where_it_is_a_positive_number(ratio, expected):
     """10 labels at width ratio r are worth 10 / r^2 human labels; a zero, infinite, missing or negative ratio gives
     none (never a division by zero)."""
-    from calibration.study.pairwise import _effective
+    from calibration.study.pairs import _effective
 
     assert _effective(10, ratio) == pytest.approx(expected, nan_ok=True)
 
@@ -184,7 +186,7 @@ def test_effective_labels_are_the_labels_over_the_squared_width_ratio_where_it_i
 def test_each_strength_without_a_number_says_why():
     """a beats the baseline and d every time (+infinite); b and d split their pairs but meet the baseline only
     through a (not connected once a is set apart); c splits with the baseline (strength 0, no note)."""
-    from calibration.study.pairwise import bt_rows
+    from calibration.study.bradley_terry import bt_rows
 
     rows = [(f, s, v, 6 * rep + k) for rep in range(4) for k, (f, s, v) in enumerate(
         [(1, 0, 1.0), (1, 3, 1.0), (2, 3, 1.0), (3, 2, 1.0), (4, 0, 1.0), (0, 4, 1.0)])]
@@ -199,7 +201,7 @@ def test_each_strength_without_a_number_says_why():
 def test_a_system_that_won_every_labelled_pair_but_not_every_judged_one_says_its_human_only_strength_is_infinite():
     """At lambda 0.5 the judge's pairs count: a, which the judge sees lose on the judged-only dialogues, has a finite
     strength; the votes alone put it at +infinity, and its row says so."""
-    from calibration.study.pairwise import bt_rows
+    from calibration.study.bradley_terry import bt_rows
 
     rows, judge = [], []
     for d in range(12):
@@ -222,7 +224,8 @@ def test_the_human_only_strength_has_an_interval_from_three_labelled_dialogues_o
     (cluster sandwich by hand, t quantile on n - 1 df, from scipy); below, none."""
     from scipy import stats
 
-    from calibration.study.pairwise import MIN_LABELLED, bt_rows
+    from calibration.study.bradley_terry import bt_rows
+    from calibration.study.ppi import MIN_LABELLED
 
     data, _ = _against_base(votes, unlabelled=4)
     fit, human = bradley_terry(data, 0, 0.95), bradley_terry(data, 0, 0.95, lam=0.0)
@@ -250,7 +253,7 @@ def test_win_rate_bounds_stay_within_zero_and_one_where_the_t_interval_leaves_th
     clipped to [0, 1]."""
     from scipy import stats
 
-    from calibration.study.pairwise import win_rate_rows
+    from calibration.study.win_rates import win_rate_rows
 
     data, _ = _against_base(votes, unlabelled=4)
     row, = win_rate_rows(data, 0, 0.95)
@@ -272,7 +275,8 @@ def test_win_rate_bounds_stay_within_zero_and_one_where_the_t_interval_leaves_th
 def test_the_rank_sets_spend_one_degree_of_freedom_per_strength_beyond_the_first(theta, expected):
     """rank_df: the fit's degrees of freedom less the finite strengths it estimates beyond one (the baseline's 0
     is not estimated); a fit without an estimate has none."""
-    from calibration.study.pairwise import BTFit, rank_df
+    from calibration.study.bradley_terry import BTFit
+    from calibration.study.rank_sets import rank_df
 
     k = len(theta)
     fit = BTFit(np.array(theta), np.zeros((k, k)), 20.0, 0.0, 21)
@@ -285,7 +289,7 @@ def test_the_win_rate_uses_the_judge_from_twenty_labelled_votes_on(labelled):
     """A judge that agrees with every vote: from WIN_TUNED (20) labelled dialogues the win rate's lambda is tuned
     and its interval narrower than the votes' alone (width ratio < 1); at 19 it is the human-only share's,
     ratio 1 and the estimate the votes' pseudo-voted share."""
-    from calibration.study.pairwise import win_rate_rows
+    from calibration.study.win_rates import win_rate_rows
 
     votes = tuple(float(k % 5 != 0) for k in range(labelled))
     data, _ = _against_base(votes, unlabelled=60)
@@ -304,7 +308,7 @@ def test_a_length_gap_under_one_word_on_average_is_still_controlled_for():
     `spread > 1`."""
     import statsmodels.api as sm
 
-    from calibration.study.pairwise import length_controlled_rows
+    from calibration.study.win_rates import length_controlled_rows
 
     votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0)
     gaps = np.array([1.0, -1.0, 1.0, -1.0, 0.0, 1.0, -1.0, -1.0, 1.0, 0.0, 1.0, -1.0])
@@ -324,7 +328,7 @@ def test_one_order_verdicts_beside_an_empty_score_column_are_the_verdicts():
     """A judgments file read with a score column that is empty (verdicts only, one order asked): each pair's
     prediction is its verdict (1, 0, 1/2), none failed; the score column is P(system_1 wins) only when no verdict
     is there at all."""
-    from calibration.study.pairwise import judge_predictions
+    from calibration.study.pairs import judge_predictions
 
     frame = pd.DataFrame({"label": ["1", "2", "0", None], "score": [np.nan] * 4})
     f, failed = judge_predictions(frame)
@@ -349,7 +353,7 @@ def test_where_every_vote_agrees_the_win_rate_is_worth_the_labels_over_the_squar
     """24 labelled dialogues all won, a judge that mostly agrees: the plain PPI interval has no width to compare
     (every vote the same), so the estimate's worth in votes is the printed (pseudo-voted) width ratio's:
     n / ratio^2, as _effective and the module docstring define it."""
-    from calibration.study.pairwise import win_rate_rows
+    from calibration.study.win_rates import win_rate_rows
 
     rng = np.random.default_rng(2)
     votes = (1.0,) * 24
@@ -371,7 +375,7 @@ def test_newton_solves_the_score_equation_to_rounding(scale, ppi):
     1e-15 of itself stopped 5e-8 short."""
     from scipy import optimize
 
-    from calibration.study.pairwise import newton
+    from calibration.study.bradley_terry import newton
 
     rng = np.random.default_rng(9)
     for _ in range(5):
@@ -390,7 +394,7 @@ def test_newton_whose_linear_solve_fails_says_it_did_not_converge():
     """Two identical columns (the strengths are not identified) with weights so large that the 1e-12 ridge added to
     the Hessian is lost to rounding: numpy's solve refuses the singular system, and Newton must report no
     convergence (the caller then says so), never a converged fit at its starting point."""
-    from calibration.study.pairwise import newton
+    from calibration.study.bradley_terry import newton
 
     x = np.array([[1.0, 1.0], [-1.0, -1.0], [1.0, 1.0], [0.0, 0.0]])
     w = np.full(4, 1e6)
@@ -423,10 +427,12 @@ def test_the_pairwise_estimate_prints_no_numpy_warning():
     pairs weigh pairs / labelled pairs, and judged-only dialogues with none)."""
     import warnings
 
-    from calibration.study.pairwise import (length_controlled_rows, pairwise_estimate, read_pairs,
-                                            style_controlled_rows)
     from test_pairwise_estimate import study
     from test_pairwise_properties import partly_labelled, prepared
+
+    from calibration.study.pairs import read_pairs
+    from calibration.study.pairwise import pairwise_estimate
+    from calibration.study.win_rates import length_controlled_rows, style_controlled_rows
 
     for judge, labels in (study(seed=61, dialogues=80, labelled=30, copy=0.8), study(seed=3, dialogues=30,
                                                                                       labelled=6), partly_labelled(seed=2)):
@@ -488,7 +494,7 @@ def test_style_control_with_three_labelled_pairs_on_the_short_side_is_estimated(
     everywhere, are left out and said."""
     import statsmodels.api as sm
 
-    from calibration.study.pairwise import style_controlled_rows
+    from calibration.study.win_rates import style_controlled_rows
 
     votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0)
     data, _ = _against_base(votes, unlabelled=6)
@@ -508,7 +514,7 @@ def test_a_markdown_habit_of_one_system_is_its_own_and_left_out_of_style_control
     """a writes one markdown header in every text, the baseline none: the header gap is the same on every pair
     (no spread to learn an effect from: the systems explain all of it), so it is left out as the systems' own,
     said in the note, and the fit runs over length alone."""
-    from calibration.study.pairwise import style_controlled_rows
+    from calibration.study.win_rates import style_controlled_rows
 
     votes = (1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0)
     data, _ = _against_base(votes, unlabelled=6)

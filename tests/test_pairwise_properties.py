@@ -14,12 +14,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import optimize, stats
+from test_pairwise_estimate import SYSTEMS, study
 
 import calibration
 from calibration.errors import CalibrationError
-from calibration.study.pairwise import (Pairs, bradley_terry, judge_predictions, max_t_quantile, newton,
-                                        pairwise_estimate, rank_sets, read_pairs, set_apart)
-from test_pairwise_estimate import SYSTEMS, study
+from calibration.study.bradley_terry import bradley_terry, newton, set_apart
+from calibration.study.pairs import Pairs, judge_predictions, read_pairs
+from calibration.study.pairwise import pairwise_estimate
+from calibration.study.rank_sets import max_t_quantile, rank_sets
 
 
 def sigmoid(x):
@@ -285,7 +287,7 @@ def test_many_votes_use_the_judge_with_pseudo_votes_carrying_its_mean_on_won_and
     """From 20 labelled dialogues: estimate.py's PPI++ mean of the per-dialogue vectors; the interval the same mean
     with four pseudo-votes whose judge predictions are its mean on the dialogues the system won (wins) and lost
     (losses), clipped and widened to hold the estimate; the human-only interval the lambda = 0 one."""
-    from calibration.study.estimate import ppi_mean
+    from calibration.study.ppi import ppi_mean
 
     judge, labels = study(seed=32, dialogues=120, labelled=40, copy=0.8)
     result = calibration.estimate(judge, labels, baseline="base")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import ppi_mean
+from calibration.study.ppi import ppi_mean
 from calibration.io import load_judge_scores
 from calibration.study.power import dialogues_needed, paired_power
 from calibration.stats import holm

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import ppi_mean_weighted
+from calibration.study.ppi_weighted import ppi_mean_weighted
 from calibration.study.screen import ACTIVE_FLOOR, inclusion_probabilities, systematic_sample
 from judge.cli import main
 
@@ -80,7 +80,7 @@ def test_unequal_probabilities_give_the_hajek_mean_and_its_linearised_variance()
 ])
 def test_the_weighted_df_is_satterthwaites_on_the_residual_terms_between_kish_and_n(components, n, k, kish, tuned,
                                                                                       expected):
-    from calibration.study.estimate import weighted_df
+    from calibration.study.ppi_weighted import weighted_df
 
     assert float(weighted_df(np.array(components), np.float64(n), np.float64(k), np.float64(kish),
                              np.bool_(tuned))) == pytest.approx(expected)
@@ -89,7 +89,7 @@ def test_the_weighted_df_is_satterthwaites_on_the_residual_terms_between_kish_an
 def test_effective_labels_of_unequal_weights_for_nothing_count_fewer_than_n_uniform_labels():
     """A constant judge (lambda 0): the estimate is the Hajek mean, whose interval is as wide as its human-only one,
     yet n labels drawn with unequal probabilities are worth fewer than n drawn uniformly (the design effect)."""
-    from calibration.study.estimate import effective_labels
+    from calibration.study.ppi import effective_labels
 
     rng = np.random.default_rng(4)
     pi = rng.uniform(0.05, 0.5, 200)
@@ -291,7 +291,7 @@ def test_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, case, args,
 @pytest.mark.parametrize("probabilities, weighted", [(["0.25", "0.25", "1.0"], False),  # `judge escalate`'s plans
                                                      (["0.25", "0.5", ""], True)])
 def test_only_unequal_recorded_probabilities_weigh_the_labels(tmp_path, probabilities, weighted):
-    from calibration.study.estimating import plan_inclusion
+    from calibration.study.estimate import plan_inclusion
 
     (tmp_path / "plan.json").write_text('{"version": 1}')
     pd.DataFrame({"item_id": ["a", "b", "c"], "part": ["random", "random", "targeted"], "reason": "x",

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import ppi_mean_weighted
+from calibration.study.ppi_weighted import ppi_mean_weighted
 from calibration.study.power import dialogues_needed
 from calibration.study.screen import (ACTIVE_FLOOR, active_design_factor, inclusion_probabilities, power_sentence,
                                       power_table, relative_probabilities, systematic_sample)

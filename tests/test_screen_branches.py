@@ -777,7 +777,7 @@ def test_each_power_table_column_against_its_parts_written_out(pilot_share):
     count, mean, mean / SD (ddof 1); the dialogues needed (calibration.study.power) at that effect. With a pilot that
     labels every judged dialogue, the human difference is the human mean (the judge adds nothing), its effect the
     mean over the SD of the human differences, rho their correlation with the judge's (numpy)."""
-    from calibration.study.estimate import ppi_mean
+    from calibration.study.ppi import ppi_mean
     from calibration.study.power import dialogues_needed
     from calibration.study.screen import power_table
 
@@ -1289,7 +1289,7 @@ def test_the_jurys_differences_turn_round_with_the_pair():
     assert np.nanmax(np.abs(jury_differences(judge, wide, "x", {"other": other}, "a", "a"))) == 0.0
     # ... and it is the jury of the paired differences (fitted on each summary's departure from its dialogue's
     # mean, as estimate.py's differences use it), not the jury of the levels
-    from calibration.study.estimate import judge_matrices, predictor_features, StudyMatrices
+    from calibration.study.matrices import judge_matrices, predictor_features, StudyMatrices
     from calibration.study.predictor import cross_fitted_prediction
 
     items, names, scores, judged = judge_matrices(judge, "x")

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import ppi_mean
+from calibration.study.ppi import ppi_mean
 from judge.cli import main
 
 SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))

@@ -99,7 +99,7 @@ def test_the_best_set_the_paired_test_and_the_gaps():
 
 def test_label_worth_matches_the_ppi_variance_ratio_of_estimate():
     """With many more judged than labelled dialogues, PPI++'s se^2 / human-only se^2 tends to 1 - rho^2."""
-    from calibration.study.estimate import ppi_mean
+    from calibration.study.ppi import ppi_mean
 
     rng = np.random.default_rng(4)
     truth = rng.normal(size=200_000)

@@ -8,7 +8,7 @@ repetitions a true coverage of 0.95 shows as >= 0.93 with probability above 0.99
 import numpy as np
 import pytest
 
-from calibration.study.estimate import MIN_LABELLED, ppi_mean
+from calibration.study.ppi import MIN_LABELLED, ppi_mean
 from coverage_sim import simulate
 
 GRID = [(kind, rho) for kind in ("likert", "gaussian") for rho in (0.0, 0.3, 0.7)]

@@ -15,7 +15,7 @@ import pytest
 from test_trust_mutants import _figures  # the report's figures, captured
 
 from calibration.errors import CalibrationError
-from calibration.study.estimating import estimate
+from calibration.study.estimate import estimate
 from calibration.study.screen import screen
 
 SYSTEMS = ("alpha", "beta", "gamma")
@@ -183,7 +183,7 @@ def test_the_cli_defaults_are_the_functions_defaults(verb, function, argv):
 def test_dialogues_needed_may_be_exactly_the_smallest_count_printed():
     """With only MIN_LABELLED (3) dialogues judged and an effect that 3 labels already detect, 3 is the answer (a
     limit equal to the smallest printed count is allowed)."""
-    from calibration.study.estimate import MIN_LABELLED
+    from calibration.study.ppi import MIN_LABELLED
     from calibration.study.power import dialogues_needed
 
     assert dialogues_needed(10.0, rho=0.5, n_judged=MIN_LABELLED) == MIN_LABELLED
@@ -217,7 +217,7 @@ def _tuned_power(effect, n, share, df_spent):
 def _needed_by_search(effect, rho, n_judged, df_spent=2):
     """The smallest n with 80% power, by a linear search: human-only below MIN_TUNED labels; from there the judge's
     residual share plus lambda's own error, and lambda costs a degree of freedom (n - 2, as estimate.py's t)."""
-    from calibration.study.estimate import MIN_LABELLED, MIN_TUNED
+    from calibration.study.ppi import MIN_LABELLED, MIN_TUNED
 
     for n in range(MIN_LABELLED, n_judged + 1):
         if n < MIN_TUNED:
@@ -282,7 +282,7 @@ def test_lambda_is_tuned_once_the_labelled_judge_scores_spread_a_quarter_as_much
     scores vary at least 1/4 as much as all judged ones, and is 0 (humans only) below: at 26% and 24% of it."""
     from scipy.optimize import brentq
 
-    from calibration.study.estimate import ppi_mean
+    from calibration.study.ppi import ppi_mean
 
     rng = np.random.default_rng(0)
     n, m = 12, 28

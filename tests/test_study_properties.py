@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.estimate import MIN_CROSS_FITTED, MIN_LABELLED, MIN_SPREAD, MIN_TUNED, ppi_mean
+from calibration.study.ppi import MIN_CROSS_FITTED, MIN_LABELLED, MIN_SPREAD, MIN_TUNED, ppi_mean
 from calibration.study.power import dialogues_needed, paired_power
 from calibration.study.screen import (discrimination, judgment_uncertainty, make_plan, systems_table)
 from test_estimate import correlated, reference_cross_fitted, reference_in_sample

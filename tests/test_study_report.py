@@ -73,7 +73,7 @@ def test_a_row_without_an_interval_is_drawn_hollow_and_never_separated(tmp_path)
     note and no "yes", the page still renders every plot."""
     import numpy as np
 
-    from calibration.study.estimating import estimate
+    from calibration.study.estimate import estimate
 
     result = estimate(STUDY / "judgments.jsonl", STUDY / "labels.csv", plan=STUDY / "plan", scale=(1, 5))
     differences = result.differences.copy()

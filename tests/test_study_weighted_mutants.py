@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration.study.estimate import ppi_mean_weighted
+from calibration.study.ppi_weighted import ppi_mean_weighted
 
 
 @pytest.mark.parametrize("constant", [3.0, 0.0, 0.1, 3.7, 2 / 3])
@@ -35,7 +35,7 @@ def test_each_judge_of_a_jury_gives_its_scores_on_the_criterion_estimated_and_no
     are never read. Found by the seed-7 draw (features read from the other criteria passed)."""
     import pandas as pd
 
-    from calibration.study.estimate import StudyMatrices, predictor_features
+    from calibration.study.matrices import StudyMatrices, predictor_features
 
     matrices = StudyMatrices("fluency", np.array(["d1", "d2"]), np.array(["a", "b"]),
                              np.array([[1.0, 2.0], [3.0, 4.0]]), np.full((2, 2), np.nan), np.ones((2, 2), bool))

@@ -18,8 +18,9 @@ import pytest
 
 import calibration
 from calibration.errors import CalibrationError
-from calibration.study.estimate import MIN_LABELLED, effective_labels, ppi_mean_weighted, two_stage_inclusion
-from calibration.study.estimating import plan_first_stage, plan_inclusion
+from calibration.study.ppi import MIN_LABELLED, effective_labels
+from calibration.study.ppi_weighted import ppi_mean_weighted, two_stage_inclusion
+from calibration.study.estimate import plan_first_stage, plan_inclusion
 from calibration.study.screen import inclusion_probabilities, print_screen, read_plan, systematic_sample
 from judge.annotation.package import read_plan as export_plan
 

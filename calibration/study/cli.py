@@ -259,7 +259,7 @@ def run_screen(args: argparse.Namespace) -> int:
 
 
 def run_estimate(args: argparse.Namespace) -> int:
-    from .estimating import estimate
+    from .estimate import estimate
 
     return _run(args, "estimate", lambda: estimate(
         args.judgments, args.human, plan=args.plan, key=args.key, criteria=args.criteria,

@@ -42,7 +42,7 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
     does (within n_judged for PPI, MAX_DIALOGUES otherwise).
 
     With `rho` and `n_judged`, the prediction-powered count (humans label n of the n_judged judged dialogues),
-    priced as estimate.py computes it: below MIN_TUNED labels the judge is not used, from there lambda costs a
+    priced as ppi.py computes it: below MIN_TUNED labels the judge is not used, from there lambda costs a
     degree of freedom, and from MIN_CROSS_FITTED on (cross-fitted) it costs none. `combined`: rho is that of
     several judges' cross-fitted predictor (`judge estimate --judge`), whose weight m / (n + m) is fixed by the
     design: used from MIN_LABELLED on, no degree of freedom spent, nothing tuned.
@@ -52,7 +52,7 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
     for the differences themselves, where the judge is not used (below MIN_TUNED labels; default design_factor).
     The t's degrees of freedom stay the uniform draw's (an active draw's lie between Kish's effective n and n).
     """
-    from .estimate import MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED
+    from .ppi import MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED
 
     if not np.isfinite(effect) or effect == 0.0:
         return None

@@ -51,7 +51,8 @@ from ..humans import aggregate_humans
 from ..options import criteria_option, scale_option
 from ..result import Result
 from ..stats import expanded_tail, resample_counts, simultaneous_differences
-from .estimate import judge_matrices, ppi_mean
+from .matrices import judge_matrices
+from .ppi import ppi_mean
 from .power import dialogues_needed
 
 SYSTEM_COLUMNS = ["criterion", "system", "mean", "ci_low", "ci_high", "n", "rank", "difference_from_best",
@@ -439,7 +440,7 @@ def bunched_rows(pilot: pd.DataFrame | None, criteria, bounds: dict) -> list[str
     so an active draw is not planned where the pilot shows them. Measured on DialSummEval (benchmarks/active_design.py
     --real, 14 systems, 500 redraws): an active draw printed intervals on 14-38% of the rows for coherence and
     fluency, 69-92% for consistency and relevance, where a uniform one prints them all."""
-    from .estimate import unseen_pull
+    from .bounded import unseen_pull
 
     if pilot is None:
         return []
@@ -704,9 +705,9 @@ def second_stage_count(row, first: int) -> int | None:
 
 def jury_differences(judge: pd.DataFrame, pilot_wide: pd.DataFrame, criterion: str, judges: dict, first: str,
                      second: str) -> np.ndarray:
-    """Per judged dialogue, first minus second of the cross-fitted jury (estimate.py's combined_matrices) fitted on
+    """Per judged dialogue, first minus second of the cross-fitted jury (matrices.py's combined_matrices) fitted on
     the pilot's labels of every system of the criterion."""
-    from .estimate import StudyMatrices, combined_matrices
+    from .matrices import StudyMatrices, combined_matrices
 
     items, names, scores, judged = judge_matrices(judge, criterion)
     human = pilot_wide.reindex(index=items, columns=names).to_numpy(float)
