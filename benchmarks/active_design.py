@@ -59,8 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from calibration.study.ppi import MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, effective_labels, ppi_mean  # noqa: E402
 from calibration.study.ppi_weighted import ppi_mean_weighted, two_stage_inclusion  # noqa: E402
 from calibration.study.bounded import unseen_pull  # noqa: E402
-from calibration.study.screen import (ACTIVE_FLOOR, PILOT_CHECK, SIGNAL_LEVEL, inclusion_probabilities,  # noqa: E402
-                                      signal_test, systematic_sample, uncertainty_weights)
+from calibration.study.designs import (ACTIVE_FLOOR, PILOT_CHECK, SIGNAL_LEVEL, inclusion_probabilities, signal_test,  # noqa: E402
+    systematic_sample, uncertainty_weights)
 
 
 def population(rng, reps, size, kind, hard, systems=1):
@@ -197,7 +197,7 @@ def jury_signal(rng, y, f):
     each uniformly mediocre (y plus noise of sd 0.5 and 0.7): screen.jury_disagreement of the three, per study."""
     import pandas as pd
 
-    from calibration.study.screen import jury_disagreement
+    from calibration.study.uncertainty import jury_disagreement
 
     reps, size = y.shape
     others = (y + 0.5 * rng.standard_normal(y.shape), y + 0.7 * rng.standard_normal(y.shape))
@@ -471,7 +471,7 @@ def strata_designs(rng, y, f, doubt, pilot):
     screen's signal test on the same pilot (the dialogue's squared residual, the mean over its criteria)."""
     import pandas as pd
 
-    from calibration.study.screen import stratum_weights
+    from calibration.study.designs import stratum_weights
 
     reps, criteria, size = y.shape
     out = {key: (np.zeros((reps, size)), np.ones(reps)) for key in ("plain", "strata")}
@@ -527,7 +527,7 @@ def real_doubt(metrics, systems, judge_index):
     summaries (items.csv's uncertainty; the metrics have no other sign of doubt)."""
     import pandas as pd
 
-    from calibration.study.screen import jury_disagreement
+    from calibration.study.uncertainty import jury_disagreement
 
     dialogues, count, k = metrics.shape
 

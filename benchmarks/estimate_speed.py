@@ -34,7 +34,7 @@ from calibration.study.ppi import ppi_mean  # noqa: E402
 from calibration.study.matrices import study_matrices  # noqa: E402
 from calibration.humans import aggregate_humans  # noqa: E402
 from calibration.io import load_human_labels, load_judge_scores  # noqa: E402
-from calibration.study.screen import score_table, systems_table, weighted_means  # noqa: E402
+from calibration.study.systems import score_table, systems_table, weighted_means  # noqa: E402
 from calibration.stats import resample_counts  # noqa: E402
 from judge.cli import main  # noqa: E402
 

@@ -86,7 +86,7 @@ BUGS = [
     ("calibrate: the seed ignored", "calibration/analysis.py",
      "bootstrap, seed = resamples_option(bootstrap, allow_zero=True), seed_option(seed)",
      "bootstrap, seed = resamples_option(bootstrap, allow_zero=True), 0", ["tests/test_select_guards.py"]),
-    ("screen: dominated when better on any criterion, not every one", "calibration/study/screen.py",
+    ("screen: dominated when better on any criterion, not every one", "calibration/study/systems.py",
      "if all(l is not None and w is not None and lower[l, w] > 0 for l, w in pairs):",
      "if any(l is not None and w is not None and lower[l, w] > 0 for l, w in pairs):",
      ["tests/test_screen_selection.py", "tests/test_screen.py"]),

@@ -83,7 +83,7 @@ def test_correlation_bootstrap_ci_coverage(case):
 # 0.930-0.960 at 100; expanded percentile, 300 repetitions: 0.933-0.947 at 16, 0.940-0.950 at 20, 0.930-0.957 at 100.
 @pytest.mark.parametrize("n_items, minimum", [(16, 0.92), (20, 0.92), (100, 0.92)])
 def test_screen_system_mean_ci_coverage(n_items, minimum):
-    from calibration.study.screen import systems_table
+    from calibration.study.systems import systems_table
 
     rng = np.random.default_rng(n_items)
     systems = ["alpha", "beta", "gamma"]

@@ -13,7 +13,9 @@ from calibration.study.ppi import ppi_mean
 from calibration.io import load_judge_scores
 from calibration.study.power import dialogues_needed, paired_power
 from calibration.stats import holm
-from calibration.study.screen import judgment_uncertainty, make_plan, systems_table
+from calibration.study.uncertainty import judgment_uncertainty
+from calibration.study.designs import make_plan
+from calibration.study.systems import systems_table
 from calibration.stats import resample_counts
 from judge.cli import main
 

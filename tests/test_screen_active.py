@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from calibration.study.ppi_weighted import ppi_mean_weighted
-from calibration.study.screen import ACTIVE_FLOOR, inclusion_probabilities, systematic_sample
+from calibration.study.designs import ACTIVE_FLOOR, inclusion_probabilities, systematic_sample
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,7 +233,7 @@ def test_the_pilot_check_goes_active_when_the_uncertainty_marks_where_the_judge_
     250 pilots; the Spearman check it replaced, 0.53-0.55 at 1,000)."""
     from active_design import population
 
-    from calibration.study.screen import pilot_errors, signal_check
+    from calibration.study.designs import pilot_errors, signal_check
 
     rng = np.random.default_rng(8)
     y, f, u = population(rng, 60, 100, "gaussian", 0.2)

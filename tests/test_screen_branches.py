@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.screen import FAILED, NOT_APPLICABLE, discrimination, judgment_uncertainty
+from calibration.study.uncertainty import FAILED, NOT_APPLICABLE, discrimination, judgment_uncertainty
 
 
 def _judgments():
@@ -87,7 +87,7 @@ def test_the_power_sentence_says_each_case_in_its_own_words():
     """One row per branch of the sentence: a count, no count (the judge sees no difference), and with a pilot: the
     count with the judge, more than the judged dialogues, and a correlation that cannot be measured. Written after
     the seed-11 draw let a `not` of these branches go."""
-    from calibration.study.screen import power_sentence
+    from calibration.study.power_table import power_sentence
 
     nan = np.nan
     table = pd.DataFrame({"criterion": ["a", "b", "c", "d"], "system_a": "x", "system_b": "y",
@@ -108,7 +108,7 @@ def test_the_power_sentence_says_each_case_in_its_own_words():
 def test_the_targeted_part_takes_equal_priorities_in_the_order_of_their_ids():
     """Ties in priority are broken by dialogue id, smallest first, so a plan is the same whoever lists the items.
     Written after the seed-11 draw let the tie-break's order flip."""
-    from calibration.study.screen import make_plan
+    from calibration.study.designs import make_plan
 
     items = pd.DataFrame({"item_id": ["d3", "d1", "d4", "d0", "d2"], "priority": [0.5, 0.5, 0.9, 0.5, 0.5],
                           "uncertainty": 0.5, "discrimination": 0.0, "n_judgments": 1})
@@ -138,7 +138,7 @@ def _exact_permutation_p(score, human, uncertainty):
     squares for the residuals), p~ = floor + (1 - floor) u / mean(u)."""
     from itertools import combinations
 
-    from calibration.study.screen import ACTIVE_FLOOR
+    from calibration.study.designs import ACTIVE_FLOOR
 
     fit = stats.linregress(score, human)
     r2 = (human - fit.intercept - fit.slope * score) ** 2
@@ -162,7 +162,7 @@ def test_the_signal_is_checked_from_ten_pilot_dialogues_on_and_its_p_is_the_perm
     uncertain dialogues) within the Monte-Carlo error of 1,999 shuffles; at 9 the draw is uniform, unchecked."""
     import re
 
-    from calibration.study.screen import ACTIVE_FLOOR, PILOT_CHECK, PERMUTATIONS, pilot_errors, signal_check
+    from calibration.study.designs import ACTIVE_FLOOR, PILOT_CHECK, PERMUTATIONS, pilot_errors, signal_check
 
     items, judge, pilot, score, human, uncertainty = _pilot(size)
     share, why = signal_check(items, pilot_errors(judge, pilot))
@@ -209,7 +209,7 @@ def test_a_plan_that_is_not_one_is_refused_naming_file_and_line(info, csv, messa
 def test_a_missing_uncertainty_counts_as_none_in_the_signal_check():
     """A pilot dialogue whose uncertainty was not recorded (NaN) is checked as one the judge is sure of (0): the
     same verdict and message as with 0 written there, and not the same as with the dialogue marked uncertain."""
-    from calibration.study.screen import pilot_errors, signal_check
+    from calibration.study.designs import pilot_errors, signal_check
 
     items, judge, pilot, *_ = _pilot(12)
     zero, missing, marked = items.copy(), items.copy(), items.copy()
@@ -223,7 +223,7 @@ def test_the_power_tables_pilot_correlation_needs_three_labelled_differences(pil
     """The top two systems' judge differences on 20 dialogues, the pilot's human differences on the first
     `pilot_size`: from 3 labelled differences the table has their correlation with the judge's (numpy) and the
     human effect; with 2, neither."""
-    from calibration.study.screen import power_table
+    from calibration.study.power_table import power_table
 
     rng = np.random.default_rng(9)
     ids = [f"d{i}" for i in range(20)]
@@ -250,7 +250,7 @@ def test_each_drawn_dialogue_says_whether_the_draw_was_active_or_fell_back(uncer
     """The random part's reason: an active draw on the judge's uncertainty whenever any share of the draw follows it,
     a uniform draw that fell back when none does; with the seed either way. The inclusion probabilities say the same:
     uniform (budget / dialogues) exactly when the draw fell back."""
-    from calibration.study.screen import _active_plan
+    from calibration.study.designs import _active_plan
 
     items = pd.DataFrame({"item_id": [f"d{i:02d}" for i in range(30)],
                           "uncertainty": np.linspace(0.0, 1.0, 30), "discrimination": 0.0, "priority": 0.0})
@@ -266,7 +266,7 @@ def test_each_drawn_dialogue_says_whether_the_draw_was_active_or_fell_back(uncer
 def test_each_dialogues_counts_of_failed_na_abstained_and_order_disagreements_are_a_crosstabs():
     """items_table's per-dialogue counts against pandas' crosstab of the statuses (the seed-18 draw left its
     'na' and 'abstain' counts untested: either could count the other statuses)."""
-    from calibration.study.screen import items_table
+    from calibration.study.uncertainty import items_table
 
     statuses = ["ok", "error", "na", "abstain", "ok", "na", "abstain", "abstain", "error", "ok"]
     judge = pd.DataFrame({
@@ -364,7 +364,7 @@ def test_a_pilot_with_no_fit_to_check_the_signal_on_falls_back_to_a_uniform_draw
     """Fewer than three labelled dialogues, or judge scores that never vary: no residual to check the uncertainty
     against, so the share following it is none and the active plan's draw is uniform (budget / dialogues each),
     its reason saying it fell back."""
-    from calibration.study.screen import _active_plan, pilot_errors, signal_check
+    from calibration.study.designs import _active_plan, pilot_errors, signal_check
 
     items, judge, pilot, *_ = _pilot(12)
     if flat:
@@ -383,7 +383,7 @@ def test_a_pilot_the_judge_fits_exactly_falls_back_to_uniform_whatever_the_round
     humans): there is no error for the uncertainty to mark, so every such pilot falls back to a uniform draw and says
     why. Before, the fit's rounding residuals (~1e-15) were tested as errors, and 6 of these 40 pilots went active
     claiming the uncertainty marks where the judge errs. One real error (0.5 on one dialogue) is still checked."""
-    from calibration.study.screen import pilot_errors, signal_check
+    from calibration.study.designs import pilot_errors, signal_check
 
     rng = np.random.default_rng(1)
     for _ in range(40):
@@ -424,7 +424,7 @@ def test_the_output_files_read_back_as_the_tables_with_no_index_column():
 def test_pairwise_verdicts_become_each_systems_share_of_its_comparisons_won():
     """win_shares against a loop written out: per dialogue and system, the mean over its comparisons of 1 for a win,
     1/2 for a tie, 0 for a loss, whichever side of the pair the system was on; other labels and failures left out."""
-    from calibration.study.screen import win_shares
+    from calibration.study.systems import win_shares
 
     rng = np.random.default_rng(4)
     rows = []
@@ -509,7 +509,7 @@ def test_a_system_judged_on_two_dialogues_gets_the_range_of_its_two_scores_and_o
     """The expanded percentile interval at 2 dialogues cuts sqrt(2) t_1 (0.975) = 18 standard errors off each side:
     a tail below 1e-70 percent, so the interval is the bootstrap's whole range, the two scores' min and max. At 1
     dialogue no interval is printed (NaN); the systems judged everywhere keep theirs."""
-    from calibration.study.screen import systems_table
+    from calibration.study.systems import systems_table
 
     assert stats.norm.sf(np.sqrt(2.0) * stats.t.ppf(0.975, 1)) < 1e-70
     rng = np.random.default_rng(6)
@@ -547,7 +547,7 @@ def test_each_systems_adjusted_p_is_the_bonferroni_t_over_every_pair_written_out
     """p_adjusted (and tied_with_best) against the Bonferroni-t written out with numpy and scipy, the t's degrees of
     freedom from the fewest dialogues a system was judged on (12; 2 when one system has only 2; still 2, the least
     that gives a t, when one has a single dialogue)."""
-    from calibration.study.screen import systems_table
+    from calibration.study.systems import systems_table
 
     rng = np.random.default_rng(8)
     means = {"a": 4.0, "b": 3.8, "c": 1.0}
@@ -573,7 +573,7 @@ def test_each_systems_adjusted_p_is_the_bonferroni_t_over_every_pair_written_out
 def test_two_systems_the_judge_scores_identically_are_both_tied_with_the_best():
     """Identical scores on every dialogue: their difference is known to be 0 exactly, so neither is shown below the
     other; both are tied with the best and neither dominates the other."""
-    from calibration.study.screen import systems_table
+    from calibration.study.systems import systems_table
 
     rng = np.random.default_rng(12)
     base = rng.normal(4.0, 0.5, 15)
@@ -589,7 +589,7 @@ def test_a_system_is_dominated_only_when_shown_below_one_other_on_every_criterio
     """From planted bounds on theta_j - theta_i: 'low' is below 'top' on both criteria (dominated, by the first such
     system in name order); 'mixed' is below on one criterion only; 'partial' lacks a criterion (no domination
     without it), whatever its bound on the other; the bounds of 0 exactly or NaN decide nothing."""
-    from calibration.study.screen import dominated_systems
+    from calibration.study.systems import dominated_systems
 
     columns = [("x", "top"), ("x", "low"), ("x", "mixed"), ("x", "partial"), ("x", "zero"),
                ("y", "top"), ("y", "low"), ("y", "mixed"), ("y", "zero")]
@@ -641,7 +641,7 @@ def test_a_plan_is_refused_past_its_edges_and_made_at_them(budget, unit, share, 
     a budget of 1 and random shares of 0 and 1 are plans, outside [0, 1] refused; an active design counts only
     dialogues. A made plan spends exactly its budget here (costs 1, 2, 3 fit it)."""
     from calibration.errors import CalibrationError
-    from calibration.study.screen import make_plan
+    from calibration.study.designs import make_plan
 
     items = _items()
     before = items.copy()
@@ -659,7 +659,7 @@ def test_a_plan_is_refused_past_its_edges_and_made_at_them(budget, unit, share, 
 def test_the_targeted_part_fills_the_budget_greedily_in_priority_order():
     """Counted in judgments, after the random part: each dialogue in priority order is taken if its cost still fits
     what is left, else passed over for the next (written out as a loop); one that fits exactly is taken."""
-    from calibration.study.screen import make_plan
+    from calibration.study.designs import make_plan
 
     items = _items(n=10, cost=(3, 1, 4, 2, 5))
     for budget, share in ((9, 0.0), (10, 0.3), (13, 0.5), (7, 0.0)):
@@ -681,7 +681,7 @@ def test_the_targeted_part_fills_the_budget_greedily_in_priority_order():
 def test_each_targeted_row_says_which_of_uncertainty_or_discrimination_put_it_there(design):
     """'uncertain judgments (u)' when the uncertainty is at least the discrimination (a tie counts as uncertainty),
     'separates the leading systems (d)' otherwise, each with its value to two decimals."""
-    from calibration.study.screen import make_plan
+    from calibration.study.designs import make_plan
 
     items = pd.DataFrame({"item_id": ["a", "b", "c", "d"], "n_judgments": 1, "uncertainty": [0.7, 0.25, 0.5, 0.0],
                           "discrimination": [0.2, 0.6, 0.5, 0.0], "priority": [0.9, 0.85, 1.0, 0.0]})
@@ -730,7 +730,7 @@ def _mixture_capped(u, size, floor):
     (np.linspace(0.1, 1.0, 5), 5, 0.6),                # every dialogue: all drawn for certain
 ])
 def test_inclusion_probabilities_are_the_floored_mixture_capped_at_one(u, size, floor):
-    from calibration.study.screen import inclusion_probabilities
+    from calibration.study.designs import inclusion_probabilities
 
     pi = inclusion_probabilities(u, size, floor=floor)
     np.testing.assert_allclose(pi, _mixture_capped(u, size, floor), rtol=1e-12, atol=1e-12)
@@ -738,7 +738,7 @@ def test_inclusion_probabilities_are_the_floored_mixture_capped_at_one(u, size, 
 
 
 def test_inclusion_probabilities_default_to_the_documented_floor():
-    from calibration.study.screen import ACTIVE_FLOOR, inclusion_probabilities
+    from calibration.study.designs import ACTIVE_FLOOR, inclusion_probabilities
 
     u = np.linspace(0.0, 1.0, 10)
     np.testing.assert_allclose(inclusion_probabilities(u, 3), inclusion_probabilities(u, 3, floor=ACTIVE_FLOOR))
@@ -779,7 +779,7 @@ def test_each_power_table_column_against_its_parts_written_out(pilot_share):
     mean over the SD of the human differences, rho their correlation with the judge's (numpy)."""
     from calibration.study.ppi import ppi_mean
     from calibration.study.power import dialogues_needed
-    from calibration.study.screen import power_table
+    from calibration.study.power_table import power_table
 
     judge, labels = _power_data()
     systems = pd.DataFrame({"criterion": ["x", "x", "x", "y", "y", "y"], "system": ["a", "b", "c", "b", "a", "c"],
@@ -820,7 +820,7 @@ def test_each_power_table_column_against_its_parts_written_out(pilot_share):
 
 
 def test_a_criterion_with_one_system_has_no_power_row_and_a_single_difference_no_effect():
-    from calibration.study.screen import effect_size, power_table
+    from calibration.study.power_table import effect_size, power_table
 
     judge, _ = _power_data()
     judge = judge[~((judge["criterion"] == "y") & (judge["system"] != "a"))]
@@ -836,7 +836,7 @@ def test_a_pilot_with_no_spread_in_one_side_has_no_correlation_and_warns_nothing
     measured, so rho is NaN, and no numpy warning leaks to the user's terminal."""
     import warnings
 
-    from calibration.study.screen import power_table
+    from calibration.study.power_table import power_table
 
     judge, labels = _power_data()
     labelled = [f"d{i:02d}" for i in range(12, 20)]
@@ -858,7 +858,7 @@ def test_each_dialogues_priority_is_its_uncertainty_plus_the_discrimination_of_t
     (pairwise win shares) and from the judgments otherwise; a dialogue the contenders have no score on (every
     judgment failed) discriminates nothing (0), so its priority is its uncertainty, and no numpy warning is
     printed for it."""
-    from calibration.study.screen import items_table
+    from calibration.study.uncertainty import items_table
 
     import warnings
 
@@ -982,7 +982,7 @@ def _ratio_and_p(score, human, u, permutations=1999):
     """The residual-variance ratio mean(r^2 / p~) / mean(r^2) and the one-sided permutation p of T = r^2 . (1 - 1/p~)
     written out (scipy's least squares; the shuffles drawn as signal_check draws them: seed 0, one permutation of
     the gains each), counting ties."""
-    from calibration.study.screen import ACTIVE_FLOOR
+    from calibration.study.designs import ACTIVE_FLOOR
 
     fit = stats.linregress(score, human)
     r2 = (human - fit.intercept - fit.slope * score) ** 2
@@ -1003,7 +1003,7 @@ def test_the_signal_checks_printed_ratio_and_p_are_the_statistics_written_out(se
     an active draw; seed 10's p, 13 / 2000, would print 0.007 over 1,998)."""
     import re
 
-    from calibration.study.screen import pilot_errors, signal_check
+    from calibration.study.designs import pilot_errors, signal_check
 
     items, judge, pilot, score, human, u = _noisy_pilot(seed)
     if follows:
@@ -1021,7 +1021,7 @@ def test_the_signal_checks_printed_ratio_and_p_are_the_statistics_written_out(se
 def test_a_pilot_whose_permutation_p_is_exactly_the_threshold_falls_back_to_uniform():
     """Active only when p < 0.1 (the docstring's rule): this pilot's p is exactly 200 / 2000 = 0.1 (written out),
     so the draw stays uniform. The shuffle count is the documented 1,999."""
-    from calibration.study.screen import PERMUTATIONS, pilot_errors, signal_check
+    from calibration.study.designs import PERMUTATIONS, pilot_errors, signal_check
 
     assert PERMUTATIONS == 1999
     items, judge, pilot, score, human, u = _noisy_pilot(2473)
@@ -1033,7 +1033,7 @@ def test_a_pilot_whose_permutation_p_is_exactly_the_threshold_falls_back_to_unif
 def test_an_active_plan_without_a_share_takes_the_documented_one():
     """No uncertainty share given: 1 - ACTIVE_FLOOR of the draw follows the uncertainty, the share signal_check gives
     without a pilot (and 0.4, the documented floor of 0.6 leaves)."""
-    from calibration.study.screen import ACTIVE_FLOOR, _active_plan, signal_check
+    from calibration.study.designs import ACTIVE_FLOOR, _active_plan, signal_check
 
     items = pd.DataFrame({"item_id": [f"d{i:02d}" for i in range(20)], "uncertainty": np.linspace(0.0, 1.0, 20),
                           "discrimination": 0.0, "priority": 0.0})
@@ -1048,7 +1048,7 @@ def test_an_active_plan_without_a_share_takes_the_documented_one():
 def test_the_signal_check_does_not_depend_on_the_units_of_scores_and_labels(scale):
     """Judge scores and human labels in other units (thousandths, or tens of thousands): the same verdict, ratio and
     p; and a pilot the judge fits exactly still falls back, whatever the size of the labels' rounding."""
-    from calibration.study.screen import pilot_errors, signal_check
+    from calibration.study.designs import pilot_errors, signal_check
 
     items, judge, pilot, score, human, u = _noisy_pilot(15)
     items = items.assign(uncertainty=np.abs(human - score) + np.random.default_rng(115).random(12))
@@ -1067,7 +1067,7 @@ def test_the_signals_error_per_dialogue_averages_every_criterion_fitted_from_thr
     printed ratio is computed from those."""
     import re
 
-    from calibration.study.screen import ACTIVE_FLOOR, pilot_errors, signal_check
+    from calibration.study.designs import ACTIVE_FLOOR, pilot_errors, signal_check
 
     items, judge, pilot, score, human, u = _noisy_pilot(15)
     items = items.assign(uncertainty=u)
@@ -1094,7 +1094,7 @@ def test_an_active_plans_recorded_probabilities_are_the_floored_mixture_and_its_
     """_active_plan: each drawn dialogue's inclusion_probability is its probability under the floored mixture
     written out (floor 1 - the uncertainty share), dialogues taken in id order; the targeted rest by priority, ties
     by id."""
-    from calibration.study.screen import _active_plan
+    from calibration.study.designs import _active_plan
 
     rng = np.random.default_rng(4)
     ids = [f"d{i:02d}" for i in range(16)]
@@ -1166,7 +1166,7 @@ def test_a_plans_random_part_is_refused_empty_warned_small_and_accepted_from_ten
     """A random part left empty by rounding is refused, asked for empty warned about; below 10 dialogues (the
     documented count for intervals that decide something) warned about, in the singular for one; 10 is enough."""
     from calibration.errors import CalibrationError
-    from calibration.study.screen import plan_warnings
+    from calibration.study.designs import plan_warnings
 
     plan = pd.DataFrame({"item_id": [f"d{i}" for i in range(n_random + 3)],
                          "part": ["random"] * n_random + ["targeted"] * 3})
@@ -1274,7 +1274,7 @@ def test_the_power_tables_counts_are_whole_numbers_or_empty_in_power_csv():
 def test_the_jurys_differences_turn_round_with_the_pair():
     """jury_differences(first, second) is the cross-fitted jury's first minus second on each judged dialogue: the
     pair turned round gives its negative, and a system against itself nothing."""
-    from calibration.study.screen import jury_differences
+    from calibration.study.power_table import jury_differences
 
     judge, labels = _power_data()
     judge, labels = judge[judge["criterion"] == "x"], labels[labels["criterion"] == "x"]

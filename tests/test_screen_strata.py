@@ -9,8 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.screen import (STRATUM_PRIOR, inclusion_probabilities, judgment_uncertainty, pilot_errors,
-                                      relative_probabilities, screen, stratified_uncertainty, stratum_weights)
+from calibration.study.designs import (STRATUM_PRIOR, inclusion_probabilities, pilot_errors, relative_probabilities,
+    stratified_uncertainty, stratum_weights)
+from calibration.study.uncertainty import judgment_uncertainty
+from calibration.study.screen import screen
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -146,7 +148,7 @@ def test_jury_disagreement_is_the_sd_of_the_judges_within_system_standardised_sc
     """Written out: each judge's scores standardised within (system, criterion) over its judged dialogues, the sample
     sd over the judges that scored the summary, capped at 1; NaN with one judge only, or where a judge's scores of
     the system do not vary (it cannot disagree) and no other two remain."""
-    from calibration.study.screen import jury_disagreement
+    from calibration.study.uncertainty import jury_disagreement
 
     rng = np.random.default_rng(8)
     ids = [f"d{i}" for i in range(12)]
@@ -190,7 +192,7 @@ def test_screen_with_more_judges_draws_where_they_disagree():
     other = judge.assign(score=np.clip(judge["score"] + rng.normal(0, 1.0, len(judge)), 1, 5))
     result = screen(judge, pilot, scale=(1, 5), judges={"other": other}, bootstrap=50, budget=10, design="active")
     items = result.items.set_index("item_id")
-    from calibration.study.screen import jury_disagreement
+    from calibration.study.uncertainty import jury_disagreement
 
     per_judgment = jury_disagreement(judge, {"other": other}).fillna(0.0)
     expected = per_judgment.groupby(judge["item_id"]).mean()
@@ -221,7 +223,7 @@ SPREAD, TOP, BOTTOM = [1, 2, 3, 4, 5] * 4, [5] * 19 + [4], [1] * 18 + [2, 1]
 def test_bunched_rows_are_the_pilot_rows_whose_labels_sit_at_one_end_of_their_scale(rows, criteria, bounds,
                                                                                      expected):
     """screen.bunched_rows: estimate.unseen_pull on each (system, criterion) of the pilot with its scale."""
-    from calibration.study.screen import bunched_rows
+    from calibration.study.designs import bunched_rows
 
     assert bunched_rows(_pilot(rows), criteria, bounds) == expected
     assert bunched_rows(None, criteria, bounds) == []

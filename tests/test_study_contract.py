@@ -18,7 +18,8 @@ from calibration.errors import CalibrationError
 from calibration.io import load_human_labels, load_judge_scores
 from calibration.study.estimate import separated
 from calibration.study.estimate import estimate
-from calibration.study.screen import screen, systems_table
+from calibration.study.screen import screen
+from calibration.study.systems import systems_table
 from judge.cli import main
 
 ITEMS = [f"d{n:02d}" for n in range(1, 21)]

@@ -193,7 +193,7 @@ def test_dialogues_needed_may_be_exactly_the_smallest_count_printed():
 def test_discrimination_is_the_contenders_spread_over_half_the_observed_range():
     """Two contenders scored 1 and 5 on a dialogue (observed range 1..5, half of it 2): population SD 2 / 2 = 1;
     scored 2 and 4: SD 1 / 2 = 0.5."""
-    from calibration.study.screen import discrimination
+    from calibration.study.uncertainty import discrimination
 
     rows = [("d1", "a", 1.0), ("d1", "b", 5.0), ("d2", "a", 2.0), ("d2", "b", 4.0)]
     judge = pd.DataFrame([{"item_id": i, "system": s, "criterion": "c", "score": v, "status": "ok", "label": None}
@@ -247,7 +247,7 @@ def test_dialogues_needed_with_the_judge_prices_lambda_as_a_spent_degree_of_free
 def test_a_criterion_scored_the_same_everywhere_reads_spread_against_one_point():
     """Every judgment of a criterion has the same mean score (no observed range): a judgment's sample spread is read
     in score points (divided by 1), not as infinitely uncertain."""
-    from calibration.study.screen import judgment_uncertainty
+    from calibration.study.uncertainty import judgment_uncertainty
 
     judge = pd.DataFrame([{"item_id": f"d{i}", "system": s, "criterion": "flat", "score": 3.0, "status": "ok",
                            "spread": 0.0} for i in range(4) for s in ("a", "b")])
@@ -311,7 +311,7 @@ def test_a_zero_probability_leaves_the_entropy_of_the_others():
     is no event, not an undefined term."""
     from scipy.stats import entropy
 
-    from calibration.study.screen import judgment_uncertainty
+    from calibration.study.uncertainty import judgment_uncertainty
 
     judge = pd.DataFrame([{"item_id": "d1", "system": "a", "criterion": "c", "score": 1.5, "status": "ok",
                            "probs": {"1": 0.5, "2": 0.5, "3": 0.0}},

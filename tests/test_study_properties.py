@@ -19,7 +19,9 @@ from scipy import stats
 
 from calibration.study.ppi import MIN_CROSS_FITTED, MIN_LABELLED, MIN_SPREAD, MIN_TUNED, ppi_mean
 from calibration.study.power import dialogues_needed, paired_power
-from calibration.study.screen import (discrimination, judgment_uncertainty, make_plan, systems_table)
+from calibration.study.uncertainty import discrimination, judgment_uncertainty
+from calibration.study.designs import make_plan
+from calibration.study.systems import systems_table
 from test_estimate import correlated, reference_cross_fitted, reference_in_sample
 
 
@@ -185,7 +187,7 @@ def test_judgment_uncertainty_exact_cases():
     assert frame["entropy"].tolist()[:3] == pytest.approx([1.0, 0.0, 1.0])  # normalised by log(len(probs))
     assert frame["order_disagreement"].tolist() == [False, False, True, False, False, False]
     assert frame["uncertainty"].tolist()[:3] == pytest.approx([1.0, 1.0, 1.0])
-    from calibration.study.screen import FAILED, NOT_APPLICABLE
+    from calibration.study.uncertainty import FAILED, NOT_APPLICABLE
 
     assert frame["uncertainty"].tolist()[3:] == [FAILED, NOT_APPLICABLE, FAILED]
 
@@ -286,7 +288,7 @@ def test_a_confidence_that_is_not_a_level_is_refused_in_the_clis_words(confidenc
     (10, 0.5, None), (25, 1.0, None)])
 def test_plan_warnings_at_each_boundary(n_random, share, outcome):
     from calibration.errors import CalibrationError
-    from calibration.study.screen import FEW_RANDOM, plan_warnings
+    from calibration.study.designs import FEW_RANDOM, plan_warnings
 
     plan = pd.DataFrame({"item_id": [f"d{k}" for k in range(n_random + 3)],
                          "part": ["random"] * n_random + ["targeted"] * 3, "reason": ""})

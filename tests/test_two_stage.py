@@ -21,7 +21,8 @@ from calibration.errors import CalibrationError
 from calibration.study.ppi import MIN_LABELLED, effective_labels
 from calibration.study.ppi_weighted import ppi_mean_weighted, two_stage_inclusion
 from calibration.study.estimate import plan_first_stage, plan_inclusion
-from calibration.study.screen import inclusion_probabilities, print_screen, read_plan, systematic_sample
+from calibration.study.designs import inclusion_probabilities, systematic_sample
+from calibration.study.screen import print_screen, read_plan
 from judge.annotation.package import read_plan as export_plan
 
 STUDY = Path(__file__).resolve().parents[1] / "examples" / "study"
@@ -428,7 +429,7 @@ def test_the_second_stage_needs_the_fewest_dialogues_whose_two_stage_variance_re
     n (the two-stage weights' variance in units of one label's)."""
     from types import SimpleNamespace
 
-    from calibration.study.screen import second_stage_count
+    from calibration.study.power_table import second_stage_count
 
     row = SimpleNamespace(dialogues_with_judge=uniform, dialogues_human_only=uniform + 5, dialogues_active=active)
     d = active / uniform

@@ -24,7 +24,7 @@ from ..errors import CalibrationError
 from ..result import Result
 from .estimate_tables import Estimates
 from .pairwise import PairwiseTables
-from .screen import format_table
+from .printing import format_table
 
 METHOD = ("PPI++: lambda tuned from 10 labels on, each dialogue's on the other labels (cross-fitted: t interval, "
           "n-1 df; at 10-19 labels one lambda shared by a criterion's systems; an active plan's fitted on all its "

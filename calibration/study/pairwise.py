@@ -233,7 +233,7 @@ def summary_markdown(tables: PairwiseTables) -> str:
 
 
 def print_pairwise(result, out) -> None:
-    from .screen import format_table
+    from .printing import format_table
 
     level = f"{result.confidence:.0%}"
     if result.from_plan:
