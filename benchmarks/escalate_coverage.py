@@ -3,7 +3,7 @@
 For each setting, a population of cells (N = 20,000) is drawn once: each judge's confidence and whether its verdict
 agrees with the humans. Each draw then takes a calibration set of n_cal cells with replacement from the population
 (iid from it: exactly the guarantee's setting) and, apart, 1,000 unlabelled cells that fix the path; the thresholds
-are fitted (calibration.cascade.escalate.fit_cascade, the function the verb runs) and applied to the whole
+are fitted (calibration.cascade.threshold_tests.fit_cascade, the function the verb runs) and applied to the whole
 population. A draw fails when the agreement of the verdicts accepted on the population is below 1 - alpha. Printed
 per setting: the failure rate (must be <= delta, up to simulation error) and the mean coverage (share accepted).
 
@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.cascade.escalate import binomial_p, decide, fit_cascade, min_labels, path_thresholds  # noqa: E402
+from calibration.cascade.threshold_tests import binomial_p, decide, fit_cascade, min_labels, path_thresholds  # noqa: E402
 
 POPULATION = 20_000
 POOL = 1_000

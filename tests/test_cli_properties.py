@@ -138,7 +138,7 @@ def test_escalates_flags_take_every_value_their_range_allows_and_no_other(flag, 
 @pytest.mark.parametrize("share, found", [(0.4, False), (0.5, True), (0.6, True)])
 def test_the_probs_signal_is_offered_when_half_the_verdicts_record_probabilities(share, found, missing):
     """Found by the seed-5 draw: a probs column filled for a minority of verdicts was taken as the signal."""
-    from calibration.cascade.escalate import available_signals
+    from calibration.cascade.verdicts import available_signals
 
     n = 10
     frame = pd.DataFrame({"status": "ok", "score": 3.0,

@@ -16,8 +16,9 @@ import pytest
 from scipy.stats import binomtest
 
 import calibration
-from calibration.cascade.escalate import (agreement_bound, binomial_p, decide, fit_cascade, human_verdicts,
-                                          min_labels, path_thresholds)
+from calibration.cascade.threshold_tests import (agreement_bound, binomial_p, decide, fit_cascade, min_labels,
+                                                 path_thresholds)
+from calibration.cascade.verdicts import human_verdicts
 from calibration.errors import CalibrationError
 from judge.cli import main
 
@@ -180,7 +181,7 @@ def test_pairwise_ties_are_verdicts_that_can_be_wrong():
     labels["abstained"] = False
     side = human_verdicts(labels, "pref", "pairwise", cells)
     assert side.tolist() == [frozenset({"0"}), frozenset({"1", "2"}), frozenset({"1"}), frozenset({"0"})]
-    from calibration.cascade.escalate import _agrees
+    from calibration.cascade.verdicts import _agrees
 
     assert _agrees("0", side[0], "pairwise", 0) and not _agrees("1", side[0], "pairwise", 0)
     assert not _agrees("0", side[1], "pairwise", 0)  # humans split 1-2: a judge's tie matches neither
@@ -228,7 +229,7 @@ def test_categorical_agreement_counts_a_tied_human_label_and_abstentions_can_be_
 
 
 def test_likert_tolerance_is_against_the_human_mean():
-    from calibration.cascade.escalate import _agrees
+    from calibration.cascade.verdicts import _agrees
 
     assert _agrees(4.0, 3.5, "likert", 0.5) and not _agrees(4.0, 3.4, "likert", 0.5)
     assert _agrees(3.0, 3.0, "likert", 0.0) and not _agrees(3.0, 3.5, "likert", 0.0)
@@ -485,7 +486,7 @@ def test_every_help_line_starting_with_judge_is_a_runnable_example():
 
 
 def test_too_few_dialogues_for_the_betting_test_are_refused_and_the_count_is_right():
-    from calibration.cascade.escalate import betting_p
+    from calibration.cascade.threshold_tests import betting_p
 
     labels = pd.read_csv(LABELS)
     few = labels[labels["item_id"].isin(sorted(set(labels["item_id"]))[:12])]  # 12 dialogues x 3 cells

@@ -75,7 +75,7 @@ def test_the_fixed_sequence_tests_each_step_up_to_the_first_it_cannot_reject(ste
     """Fixed-sequence testing from the first step: each step is tested while the ones before were rejected (p <=
     delta), and the first whose p exceeds delta is tested too (its p-value decides the stop); none after it. The
     judge is right above confidence 0.5 and mostly wrong below: of two steps only the first is rejected."""
-    from calibration.cascade.escalate import fit_cascade
+    from calibration.cascade.threshold_tests import fit_cascade
 
     rng = np.random.default_rng(0)
     conf = rng.uniform(0, 1, (400, 1))
@@ -97,7 +97,7 @@ def test_the_samples_signal_is_offered_when_half_the_verdicts_record_two_or_more
     none is no spread); never for pairwise verdicts, whose samples are the two orders (the `order` signal)."""
     import pandas as pd
 
-    from calibration.cascade.escalate import available_signals
+    from calibration.cascade.verdicts import available_signals
 
     n = 10
     frame = pd.DataFrame({"status": "ok", "score": 3.0,

@@ -1,4 +1,4 @@
-"""Each confidence signal of `judge escalate` (calibration.cascade.escalate._confidence) on exact small cases: what
+"""Each confidence signal of `judge escalate` (calibration.cascade.verdicts._confidence) on exact small cases: what
 the module docstring and --help say each one is, including the cases where a judge recorded nothing usable (then
 the verdict is never accepted on that signal: confidence 0), and a missing verdict (no confidence at all)."""
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from calibration.cascade.escalate import _confidence
+from calibration.cascade.verdicts import _confidence
 
 
 def row(**fields):
@@ -89,7 +89,7 @@ def test_tokens_are_counted_when_a_backend_records_only_one_side_of_the_usage(tm
     with neither records none. Found by the seed-7 draw (a rule needing both passed)."""
     import json
 
-    from calibration.cascade.escalate import _tokens
+    from calibration.cascade.walk import _tokens
     from test_escalate import JUDGES
 
     lines = JUDGES["small"].read_text(encoding="utf-8").splitlines()[:3]
@@ -109,7 +109,7 @@ def test_tokens_are_counted_for_a_judgments_file_of_any_name_but_csv(tmp_path, n
     counted only for a name ending .jsonl, so a cascade's cost table said 0 tokens for the same verdicts)."""
     import json
 
-    from calibration.cascade.escalate import _tokens
+    from calibration.cascade.walk import _tokens
     from calibration.io import load_judge_scores
     from test_escalate import JUDGES
 

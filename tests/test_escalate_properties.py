@@ -1,6 +1,6 @@
-"""Properties of `judge escalate`'s statistics (calibration.cascade.escalate) that whole families of bugs break: the
-fixed-sequence walk, the label-free path, the cascade's order, the start step and the betting test each written out
-here in plain loops from the module docstring and compared on random inputs (several judges, both kinds of unit);
+"""Properties of `judge escalate`'s statistics (calibration.cascade.threshold_tests, .walk) that whole families of
+bugs break: the fixed-sequence walk, the label-free path, the cascade's order, the start step and the betting test each
+written out here in plain loops from the module docstring and compared on random inputs (several judges, both kinds of unit);
 the betting p-value's validity at the null's boundary and its monotonicity; and every number of the thresholds table
 recounted from the decisions and the labels.
 
@@ -17,8 +17,9 @@ import pytest
 from scipy import stats
 
 import calibration
-from calibration.cascade.escalate import (_risk_coverage, _signal_row, betting_p, decide, fit_cascade, min_labels,
-                                          path_thresholds, start_step)
+from calibration.cascade.threshold_tests import (betting_p, decide, fit_cascade, min_labels, path_thresholds,
+                                                 start_step)
+from calibration.cascade.walk import _risk_coverage, _signal_row
 from test_escalate import JUDGES, LABELS
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 import calibration
-from calibration.cascade.escalate import decide, fit_cascade
+from calibration.cascade.threshold_tests import decide, fit_cascade
 
 SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 DECODA = SHARED / "decoda_llm_sum_guidelines"

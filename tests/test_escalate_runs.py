@@ -23,7 +23,8 @@ import pandas as pd
 import pytest
 
 import calibration
-from calibration.cascade.escalate import TABLE_FILES, path_sample
+from calibration.cascade.escalate import TABLE_FILES
+from calibration.cascade.threshold_tests import path_sample
 from cascade_sim import SYSTEMS, judged_cells, strong_options, write_study
 from calibration.cascade.runs import RunStopped
 from judge.cli import main

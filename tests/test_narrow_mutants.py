@@ -169,7 +169,7 @@ def test_a_cascade_that_rejects_only_its_first_step_uses_that_steps_threshold():
     """Two steps (q = 1/2, 1): the judge is right above confidence 0.5 and mostly wrong below, so only the first
     step's disagreement rate is shown below alpha. Its threshold is the pool's confidence that half the pool reaches
     (the m/2-th largest), and its p-value the binomial tail of its disagreements (scipy)."""
-    from calibration.cascade.escalate import fit_cascade
+    from calibration.cascade.threshold_tests import fit_cascade
 
     rng = np.random.default_rng(0)
     conf = rng.uniform(0, 1, (400, 1))
