@@ -30,6 +30,7 @@ _WHERE = {
     "DriftResult": "trust.drift", "drift": "trust.drift",
     "SelectResult": "trust.select", "select": "trust.select",
     "EscalateResult": "cascade.escalate", "escalate": "cascade.escalate",
+    "TuneResult": "tune.tune", "tune": "tune",
 }
 
 __all__ = ["CalibrationError", *sorted(_WHERE)]
@@ -38,7 +39,8 @@ __all__ = ["CalibrationError", *sorted(_WHERE)]
 def __getattr__(name):
     if name not in _WHERE:
         raise AttributeError(f"module 'calibration' has no attribute {name!r}")
-    value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    module = import_module(f".{_WHERE[name]}", __name__)
+    value = module if name == "tune" else getattr(module, name)  # the tune family's package is callable: the verb
     globals()[name] = value  # later look-ups skip this function
     return value
 

@@ -43,6 +43,37 @@ class HumanScale:
     abstain: frozenset[str] = field(default_factory=frozenset)  # labels that abstain ("I don't know")
 
 
+class Scales(dict):
+    """criterion -> HumanScale, as judge_scales returns them, with the (item_id, criterion) cells whose labels the
+    judgments mark as demonstrations (`judge tune` put a label of that dialogue into the rubric): read_human_labels
+    leaves those labels out, so a label that shaped the judge never counts as a label too."""
+
+    demonstrations: frozenset = frozenset()
+
+
+def demonstration_cells(judge: pd.DataFrame) -> frozenset:
+    """(item_id, criterion) of every judgment marked `demonstration`."""
+    if "demonstration" not in judge.columns:
+        return frozenset()
+    marked = judge[judge["demonstration"].fillna(False).astype(bool)]
+    return frozenset(zip(marked["item_id"].astype(str), marked["criterion"].astype(str)))
+
+
+def _demonstration_note(cells: frozenset) -> list[str]:
+    if not cells:
+        return []
+    criteria = sorted({c for _, c in cells})
+    return [f"the judgments mark {len({i for i, _ in cells})} dialogue(s) as demonstrations in the judge's rubric "
+            f"({', '.join(criteria)}): their labels of those criteria are left out of the labelled cells, so no "
+            "label that shaped the judge counts as a label"]
+
+
+def _with_demonstrations(scales: dict, cells: frozenset) -> Scales:
+    out = Scales(scales)
+    out.demonstrations = cells
+    return out
+
+
 def scale_bounds(scales: dict[str, HumanScale]) -> dict[str, tuple[float, float]]:
     """(low, high) of each numeric scale, by criterion ("*": every criterion, from --scale): the bounds the human
     scores cannot leave, for the estimators' bounded-scale checks."""
@@ -256,7 +287,23 @@ def load_human_labels(path: str | Path, scales: dict[str, HumanScale] | None = N
 
 
 def _checked_labels(frame: pd.DataFrame, path, scales) -> pd.DataFrame:
-    """load_human_labels's checks on a frame of stripped strings with a `line` column."""
+    """load_human_labels's checks on a frame of stripped strings with a `line` column; the labels of demonstration
+    dialogues (Scales.demonstrations) left out after the checks, their count in attrs["demonstration_labels"]."""
+    demonstrations = getattr(scales, "demonstrations", frozenset())
+    frame = _checked_rows(frame, path, scales)
+    if demonstrations:
+        shown = pd.Series([cell in demonstrations for cell in zip(frame["item_id"], frame["criterion"])],
+                          index=frame.index)
+        frame = frame[~shown].reset_index(drop=True)
+        frame.attrs["path"] = str(path)
+        frame.attrs["demonstration_labels"] = int(shown.sum())
+        if frame.empty:
+            raise CalibrationError(f"{path}: every label is on a demonstration dialogue of the judge's rubric; "
+                                   "label other dialogues")
+    return frame
+
+
+def _checked_rows(frame: pd.DataFrame, path, scales) -> pd.DataFrame:
     _require_columns(frame, path, HUMAN_COLUMNS)
     _check_blank(frame, path, ["item_id", "system", "annotator", "criterion"])
     frame = _split_scores(frame, path, scales or {})
@@ -306,7 +353,7 @@ def read_human_labels(human, scales: dict[str, HumanScale] | None = None) -> pd.
     frame["line"] = human["line"].to_numpy() if "line" in human.columns else np.arange(len(human)) + 2
     if frame.empty:
         raise CalibrationError(f"{where}: no labels")
-    return _checked_labels(frame.reset_index(drop=True), where, scales or {})
+    return _checked_labels(frame.reset_index(drop=True), where, scales if scales is not None else {})
 
 
 # The column naming each label's own file when labels come from several (several_label_files; label_at).
@@ -499,11 +546,12 @@ def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None, 
     """The human scales to check labels against: `--scale MIN,MAX` when given, else the rubric's the judgments name
     (calibrate, screen and estimate alike), looked for beside `source`, the judgments as given (a path, or a frame
     whose attrs name its file and the rubric file it was judged with)."""
+    shown = demonstration_cells(judge)
     if scale is not None:
         from .options import scale_option
 
         low, high = scale_option(scale)
-        return {"*": range_scale(low, high)}, []
+        return _with_demonstrations({"*": range_scale(low, high)}, shown), _demonstration_note(shown)
     refs = judge["rubric"].dropna().unique()
     if required and not any(refs):
         # A CSV of metric scores names no rubric: a 99 among 1-5 labels would move every estimate unseen.
@@ -513,7 +561,8 @@ def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None, 
     path = attrs.get("path")
     beside = Path(path).parent if isinstance(path, (str, Path)) and Path(path).is_file() else None
     files = [attrs["rubric_file"]] if attrs.get("rubric_file") else []
-    return rubric_scales(refs, beside, files)
+    scales, notes = rubric_scales(refs, beside, files)
+    return _with_demonstrations(scales, shown), notes + _demonstration_note(shown)
 
 
 def check_labels(labels: pd.DataFrame, judge: pd.DataFrame, path: str | Path | None = None,

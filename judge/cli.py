@@ -14,6 +14,7 @@ from judge.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
 VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.trust.cli", "calibration.cascade.cli",
+                "calibration.tune.cli",
                 "judge.annotation.cli", "judge.batch_cli")
 
 

@@ -84,6 +84,7 @@ class Judge:
         # version of the tool that asks differently does not reuse an old line.
         self._rubric_parts = {c.id: digest([header, c.model_dump(), self._answer_spec(c)]) for c in rubric.criteria}
         self._formats = {c.id: AnswerFormat.for_criterion(c) for c in rubric.criteria}  # asked for at every judgment
+        self._demonstrations = rubric.demonstration_items()
 
     # -- fingerprints: what a resumed run compares before reusing a line ------------------------------------
     def _answer_spec(self, criterion: Criterion) -> list:
@@ -155,6 +156,8 @@ class Judge:
     # -- building judgments ------------------------------------------------------------------------------------
     def _judgment(self, criterion: Criterion, item: Item, fingerprint: dict, **fields) -> Judgment:
         pair = {"system_1": item.system_1, "system_2": item.system_2} if item.is_pair and item.system_1 else {}
+        if item.id in self._demonstrations.get(criterion.id, ()):
+            fields["demonstration"] = True  # a label of this dialogue is in the prompt: never a label again
         return Judgment(id=item.id, system=item.system, criterion=criterion.id, rubric=self.rubric.ref,
                         model=self.settings.model, backend=self.settings.backend, fingerprint=fingerprint,
                         **pair, **fields)

@@ -80,6 +80,9 @@ class Judgment(BaseModel):
     # True when an answer behind this verdict came from the answer cache (asked in an earlier run, perhaps of another
     # model behind the same name): such a verdict says nothing about the model now, so `judge drift` refuses it.
     from_cache: bool | None = None
+    # True when the rubric's criterion holds a demonstration from this dialogue (`judge tune` wrote it from a human
+    # label): the statistics verbs leave this dialogue's labels of the criterion out, so no label counts twice.
+    demonstration: bool | None = None
 
     @field_validator("id", "system", "criterion", mode="before")
     @classmethod
@@ -123,7 +126,7 @@ class Judgment(BaseModel):
 
     def _unused(self) -> set[str]:
         optional = ("raw", "position", "segments", "system_1", "system_2", "orders", "order_disagreement", "identical",
-                    "served", "from_cache")
+                    "served", "from_cache", "demonstration")
         return {name for name in optional if getattr(self, name) is None}
 
 

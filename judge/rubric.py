@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+                      model_validator)
 
 from judge.errors import RubricError
 from judge.resources import bundled_dir, read_text
@@ -119,6 +120,19 @@ class Example(_Strict):
     dialogue: str | None = None
     candidate_2: str | None = None  # pairwise examples: `candidate` is the first summary, this the second
     reference: str | None = None
+    # A demonstration `judge tune` took from a human label: the labelled cell it came from. Judgments of that
+    # dialogue on this criterion are marked `demonstration`, and the statistics verbs leave its labels out.
+    item_id: str | None = None
+    system: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_origin(self, handler):
+        # rubrics without demonstrations dump (and so fingerprint) exactly as before these fields existed
+        data = handler(self)
+        for name in ("item_id", "system"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 class Gate(_Strict):
@@ -184,6 +198,15 @@ class Rubric(_Strict):
     context_fields: list[str] = []  # extra item fields shown to the judge, e.g. summary_type
     criteria: list[Criterion] = Field(min_length=1)
     qualification: Qualification | None = None
+    # NAME@VERSION of the rubric `judge tune` built this one from; None for a rubric written by hand.
+    tuned_from: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_origin(self, handler):
+        data = handler(self)  # a rubric never tuned dumps (and fingerprints) exactly as before the field existed
+        if data.get("tuned_from") is None:
+            data.pop("tuned_from", None)
+        return data
 
     @field_validator("criteria")
     @classmethod
@@ -231,6 +254,10 @@ class Rubric(_Strict):
         raise RubricError(
             f"rubric {self.name!r} has no criterion {criterion_id!r}; it has: {', '.join(c.id for c in self.criteria)}"
         )
+
+    def demonstration_items(self) -> dict[str, set[str]]:
+        """criterion id -> the dialogues (item ids) its demonstrations were taken from."""
+        return {c.id: {e.item_id for e in c.examples if e.item_id is not None} for c in self.criteria}
 
     def select(self, ids: list[str] | None) -> list[Criterion]:
         return list(self.criteria) if not ids else [self.criterion(i) for i in ids]

@@ -9,7 +9,8 @@ abstentions and failures are never a number), `label`, `status` (ok, label, na, 
 file; the position in the list otherwise); `system_1, system_2` (a pair's systems); `rubric, model`; what some verbs
 need beyond the verdict: `samples` (the re-asks' scores; empty for per-segment criteria, whose per-segment scores
 are not re-asks), `spread`, `probs`, `position` (block mode's letter), `forward`/`swapped` (a pair's verdict in each
-order), `order_disagreement`, `fingerprint`, `from_cache`, `served`; and for people reading it, `explanation` and
+order), `order_disagreement`, `fingerprint`, `from_cache`, `served`, `demonstration` (a label of the dialogue is
+a demonstration in the rubric: `judge tune`); and for people reading it, `explanation` and
 `error`.
 """
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 TABLE_COLUMNS = ["item_id", "system", "criterion", "score", "label", "status", "line", "system_1", "system_2",
                  "rubric", "model", "samples", "spread", "probs", "position", "forward", "swapped",
-                 "order_disagreement", "fingerprint", "from_cache", "served", "explanation", "error"]
+                 "order_disagreement", "fingerprint", "from_cache", "served", "explanation", "error", "demonstration"]
 
 
 def row_of(judgment: Judgment, line: int) -> dict:
@@ -44,6 +45,7 @@ def row_of(judgment: Judgment, line: int) -> dict:
         "swapped": orders.get("swapped"), "order_disagreement": judgment.order_disagreement,
         "fingerprint": judgment.fingerprint, "from_cache": bool(judgment.from_cache), "served": judgment.served,
         "explanation": judgment.explanation, "error": judgment.error,
+        "demonstration": bool(judgment.demonstration),
     }
 
 

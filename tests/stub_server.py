@@ -71,6 +71,12 @@ class StubConfig:
     # A judge swayed by a phrase: a question whose messages contain this text is answered with the last enum value
     # (the audit's probes must see it move, and in which direction).
     swayed_by: str | None = None
+    # A test double of a model that learns from demonstrations (`judge tune`'s end-to-end test): a candidate's true
+    # score is how often the word "good" is in it (1-5); without demonstrations the double scores by length (a
+    # weak cue); when the prompt's worked examples follow the "good" rule better than the length rule, it scores by
+    # "good". A question asking for a rubric edit gets `proposal` (a JSON text) as its answer.
+    learner: bool = False
+    proposal: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "StubConfig":
@@ -142,6 +148,32 @@ def _answer_from_prompt(messages: list[dict], gate_answer: str, last: bool = Fal
     if '"answer"' in text:
         return {"rationale": "ok", "answer": gate_answer}
     return {"rationale": "ok", "score": 1}
+
+
+_FENCED = r"<<<{kind} [0-9a-f]{{12}}>>>\n(.*?)\n<<<END {kind} [0-9a-f]{{12}}>>>"
+
+
+def _by_good(text: str) -> int:
+    return max(1, min(5, text.lower().split().count("good")))
+
+
+def _by_length(text: str) -> int:
+    return max(1, min(5, len(text.split()) // 6))
+
+
+def learned_score(messages: list[dict]) -> int:
+    """The learner double's score (see StubConfig.learner): by "good" once the demonstrations teach that rule."""
+    system = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "system")
+    user = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "user")
+    found = re.search(_FENCED.format(kind="CANDIDATE"), user, re.S)
+    candidate = found.group(1) if found else user
+    shown = re.findall(_FENCED.format(kind="EXAMPLE CANDIDATE") + r"\nAnswer: (\d+)\.", system, re.S)
+    if shown:
+        good = sum(abs(_by_good(text) - int(answer)) for text, answer in shown)
+        length = sum(abs(_by_length(text) - int(answer)) for text, answer in shown)
+        if good < length:
+            return _by_good(candidate)
+    return _by_length(candidate)
 
 
 def _logprobs(content: str, answer: dict) -> dict:
@@ -276,11 +308,16 @@ class StubServer:
             await asyncio.sleep(config.hang_seconds)
         last = changed_question(key, config.changed_share) or bool(
             config.swayed_by and any(config.swayed_by in str(m.get("content", "")) for m in messages))
+        if config.proposal is not None and "improve the wording of one criterion" in str(messages[0].get("content")):
+            stats.answered[key] += 1
+            return web.json_response(_completion(body, config.proposal, "stop", None, config.system_fingerprint))
         if rf == "json_schema":
             schema = body["response_format"]["json_schema"]["schema"]
             answer = _answer_from_schema(schema, config.gate_answer, last)
         else:
             answer = _answer_from_prompt(messages, config.gate_answer, last)
+        if config.learner and "score" in answer:
+            answer["score"] = learned_score(messages)
         content = json.dumps(answer, ensure_ascii=False)
         if fault in ("truncated", "cut"):
             cut = content[: len(content) // 2]

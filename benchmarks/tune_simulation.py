@@ -1,0 +1,124 @@
+"""`judge tune`'s acceptance rule and gain intervals, measured on simulated studies.
+
+Each study: D dialogues x 4 systems, 3 annotators. A summary's latent quality is a dialogue effect plus a system
+effect plus its own part; each annotator and each judge sees it through noise of its own, and both score on 1-5
+(thresholds at -1.5, -0.5, 0.5, 1.5). The current judge and the "equal" candidates have judge noise SD 1.2; the
+"better" candidate is twice as precise (its noise variance halved: SD 1.2 / sqrt 2). The statistic is item-level
+Kendall tau-b with the mean human score; the true gain is its population value, from 4 x 100,000 summaries.
+
+Measured (the same core `judge tune` runs, calibration.tune.gain.assess, alpha 0.05, 1000 resamples):
+  null      4 equal candidates, 100 dialogues: share of studies where anything is accepted (want <= 5%)
+  power     1 better + 3 equal, 100 dialogues: share where the better one is accepted and picked (want >= 80%), and
+            share where no equal one is accepted (want >= 95%)
+  coverage  1 better candidate alone at 50, 100 and 300 dialogues: share of studies whose printed 95% interval
+            holds the true gain (want >= 93%), for the percentile and the BCa interval
+
+    python benchmarks/tune_simulation.py [--studies N] [--write]     # N per row; --write: the table file
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+# One BLAS thread: the replicates are many small products, which threads only slow down on a shared machine.
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import numpy as np  # noqa: E402
+from scipy.stats import kendalltau  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from calibration.tune.gain import Cells, assess  # noqa: E402
+
+SYSTEMS = np.array([-0.5, -0.15, 0.15, 0.5])
+CUTS = np.array([-1.5, -0.5, 0.5, 1.5])
+SD_DIALOGUE, SD_OWN, SD_HUMAN, SD_JUDGE = 0.5, 1.0, 0.9, 1.2
+SD_BETTER = SD_JUDGE / np.sqrt(2.0)
+TABLE = Path(__file__).with_name("tune_simulation_table.txt")
+
+
+def likert(values: np.ndarray) -> np.ndarray:
+    return 1.0 + np.searchsorted(CUTS, values).astype(float)
+
+
+def draw(rng: np.random.Generator, n_dialogues: int, judge_sds: list[float]):
+    """(mean human score, [each judge's scores], dialogue index) of one study, cells ordered by dialogue."""
+    quality = (rng.normal(0, SD_DIALOGUE, (n_dialogues, 1)) + SYSTEMS + rng.normal(0, SD_OWN, (n_dialogues, 4)))
+    quality = quality.ravel()
+    human = np.mean([likert(quality + rng.normal(0, SD_HUMAN, quality.shape)) for _ in range(3)], axis=0)
+    judges = [likert(quality + rng.normal(0, sd, quality.shape)) for sd in judge_sds]
+    return human, judges, np.repeat(np.arange(n_dialogues), 4)
+
+
+def true_gain(sd: float, seed: int = 12345) -> float:
+    rng = np.random.default_rng(seed)
+    gains = []
+    for _ in range(4):
+        human, (current, candidate), _ = draw(rng, 25_000, [SD_JUDGE, sd])
+        gains.append(kendalltau(candidate, human).statistic - kendalltau(current, human).statistic)
+    return float(np.mean(gains))
+
+
+def study(rng, n_dialogues: int, candidate_sds: list[float], method: str, seed: int) -> list[dict]:
+    human, (current, *others), dialogue = draw(rng, n_dialogues, [SD_JUDGE, *candidate_sds])
+    cells = {f"c{i}": Cells(current, scores, human, dialogue) for i, scores in enumerate(others)}
+    return assess(cells, n_dialogues, method=method, seed=seed)
+
+
+def run(studies: int, seed: int) -> list[tuple[str, str, float, int]]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    nothing = 0
+    for s in range(studies):
+        nothing += not any(r["accepted"] for r in study(rng, 100, [SD_JUDGE] * 4, "percentile", s))
+    rows.append(("null: 4 equal candidates, 100 dialogues", "anything accepted", 1 - nothing / studies, studies))
+    found = clean = 0
+    for s in range(studies):
+        result = study(rng, 100, [SD_BETTER] + [SD_JUDGE] * 3, "percentile", s)
+        accepted = [r for r in result if r["accepted"]]
+        found += bool(accepted) and max(accepted, key=lambda r: r["gain"])["candidate"] == "c0"
+        clean += not any(r["accepted"] for r in result[1:])
+    rows.append(("1 twice as precise + 3 equal, 100 dialogues", "better one accepted and picked", found / studies,
+                 studies))
+    rows.append(("1 twice as precise + 3 equal, 100 dialogues", "no equal one accepted", clean / studies, studies))
+    truth = true_gain(SD_BETTER)
+    for n_dialogues in (50, 100, 300):
+        n = studies if n_dialogues < 300 else max(100, studies // 2)
+        for method in ("percentile", "bca"):
+            held = 0
+            for s in range(n):
+                (row,) = study(rng, n_dialogues, [SD_BETTER], method, s)
+                held += row["ci_low"] <= truth <= row["ci_high"]
+            rows.append((f"1 twice as precise alone, {n_dialogues} dialogues", f"95% {method} interval holds the "
+                         f"true gain {truth:.4f}", held / n, n))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--studies", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--write", action="store_true", help=f"write {TABLE.name}")
+    args = parser.parse_args()
+    started = time.time()
+    rows = run(args.studies, args.seed)
+    lines = [f"{'setting':<46} {'measured':<52} {'rate':>6} {'studies':>7}"]
+    for setting, what, rate, n in rows:
+        se = np.sqrt(rate * (1 - rate) / n)
+        lines.append(f"{setting:<46} {what:<52} {rate:>6.3f} {n:>7}   (+-{1.96 * se:.3f})")
+    text = "\n".join(lines) + "\n"
+    footer = (f"\njudge noise SD {SD_JUDGE}, better {SD_BETTER:.3f}; human noise SD {SD_HUMAN}, 3 annotators; "
+              f"alpha 0.05, 1000 resamples; seed {args.seed}; {time.time() - started:.0f} s\n"
+              f"python benchmarks/tune_simulation.py --studies {args.studies} --seed {args.seed} --write\n")
+    print(text + footer, end="")
+    if args.write:
+        TABLE.write_text(__doc__.split("\n\n")[1] + "\n\n" + text + footer, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

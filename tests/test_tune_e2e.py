@@ -1,0 +1,133 @@
+"""`judge tune` end to end through the engine, on the project's local test server made to learn from demonstrations.
+
+The server is a TEST DOUBLE of a model that learns from demonstrations (tests/stub_server.py, StubConfig.learner):
+a summary's true score is how often it says "good"; without demonstrations the double scores by length (a weak
+cue); when the worked examples in the prompt follow the "good" rule, it scores by it. No real model can run here
+(no GPU), so what is tested is the machinery: tune builds few-shot versions cross-fitted by dialogue, judges them
+through the engine, finds the better version, rejects the useless ones (decoding variants that change nothing),
+writes the accepted rubric, and the demonstration dialogues' labels are left out downstream.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RUBRIC = ROOT / "examples" / "study" / "toy.yaml"
+
+
+def _study(folder: Path, dialogues: int = 24, seed: int = 3) -> tuple[Path, Path]:
+    rng = random.Random(seed)
+    items, labels = [], ["item_id,system,annotator,criterion,score"]
+    for d in range(dialogues):
+        for system in ("a", "b", "c"):
+            good = rng.randint(1, 5)
+            filler = rng.randint(0, 24)  # the length cue: weakly tied to the true score
+            words = ["good"] * good + ["fine"] * (filler + 2 * good)
+            rng.shuffle(words)
+            items.append({"id": f"d{d:02d}", "system": system, "dialogue": [{"speaker": "A", "text": "hello"}],
+                          "candidate": " ".join(words)})
+            for annotator in ("h1", "h2"):
+                score = min(5, max(1, good + (rng.random() < 0.15) * rng.choice([-1, 1])))
+                labels.append(f"d{d:02d},{system},{annotator},clarity,{score}")
+    (folder / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    (folder / "labels.csv").write_text("\n".join(labels) + "\n", encoding="utf-8")
+    return folder / "items.jsonl", folder / "labels.csv"
+
+
+def _judge(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "judge.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+
+
+@pytest.fixture
+def learner(stub_server):
+    stub_server.configure(learner=True)
+    return stub_server
+
+
+def test_tune_finds_the_demonstrations_that_teach_and_rejects_useless_variants(learner, tmp_path):
+    items, labels = _study(tmp_path)
+    model = ["--base-url", learner.base_url, "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress"]
+    current = tmp_path / "current.jsonl"
+    done = _judge("score", "--rubric", str(RUBRIC), "--input", str(items), "--output", str(current),
+                  "--criteria", "clarity", *model)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "tune"
+    done = _judge("tune", "--judge", f"current={current}", "--human", str(labels), "--output-dir", str(out),
+                  "--candidates", "few-shot,decoding", "--rubric", str(RUBRIC), "--items", str(items),
+                  "--folds", "3", "--criteria", "clarity", *model)
+    assert done.returncode == 0, done.stdout + done.stderr
+    import pandas as pd
+
+    table = pd.read_csv(out / "candidates.csv").set_index("candidate")
+    assert table.loc["few-shot", "accepted"] and table.loc["few-shot", "ci_low"] > 0
+    assert not table.loc["decoding-logprobs", "accepted"] and not table.loc["decoding-samples", "accepted"]
+    assert "picked for clarity: few-shot" in done.stdout
+    tuned = yaml.safe_load((out / "rubrics" / "toy.yaml").read_text(encoding="utf-8"))
+    assert tuned["version"] == "2" and tuned["tuned_from"] == "toy@1"
+    shown = [e["item_id"] for c in tuned["criteria"] if c["id"] == "clarity" for e in c.get("examples", [])]
+    assert len(shown) == 4 and len(set(shown)) == 4
+    accuracy = next(c for c in tuned["criteria"] if c["id"] == "accuracy")
+    assert not accuracy.get("examples")  # only the tuned criterion changed
+    # cross-fitting: each fold's version never holds a demonstration from the dialogues it judged
+    for fold in range(3):
+        version = yaml.safe_load((out / "runs" / "few-shot" / f"fold_{fold}.yaml").read_text(encoding="utf-8"))
+        judged = {json.loads(line)["id"] for line in
+                  (out / "runs" / "few-shot" / f"fold_{fold}_items.jsonl").read_text(encoding="utf-8").splitlines()}
+        demos = {e["item_id"] for c in version["criteria"] for e in c.get("examples", [])}
+        assert demos and not demos & judged
+
+    # the accepted rubric in use: its demonstrations' dialogues are marked, and estimate/calibrate leave them out
+    judged = tmp_path / "tuned.jsonl"
+    done = _judge("score", "--rubric", str(out / "rubrics" / "toy.yaml"), "--input", str(items), "--output",
+                  str(judged), "--criteria", "clarity", *model)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in judged.read_text(encoding="utf-8").splitlines()]
+    marked = {j["id"] for j in lines if j.get("demonstration")}
+    assert marked == set(shown)
+    assert all("demonstration" not in j for j in lines if j["id"] not in marked)
+    shutil_copy = (tmp_path / "toy.yaml")
+    shutil_copy.write_text((out / "rubrics" / "toy.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    done = _judge("calibrate", "--judgments", str(judged), "--human", str(labels), "--bootstrap", "0")
+    assert done.returncode == 0, done.stderr
+    assert "4 dialogue(s) as demonstrations" in done.stderr and "left out of the labelled cells" in done.stderr
+    done = _judge("estimate", "--judgments", str(judged), "--human", str(labels))
+    assert "4 dialogue(s) as demonstrations" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_a_rubric_edit_that_changes_the_scale_points_is_discarded(learner, tmp_path):
+    items, labels = _study(tmp_path, dialogues=12)
+    model = ["--base-url", learner.base_url, "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress"]
+    current = tmp_path / "current.jsonl"
+    assert _judge("score", "--rubric", str(RUBRIC), "--input", str(items), "--output", str(current),
+                  "--criteria", "clarity", *model).returncode == 0
+    learner.configure(learner=True, proposal=json.dumps({"definition": "Count the good.",
+                                                         "meanings": {"1": "a", "2": "b", "3": "c", "4": "d"}}))
+    out = tmp_path / "tune"
+    done = _judge("tune", "--judge", f"current={current}", "--human", str(labels), "--output-dir", str(out),
+                  "--candidates", "rubric-edit", "--proposer-model", "proposer", "--rubric", str(RUBRIC),
+                  "--items", str(items), "--folds", "3", "--criteria", "clarity", *model)
+    assert "rubric-edit proposal for clarity discarded" in done.stderr, done.stderr
+    version = yaml.safe_load((out / "runs" / "rubric-edit" / "fold_0.yaml").read_text(encoding="utf-8"))
+    clarity = next(c for c in version["criteria"] if c["id"] == "clarity")
+    assert clarity["definition"].startswith("How easy")  # unchanged: the proposal was discarded
+    learner.configure(learner=True, proposal=json.dumps({"definition": "Count the good.", "meanings": {
+        str(p): f"meaning {p}" for p in range(1, 6)}}))
+    out = tmp_path / "tune2"
+    done = _judge("tune", "--judge", f"current={current}", "--human", str(labels), "--output-dir", str(out),
+                  "--candidates", "rubric-edit", "--proposer-model", "proposer", "--rubric", str(RUBRIC),
+                  "--items", str(items), "--folds", "3", "--criteria", "clarity", *model)
+    version = yaml.safe_load((out / "runs" / "rubric-edit" / "fold_0.yaml").read_text(encoding="utf-8"))
+    clarity = next(c for c in version["criteria"] if c["id"] == "clarity")
+    assert clarity["definition"] == "Count the good."
+    assert [p["value"] for p in clarity["scale"]["points"]] == [1, 2, 3, 4, 5]
+    assert [p["label"] for p in clarity["scale"]["points"]] == ["unclear", "poor", "fair", "good", "excellent"]
+    assert done.returncode in (0, 1), done.stderr
