@@ -11,13 +11,13 @@ from ..options import SEED, criteria_type, failure_value_type, flag_type, judge_
 EPILOG = """\
 examples:
   # judgments already made (other prompts, other models) against the current judge; no model is called
-  judge tune --judge current=judgments.jsonl --human labels.csv --output-dir out/tune \\
-      --candidate terse=judgments_terse.jsonl --candidate bigger=judgments_70b.jsonl
+  judge tune --judge current=examples/study/judgments.jsonl --human examples/study/labels.csv \\
+      --output-dir out/tune --candidate rerun=examples/study/judgments_rerun.jsonl
 
   # candidates built from the labels, cross-fitted over 5 folds of dialogues, judged through the engine
-  judge tune --judge current=judgments.jsonl --human labels.csv --output-dir out/tune \\
-      --candidates few-shot,decoding --rubric dialsummeval --items items.jsonl \\
-      --base-url http://127.0.0.1:8000/v1 --model M --folds 5
+  judge tune --judge current=examples/study/judgments.jsonl --human examples/study/labels.csv \\
+      --output-dir out/tune-built --candidates few-shot,decoding --rubric examples/study/toy.yaml \\
+      --items examples/study/items.jsonl --base-url http://127.0.0.1:8000/v1 --model M --folds 5
 
 what it does: the gain = candidate minus current in item-level agreement with the mean human score (Kendall tau-b
 by default) on the same labelled cells; a paired bootstrap of dialogues; Holm over every candidate tried. A

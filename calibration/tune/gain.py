@@ -134,6 +134,8 @@ def interval(gain: Gain, level: float, method: str = "percentile") -> tuple[floa
     """The two-sided `level` interval of the gain: bootstrap percentile, or BCa (Efron 1987)."""
     reps = gain.replicates[np.isfinite(gain.replicates)]
     tail = (1.0 - level) / 2.0
+    if not np.isfinite(gain.gain) or len(reps) == 0:
+        return float("nan"), float("nan")  # a judge with one score for every cell has no rank correlation
     if method == "percentile":
         return float(np.quantile(reps, tail)), float(np.quantile(reps, 1.0 - tail))
     z0, acc = _bca_constants(gain)
@@ -147,6 +149,8 @@ def p_value(gain: Gain, method: str = "percentile") -> float:
     """Two-sided p-value of "no gain": the smallest 1 - level at which `interval` leaves out zero (so a p below
     alpha and an interval at 1 - alpha that leaves out zero always say the same)."""
     reps = gain.replicates[np.isfinite(gain.replicates)]
+    if not np.isfinite(gain.gain) or len(reps) == 0:
+        return 1.0  # no gain can be shown where the statistic is undefined (a constant judge)
     # the share of replicates below zero (ties half), kept off 0 and 1: B resamples cannot show p < 2/(B+2)
     share = (np.sum(reps < 0) + 0.5 * np.sum(reps == 0) + 1.0) / (len(reps) + 2.0)
     if method == "percentile":
