@@ -6,10 +6,11 @@ effect plus its own part; each annotator and each judge sees it through noise of
 "better" candidate is twice as precise (its noise variance halved: SD 1.2 / sqrt 2). The statistic is item-level
 Kendall tau-b with the mean human score; the true gain is its population value, from 4 x 100,000 summaries.
 
-Measured (the same core `judge tune` runs, calibration.tune.gain.assess, alpha 0.05, 1000 resamples):
+Measured (the core `judge tune` runs, calibration.tune.gain.assess and decide, alpha 0.05, 1000 resamples):
   null      4 equal candidates, 100 dialogues: share of studies where anything is accepted (want <= 5%)
   power     1 better + 3 equal, 100 dialogues: share where the better one is accepted and picked (want >= 80%), and
-            share where no equal one is accepted (want >= 95%)
+            share where no equal one is accepted (want >= 95%); also at 200 dialogues, and with the better one's
+            noise SD halved (four times as precise)
   coverage  1 better candidate alone at 50, 100 and 300 dialogues: share of studies whose printed 95% interval
             holds the true gain (want >= 93%), for the percentile and the BCa interval
 
@@ -77,15 +78,17 @@ def run(studies: int, seed: int) -> list[tuple[str, str, float, int]]:
     for s in range(studies):
         nothing += not any(r["accepted"] for r in study(rng, 100, [SD_JUDGE] * 4, "percentile", s))
     rows.append(("null: 4 equal candidates, 100 dialogues", "anything accepted", 1 - nothing / studies, studies))
-    found = clean = 0
-    for s in range(studies):
-        result = study(rng, 100, [SD_BETTER] + [SD_JUDGE] * 3, "percentile", s)
-        accepted = [r for r in result if r["accepted"]]
-        found += bool(accepted) and max(accepted, key=lambda r: r["gain"])["candidate"] == "c0"
-        clean += not any(r["accepted"] for r in result[1:])
-    rows.append(("1 twice as precise + 3 equal, 100 dialogues", "better one accepted and picked", found / studies,
-                 studies))
-    rows.append(("1 twice as precise + 3 equal, 100 dialogues", "no equal one accepted", clean / studies, studies))
+    for what, sd, n_dialogues in (("twice as precise", SD_BETTER, 100), ("twice as precise", SD_BETTER, 200),
+                                  ("noise SD halved", SD_JUDGE / 2, 100)):
+        found = clean = 0
+        for s in range(studies):
+            result = study(rng, n_dialogues, [sd] + [SD_JUDGE] * 3, "percentile", s)
+            accepted = [r for r in result if r["accepted"]]
+            found += bool(accepted) and max(accepted, key=lambda r: r["gain"])["candidate"] == "c0"
+            clean += not any(r["accepted"] for r in result[1:])
+        setting = f"1 {what} + 3 equal, {n_dialogues} dialogues"
+        rows.append((setting, f"better one accepted and picked (gain {true_gain(sd):.3f})", found / studies, studies))
+        rows.append((setting, "no equal one accepted", clean / studies, studies))
     truth = true_gain(SD_BETTER)
     for n_dialogues in (50, 100, 300):
         n = studies if n_dialogues < 300 else max(100, studies // 2)

@@ -194,24 +194,29 @@ class Cells:
     dialogue: np.ndarray
 
 
-def assess(candidates: dict[str, Cells], n_dialogues: int, *, metric: str = "kendall", alpha: float = 0.05,
+def assess(candidates: dict, n_dialogues: int, *, metric: str = "kendall", alpha: float = 0.05,
            n_resamples: int = 1000, method: str = "percentile", seed: int = 0) -> list[dict]:
-    """Every candidate's gain, interval and p-values, Holm over all of them, and which are accepted.
-
-    The same resampled dialogues serve every candidate (paired). A candidate's interval is two-sided at its Holm
-    step level, 1 - alpha / (m - rank + 1); it is accepted when its Holm-adjusted p is at most alpha and that
-    interval lies above zero, i.e. when the Holm-adjusted lower bound is above zero.
-    """
-    rng = np.random.default_rng(seed)
-    counts = dialogue_counts(n_dialogues, n_resamples, rng)
+    """Every candidate's gain, interval and p-values, Holm over all of them, and which are accepted (`decide`);
+    the same resampled dialogues serve every candidate (paired). `candidates`: name -> Cells."""
+    counts = dialogue_counts(n_dialogues, n_resamples, np.random.default_rng(seed))
     gains = {name: paired_gain(metric, c.current, c.candidate, c.human, c.dialogue, counts)
              for name, c in candidates.items()}
-    p = np.array([p_value(g, method) for g in gains.values()])
+    rows = decide(gains, alpha, method)
+    return [{"candidate": name, "n_labelled": len(candidates[name].human), **row} for name, row in rows.items()]
+
+
+def decide(gains: dict, alpha: float, method: str = "percentile") -> dict:
+    """key -> {current, value, gain, ci_low, ci_high, p, p_holm, accepted} for every candidate's Gain, one Holm
+    family over all of them. A candidate's interval is two-sided at its Holm step level, 1 - alpha / (m - rank +
+    1); it is accepted when its Holm-adjusted p is at most alpha and that interval lies above zero, i.e. when the
+    Holm-adjusted lower bound is above zero."""
+    keys = list(gains)
+    p = np.array([p_value(gains[k], method) for k in keys])
     adjusted, levels = holm(p), holm_levels(p, alpha)
-    rows = []
-    for (name, g), p_one, p_adj, level in zip(gains.items(), p, adjusted, levels):
+    rows = {}
+    for key, p_one, p_adj, level in zip(keys, p, adjusted, levels):
+        g = gains[key]
         low, high = interval(g, 1.0 - level, method)
-        rows.append({"candidate": name, "n_labelled": len(candidates[name].human), "current": g.current,
-                     "value": g.value, "gain": g.gain, "ci_low": low, "ci_high": high, "p": float(p_one),
-                     "p_holm": float(p_adj), "accepted": bool(p_adj <= alpha and low > 0)})
+        rows[key] = {"current": g.current, "value": g.value, "gain": g.gain, "ci_low": low, "ci_high": high,
+                     "p": float(p_one), "p_holm": float(p_adj), "accepted": bool(p_adj <= alpha and low > 0)}
     return rows

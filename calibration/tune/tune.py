@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..errors import CalibrationError
 from ..result import Result
-from .gain import INTERVALS, METRICS, Cells, assess
+from .gain import INTERVALS, METRICS, Cells
 
 CANDIDATE_COLUMNS = ["criterion", "candidate", "kind", "description", "n_labelled", "current", "value", "gain",
                      "ci_low", "ci_high", "p", "p_holm", "accepted"]
@@ -67,7 +67,8 @@ class TuneResult(Result):
         return {"candidates.csv": table, **self.rubric_files}
 
     def text(self) -> str:
-        lines = [f"judge tune: {len(self.candidates)} candidate(s) against {self.judge_name}, item-level "
+        lines = [f"judge tune: {self.candidates['candidate'].nunique()} candidate(s) on "
+                 f"{self.candidates['criterion'].nunique()} criteria against {self.judge_name}, item-level "
                  f"{self.metric} with the mean human score; {self.interval} intervals of {self.n_resamples} "
                  f"dialogue resamples at Holm's levels (alpha {self.alpha:g}, over every candidate)"]
         for criterion, part in self.candidates.groupby("criterion", sort=True):
@@ -243,28 +244,17 @@ def tune(judge, human, candidates: list[Candidate], *, judge_name: str = "curren
 
 def _assess_all(studies: dict, dialogues: dict, metric, alpha, n_resamples, interval, seed) -> dict:
     """One Holm family over every (criterion, candidate): each criterion's candidates share their resamples."""
-    from .gain import dialogue_counts, holm, holm_levels, p_value, paired_gain
-    from .gain import interval as gain_interval
+    from .gain import decide, dialogue_counts, paired_gain
 
     gains = {}
     for criterion in dialogues:
-        rng = np.random.default_rng([seed, len(dialogues[criterion])])
-        counts = dialogue_counts(len(dialogues[criterion]), n_resamples, rng)
+        counts = dialogue_counts(len(dialogues[criterion]), n_resamples, np.random.default_rng(seed))
         for (crit, name), cells in studies.items():
             if crit == criterion:
                 gains[(crit, name)] = paired_gain(metric, cells.current, cells.candidate, cells.human,
                                                   cells.dialogue, counts)
-    keys = list(gains)
-    p = np.array([p_value(gains[k], interval) for k in keys])
-    adjusted, levels = holm(p), holm_levels(p, alpha)
-    rows = {}
-    for k, p_one, p_adj, level in zip(keys, p, adjusted, levels):
-        g = gains[k]
-        low, high = gain_interval(g, 1.0 - level, interval)
-        rows[k] = {"n_labelled": len(studies[k].human), "current": g.current, "value": g.value, "gain": g.gain,
-                   "ci_low": low, "ci_high": high, "p": float(p_one), "p_holm": float(p_adj),
-                   "accepted": bool(p_adj <= alpha and low > 0)}
-    return rows
+    rows = decide(gains, alpha, interval)
+    return {key: {"n_labelled": len(studies[key].human), **row} for key, row in rows.items()}
 
 
-__all__ = ["Candidate", "TuneResult", "tune", "assess", "CANDIDATE_COLUMNS"]
+__all__ = ["Candidate", "TuneResult", "tune", "CANDIDATE_COLUMNS"]
