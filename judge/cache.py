@@ -136,9 +136,14 @@ class AnswerCache:
         return json.loads(row[0]) if row else None
 
     def put(self, key: str, value: dict) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO answers (key, value) VALUES (?, ?)", (key, json.dumps(value, ensure_ascii=False))
-        )
+        try:
+            self._db.execute("INSERT OR REPLACE INTO answers (key, value) VALUES (?, ?)",
+                             (key, json.dumps(value, ensure_ascii=False)))
+        except sqlite3.Error as exc:  # a full disk: the run stops, judgments written so far are kept
+            from judge.errors import OutputError
+
+            raise OutputError(f"{self.path}: the answer cache (--cache) cannot be written ({exc}); free space, "
+                              "give --cache another folder, or run with --no-cache") from None
 
     def close(self) -> None:
         self._db.close()

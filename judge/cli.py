@@ -146,10 +146,14 @@ def run_render(args) -> int:
     item = next((i for i in items if i.id == args.id), None) if args.id else items[0]
     if item is None:
         raise JudgeError(f"{args.input}: no item with id {args.id!r}")
-    out = []
-    from judge.options import comma_list
+    if rubric.task != "pairwise" and item.is_pair:
+        from judge.run import pair_for_one
 
-    for c in rubric.select(comma_list(args.criteria)):
+        raise JudgeError(pair_for_one(args.input, item, rubric))
+    out = []
+    from judge.options import criteria_ids
+
+    for c in rubric.select(criteria_ids(args.criteria)):
         if c.gate:
             out.append({"criterion": c.id, "kind": "gate", "messages": gate_messages(rubric, c, item)})
         segment = None
@@ -205,12 +209,34 @@ def run_qualify(args) -> int:
     return 0 if passed and outcome.status == "complete" else EXIT_FAILED
 
 
+def package_version() -> str:
+    """The installed package's version (its metadata, as pip sees it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llm-judge-rater")
+    except PackageNotFoundError:
+        return "unknown (run from a source tree that is not installed: pip install -e .)"
+
+
+class _Version(argparse.Action):
+    """`judge --version`: the metadata is read only when asked (every other command builds the parser too)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"judge (llm-judge-rater) {package_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="judge",
         description=__doc__,
         epilog="Run `judge VERB --help` for a verb's flags and an example.",
     )
+    parser.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
 
     p = _command(sub, "rubrics", "List the bundled rubrics, or show one's criteria and scales.",

@@ -235,7 +235,33 @@ def _jsonl_records(path: Path, lines):
         yield number, _json_object(path, number, line)
 
 
+# The fields whose value a line could give twice (JSON keeps the last, silently): looked for as `"name"`, which
+# inside a JSON string can only stand as the whole value "name" (a quote in a string is escaped).
+_FIELD_KEYS = tuple(f'"{name}"' for name in Item.model_fields)
+
+
+def _one_of_each(path: Path, number: int, line: str) -> None:
+    """Refuse a line that gives a field twice (`{"id": "a", "id": "b"}`): which one was meant is unknown."""
+    if not any(line.count(key) > 1 for key in _FIELD_KEYS):
+        return  # the usual line: a few microseconds of counting, no second parse
+
+    def pairs(found: list) -> dict:
+        seen = set()
+        for key, _ in found:
+            if key in seen:
+                raise InputError(f"{path}:{number}: field {key!r} is given twice in this line (JSON would keep "
+                                 "only the last); keep one")
+            seen.add(key)
+        return dict(found)
+
+    try:
+        json.loads(line, object_pairs_hook=pairs)
+    except json.JSONDecodeError:
+        pass  # said by the reading that follows
+
+
 def _json_object(path: Path, number: int, line: str) -> dict:
+    _one_of_each(path, number, line)
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -250,6 +276,7 @@ def _json_object(path: Path, number: int, line: str) -> dict:
 def _item(path: Path, number: int, record: dict | str) -> Item:
     """One record (a CSV row's dict, or a JSONL line's text) as an Item; InputError in the file's terms."""
     if isinstance(record, str):
+        _one_of_each(path, number, record)
         try:  # pydantic-core parses and checks a line in one step; anything it refuses is read again below
             return Item.model_validate_json(record)
         except ValidationError:

@@ -89,11 +89,8 @@ class RunOptions(BaseModel):
     @field_validator("criteria", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
-        """"a,b" as well as ["a", "b"]; blank means all of the rubric's."""
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-            return value or None
-        return value
+        """"a,b" as well as ["a", "b"], each id once; None means all of the rubric's."""
+        return criteria_ids(value)
 
     @field_validator("base_url", mode="before")
     @classmethod
@@ -153,6 +150,9 @@ class RunOptions(BaseModel):
         elif backend == "local" and self.base_url:
             raise JudgeError("--base-url names a server, but --backend local starts the embedded one: "
                              "use --backend openai with --base-url, or drop --base-url")
+        if backend == "openai" and not (self.base_url or from_env):
+            for url in openai_env or []:  # the servers asked: said before anything starts, never with a password
+                check_url(url, f"$OPENAI_BASE_URL={url}")
         return self.model_copy(update={
             "backend": backend,
             "concurrency": self.concurrency or DEFAULT_CONCURRENCY.get(backend, 16),
@@ -175,22 +175,64 @@ class RunOptions(BaseModel):
         return self.batch or self.batch_dir is not None
 
 
+def criteria_ids(value: Any) -> Any:
+    """--criteria as a list of ids, each once, in the order given (`a,a` judges `a` once: one line per judgment);
+    None (the flag left out) means every criterion. A blank value is refused: it is a slip (an empty shell
+    variable), not a request for all of them."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        return value  # pydantic says what is wrong with it
+    ids = [v.strip() for v in value if v.strip()]
+    if not ids:
+        raise JudgeError("--criteria is empty: give criterion ids separated by commas (e.g. --criteria "
+                         "coherence,fluency), or leave --criteria out to judge every criterion")
+    return list(dict.fromkeys(ids))
+
+
 def comma_list(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def shown_url(url: str) -> str:
+    """A URL as it may be printed: credentials written into it (`user:secret@`) replaced by `***@`."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    return f"{scheme}://***@{authority.rpartition('@')[2]}{slash}{path}"
+
+
 def check_url(url: str, what: str) -> None:
+    """Refuse what is not a server URL, or a URL carrying a user name or password: the key travels in the
+    Authorization header, from the environment, and an HTTP client refuses both at once (or sends the password
+    to every server it is redirected to). `what` names the flag; the URL is shown with its credentials hidden."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        userinfo = parts.username is not None or parts.password is not None
+        _ = parts.port  # a port that is not a number is refused here, not by the HTTP library mid-run
+    except ValueError as exc:
+        raise JudgeError(f"{what.replace(url, shown_url(url))}: not a server URL ({exc}); give it as "
+                         "http://HOST:PORT/v1 (or https://...)") from None
+    what = what.replace(url, shown_url(url))
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise JudgeError(f"{what}: not a server URL; give it as http://HOST:PORT/v1 (or https://...)")
+    if userinfo:
+        raise JudgeError(f"{what}: a user name or password in the URL is not supported (the API key is sent as a "
+                         "bearer token, read from $OPENAI_API_KEY or the variable --api-key-env names); give the "
+                         "URL without the 'user:password@' part")
 
 
 def env_urls(value: str) -> list[str]:
     """$JUDGE_BASE_URLS, comma-separated; blank (separators and spaces only), another separator or a bad URL is an
     error naming the value: a blank one must not fall back to the hosted API."""
-    what = f"$JUDGE_BASE_URLS={value!r}"
+    what = f"$JUDGE_BASE_URLS={','.join(map(shown_url, value.split(',')))!r}"
     urls = comma_list(value)
     if not urls:
         raise JudgeError(f"{what} is blank: set it to server URLs separated by commas, or unset it")

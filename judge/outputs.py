@@ -95,14 +95,40 @@ def page_verb(path: Path) -> str | None:
     return match.group(1) if match else None
 
 
+def landing(path: str | Path) -> Path:
+    """Where writing `path` would land, found without creating anything: `sub/../x` with `sub/` absent cannot be
+    opened as given, and creating `sub/` first would make it `x`; so such a path is taken as `x` (its resolved form,
+    relative to the working directory when it lies under it). Any other path is kept as given."""
+    path = Path(path)
+    if ".." not in path.parts or path.parent.exists():
+        return path
+    resolved = Path(os.path.realpath(path))
+    try:
+        return resolved.relative_to(Path.cwd())
+    except ValueError:
+        return resolved
+
+
+def same_file(path: str | Path, other: str | Path) -> bool:
+    """Whether writing `path` would write `other`: the same resolved path (`./sub/../x` with `sub/` absent, a
+    symbolic link), or, both existing, the same inode (a hard link)."""
+    path, other = landing(path), landing(other)
+    if os.path.realpath(path) == os.path.realpath(other):
+        return True
+    try:
+        return os.path.samefile(path, other)
+    except OSError:  # one does not exist: no inode to share
+        return False
+
+
 def check_writable(path: str | Path, *, inputs=(), what: str = "output", page: bool | None = None,
                    verb: str | None = None) -> Path:
     """Refuse, before anything is written, a path that is an input, a folder, or a file that is not ours; with
     `page` given, also one of ours of the other kind (a report never replaces a plan or a table, nor the reverse);
     with `verb` given, a report page of another verb (an audit's report never replaces calibrate's)."""
-    path = Path(path)
+    path = landing(path)
     for given in inputs:
-        if given is not None and path.exists() and Path(given).exists() and os.path.samefile(path, given):
+        if given is not None and same_file(path, given):
             raise OutputError(f"{path}: the {what} would replace an input ({given}); choose another path")
     if path.is_dir():
         raise OutputError(f"{path}: the {what} is a folder; give a file name")
@@ -142,9 +168,10 @@ def write_files(files: dict[str | Path, str | bytes], *, verb: str, inputs=()) -
     """Write every file (path -> content) or none: all are checked first. Returns the files that were replaced
     (ours, from an earlier run), so the caller can say so. HTML pages are given their proof line; other files are
     recorded in their folder's registry."""
-    paths = {Path(p): content for p, content in files.items()}
-    replaced = [check_writable(p, inputs=inputs, page=is_page(c), verb=verb if is_page(c) else None)
-                for p, c in paths.items() if p.exists()]
+    paths = {landing(p): content for p, content in files.items()}
+    replaced = [p for p, c in paths.items() if p.exists()]
+    for p, c in paths.items():  # a new file too: `sub/../input.csv` must not replace the input
+        check_writable(p, inputs=inputs, page=is_page(c), verb=verb if is_page(c) else None)
     for path, content in paths.items():
         if is_page(content) and isinstance(content, str):  # the page proves itself ours, whatever its name
             _atomic(path, html_with_proof(content, verb).encode("utf-8"))

@@ -18,10 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system
+    fcntl = None
 
 from judge.errors import OutputError
 from judge.judgment import Judgment, changes, parse_line
@@ -52,6 +58,12 @@ def print_digest(fingerprint: dict | None) -> int:
 
 _DIGEST = (1 << 64) - 1  # a fingerprint's digest: 64 bits
 _FLAGS = (1 << 32) - 1  # judge number << 2 | failed << 1 | from the answer cache
+
+
+def _verdict(judgment: Judgment) -> dict:
+    """What a judgment concluded: two lines of one question that agree on it are copies of one judgment."""
+    return judgment.model_dump(include={"score", "label", "na", "abstained", "samples", "segments", "orders",
+                                        "position"})
 
 
 def _entry(offset: int, digest: int, flags: int) -> int:
@@ -90,9 +102,19 @@ class ResultsFile:
         self._lines = 0  # judgment lines read, failed ones included
         self._rewrite = False  # failed or repeated lines, or a torn last line, to drop
         self._handle = None
+        self._written = 0  # judgments this run appended
+        self._failed: str | None = None  # why writing failed: the run stops
+        self._repeats = 0  # lines that copy a finished judgment (same question, same verdict): dropped
+        self._size = 0  # bytes read by _load: a file grown since was written by another run
+        self._lock = None  # the file, opened to hold its lock while this run may write (closed: released)
         self._check_writable()
         if self.path.exists():
-            self._load()
+            self._acquire()
+            try:
+                self._load()
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def done(self) -> set[tuple[str, str, str]]:
@@ -115,6 +137,9 @@ class ResultsFile:
         path = self.path
         if path.is_dir():
             raise OutputError(f"{path}: is a directory; --output must be a file")
+        if path.exists() and not path.is_file():  # /dev/full reads as endless zeros: never loaded, nor written
+            raise OutputError(f"{path}: not a regular file (a device, a pipe or a socket); --output must be a file "
+                              "that the run appends to and resumes from")
         parent = path.parent
         for ancestor in (parent, *parent.parents):
             if ancestor.exists():
@@ -155,10 +180,33 @@ class ResultsFile:
                                       "untouched; choose another --output") from None
                 self._lines += 1
                 key = index_key(judgment.key)
-                if judgment.failed or key in self._index:
-                    self._rewrite = True  # failed judgments are retried and their lines replaced; repeats dropped
-                if not judgment.failed:
+                if judgment.failed:
+                    self._rewrite = True  # failed judgments are retried and their lines replaced
+                elif key in self._index:
+                    self._repeated(key, judgment, number)  # the first line is kept
+                else:
                     self._add(key, start, judgment)
+            self._size = offset
+
+    def _repeated(self, key: str, judgment: Judgment, number: int) -> None:
+        """A second line for a finished judgment (two runs wrote at once, two files were joined): dropped when it
+        provably is a copy (the same question, the same verdict), else refused: which one to trust is the user's."""
+        offset, digest, _ = _fields(self._index[key])
+        first = self._read(offset)
+        if digest == print_digest(judgment.fingerprint) and _verdict(first) == _verdict(judgment):
+            self._repeats += 1
+            self._rewrite = True
+            return
+        what = "was asked differently" if digest != print_digest(judgment.fingerprint) else "has another verdict"
+        raise OutputError(f"{self.path}:{number}: a second judgment of item {judgment.id!r}, system "
+                          f"{judgment.system!r}, criterion {judgment.criterion!r} (first on line "
+                          f"{self._line_number(offset)}), which {what}: two runs wrote to this file at once, or two "
+                          "files were joined; keep the line to trust and delete the other (or both, to judge it "
+                          "again), then run the same command")
+
+    def _line_number(self, offset: int) -> int:
+        with self.path.open("rb") as handle:
+            return handle.read(offset).count(b"\n") + 1
 
     def _add(self, key: str, offset: int, judgment: Judgment) -> None:
         """Index a judgment's line; a failed one (written by this run) only so that a later pass of this run does
@@ -216,10 +264,51 @@ class ResultsFile:
                         "untouched, choose another --output")
         return None
 
+    def _acquire(self) -> None:
+        """Lock the file (creating it empty if absent) for this run, or refuse: two runs appending to one file at
+        once would each write every judgment. The lock is taken on the file itself (no lock file left behind);
+        the file replaced by another run's rewrite between opening and locking is opened again."""
+        if self._lock is not None:
+            return
+        while True:
+            try:
+                handle = self.path.open("ab")  # created empty if absent; nothing is written through it
+            except OSError as exc:
+                raise OutputError(f"{self.path}: cannot be written: {exc.strerror}") from None
+            try:
+                if fcntl is not None:  # not a POSIX system: no lock to take
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                raise OutputError(f"{self.path}: another judge run is writing to this file now; wait for it to "
+                                  "end (or stop it), then run the same command: it resumes from what that run "
+                                  "wrote") from None
+            try:
+                same = os.fstat(handle.fileno()).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._lock = handle
+                return
+            handle.close()  # replaced under us: lock the file now at that path
+
     def start(self, redo: Iterable[tuple[str, str, str]] = ()) -> None:
-        """Drop the judgments in `redo`, failed ones and a torn line (one atomic rewrite, streamed), then open for
-        appending."""
-        self.close()  # started already (by --batch-dir's key file, before the full path)
+        """Drop the judgments in `redo`, failed ones, copies and a torn line (one atomic rewrite, streamed), then
+        open for appending."""
+        if self._handle is not None:  # started already (by --batch-dir's key file, before the full path)
+            self._handle.close()
+            self._handle = None
+        if self._lock is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._acquire()
+            if os.path.getsize(self.path) != self._size:  # written by a run that ended while this one planned
+                self.close()
+                raise OutputError(f"{self.path}: another judge run wrote to this file while this one was starting; "
+                                  "run the same command again: it resumes from what that run wrote")
+        if self._repeats:
+            print(f"note: {self.path}: dropped {self._repeats} repeated line(s), each a copy of a judgment already "
+                  "in the file (the same question and verdict: two runs wrote to it at once?)", file=sys.stderr)
+            self._repeats = 0
         redo = {index_key(k) for k in redo}
         for key in redo:
             self._index.pop(key, None)
@@ -236,6 +325,9 @@ class ResultsFile:
         """Rewrite the file with the indexed lines only (one per finished key, the latest), streaming."""
         kept = {_fields(entry)[0] for entry in self._index.values()}
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        lock = open(tmp, "rb")  # noqa: SIM115 - held as the lock, closed by close()
+        if fcntl is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # new, so free: the file that takes the path is locked as it lands
         try:
             with os.fdopen(fd, "wb") as out, self.path.open("rb") as src:
                 offset, index = 0, {}
@@ -250,8 +342,12 @@ class ResultsFile:
                 os.fsync(out.fileno())
             os.replace(tmp, self.path)
         except BaseException:
+            lock.close()
             Path(tmp).unlink(missing_ok=True)
             raise
+        if self._lock is not None:
+            self._lock.close()
+        self._lock = lock
         for key, entry in self._index.items():
             offset, digest, flags = _fields(entry)
             self._index[key] = _entry(index[offset], digest, flags)
@@ -259,13 +355,38 @@ class ResultsFile:
 
     def write(self, judgment: Judgment) -> None:
         """Append a judgment and index it (a later pass of the run sees it done)."""
+        if self._failed is not None:  # another worker's answer, arrived as the run stops
+            raise OutputError(self._failed)
         data = (judgment.to_line() + "\n").encode("utf-8")
-        self._handle.write(data)
-        self._handle.flush()
+        try:
+            self._handle.write(data)
+            self._handle.flush()
+        except OSError as exc:  # a full disk, a file size limit: stop the run, keep every whole line
+            self._stop_writing()
+            self._failed = (f"{self.path}: cannot be written ({exc.strerror or exc}); the {self._written} "
+                            "judgments this run wrote before are kept: free space (or choose another --output) and "
+                            "run the same command to resume")
+            raise OutputError(self._failed) from None
+        self._written += 1
         self._add(index_key(judgment.key), self._end, judgment)
         self._end += len(data)
+
+    def _stop_writing(self) -> None:
+        """After a failed write: drop the unwritten bytes and cut the file back to its last whole line."""
+        handle, self._handle = self._handle, None
+        try:
+            handle.close()  # flushes again, fails again: the descriptor is closed all the same
+        except OSError:
+            pass
+        try:
+            os.truncate(self.path, self._end)
+        except OSError:
+            pass  # a torn last line is dropped by the next run
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None

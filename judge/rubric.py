@@ -260,7 +260,7 @@ class Rubric(_Strict):
         return {c.id: {e.item_id for e in c.examples if e.item_id is not None} for c in self.criteria}
 
     def select(self, ids: list[str] | None) -> list[Criterion]:
-        return list(self.criteria) if not ids else [self.criterion(i) for i in ids]
+        return list(self.criteria) if not ids else [self.criterion(i) for i in dict.fromkeys(ids)]
 
 
 def rubric_dir() -> Path:

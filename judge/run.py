@@ -101,7 +101,17 @@ def _cache(options: RunOptions):
 
     if options.no_cache:
         return NoCache()
-    return (RefreshCache if options.refresh else AnswerCache)(options.cache or default_cache_dir())
+    import sqlite3
+
+    where = Path(options.cache) if options.cache else default_cache_dir()
+    try:
+        return (RefreshCache if options.refresh else AnswerCache)(where)
+    except (OSError, sqlite3.Error) as exc:
+        what = f"--cache {options.cache}" if options.cache else f"the answer cache's default folder {where}"
+        why = ("it is a file; the answer cache is a folder" if where.exists() and not where.is_dir()
+               else getattr(exc, "strerror", None) or str(exc))
+        raise JudgeError(f"{what}: the answer cache cannot be opened there ({why}); give --cache a folder this "
+                         "user can write, or run with --no-cache") from None
 
 
 def _stale_message(output: str, stale: dict) -> str:
@@ -137,6 +147,8 @@ class _Preflight:
                 self.first = item
             if block and item.id == self.first.id:
                 self.group.append(item)
+            if not pairwise and item.is_pair:
+                raise JudgeError(pair_for_one(self.options.input, item, self.rubric))
             if pairwise and not item.is_pair:
                 raise JudgeError(f"{self.options.input}:{item.line}: item {item.id!r} has no candidate_1/candidate_2 "
                                  "pair")
@@ -174,6 +186,14 @@ class _Preflight:
                   f"{LONG_ITEM_CHARS:,} characters of text ({where}{', ...' if len(long) > 3 else ''}): about a token "
                   "per 4 characters, their prompts may exceed the model's context (those judgments then fail with the "
                   "server's reason) and cost more", file=sys.stderr)
+
+
+def pair_for_one(source, item, rubric) -> str:
+    """What to say of a pair (candidate_1, candidate_2) given to a rubric that judges one candidate."""
+    where = f"{source}:{item.line}" if source and item.line else f"item {item.id!r}"
+    return (f"{where}: item {item.id!r} is a pair (candidate_1, candidate_2, no candidate), and rubric "
+            f"{rubric.name!r} judges one candidate at a time: use a pairwise rubric (e.g. pairwise_summary, with "
+            "`judge compare`), or give each candidate its own line as `candidate`")
 
 
 def _planned_model(options: RunOptions) -> str | None:
@@ -244,15 +264,17 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
     from judge.results import Check, ResultsFile
     from judge.secrets import Redactor
 
-    output = options.output
+    from judge.outputs import landing, same_file
+
+    output = str(landing(options.output))  # `sub/../x` with sub/ absent is `x`: checked, and written, as such
     price = None
     if options.prices is not None:  # read and checked before anything starts
         from judge.prices import load_prices, price_of
 
         table = load_prices(options.prices)
         price = price_of(table, options.model or "", options.prices) if options.model else None
-    if options.input and os.path.exists(output) and os.path.samefile(options.input, output):
-        raise OutputError(f"{output}: --output is the --input file; choose another --output")
+    if options.input and same_file(output, options.input):
+        raise OutputError(f"{options.output}: --output is the --input file; choose another --output")
     preflight = _Preflight(options, rubric, criteria, items, mode)
     results = ResultsFile(output)  # refuses a file that is not ours before any server starts
     redact = Redactor(os.environ.get(options.api_key_env))
