@@ -20,7 +20,7 @@ from functools import cached_property
 from judge.asking import Asker
 from judge.backends import PREFIX_GROUP
 from judge.cache import NoCache
-from judge.errors import Deferred
+from judge.errors import Deferred, failure_cause
 from judge.items import Item
 from judge.judging import Judge, Judged
 from judge.results import ResultsFile
@@ -101,12 +101,16 @@ class Tally:
     flipped: Counter = field(default_factory=Counter)  # ... whose verdict changed with the order
     verdicts: dict = field(default_factory=lambda: defaultdict(Counter))  # criterion -> verdict -> judgments
     per_server: dict = field(default_factory=dict)
+    other_model: Counter = field(default_factory=Counter)  # (asked, answered as) -> judgments, where they differ
 
     def count(self, judged: Judged) -> None:
         j = judged.judgment
+        served = (j.served or {}).get("model")
+        if served and j.backend == "openai" and not str(served).startswith(j.model):  # a dated version is the same
+            self.other_model[j.model, str(served)] += 1
         if j.failed:
             self.failed += 1
-            self.errors[j.error.split(":")[0]] += 1
+            self.errors[failure_cause(j.error)] += 1
             return
         if j.order_disagreement is not None:
             self.both_orders[j.criterion] += 1
@@ -131,6 +135,7 @@ class Tally:
         if earlier.cached_tokens is not None:
             self.cached_tokens = (self.cached_tokens or 0) + earlier.cached_tokens
         self.errors.update(earlier.errors)
+        self.other_model.update(earlier.other_model)
         for criterion, seen in earlier.verdicts.items():
             self.verdicts[criterion].update(seen)
 
@@ -145,8 +150,9 @@ class Tally:
             line += f"; cost {self.cost:.4g} at the --prices table{' (batch price)' if self.batch else ''}"
         if self.batch:
             line += f"\n{self.batch}"
-        if len(self.per_server) > 1:
-            line += "\nrequests per server: " + ", ".join(f"{url} {n}" for url, n in self.per_server.items())
+        if len(self.per_server) > 1:  # url -> requests sent there, and the causes of those that failed
+            line += "\nrequests per server: " + ", ".join(_server_share(url, sent, failed)
+                                                          for url, (sent, failed) in self.per_server.items())
         if self.both_orders:
             bias = ", ".join(f"{c} {self.flipped[c]}/{n} ({self.flipped[c] / n:.0%})" for c, n in self.both_orders.items())
             line += f"\nposition bias (verdict flipped with the order): {bias}"
@@ -160,13 +166,23 @@ class Tally:
         return f" ({self.cached_tokens} cached: {rate:.0%} prefix-cache hit rate)"
 
     def warnings(self) -> list[str]:
-        """What a researcher should not miss: a criterion whose every verdict was the same."""
-        out = []
+        """What a researcher should not miss: a server answering as another model than asked, a criterion whose
+        every verdict was the same."""
+        out = [f"warning: asked for model {asked!r}, the server answered as {served!r} ({n} judgments): check "
+               "--model and what the server serves (each judgment records it in served.model)"
+               for (asked, served), n in self.other_model.most_common(3)]
         for criterion, seen in self.verdicts.items():
             if len(seen) == 1 and seen.total() >= 3:
                 out.append(f"warning: every {criterion} verdict is {next(iter(seen))!r}: the judge does not discriminate "
                            "here (a model too small, or a prompt it cannot follow); check with `judge qualify`")
         return out
+
+
+def _server_share(url: str, sent: int, failed: Counter) -> str:
+    if not failed:
+        return f"{url} {sent}"
+    causes = next(iter(failed)) if len(failed) == 1 else ", ".join(f"{n}× {c}" for c, n in failed.most_common(3))
+    return f"{url} {sent} ({failed.total()} failed: {causes})"
 
 
 class Progress:
@@ -376,8 +392,8 @@ class Engine:
         if stats.wasted_cached_tokens:
             tally.cached_tokens = (tally.cached_tokens or 0) + stats.wasted_cached_tokens
         tally.seconds = time.perf_counter() - started
-        if hasattr(self.client, "stats"):
-            tally.per_server = dict(self.client.stats())
+        if hasattr(self.client, "requests_per_server"):
+            tally.per_server = dict(self.client.requests_per_server())
         if hasattr(self.client, "summary"):  # a batch transport
             tally.batch = self.client.summary()
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
+_EXCEPTION_NAME = re.compile(r"[A-Z][A-Za-z]*: ")
+_STATUS = re.compile(r"HTTP \d{3}")
+
 
 class JudgeError(Exception):
     """Base class for every error the `judge` command reports to the user."""
@@ -76,3 +81,13 @@ class Deferred(BaseException):
     def __init__(self, key: str | None = None):
         super().__init__(key)
         self.key, self.question = key, None
+
+
+def failure_cause(error: str) -> str:
+    """A failure's cause in a few words, for counting alike failures in a summary: "HTTP 500" (not the exception's
+    class, nor the body that varies), "no answer within 120 s", "connection failed", "no usable answer after 3
+    asks"."""
+    text = error[_EXCEPTION_NAME.match(error).end():] if _EXCEPTION_NAME.match(error) else error
+    if status := _STATUS.match(text):
+        return status.group(0)
+    return text.split(":")[0].split(" (")[0].strip()[:80] or "unknown"

@@ -196,6 +196,34 @@ def pair_for_one(source, item, rubric) -> str:
             "`judge compare`), or give each candidate its own line as `candidate`")
 
 
+HOSTED = ("api.openai.com",)  # servers that refuse every request without a key
+
+
+def _check_key(options: RunOptions) -> None:
+    """An API key variable that is unset or empty, said before anything starts: for the hosted API an error (every
+    request would be refused, or fail as a connection error), for another server a note that no key is sent (a
+    local server needs none; a misspelt --api-key-env would go unseen)."""
+    from urllib.parse import urlsplit
+
+    if options.backend != "openai" or options.batch_dir is not None:
+        return  # the embedded and in-process engines take no key; --batch-dir only writes files
+    name = options.api_key_env
+    value = os.environ.get(name)
+    if value is not None and value.strip():
+        return
+    state = "is not set" if value is None else "is empty"
+    hosted = [url for url in options.servers if url is None or urlsplit(url).hostname in HOSTED]
+    if hosted:
+        raise JudgeError(f"${name} {state}: the OpenAI API needs a key: set it in the environment (export "
+                         f"{name}=...), or name the variable that holds it with --api-key-env, or give --base-url "
+                         "for a server that needs none")
+    if value is not None or name != "OPENAI_API_KEY":  # the default variable unset: a local server, as usual
+        from judge.options import shown_url
+
+        where = ", ".join(shown_url(url) for url in options.servers)
+        print(f"note: ${name} {state}: no API key is sent to {where}", file=sys.stderr)
+
+
 def _planned_model(options: RunOptions) -> str | None:
     """The model id the judgments will carry, known before any server starts (None: known only once opened)."""
     if options.batched or options.backend != "local":
@@ -275,6 +303,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
         price = price_of(table, options.model or "", options.prices) if options.model else None
     if options.input and same_file(output, options.input):
         raise OutputError(f"{options.output}: --output is the --input file; choose another --output")
+    _check_key(options)
     preflight = _Preflight(options, rubric, criteria, items, mode)
     results = ResultsFile(output)  # refuses a file that is not ours before any server starts
     redact = Redactor(os.environ.get(options.api_key_env))

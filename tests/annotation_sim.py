@@ -12,6 +12,7 @@ import json
 import random
 from pathlib import Path
 
+from judge.annotation.csvsheet import plain
 from judge.items import load_items
 from judge.rubric import load_rubric
 
@@ -154,7 +155,7 @@ def fill_csv(sheet: Path, out: Path, annotators: dict[str, Annotator]) -> None:
         for name, who in annotators.items():
             for row in rows:
                 filled = dict(row, annotator=name)
-                data = {k: v for k, v in row.items()}
+                data = {k: plain(v) for k, v in row.items()}  # as a spreadsheet shows it (no formula guard)
                 for cell, answer in who.answers(data).items():
                     assert cell in header, f"{cell} is not a column of the sheet"
                     filled[cell] = answer

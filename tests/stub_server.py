@@ -77,6 +77,8 @@ class StubConfig:
     # "good". A question asking for a rubric edit gets `proposal` (a JSON text) as its answer.
     learner: bool = False
     proposal: str | None = None
+    # A server that answers as another model than the one asked for (a proxy routing elsewhere): its `model` field.
+    served_model: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> "StubConfig":
@@ -197,14 +199,14 @@ def _logprobs(content: str, answer: dict) -> dict:
 
 
 def _completion(body: dict, content: str, finish_reason: str, answer: dict | None,
-                system_fingerprint: str = "fp_stub") -> dict:
+                system_fingerprint: str = "fp_stub", served_model: str | None = None) -> dict:
     prompt_chars = sum(len(m.get("content") or "") for m in body.get("messages", []))
     choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason,
               "logprobs": None}
     if body.get("logprobs") and answer is not None:
         choice["logprobs"] = _logprobs(content, answer)
     return {
-        "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": body.get("model", "stub"),
+        "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": served_model or body.get("model", "stub"),
         "choices": [choice],
         "usage": {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(content) // 4 + 1,
                   "total_tokens": prompt_chars // 4 + len(content) // 4 + 2,
@@ -323,7 +325,8 @@ class StubServer:
             cut = content[: len(content) // 2]
             return web.json_response(_completion(body, cut, "length" if fault == "truncated" else "stop", None))
         stats.answered[key] += 1
-        return web.json_response(_completion(body, content, "stop", answer, config.system_fingerprint))
+        return web.json_response(_completion(body, content, "stop", answer, config.system_fingerprint,
+                                             config.served_model))
 
     async def get_stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats.as_dict())

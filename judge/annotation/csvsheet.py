@@ -21,6 +21,26 @@ from judge.errors import InputError
 from judge.rubric import Rubric
 
 FIXED = ["task_id", "section", "annotator", "dialogue"]
+# A cell starting with one of these is a formula to a spreadsheet (`=cmd|' /C calc'!A0`, `@SUM(...)`, `-2+3`), or
+# can start one after a tab or carriage return: such untrusted text is written with a leading apostrophe, which
+# makes it text to the spreadsheet, and read back without it (OWASP's CSV injection advice).
+# A text that starts with the apostrophe itself is given one more, so that every text reads back as it was.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_MARKED = (*FORMULA_STARTS, "'")
+
+
+def neutralised(value):
+    """A cell's text as it may be written in a sheet: never read as a formula."""
+    if isinstance(value, str) and value.startswith(_MARKED):
+        return "'" + value
+    return value
+
+
+def plain(value: str) -> str:
+    """A cell read back from a sheet: the text `neutralised` was given."""
+    if value.startswith("'") and value[1:].startswith(_MARKED):
+        return value[1:]
+    return value
 
 
 def sheet_text(rubric: Rubric, tasks: list[Task], annotator: str = "") -> str:
@@ -31,13 +51,17 @@ def sheet_text(rubric: Rubric, tasks: list[Task], annotator: str = "") -> str:
     header = FIXED + list(shown) + [f.name for f in answers]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
+    # A lone carriage return ends a row for a reader, but Python's writer leaves such a cell unquoted (it quotes only
+    # what the line terminator holds): a row holding one has every cell quoted.
+    quoted = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n", quoting=csv.QUOTE_ALL)
     writer.writeheader()
     for t in tasks:
         row = {**shown_fields(t, rubric), "annotator": annotator, "dialogue": dialogue_text(t.dialogue)}
         for slot in t.slots:  # N/A where a criterion does not apply (e.g. QA matching of a user summary)
             row.update({f.name: NA for f in answers if f.letter == slot.letter and f.criterion in slot.skip
                         and f.role == "score" and (f.segment or 1) <= max(1, len(slot.segments))})
-        writer.writerow(row)
+        row = {name: neutralised(value) for name, value in row.items()}
+        (quoted if any("\r" in str(value) for value in row.values()) else writer).writerow(row)
     return buffer.getvalue()
 
 
@@ -59,7 +83,7 @@ def read_sheet(path: Path, is_answer: Callable[[str], bool], display: set[str],
     """
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
+            reader = csv.DictReader(handle, strict=True)  # a file cut inside a quoted cell is an error
             header = reader.fieldnames or []
             crowd = "Input.task_id" in header
             task_col, who_col = ("Input.task_id", "WorkerId") if crowd else ("task_id", "annotator")
@@ -99,6 +123,10 @@ def _submissions(path: Path, reader: csv.DictReader, task_col: str, who_col: str
             where, end = f"{path}:{end + 1}", reader.line_num
             if None in row:
                 raise InputError(f"{where}: more cells than columns in the header")
+            if None in row.values():  # DictReader's filler for cells the row lacks
+                cells = sum(value is not None for value in row.values())
+                raise InputError(f"{where}: {cells} cells for {len(row)} columns: the sheet is cut in the middle of "
+                                 "this row (an interrupted copy or download?); save or download it again")
             task_id = (row.get(task_col) or "").strip()
             if not task_id and not any((v or "").strip() for v in row.values()):
                 continue  # an empty line left by a spreadsheet
@@ -107,7 +135,10 @@ def _submissions(path: Path, reader: csv.DictReader, task_col: str, who_col: str
             annotator = (row.get(who_col) or "").strip()
             if not annotator:
                 raise InputError(f"{where}: task {task_id}: no annotator name in the {who_col!r} column")
-            values = {name: row[c].strip() for c, name in answers.items() if (row.get(c) or "").strip()}
+            values = {name: plain(row[c].strip()) for c, name in answers.items() if (row.get(c) or "").strip()}
             yield Submission(where, task_id, annotator, values)
     except csv.Error as exc:
+        if "unexpected end of data" in str(exc):
+            raise InputError(f"{path}:{end + 1}: the sheet ends inside a quoted cell of this row: it is cut in the "
+                             "middle of the row (an interrupted copy or download?); save or download it again") from None
         raise InputError(f"{path}:{reader.line_num}: not a readable CSV row ({exc})") from None

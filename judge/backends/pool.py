@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from judge.backends import ChatClient
-from judge.errors import RetryableError
+from judge.errors import BackendError, RetryableError, failure_cause
 
 COOL_DOWN = 5.0  # seconds out after a first failure
 MAX_COOL_DOWN = 120.0
@@ -39,6 +40,8 @@ class _Server:
         self.bound = bound
         self.in_flight: set[asyncio.Task] = set()
         self.answered = 0
+        self.sent = 0  # requests sent there, answered or not
+        self.failed: Counter = Counter()  # cause -> requests it failed (judge.errors.failure_cause)
         self.last_answer = 0.0  # monotonic time of its latest answer
         self.out_until = 0.0  # monotonic time; 0: in service
         self.cool_down = COOL_DOWN
@@ -62,8 +65,13 @@ class PoolClient:
         self._changed: asyncio.Condition | None = None  # created in the running loop
 
     def stats(self) -> dict[str, int]:
-        """Requests answered per server URL (the run summary reports them)."""
+        """Requests answered per server URL."""
         return {s.url: s.answered for s in self._servers}
+
+    def requests_per_server(self) -> dict[str, tuple[int, Counter]]:
+        """Requests sent to each server URL and the causes of those that failed there (the run summary reports
+        them: a replica that fails every request is seen taking its share, not as idle)."""
+        return {s.url: (s.sent, Counter(s.failed)) for s in self._servers}
 
     async def complete(self, body: dict, timeout: float) -> dict:
         if self._changed is None:
@@ -73,6 +81,7 @@ class PoolClient:
             sent_at = time.monotonic()
             task = asyncio.ensure_future(server.client.complete(body, timeout))
             server.in_flight.add(task)
+            server.sent += 1
             try:
                 completion = await task
             except asyncio.CancelledError:
@@ -80,8 +89,9 @@ class PoolClient:
                 if current is not None and current.cancelling():
                     raise  # our caller is cancelled: stop
                 continue  # the server was taken out under this request: send it elsewhere
-            except RetryableError as exc:
-                if not _server_gone(exc, server, sent_at):
+            except (RetryableError, BackendError) as exc:
+                server.failed[failure_cause(f"{exc}")] += 1
+                if not isinstance(exc, RetryableError) or not _server_gone(exc, server, sent_at):
                     raise
                 self._take_out(server, exc)
                 continue
