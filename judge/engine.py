@@ -179,6 +179,7 @@ class Tally:
 
 
 def _server_share(url: str, sent: int, failed: Counter) -> str:
+    url = Redactor()(url)  # a user:password@ in it is masked
     if not failed:
         return f"{url} {sent}"
     causes = next(iter(failed)) if len(failed) == 1 else ", ".join(f"{n}× {c}" for c, n in failed.most_common(3))

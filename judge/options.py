@@ -197,36 +197,30 @@ def comma_list(value: str | None) -> list[str] | None:
 
 
 def shown_url(url: str) -> str:
-    """A URL as it may be printed: credentials written into it (`user:secret@`) replaced by `***@`."""
+    """A URL as it may be printed: credentials written into it (`user:secret@`) masked."""
+    from judge.secrets import MASK
+
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
     authority, slash, path = rest.partition("/")
     if "@" not in authority:
         return url
-    return f"{scheme}://***@{authority.rpartition('@')[2]}{slash}{path}"
+    return f"{scheme}://{MASK}@{authority.rpartition('@')[2]}{slash}{path}"
 
 
 def check_url(url: str, what: str) -> None:
-    """Refuse what is not a server URL, or a URL carrying a user name or password: the key travels in the
-    Authorization header, from the environment, and an HTTP client refuses both at once (or sends the password
-    to every server it is redirected to). `what` names the flag; the URL is shown with its credentials hidden."""
+    """Refuse what is not a server URL (`what` names the flag; the URL is shown with any credentials masked)."""
     from urllib.parse import urlsplit
 
+    what = what.replace(url, shown_url(url))
     try:
         parts = urlsplit(url)
-        userinfo = parts.username is not None or parts.password is not None
         _ = parts.port  # a port that is not a number is refused here, not by the HTTP library mid-run
     except ValueError as exc:
-        raise JudgeError(f"{what.replace(url, shown_url(url))}: not a server URL ({exc}); give it as "
-                         "http://HOST:PORT/v1 (or https://...)") from None
-    what = what.replace(url, shown_url(url))
+        raise JudgeError(f"{what}: not a server URL ({exc}); give it as http://HOST:PORT/v1 (or https://...)") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise JudgeError(f"{what}: not a server URL; give it as http://HOST:PORT/v1 (or https://...)")
-    if userinfo:
-        raise JudgeError(f"{what}: a user name or password in the URL is not supported (the API key is sent as a "
-                         "bearer token, read from $OPENAI_API_KEY or the variable --api-key-env names); give the "
-                         "URL without the 'user:password@' part")
 
 
 def env_urls(value: str) -> list[str]:

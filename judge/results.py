@@ -106,6 +106,7 @@ class ResultsFile:
         self._failed: str | None = None  # why writing failed: the run stops
         self._repeats = 0  # lines that copy a finished judgment (same question, same verdict): dropped
         self._size = 0  # bytes read by _load: a file grown since was written by another run
+        self._created = False  # this run made the file (an empty one is removed at the end)
         self._lock = None  # the file, opened to hold its lock while this run may write (closed: released)
         self._check_writable()
         if self.path.exists():
@@ -300,6 +301,7 @@ class ResultsFile:
             self._handle = None
         if self._lock is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._created = not self.path.exists()
             self._acquire()
             if os.path.getsize(self.path) != self._size:  # written by a run that ended while this one planned
                 self.close()
@@ -370,6 +372,13 @@ class ResultsFile:
         self._written += 1
         self._add(index_key(judgment.key), self._end, judgment)
         self._end += len(data)
+
+    def abandon(self) -> None:
+        """The run failed: remove the file if this run made it and wrote nothing in it (no empty file left), then
+        close."""
+        if self._lock is not None and self._created and os.fstat(self._lock.fileno()).st_size == 0:
+            self.path.unlink(missing_ok=True)
+        self.close()
 
     def _stop_writing(self) -> None:
         """After a failed write: drop the unwritten bytes and cut the file back to its last whole line."""

@@ -407,6 +407,9 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
             preflight.finish()
             if earlier is not None:
                 outcome.tally.absorb(earlier)
+    except JudgeError:
+        results.abandon()
+        raise
     finally:
         results.close()
         if cache is not None:

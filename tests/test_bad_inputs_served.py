@@ -38,21 +38,24 @@ ROWS = [
     ("--output reaches the input through a folder that does not exist", {"items.jsonl": ITEMS},
      ["score", "--rubric", "dialsummeval", "--input", "items.jsonl", "--output", "./sub/../items.jsonl", *SDK, *NO_CACHE],
      {}, 2, r"error: \./sub/\.\./items\.jsonl: --output is the --input file; choose another --output", None, set()),
-    ("--base-url with user:password@ (aiohttp, the default for http)", {"items.jsonl": ITEMS},
-     [*SCORE, "--backend", "openai", "--base-url", f"http://ann:{SECRET}@127.0.0.1:9/v1", "--model", "stub"],
-     {}, 2, r"error: --base-url http://\*\*\*@127\.0\.0\.1:9/v1: a user name or password in the URL is not supported",
-     SECRET, set()),
-    ("--base-url with user:password@ (the SDK)", {"items.jsonl": ITEMS},
-     [*SCORE, "--backend", "openai", "--base-url", f"https://ann:{SECRET}@example.org/v1", "--model", "m",
-      "--client", "sdk"],
-     {}, 2, r"error: --base-url https://\*\*\*@example\.org/v1: a user name or password", SECRET, set()),
-    ("$JUDGE_BASE_URLS with a password", {"items.jsonl": ITEMS}, [*SCORE, "--model", "stub"],
-     {"JUDGE_BASE_URLS": f"http://ann:{SECRET}@127.0.0.1:9/v1,http://127.0.0.1:8/v1"}, 2,
-     r"error: \$JUDGE_BASE_URLS='http://\*\*\*@127\.0\.0\.1:9/v1,http://127\.0\.0\.1:8/v1': a user name or password",
-     SECRET, set()),
-    ("$OPENAI_BASE_URL with a password, --backend openai", {"items.jsonl": ITEMS},
-     [*SCORE, "--backend", "openai", "--model", "stub"], {"OPENAI_BASE_URL": f"http://ann:{SECRET}@127.0.0.1:9/v1"},
-     2, r"error: \$OPENAI_BASE_URL=http://\*\*\*@127\.0\.0\.1:9/v1: a user name or password", SECRET, set()),
+    ("--base-url with user:password@: the SDK sends them (auto picks it), never shown", {"items.jsonl": ITEMS},
+     [*SCORE, "--backend", "openai", "--base-url", "{url_with_password}", "--model", "stub", *NO_CACHE], {}, 0,
+     r"^judged 8 ", SECRET, {"out.jsonl"}),
+    ("--base-url with user:password@ and --client aiohttp", {"items.jsonl": ITEMS},
+     [*SCORE, "--backend", "openai", "--base-url", "{url_with_password}", "--model", "stub", "--client", "aiohttp",
+      *NO_CACHE], {}, 2,
+     r"error: --client aiohttp: http://\[redacted\]@127\.0\.0\.1:\d+/v1 holds a user name or password, which aiohttp "
+     r"cannot send beside the API key's bearer header: use --client sdk", SECRET, set()),
+    ("$JUDGE_BASE_URLS with a password", {"items.jsonl": ITEMS}, [*SCORE, "--model", "stub", *NO_CACHE],
+     {"JUDGE_BASE_URLS": "{url_with_password}"}, 0, r"^judged 8 ", SECRET, {"out.jsonl"}),
+    ("a server with a password that does not answer: its URL shown masked", {"items.jsonl": ITEMS},
+     [*SCORE, "--backend", "openai", "--base-url", f"http://ann:{SECRET}@127.0.0.1:9/v1", "--model", "stub",
+      "--timeout", "1", *NO_CACHE], {}, 2,
+     r"error: the server at http://\[redacted\]@127\.0\.0\.1:9/v1 cannot be used: 8 connection attempts", SECRET,
+     set()),
+    ("--base-url with a port that is not a number", {"items.jsonl": ITEMS},
+     [*SCORE, "--backend", "openai", "--base-url", f"http://ann:{SECRET}@host:port/v1", "--model", "stub"], {}, 2,
+     r"error: --base-url http://\[redacted\]@host:port/v1: not a server URL", SECRET, set()),
     # -- part 3: silently wrong ---------------------------------------------------------------------------
     ("--criteria consistency,consistency: one line per judgment", {"items.jsonl": ITEMS},
      [*SCORE, *SDK, *NO_CACHE, "--criteria", "consistency,consistency"], {}, 0, r"judged 2 ", None, {"out.jsonl"}),
@@ -131,7 +134,11 @@ def test_a_bad_input_is_refused_clearly_or_judged_right_and_nothing_is_lost(
         path.write_text(content, encoding="utf-8")
     before = tree(tmp_path)
 
-    got = main([a.replace("{url}", stub_server.base_url) for a in argv])
+    with_password = stub_server.base_url.replace("://", f"://ann:{SECRET}@")
+    for name, value in env.items():
+        if value is not None:
+            monkeypatch.setenv(name, value.replace("{url_with_password}", with_password))
+    got = main([a.replace("{url}", stub_server.base_url).replace("{url_with_password}", with_password) for a in argv])
 
     err = capsys.readouterr().err
     assert got == code, err
@@ -139,6 +146,8 @@ def test_a_bad_input_is_refused_clearly_or_judged_right_and_nothing_is_lost(
     assert "Traceback" not in err
     if never:
         assert never not in err
+        for path in tmp_path.rglob("*"):
+            assert not path.is_file() or never.encode() not in path.read_bytes(), path
     after = tree(tmp_path)
     assert {k: v for k, v in after.items() if k in before} == before, "an input changed"
     assert set(after) - set(before) == written, "a stray file, or a missing output"

@@ -101,7 +101,6 @@ def test_jsonl_keeps_unicode_line_separators_inside_strings(tmp_path):
     ('{"id": "c1", "dialogue": "d", "candidate": "x", "note": "\\ud800"}', "note", "\ud800"),  # a lone surrogate
     ('{"id": "c1", "dialogue": "d", "candidate": "x", "weight": NaN}', "weight", "nan"),
     ('{"id": "c1", "dialogue": "d", "candidate": "x", "weight": Infinity}', "weight", "inf"),
-    ('{"id": "c1", "id": "c2", "dialogue": "d", "candidate": "x"}', "id", "c2"),  # a repeated key: the last one
     ('{"id": 7, "system_1": "a", "system_2": 3, "dialogue": "d", "candidate_1": "x", "candidate_2": "y"}',
      "system", "a|3"),
 ])
@@ -111,6 +110,16 @@ def test_a_line_reads_as_json_loads_reads_it(tmp_path, line, field, expected):
     [item] = load_items(path)
     value = item.fields[field] if field in item.fields else item.extra[field]
     assert (str(value) if isinstance(value, float) else value) == expected and item.line == 1
+
+def test_a_field_given_twice_is_refused_not_read_as_the_last(tmp_path):
+    """json.loads keeps the last of a repeated key; which one the user meant is unknown (issue 41)."""
+    from judge.errors import InputError
+
+    path = tmp_path / "i.jsonl"
+    path.write_text('{"id": "c1", "id": "c2", "dialogue": "d", "candidate": "x"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"i.jsonl:1: field 'id' is given twice in this line"):
+        load_items(path)
+
 
 def test_oversized_names_line_id_system_and_size(tmp_path):
     from judge.items import oversized

@@ -177,11 +177,18 @@ class SDKClient:
 
 def open_client(kind: str, base_url: str | None, api_key: str | None, concurrency: int) -> ChatClient:
     """kind: 'sdk', 'aiohttp', or 'auto' (SDK for https and the default hosted URL, aiohttp for http)."""
-    if kind == "auto":
-        kind = "aiohttp" if base_url and urlparse(base_url).scheme == "http" else "sdk"
+    credentials = bool(base_url) and "@" in urlparse(base_url).netloc  # user:password@ in the URL
+    if kind == "auto":  # the SDK sends a URL's credentials; aiohttp refuses them beside the key's header
+        kind = "aiohttp" if base_url and urlparse(base_url).scheme == "http" and not credentials else "sdk"
     if kind == "aiohttp":
         if not base_url:
             raise BackendError("--client aiohttp needs --base-url (or OPENAI_BASE_URL)")
+        if credentials:
+            from judge.backends.batch import public_url
+
+            raise BackendError(f"--client aiohttp: {public_url(base_url)} holds a user name or password, which "
+                               "aiohttp cannot send beside the API key's bearer header: use --client sdk (the "
+                               "default for such a URL), or give the URL without them")
         return HTTPClient(base_url, api_key, concurrency)
     if kind == "sdk":
         return SDKClient(base_url, api_key)
