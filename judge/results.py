@@ -329,7 +329,7 @@ class ResultsFile:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
         lock = open(tmp, "rb")  # noqa: SIM115 - held as the lock, closed by close()
         if fcntl is not None:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # new, so free: the file that takes the path is locked as it lands
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # new, so free: the file taking the path is locked as it lands
         try:
             with os.fdopen(fd, "wb") as out, self.path.open("rb") as src:
                 offset, index = 0, {}

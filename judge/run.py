@@ -289,10 +289,9 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
     from judge.backends.batchkeys import identity
     from judge.engine import UNCOUNTED, Engine, Tally, run_coroutine
     from judge.errors import OutputError, ServerUnusable
+    from judge.outputs import landing, same_file
     from judge.results import Check, ResultsFile
     from judge.secrets import Redactor
-
-    from judge.outputs import landing, same_file
 
     output = str(landing(options.output))  # `sub/../x` with sub/ absent is `x`: checked, and written, as such
     price = None

@@ -36,7 +36,8 @@ def notes_txt() -> dict:
 ROWS = [
     # -- part 2: data lost, unsafe, traceback -----------------------------------------------------------------
     ("--output reaches the input through a folder that does not exist", {"items.jsonl": ITEMS},
-     ["score", "--rubric", "dialsummeval", "--input", "items.jsonl", "--output", "./sub/../items.jsonl", *SDK, *NO_CACHE],
+     ["score", "--rubric", "dialsummeval", "--input", "items.jsonl", "--output", "./sub/../items.jsonl", *SDK,
+      *NO_CACHE],
      {}, 2, r"error: \./sub/\.\./items\.jsonl: --output is the --input file; choose another --output", None, set()),
     ("--base-url with user:password@: the SDK sends them (auto picks it), never shown", {"items.jsonl": ITEMS},
      [*SCORE, "--backend", "openai", "--base-url", "{url_with_password}", "--model", "stub", *NO_CACHE], {}, 0,
@@ -77,7 +78,8 @@ ROWS = [
      [*SCORE, *SDK, *NO_CACHE, "--api-key-env", "MY_KEY"], {"MY_KEY": None}, 0,
      r"^note: \$MY_KEY is not set: no API key is sent to http://127\.0\.0\.1:\d+/v1\n", None, {"out.jsonl"}),
     ("--cache is a file", {"items.jsonl": ITEMS, "cache.db": "mine\n"}, [*SCORE, *SDK, "--cache", "cache.db"], {}, 2,
-     r"error: --cache cache\.db: the answer cache cannot be opened there \(it is a file; the answer cache is a folder\)",
+     r"error: --cache cache\.db: the answer cache cannot be opened there \(it is a file; the answer cache is a "
+     r"folder\)",
      None, set()),
     ("--cache under a file", notes_txt(), [*SCORE, *SDK, "--cache", "notes.txt/cache"], {}, 2,
      r"error: --cache notes\.txt/cache: the answer cache cannot be opened there \(Not a directory\)", None, set()),

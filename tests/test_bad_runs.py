@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from annotation_sim import Annotator, fill_csv
+
 from judge.annotation.csvsheet import FORMULA_STARTS, neutralised, plain
 from judge.cli import main
 

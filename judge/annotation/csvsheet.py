@@ -10,8 +10,8 @@ with N/A. Files are UTF-8; a byte-order mark added by a spreadsheet is accepted 
 from __future__ import annotations
 
 import csv
-import re
 import io
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -140,5 +140,6 @@ def _submissions(path: Path, reader: csv.DictReader, task_col: str, who_col: str
     except csv.Error as exc:
         if "unexpected end of data" in str(exc):
             raise InputError(f"{path}:{end + 1}: the sheet ends inside a quoted cell of this row: it is cut in the "
-                             "middle of the row (an interrupted copy or download?); save or download it again") from None
+                             "middle of the row (an interrupted copy or download?); save or download it "
+                             "again") from None
         raise InputError(f"{path}:{reader.line_num}: not a readable CSV row ({exc})") from None
