@@ -102,3 +102,66 @@ if __name__ == "__main__":
         r = rates(reps, dialogues, judge_length=0.5, self_bonus=0.5, likert=False)
         print(f"planted length 0.5 and self 0.5 (continuous scores), {dialogues} dialogues: "
               + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), flush=True)
+
+
+# -- the stats grid's block case: 4 criteria, shuffled letters, one own system, 3 annotators -----------------------
+
+CRITERIA = ("coherence", "consistency", "fluency", "relevance")
+
+
+def block_study(rng, dialogues=20, systems=5, annotators=3, judge_noise=0.5, offsets=(0.4, -0.2, 0.0, 0.2, -0.4),
+                length_quality=0.45, human_noise=0.7, own_bonus=0.0, letter_slope=0.0, judge_length=0.0,
+                judge=None):
+    """One audit input of the stats grid's block case, nothing planted by default: every criterion's quality is a
+    system offset plus dialogue noise; the judge scores all systems of a dialogue in one block under shuffled
+    letters, on a rounded 1-5 scale; `annotators` label every summary on 1-5. Returns (judge frame with letters,
+    words frame, labels per annotator)."""
+    ids = np.repeat([f"d{d:03d}" for d in range(dialogues)], systems)
+    names = np.tile([f"s{k}" for k in range(systems)], dialogues)
+    base = rng.normal(0, 1, (dialogues, systems)) + np.asarray(offsets[:systems])
+    z = length_quality * base + np.sqrt(1 - length_quality ** 2) * rng.normal(0, 1, base.shape)
+    words = np.round(40 + 10 * z + 8 * rng.normal(0, 1, (dialogues, 1))).clip(3)
+    letters = np.argsort(rng.random(base.shape), axis=1)  # a shuffled letter per candidate, per dialogue
+    judged, labels = [], []
+    for criterion in CRITERIA:
+        quality = base + 0.5 * rng.normal(0, 1, base.shape)
+        latent = 3 + 0.9 * quality + judge_noise * rng.normal(0, 1, base.shape)
+        latent += own_bonus * (np.arange(systems) == 0) + letter_slope * letters + judge_length * z
+        if judge is not None:
+            latent = judge(quality, rng)
+        score = np.clip(np.round(latent), 1, 5)
+        judged.append(pd.DataFrame({"item_id": ids, "system": names, "criterion": criterion, "score": score.ravel(),
+                                    "status": "ok", "position": [chr(65 + k) for k in letters.ravel()]}))
+        for a in range(annotators):
+            reading = np.clip(np.round(3.2 + 0.9 * quality + human_noise * rng.normal(0, 1, base.shape)), 1, 5)
+            labels.append(pd.DataFrame({"item_id": ids, "system": names, "criterion": criterion,
+                                        "annotator": f"a{a}", "score": reading.ravel()}))
+    judge_frame = pd.concat(judged, ignore_index=True)
+    words_frame = pd.DataFrame({"item_id": ids, "system": names, "words": words.ravel(), "item_system": names})
+    return judge_frame, words_frame, pd.concat(labels, ignore_index=True)
+
+
+def block_flags(judge, words, labels, seed, resamples=400, self_systems=("s0",)):
+    """Each finding's raw flag (its interval excludes 0) and Holm's flag, as audit() tests them."""
+    from calibration.trust.audit import read_human
+    from calibration.trust.position import block_position
+
+    human = read_human(labels.assign(label=None))
+    boot = Dialogues(judge["item_id"], resamples, seed)
+    length, position, own = [], [], []
+    for criterion in CRITERIA:
+        length.append({"mode": "block", **length_slopes(judge, words, human, boot, criterion)})
+        position.append(block_position(judge, boot, criterion))
+        own.append(self_preference(judge, human, boot, criterion, list(self_systems)))
+    length, position, own = pd.DataFrame(length), pd.DataFrame(position), pd.DataFrame(own)
+    raw = {"length": _excludes(length, "excess_ci_low", "excess_ci_high"),
+           "position": _excludes(position, "position_slope_ci_low", "position_slope_ci_high"),
+           "self": _excludes(own, "ci_low", "ci_high")}
+    family_wise(length, position, own, len(boot.ids))
+    raw["any"] = bool(length["effect"].any() or position["effect"].any() or own["effect"].any())
+    return raw, (length, position, own)
+
+
+def _excludes(table, low, high) -> int:
+    lows, highs = table[low].to_numpy(float), table[high].to_numpy(float)
+    return int(np.sum(np.isfinite(lows) & ((lows > 0) | (highs < 0))))

@@ -54,6 +54,57 @@ def runs(rng, dialogues=20, systems=4, k=3, flip=0.03, block=False, shift=0.0):
     return frame(old), frame(new)
 
 
+def changed_runs(rng, dialogues=20, systems=4, change=0.03, block=False, shift=0.0):
+    """A deterministic judge (one sample, --samples 1) whose new run differs from the reference in `change` of its
+    judgments, each moved one point up or down (clipped to 1-5); in block mode a dialogue's block is read
+    differently with probability 2 x `change` and then moves each verdict, with probability a half, one way.
+    Planted drift: `shift` of the judgments move one point more (unclipped; negative: down). Returns the two runs
+    and the true mean shift: change x (P(verdict < 5) - P(verdict > 1)) / 2 + shift, as the clipping makes it."""
+    verdict = rng.choice(np.arange(1, 6), size=(dialogues, systems), p=LIKERT)
+    if block:
+        moved = (rng.random((dialogues, 1)) < min(1.0, 2 * change)) & (rng.random((dialogues, systems)) < 0.5)
+        step = np.broadcast_to(rng.choice([-1, 1], size=(dialogues, 1)), moved.shape)
+    else:
+        moved = rng.random((dialogues, systems)) < change
+        step = rng.choice([-1, 1], size=moved.shape)
+    new = np.where(moved, np.clip(verdict + step, 1, 5), verdict).astype(float)
+    if shift:
+        new = new + np.sign(shift) * (rng.random((dialogues, systems)) < abs(shift))
+    ids = np.repeat([f"d{d:03d}" for d in range(dialogues)], systems)
+    names = np.tile([f"s{j}" for j in range(systems)], dialogues)
+
+    def frame(values):
+        return pd.DataFrame({"item_id": ids, "system": names, "criterion": "c", "score": values.ravel().astype(float),
+                             "samples": [[v] for v in values.ravel().astype(float)]})
+
+    truth = change * (LIKERT[:4].sum() - LIKERT[1:].sum()) / 2 + shift
+    return frame(verdict.astype(float)), frame(new), truth
+
+
+def changed_rates(repetitions: int, dialogues: int, seed: int = 0, margin: float = 0.25, **case) -> dict:
+    """As rates(), for changed_runs(): the shares of runs whose 95% shift interval and 90% TOST interval cover the
+    true shift, of zero-width intervals, and of DRIFT verdicts."""
+    rng = np.random.default_rng(seed)
+    out = {"covers": [], "tost_covers": [], "zero_width": [], "drift": [], "no_drift": [], "printed": []}
+    for rep in range(repetitions):
+        reference, new, truth = changed_runs(rng, dialogues, **case)
+        row = drift(reference, new, margin=margin, bootstrap=400, seed=rep, scale=(1, 5)).drift.iloc[0]
+        printed = bool(np.isfinite(row.ci_low))
+        out["printed"].append(printed)
+        out["covers"].append(bool(printed and row.ci_low <= truth <= row.ci_high))
+        out["tost_covers"].append(bool(printed and row.tost_low <= truth <= row.tost_high))
+        out["zero_width"].append(bool(printed and (row.ci_high - row.ci_low <= 1e-12
+                                                   or row.tost_high - row.tost_low <= 1e-12)))
+        out["drift"].append(row.verdict == "drift")
+        out["no_drift"].append(row.verdict == "no drift")
+    printed = np.array(out["printed"])
+    summary = {name: float(np.mean(values)) for name, values in out.items()}
+    for name in ("covers", "tost_covers"):
+        summary[name] = float(np.mean(np.array(out[name])[printed])) if printed.any() else float("nan")
+    summary["n"] = repetitions
+    return summary
+
+
 def rates(repetitions: int, dialogues: int, seed: int = 0, margin: float = 0.25, **case) -> dict:
     """Per cell: the shares of runs whose 95% mean-shift interval covers the planted shift (`covers`), whose 90% TOST
     interval does (`tost_covers`), called DRIFT (`drift`: the false-alarm rate with nothing planted, the power

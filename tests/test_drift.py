@@ -300,7 +300,7 @@ def test_end_to_end_against_a_server_whose_answers_change(stub_server, tmp_path,
         assert "served.system_fingerprint: fp_stub -> fp_stub_v2" in printed
     else:
         assert row.verdict == "inconclusive" and row.changed_share == 0 and "nothing recorded changed" in printed
-        assert row.dialogues_needed == 29 and "about 29 anchor dialogues would settle it (16 now)" in printed
+        assert row.dialogues_needed == 47 and "about 47 anchor dialogues would settle it (16 now)" in printed
     provenance = pd.read_csv(out / "provenance.csv")
     assert set(provenance["field"]) >= {"fingerprint", "served.model", "served.system_fingerprint"}
 

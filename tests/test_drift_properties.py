@@ -86,7 +86,9 @@ def test_the_changed_share_interval_holds_statsmodels_clopper_pearson_at_its_eff
     assert row["changed_ci_low"] <= widest[0] + 1e-12 or row["changed_ci_high"] >= widest[1] - 1e-12
     assert row["changed_ci_low"] <= changed <= row["changed_ci_high"]
     same = drift(reference, reference, bootstrap=400).drift.iloc[0]
-    assert same["changed_share"] == 0 and same["verdict"] == "no drift"
+    # Nothing changed in 30 dialogues: the shift's bound (4 points x the exact bound on the share that changed)
+    # is too wide to show equivalence within 0.25 (issue 41 part 5): inconclusive, not "no drift".
+    assert same["changed_share"] == 0 and same["verdict"] == "inconclusive"
     one_per_dialogue = proportion_confint(0, reference["item_id"].nunique(), 0.05, "beta")
     assert same["changed_ci_high"] == pytest.approx(one_per_dialogue[1])  # 30 dialogues, not 120 judgments
 

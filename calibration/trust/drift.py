@@ -259,6 +259,44 @@ def mean_interval(sizes: np.ndarray, sums: np.ndarray, confidence: float) -> tup
     return mean - half, mean + half
 
 
+# Fewer dialogues with a changed score than this leave the t interval no shape to stand on (with none it has width
+# 0): the interval then also spans +-(the largest change the scale allows) x (the changed share's upper bound).
+FEW_MOVED = 5
+
+
+def shift_interval(sizes: np.ndarray, sums: np.ndarray, confidence: float, moved: int, span: float,
+                   changed_high: float) -> tuple[float, float]:
+    """The mean shift's interval: the cluster t interval (mean_interval), and where fewer than FEW_MOVED dialogues
+    have a changed score, its hull with +-span x changed_high.
+
+    Why: a judgment's shift is 0 unless its score changed, and then at most the scale's span, so the mean shift is
+    at most span x the population's share of judgments whose score changed, which changed_high (that share's exact
+    Clopper-Pearson bound at its effective number of judgments, calibration.stats.widened_share: one per dialogue
+    when none changed) exceeds with the interval's confidence. When no or few changes are observed this bound is what the data can say: a deterministic
+    judge that changes 3% of its verdicts left every score of 10 dialogues unchanged in a third of runs, and the t
+    interval, of width 0 there, covered the true shift in 65% of runs (0.85-0.89 at 20 dialogues)."""
+    low, high = mean_interval(sizes, sums, confidence)
+    if moved < FEW_MOVED and np.isfinite(span):
+        reach = span * changed_high
+        low, high = min(low, -reach), max(high, reach)
+    return low, high
+
+
+def _span(part: pd.DataFrame, scale: tuple[float, float] | None) -> float:
+    """The largest change a score can make: the scale's MAX - MIN when known, else the range of every score and
+    sample of both runs."""
+    if scale is not None:
+        return float(scale[1] - scale[0])
+    values = [*part["score_ref"], *part["score_new"]]
+    for column in ("samples_ref", "samples_new"):
+        for samples in part.get(column, ()):
+            if isinstance(samples, (list, tuple, np.ndarray)):
+                values += [float(v) for v in samples if _could_be_one_sample(v) and not isinstance(v, str)]
+    values = np.asarray(values, float)
+    values = values[np.isfinite(values)]
+    return float(values.max() - values.min()) if values.size else math.nan
+
+
 def _kappa(reference, new, numeric: bool) -> float:
     from sklearn.metrics import cohen_kappa_score
 
@@ -295,17 +333,18 @@ def _needed(sd: float, margin: float) -> int:
 
 def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float, margin: float,
                    share_margin: float, n_resamples: int, seed: int, confidence: float,
-                   noise_known: bool = True) -> dict:
+                   noise_known: bool = True, scale: tuple[float, float] | None = None) -> dict:
     numeric = bool((part["status_ref"] == "ok").all() and (part["status_new"] == "ok").all())
     if numeric:
         part = part.assign(shift=part["score_new"] - part["score_ref"])
+        part = part.assign(moved=(part["shift"] != 0).astype(float))
     # The change beyond each judgment's own re-ask noise, paired within dialogues (block mode shares a dialogue's
     # noise across its summaries: comparing with the noise as if it were known called an unchanged judge DRIFT in
     # 10-14% of runs at 10-20 dialogues).
     paired_noise = "noise" in part and bool(part["noise"].notna().all())
     if paired_noise:
         part = part.assign(excess=part["changed"] - part["noise"])
-    columns = ["changed"] + (["excess"] if paired_noise else []) + (["shift"] if numeric else [])
+    columns = ["changed"] + (["excess"] if paired_noise else []) + (["shift", "moved"] if numeric else [])
     sizes, sums = _cluster_sums(part, columns)
     counts = resample_counts(np.random.default_rng(seed), len(sizes), n_resamples)
     replicates = _ratio_replicates(counts, sizes, sums)
@@ -326,9 +365,15 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
         # Nothing changed: the exact bound counts a dialogue once (its verdicts may change together), so
         # "no drift" needs (1 - bound)^dialogues <= 5%.
         needed = max(needed, int(math.ceil(math.log(0.05) / math.log(1 - min(noise + share_margin, 0.99)))))
+    moved, span = 0, math.nan
     if numeric:
         row.update(mean_shift=float(part["shift"].mean()), kappa=_kappa(part["score_ref"], part["score_new"], True))
         needed = max(needed, _needed(float(part.groupby("item_id")["shift"].mean().std(ddof=1)), margin))
+        moved = int((part["shift"] != 0).groupby(part["item_id"]).any().sum())
+        span = _span(part, scale)
+        if moved < FEW_MOVED and span > margin:
+            # No drift then needs span x the changed share's one-sided 95% bound within the margin.
+            needed = max(needed, int(math.ceil(math.log(0.05) / math.log(1 - margin / span))))
         if human is not None:
             row.update(_human_change(part, human, counts, confidence))
     else:
@@ -361,11 +406,21 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
         share_drift = _share_interval(changed, replicates[:, 0], strict, n, dialogues)[0] > allowance
     if numeric:
         shift = sums[:, at["shift"]]
-        row["ci_low"], row["ci_high"] = mean_interval(sizes, shift, confidence)
-        row["tost_low"], row["tost_high"] = mean_interval(sizes, shift, 2 * confidence - 1)  # TOST at 5%: the 90%
+
+        share_moved = float(part["moved"].mean())
+
+        def interval(level):
+            bound = _share_interval(share_moved, replicates[:, at["moved"]], level, n, dialogues)[1]
+            return shift_interval(sizes, shift, level, moved, span, bound)
+
+        row["ci_low"], row["ci_high"] = interval(confidence)
+        row["tost_low"], row["tost_high"] = interval(2 * confidence - 1)  # TOST at 5%: the 90%
         shift_equivalent = -margin < row["tost_low"] and row["tost_high"] < margin
-        strict_low, strict_high = mean_interval(sizes, shift, strict)
+        strict_low, strict_high = interval(strict)
         shift_drift = strict_low > 0 or strict_high < 0
+        if moved < FEW_MOVED:
+            row["note"] = (f"scores changed in {moved} of {dialogues} dialogues: the shift's intervals reach "
+                           f"+-{span:g} points (the scale's span) x the changed share's upper bound")
     else:
         shift_drift = bool(row["stuart_maxwell_p"] < 1 - strict)  # NaN (one category) does not reject
         shift_equivalent = not row["stuart_maxwell_p"] < 1 - confidence
@@ -376,7 +431,8 @@ def _criterion_row(part: pd.DataFrame, human: pd.DataFrame | None, noise: float,
     else:
         row["verdict"] = "inconclusive"
         row["dialogues_needed"] = max(needed, dialogues + 1)
-        row["note"] = f"about {row['dialogues_needed']} anchor dialogues would settle it ({dialogues} now)"
+        row["note"] = "; ".join(filter(None, [row["note"], f"about {row['dialogues_needed']} anchor dialogues would "
+                                              f"settle it ({dialogues} now)"]))
     return row
 
 
@@ -523,23 +579,34 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
     labels = None
     if human is not None:
         from ..humans import aggregate_humans
-        from ..io import read_human_labels
-
-        from ..io import judge_scales
+        from ..io import judge_scales, read_human_labels
 
         scales, unchecked = judge_scales(new, scale_option(scale), judgments)
         notes += [f"note: {note}" for note in unchecked]
         labels = aggregate_humans(read_human_labels(human, scales))[KEY + ["human"]]
+    bounds = _scale_bounds(new, scale, judgments)
     rows = []
     for criterion, part in paired.groupby("criterion", sort=True):
         part, noise, note, known = _changed_and_noise(part)
-        row = _criterion_row(part, labels, noise, margin, share_margin, bootstrap, seed, confidence, known)
+        row = _criterion_row(part, labels, noise, margin, share_margin, bootstrap, seed, confidence, known,
+                             bounds.get(criterion, bounds.get("*")))
         row["note"] = "; ".join(filter(None, [row["note"], note]))
         rows.append(row)
     if not rows:
         raise CalibrationError(f"{new_where}: no judgment with a verdict in both runs")
     table = pd.DataFrame(rows).reindex(columns=DRIFT_COLUMNS)
     return DriftResult(table, _provenance(old_record, new_record), margin, share_margin, bootstrap, notes)
+
+
+def _scale_bounds(new: pd.DataFrame, scale, source) -> dict[str, tuple[float, float]]:
+    """(MIN, MAX) per criterion ("*": every one) from --scale or the rubric the judgments name; none when neither
+    is known (the shift's bound then spans the scores seen)."""
+    from ..io import judge_scales, scale_bounds
+
+    try:
+        return scale_bounds(judge_scales(new, scale_option(scale), source)[0])
+    except CalibrationError:  # a rubric found nowhere: drift does not need it otherwise
+        return {}
 
 
 def drift_section(result: DriftResult) -> str:
