@@ -272,9 +272,10 @@ def shift_interval(sizes: np.ndarray, sums: np.ndarray, confidence: float, moved
     Why: a judgment's shift is 0 unless its score changed, and then at most the scale's span, so the mean shift is
     at most span x the population's share of judgments whose score changed, which changed_high (that share's exact
     Clopper-Pearson bound at its effective number of judgments, calibration.stats.widened_share: one per dialogue
-    when none changed) exceeds with the interval's confidence. When no or few changes are observed this bound is what the data can say: a deterministic
-    judge that changes 3% of its verdicts left every score of 10 dialogues unchanged in a third of runs, and the t
-    interval, of width 0 there, covered the true shift in 65% of runs (0.85-0.89 at 20 dialogues)."""
+    when none changed) exceeds with the interval's confidence. When no or few changes are observed, this bound is
+    what the data can say: a deterministic judge that changes 3% of its verdicts left every score of 10 dialogues
+    unchanged in a third of runs, and the t interval, of width 0 there, covered the true shift in 0.46-0.65 of runs
+    (0.75-0.92 at 20 dialogues; tests/drift_sim.py changed_rates)."""
     low, high = mean_interval(sizes, sums, confidence)
     if moved < FEW_MOVED and np.isfinite(span):
         reach = span * changed_high
