@@ -17,12 +17,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from judge.annotation import LABEL_COLUMNS
 from judge.errors import JudgeError
 from judge.resources import read_text as read_user_text
 
 from .errors import CalibrationError
 
-HUMAN_COLUMNS = ["item_id", "system", "annotator", "criterion", "score"]
+# The labels CSV `judge import` writes (judge.annotation.LABEL_COLUMNS): its first five columns are required.
+HUMAN_COLUMNS = LABEL_COLUMNS[:5]
 JUDGE_COLUMNS = ["item_id", "system", "criterion", "score", "label", "status", "line", "system_1", "system_2",
                  "rubric", "model"]
 # status of one judge row: a usable number, a categorical/pairwise label, or why it has neither.

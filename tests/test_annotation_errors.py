@@ -192,9 +192,11 @@ def test_a_bad_row_late_in_the_file_leaves_the_previous_labels_intact(study, tmp
     assert labels.read_bytes() == before
 
 
-def _plan(tmp: Path, text: str) -> str:
+def _plan(tmp: Path, text: str, info: str | None = '{"version": 1}') -> str:
     (tmp / "plan").mkdir()
     (tmp / "plan" / "plan.csv").write_text(text, encoding="utf-8")
+    if info is not None:
+        (tmp / "plan" / "plan.json").write_text(info, encoding="utf-8")
     return str(tmp / "plan")
 
 
@@ -207,7 +209,25 @@ EXPORT_CASES = [
     ("plan with a bad part",
      lambda t: (["--rubric", "call_centre_fr", "--plan", _plan(t, "item_id,part,reason\ncall-bus-strike,maybe,x\n")],
                 "out"),
-     "plan.csv:2: part 'maybe' is not one of random, targeted"),
+     "plan.csv:2: part must be random or targeted, got 'maybe'"),
+    # export reads plans as estimate does (judge.annotation.plan): plan.json is part of the plan, and checked
+    ("plan without plan.json",
+     lambda t: (["--rubric", "call_centre_fr", "--plan", _plan(t, "item_id,part\ncall-bus-strike,random\n", None)],
+                "out"),
+     "plan.json: no such file (--plan takes the --output-dir of `judge screen --budget`)"),
+    ("plan.json of another version",
+     lambda t: (["--rubric", "call_centre_fr", "--plan", _plan(t, "item_id,part\ncall-bus-strike,random\n",
+                                                                 '{"version": 2}')], "out"),
+     'plan.json: not a plan file (expected "version": 1)'),
+    ("plan listing a dialogue twice",
+     lambda t: (["--rubric", "call_centre_fr", "--plan",
+                 _plan(t, "item_id,part\ncall-bus-strike,random\ncall-bus-strike,targeted\n")], "out"),
+     "plan.csv:3: dialogue 'call-bus-strike' is listed twice"),
+    ("edited plan",
+     lambda t: (["--rubric", "call_centre_fr", "--plan", _plan(t, "item_id,part\ncall-bus-strike,random\n",
+                                                                 '{"version": 1, "plan_sha256": "' + "0" * 64 + '"}')],
+                "out"),
+     "plan.csv: differs from the plan `judge screen` wrote"),
     ("plan directory without plan.csv", lambda t: (["--rubric", "call_centre_fr", "--plan", str(t)], "out"),
      "plan.csv: no such file"),
     ("single candidates for a pairwise rubric", lambda t: (["--rubric", "pairwise_summary"], "out"),

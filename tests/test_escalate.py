@@ -363,8 +363,9 @@ def test_decisions_never_replace_a_users_file_and_replace_our_own(tmp_path, caps
 
 
 def test_the_plan_is_one_export_and_estimate_read(tmp_path, capsys):
-    from calibration.study.screen import read_plan as estimate_reads
-    from judge.annotation.package import plan_record, read_plan as export_reads
+    from judge.annotation.plan import plan_record
+    from judge.annotation.plan import plan_to_label as export_reads
+    from judge.annotation.plan import read_plan as estimate_reads
 
     code, _ = _run(tmp_path, capsys, ["--random-dialogues", "10", "--seed", "4"])
     assert code == 0

@@ -161,12 +161,12 @@ def test_the_printed_differences_say_yes_where_separated_and_nothing_elsewhere()
 @pytest.mark.parametrize("content", ['[1, 2]', '"a key"', '{"format": "judge-annotation-sheet"}', '{}'])
 def test_a_key_of_another_kind_is_refused_as_not_a_key(content, tmp_path):
     from calibration.errors import CalibrationError
-    from calibration.study.estimate import check_key
+    from judge.annotation.plan import check_key
 
     path = tmp_path / "key.json"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(CalibrationError, match=r"key.json: not a key written by `judge export`$"):
-        check_key(path, {"d0": "random"}, "0" * 64)
+        check_key(path, {"d0": "random"}, "0" * 64, CalibrationError)
     assert path.read_text(encoding="utf-8") == content  # nothing lost
 
 

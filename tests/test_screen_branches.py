@@ -195,12 +195,12 @@ def test_a_plan_that_is_not_one_is_refused_naming_file_and_line(info, csv, messa
     """A plan.json of another version or shape, a plan.csv listing a dialogue twice: refused, naming the file and
     the line of the second listing; the files are left as they were."""
     from calibration.errors import CalibrationError
-    from calibration.study.screen import read_plan
+    from judge.annotation.plan import read_plan
 
     (tmp_path / "plan.json").write_text(info, encoding="utf-8")
     (tmp_path / "plan.csv").write_text(csv, encoding="utf-8")
     with pytest.raises(CalibrationError) as caught:
-        read_plan(tmp_path)
+        read_plan(tmp_path, CalibrationError)
     assert str(caught.value) == f"{tmp_path}/{message}"
     assert (tmp_path / "plan.json").read_text(encoding="utf-8") == info
     assert (tmp_path / "plan.csv").read_text(encoding="utf-8") == csv
@@ -927,7 +927,7 @@ def test_each_inclusion_probability_in_a_plan_is_checked_with_its_line(rows, mes
     """Every random row needs a probability in (0, 1]; a targeted row may leave it empty or give one in (0, 1];
     anything else is refused naming plan.csv and the line of the first bad row; the files are left as they were."""
     from calibration.errors import CalibrationError
-    from calibration.study.screen import read_plan
+    from judge.annotation.plan import read_plan
 
     csv = "item_id,part,inclusion_probability\n" + "".join(f"d{k},{part},{p}\n" for k, (part, p) in enumerate(rows))
     (tmp_path / "plan.json").write_text('{"version": 1}', encoding="utf-8")
@@ -937,7 +937,7 @@ def test_each_inclusion_probability_in_a_plan_is_checked_with_its_line(rows, mes
         assert plan["item_id"].tolist() == [f"d{k}" for k in range(len(rows))] and info == {"version": 1}
     else:
         with pytest.raises(CalibrationError) as caught:
-            read_plan(tmp_path)
+            read_plan(tmp_path, CalibrationError)
         assert str(caught.value).startswith(f"{tmp_path}/{message}")
     assert (tmp_path / "plan.csv").read_text(encoding="utf-8") == csv
 
@@ -954,12 +954,12 @@ def test_each_inclusion_probability_in_a_plan_is_checked_with_its_line(rows, mes
 ])
 def test_a_plan_folder_missing_a_file_or_a_column_is_refused_naming_it(files, message, tmp_path):
     from calibration.errors import CalibrationError
-    from calibration.study.screen import read_plan
+    from judge.annotation.plan import read_plan
 
     for name, text in files.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
     with pytest.raises(CalibrationError) as caught:
-        read_plan(tmp_path)
+        read_plan(tmp_path, CalibrationError)
     assert str(caught.value).startswith(f"{tmp_path}/{message}")
 
 

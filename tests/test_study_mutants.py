@@ -266,14 +266,14 @@ def test_the_plan_file_counts_its_random_and_targeted_dialogues():
 
 
 def test_a_plan_with_bad_parts_names_the_line_of_the_first(tmp_path):
-    from calibration.study.screen import read_plan
+    from judge.annotation.plan import read_plan
 
     (tmp_path / "plan.json").write_text(json.dumps({"version": 1}), encoding="utf-8")
     parts = ["random", "targeted", "Random", "random", "manual"]
     (tmp_path / "plan.csv").write_text("item_id,part,reason\n" + "".join(
         f"d{k},{p},x\n" for k, p in enumerate(parts)), encoding="utf-8")
     with pytest.raises(CalibrationError, match=r"plan\.csv:4: part must be random or targeted, got 'Random'"):
-        read_plan(tmp_path)
+        read_plan(tmp_path, CalibrationError)
 
 
 # -- gaps the third mutation draw (seed 3) found ------------------------------------------------------------------

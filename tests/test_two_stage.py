@@ -18,12 +18,13 @@ import pytest
 
 import calibration
 from calibration.errors import CalibrationError
+from calibration.study.designs import inclusion_probabilities, systematic_sample
+from calibration.study.estimate import plan_first_stage, plan_inclusion
 from calibration.study.ppi import MIN_LABELLED, effective_labels
 from calibration.study.ppi_weighted import ppi_mean_weighted, two_stage_inclusion
-from calibration.study.estimate import plan_first_stage, plan_inclusion
-from calibration.study.designs import inclusion_probabilities, systematic_sample
-from calibration.study.screen import print_screen, read_plan
-from judge.annotation.package import read_plan as export_plan
+from calibration.study.screen import print_screen
+from judge.annotation.plan import plan_to_label as export_plan
+from judge.annotation.plan import read_plan
 
 STUDY = Path(__file__).resolve().parents[1] / "examples" / "study"
 
@@ -263,7 +264,7 @@ def test_bad_two_stage_input_is_refused_with_what_is_wrong_and_nothing_touched(t
 def test_a_two_stage_plan_csv_with_a_bad_stage_column_is_refused_with_its_line(tmp_path, column, values, message):
     directory = first_plan(tmp_path, **{column: values})
     with pytest.raises(CalibrationError) as caught:
-        read_plan(directory)
+        read_plan(directory, CalibrationError)
     assert message in str(caught.value)
 
 

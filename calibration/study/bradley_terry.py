@@ -318,20 +318,9 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
             continue
         touches = (data.first == s) | (data.second == s)
         n_lab_d = len(np.unique(data.dialogue[touches & lab]))
-        note = ""
-        if not fit.ok:
-            note = fit.note
-        elif n_lab_d < MIN_LABELLED:
-            # "2 labelled dialogues with a pair of this system: ..." (the plural's "s" kept before the insert)
-            note = interval_note("few", n_lab_d).replace(":", " with a pair of this system:", 1)
         se, hse = fit.se[s], human.se[s] if human.ok else math.nan
         value, human_value = (fit.theta[s] if fit.ok else math.nan), (human.theta[s] if human.ok else math.nan)
-        if not note and np.isinf(value):
-            note = (f"{data.systems[s]} {'won' if value > 0 else 'lost'} every pair the fit weighs: its strength is "
-                    f"{'+' if value > 0 else '-'}infinite, no interval (its win rate has one)")
-        elif not note and np.isnan(value):
-            note = ("not connected to the baseline by the pairs left once the systems with infinite strength are "
-                    "set apart")
+        note = _strength_note(fit, n_lab_d, data.systems[s], value)
         shown = fit.ok and not note and np.isfinite(se)
         low, high = (value - q * se, value + q * se) if shown else (math.nan, math.nan)
         human_shown = human.ok and n_lab_d >= MIN_LABELLED and np.isfinite(human_value) and np.isfinite(hse)
@@ -340,11 +329,7 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
         # What the strength is worth in votes: the printed intervals' ratio, t quantiles included (a tuned lambda's
         # lost degree of freedom counts, as estimate.effective_labels counts it).
         worth = ratio * q / qh if np.isfinite(ratio) else math.nan
-        if not note and not human.ok:
-            note = f"human-only: {human.note}"
-        elif not note and np.isinf(human_value):
-            note = (f"human-only: {data.systems[s]} {'won' if human_value > 0 else 'lost'} every labelled pair "
-                    "(strength infinite)")
+        note = note or _human_note(human, data.systems[s], human_value)
         rows.append({"quantity": "bradley_terry", "system": data.systems[s],
                      "estimate": float(value) if np.isfinite(value) else math.nan, "ci_low": low, "ci_high": high,
                      "human_only": float(human_value) if np.isfinite(human_value) else math.nan,
@@ -352,3 +337,29 @@ def bt_rows(data: Pairs, baseline: int, confidence: float, fit: BTFit, human: BT
                      "n_judged": int(touches.sum()), "width_ratio": ratio,
                      "effective_labels": _effective(int((touches & lab).sum()), worth), "interval_note": note})
     return rows
+
+
+def _strength_note(fit: BTFit, n_lab_d: int, system: str, value: float) -> str:
+    """Why a system's strength has no interval ("" when it has one): the fit failed, too few labelled dialogues
+    with a pair of this system, an infinite strength, or no connection to the baseline."""
+    if not fit.ok:
+        return fit.note
+    if n_lab_d < MIN_LABELLED:
+        # "2 labelled dialogues with a pair of this system: ..." (the plural's "s" kept before the insert)
+        return interval_note("few", n_lab_d).replace(":", " with a pair of this system:", 1)
+    if np.isinf(value):
+        return (f"{system} {'won' if value > 0 else 'lost'} every pair the fit weighs: its strength is "
+                f"{'+' if value > 0 else '-'}infinite, no interval (its win rate has one)")
+    if np.isnan(value):
+        return "not connected to the baseline by the pairs left once the systems with infinite strength are set apart"
+    return ""
+
+
+def _human_note(human: BTFit, system: str, human_value: float) -> str:
+    """Why the human-only strength beside an interval is missing ("" when it is there)."""
+    if not human.ok:
+        return f"human-only: {human.note}"
+    if np.isinf(human_value):
+        return (f"human-only: {system} {'won' if human_value > 0 else 'lost'} every labelled pair "
+                "(strength infinite)")
+    return ""

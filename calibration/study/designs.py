@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from judge.annotation.plan import plan_contract
+
 from ..errors import CalibrationError
 
 
@@ -306,10 +308,8 @@ def first_stage(directory: Path, judgments: Path, judged_items, pilot: pd.DataFr
     """The plan `--pilot-plan` names, held to what a first stage must be: a uniform random draw of dialogues (no
     unequal inclusion probabilities, not itself a second stage), made from these judgments, unedited; the
     pilot's labels on its dialogues only."""
-    from .screen import plan_contract  # the plan format's reader, beside the verb that writes it
-
     frame, info, digest, warnings = plan_contract(directory, judgments, judged_items,
-                                                  "both stages must draw from the same dialogues")
+                                                  "both stages must draw from the same dialogues", CalibrationError)
     where = directory / "plan.csv"
     if "stage" in frame.columns:
         raise CalibrationError(f"{where}: already a two-stage plan: --pilot-plan takes the first, uniform plan")

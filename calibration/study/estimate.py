@@ -18,6 +18,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from judge.annotation.plan import check_key, plan_contract, read_plan
 from judge.resources import file_sha256
 
 from ..errors import CalibrationError
@@ -289,13 +290,12 @@ def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) 
                                                                                           list[str]]:
     """(random items, targeted items, warnings) from the plan, after holding it to its contract."""
     from ..io import label_at
-    from .screen import plan_contract
-
     if plan is None:
         return None, None, []
     plan = Path(plan)
     frame, info, digest, warnings = plan_contract(plan, judgments, judge["item_id"],
-                                                  "estimate with them, or screen these judgments for a new plan")
+                                                  "estimate with them, or screen these judgments for a new plan",
+                                                  CalibrationError)
     parts = dict(zip(frame["item_id"], frame["part"]))
     unplanned = ~labels["item_id"].isin(set(parts))
     if unplanned.any():
@@ -303,7 +303,7 @@ def plan_parts(plan, key, labels: pd.DataFrame, judge: pd.DataFrame, judgments) 
                                f"dialogue {labels['item_id'][unplanned].iloc[0]!r} is not in the plan; labels outside "
                                "the plan are neither the random sample nor targeted")
     if key is not None:
-        check_key(Path(key), parts, digest)
+        check_key(Path(key), parts, digest, CalibrationError)
     random_items = {i for i, part in parts.items() if part == "random"}
     if not random_items:
         raise CalibrationError(f"{plan / 'plan.csv'}: the plan has no random part: its labels are not a sample of "
@@ -318,9 +318,8 @@ def plan_inclusion(plan) -> dict[str, float] | None:
     them, estimate.two_stage_inclusion; None too when its second stage was drawn uniformly (the weights are then
     equal: one simple random sample)."""
     from .ppi_weighted import two_stage_inclusion
-    from .screen import read_plan
 
-    frame, info = read_plan(Path(plan))
+    frame, info = read_plan(Path(plan), CalibrationError)
     if "inclusion_probability" not in frame.columns:
         return None
     random = frame[frame["part"] == "random"]
@@ -339,38 +338,10 @@ def plan_inclusion(plan) -> dict[str, float] | None:
 
 def plan_first_stage(plan) -> set | None:
     """The dialogues of a two-stage plan's first, uniform stage (its random part), None for a one-stage plan."""
-    from .screen import read_plan
-
-    frame, _ = read_plan(Path(plan))
+    frame, _ = read_plan(Path(plan), CalibrationError)
     if "stage" not in frame.columns:
         return None
     return set(frame.loc[frame["part"].eq("random") & frame["stage"].eq("1"), "item_id"])
-
-
-def check_key(path: Path, parts: dict[str, str], digest: str) -> None:
-    """The key `judge export --plan` wrote must come from this plan, task by task."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CalibrationError(f"{path}: no such file (--key takes the key.json `judge export` wrote)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CalibrationError(f"{path}: not a key written by `judge export` ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != "judge-annotation-key":
-        raise CalibrationError(f"{path}: not a key written by `judge export`")
-    recorded = (data.get("plan") or {}).get("sha256")
-    if recorded is None:
-        raise CalibrationError(f"{path}: the key records no plan (exported without --plan): its labels cannot be "
-                               "matched to the plan's random part")
-    if recorded != digest:
-        raise CalibrationError(f"{path}: the sheets were exported from another plan (sha256 {recorded[:12]}...) than "
-                               f"--plan ({digest[:12]}...): the labels were not drawn from this plan")
-    for task in data.get("tasks", []):
-        if task.get("kind") != "item":
-            continue
-        item, part = task.get("item_id"), task.get("part")
-        if parts.get(item) != part:
-            raise CalibrationError(f"{path}: task {task.get('task_id')!r} (dialogue {item!r}) is {part or 'unplanned'} "
-                                   f"in the key and {parts.get(item, 'absent')} in the plan")
 
 
 # -- what `judge estimate` prints ------------------------------------------------------------------------------

@@ -32,16 +32,17 @@ Power: dialogues humans must label to separate the top two systems (calibration.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import pandas as pd
 
+from judge.annotation.plan import PLAN_FILES, PLAN_VERSION, plan_files, plan_sha256
 from judge.resources import file_sha256
 
 from ..alignment import expand_all_criteria
@@ -66,7 +67,6 @@ from .power_table import power_sentence, power_table, second_stage_count
 from .printing import format_table
 from .systems import systems_table, win_shares
 from .uncertainty import items_table, judgment_uncertainty, jury_disagreement
-from datetime import UTC
 
 
 @dataclass
@@ -93,8 +93,7 @@ class ScreenResult(Result):
         files = {"systems.csv": self.systems.to_csv(index=False), "items.csv": self.items.to_csv(index=False),
                  "power.csv": self.power.to_csv(index=False)}
         if self.plan is not None:
-            files["plan.csv"] = self.plan.to_csv(index=False)
-            files["plan.json"] = json.dumps(self.plan_info, indent=2) + "\n"
+            files.update(plan_files(self.plan, self.plan_info))
         return files
 
     def check_output_dir(self, output_dir, inputs=()) -> None:
@@ -102,7 +101,7 @@ class ScreenResult(Result):
         from judge.outputs import check_writable
 
         folder = Path(output_dir)
-        for name in ("plan.csv", "plan.json"):
+        for name in PLAN_FILES:
             if (folder / name).exists():
                 raise CalibrationError(
                     f"{folder / name}: --output-dir holds a plan already; a plan is never replaced (labels may "
@@ -181,7 +180,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
 
 def provenance(judgments, judge: pd.DataFrame, human, seed: int) -> dict:
     """Where the numbers come from, for the reports: files (with digests), model, rubric, date, seed."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     def named(source):
         if isinstance(source, (list, tuple)):  # several label files: each named, one alone as before
@@ -221,35 +220,10 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     """The computation on loaded, checked frames. `bounds`: each criterion's scale (low, high) from the rubric or
     --scale (key "*" for every criterion), for the pilot's bunching check (bunched_rows). `pilot_plan`: the first
     stage's plan folder (second_stage_plan)."""
-    pilot = None
-    if pilot_labels is not None:
-        pilot = aggregate_humans(pilot_labels, clean=clean)
-        unknown = pilot[~pilot["item_id"].isin(set(judge["item_id"]))]
-        if len(unknown):
-            raise CalibrationError(f"--human: {unknown['item_id'].nunique()} labelled dialogue(s) are not in the "
-                                   f"judgments, e.g. {unknown['item_id'].iloc[0]!r}")
+    pilot = _pilot(pilot_labels, clean, judge)
     # A second stage's first: checked before any resampling, so bad input fails at once.
     first = None if pilot_plan is None else first_stage(pilot_plan, path, judge["item_id"], pilot)
-    if "*" in set(judge["criterion"]):
-        # One metric column for every criterion: the pilot's criteria, or else the column's own name.
-        names = sorted(pilot["criterion"].unique()) if pilot is not None else [score_column or "score"]
-        judge = expand_all_criteria(judge, names)
-    pairwise = judge["system_1"].notna()
-    scored = judge[~pairwise]
-    pointwise = set(scored.loc[scored["status"] == "ok", "criterion"])
-    wins = win_shares(judge[pairwise & ~judge["criterion"].isin(pointwise)])
-    scored = pd.concat([scored, wins], ignore_index=True) if len(wins) else scored
-    available = sorted(set(scored.loc[scored["status"] == "ok", "criterion"]))
-    if criteria is None:
-        criteria = available
-    else:
-        unknown = [c for c in criteria if c not in available]
-        if unknown:
-            raise CalibrationError(f"--criteria: no judge scores for {', '.join(unknown)}; "
-                                   f"the judgments have {', '.join(available) or 'none'}")
-    if not criteria:
-        raise CalibrationError(f"{path}: no numeric judge score to screen")
-    judge = judge[judge["criterion"].isin(criteria)]
+    judge, scored, criteria = _screened(path, judge, criteria, pilot, score_column)
     systems, dominated, _, _ = systems_table(scored, criteria, n_resamples, seed)
     if judges:  # more judges: where they disagree is one more sign of doubt
         judges = {name: expand_all_criteria(frame, criteria) for name, frame in judges.items()}
@@ -257,30 +231,11 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
     per_judgment = judgment_uncertainty(judge)
     items = items_table(judge, systems, criteria, scored[scored["criterion"].isin(criteria)], per_judgment)
     alpha = 0.05
-    # An active draw follows the judge's doubt, weighted by its error per system and criterion on a pilot, which
-    # also checks that the weighted doubt marks where the judge errs.
-    errors = pilot_errors(judge, pilot) if design == "active" and pilot is not None else None
-    strata = stratum_weights(errors) if errors is not None else pd.Series(dtype=float)
-    drawn_on = stratified_uncertainty(items, per_judgment, strata)
-    share, why = signal_check(drawn_on, errors) if design == "active" else (None, "")
-    # A two-stage plan's bunched rows take the first stage's own interval whichever way the second is drawn.
-    bunched = bunched_rows(pilot, criteria, bounds or {}) if share and pilot_plan is None else []
-    if bunched:
-        share, why = 0.0, (f"the pilot's labels bunch at one end of the scale for {len(bunched)} system(s) and "
-                           f"criteria ({', '.join(bunched[:3])}{' ...' if len(bunched) > 3 else ''}): there "
-                           "`judge estimate --plan` would withhold an active design's interval (the bounded-scale "
-                           "interval that replaces the t assumes a uniform draw), so the draw is uniform")
+    strata, drawn_on, share, why = _active_draw(design, judge, pilot, items, per_judgment, criteria, bounds,
+                                                pilot_plan)
     relative = relative_probabilities(drawn_on, share) if design == "active" else None
     table = power_table(scored, systems, criteria, power, alpha, pilot, judges, relative)
-    sentence = power_sentence(table, power, alpha)
-    if first is not None and "dialogues_active" in table:
-        table["dialogues_second_stage"] = [second_stage_count(row, len(first.random)) for row in table.itertuples()]
-        table["dialogues_second_stage"] = table["dialogues_second_stage"].astype("Int64")
-        counts = [f"{row.criterion} {row.dialogues_second_stage}" for row in table.itertuples()
-                  if not pd.isna(row.dialogues_second_stage)]
-        if counts:
-            sentence += (f" With the first stage's {len(first.random)} dialogues labelled, the second stage needs "
-                         f"{', '.join(counts)} more (power.csv's dialogues_second_stage).")
+    sentence = _with_second_stage(table, first, power_sentence(table, power, alpha))
     result = ScreenResult(list(criteria), systems, dominated, items, table, sentence,
                           n_resamples=n_resamples, seed=seed)
     if design == "active":
@@ -300,107 +255,103 @@ def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: 
         result.warnings += plan_warnings(plan, budget, unit, random_share)
         result.plan = plan
         items["part"] = items["item_id"].map(dict(zip(plan["item_id"], plan["part"]))).fillna("")
-        result.plan_info = {
-            "version": 1, "unit": unit, "budget": budget, "random_share": random_share, "seed": seed,
-            "judgments": str(path), "judgments_sha256": file_sha256(path) if Path(path).is_file() else None,
-            "plan_sha256": hashlib.sha256(plan.to_csv(index=False).encode("utf-8")).hexdigest(),
-            "n_random": int((plan["part"] == "random").sum()), "n_targeted": int((plan["part"] == "targeted").sum()),
-            "power": json.loads(table.to_json(orient="records")),
-        }
-        if design == "active":
-            result.plan_info.update(design="active", uncertainty_share=share, signal=why, strata=[
-                {"system": system, "criterion": criterion, "weight": float(weight)}
-                for (system, criterion), weight in strata.items()])
-        if first is not None:
-            result.plan_info["stages"] = {
-                "first_plan": str(pilot_plan), "first_plan_sha256": first.digest, "judged": len(items),
-                "first": len(first.random), "second": int((plan["stage"].eq(2) & plan["part"].eq("random")).sum()),
-                # dialogues labelled in the first stage: `judge export --plan` leaves them out
-                "labelled": sorted(map(str, first.random + first.targeted))}
+        result.plan_info = _plan_info(plan, path, table, unit, budget, random_share, seed, design, share, why,
+                                      strata, first, pilot_plan, len(items))
     return result
 
 
-def plan_contract(directory: Path, judgments, judged_items, instead: str) -> tuple[pd.DataFrame, dict, str, list]:
-    """(plan.csv, plan.json, plan.csv's sha256, warnings) of a plan held to its contract: unedited since `judge
-    screen` wrote it, made from these `judgments` (a path; a DataFrame, or the name screen gives one, cannot be
-    checked: a warning) and naming only
-    dialogues among `judged_items`. `instead`: what the judgments' refusal says to do."""
-    frame, info = read_plan(directory)
-    warnings = []
-    digest = file_sha256(directory / "plan.csv")
-    if info.get("plan_sha256") is None:
-        warnings.append(f"{directory / 'plan.json'} records no digest of its plan (made by an older version): "
-                        "plan.csv cannot be checked for edits")
-    elif info["plan_sha256"] != digest:
-        raise CalibrationError(f"{directory / 'plan.csv'}: differs from the plan `judge screen` wrote (plan.json "
-                               f"records sha256 {info['plan_sha256'][:12]}..., the file has {digest[:12]}...): an "
-                               "edited plan no longer says which dialogues were drawn at random")
-    named = info.get("judgments_sha256")
-    if isinstance(judgments, pd.DataFrame) or not Path(judgments).is_file():
-        warnings.append("the judgments are a DataFrame: not checked against the file the plan was made from "
-                        f"({info.get('judgments')})")
-    elif named and named != file_sha256(Path(judgments)):
-        raise CalibrationError(f"{judgments}: not the judgments the plan was made from ({info.get('judgments')}, "
-                               f"sha256 {named[:12]}...): the plan's random sample was drawn from those; {instead}")
-    outside = ~frame["item_id"].isin(set(judged_items))
-    if outside.any():
-        line = int(np.flatnonzero(outside.to_numpy())[0]) + 2
-        raise CalibrationError(f"{directory / 'plan.csv'}:{line}: dialogue {frame['item_id'][outside].iloc[0]!r} is "
-                               "not in the judgments: the plan was made for other judgments")
-    return frame, info, digest, warnings
+def _pilot(pilot_labels: pd.DataFrame | None, clean: bool, judge: pd.DataFrame) -> pd.DataFrame | None:
+    """The --human pilot's labels, one value per cell, every dialogue among the judged ones."""
+    if pilot_labels is None:
+        return None
+    pilot = aggregate_humans(pilot_labels, clean=clean)
+    unknown = pilot[~pilot["item_id"].isin(set(judge["item_id"]))]
+    if len(unknown):
+        raise CalibrationError(f"--human: {unknown['item_id'].nunique()} labelled dialogue(s) are not in the "
+                               f"judgments, e.g. {unknown['item_id'].iloc[0]!r}")
+    return pilot
 
 
-def read_plan(directory: Path) -> tuple[pd.DataFrame, dict]:
-    """plan.csv and plan.json from a `judge screen --output-dir`, checked."""
-    csv_path, json_path = directory / "plan.csv", directory / "plan.json"
-    for path in (csv_path, json_path):
-        if not path.is_file():
-            raise CalibrationError(f"{path}: no such file (--plan takes the --output-dir of `judge screen --budget`)")
-    try:
-        info = json.loads(json_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise CalibrationError(f"{json_path}:{exc.lineno}: invalid JSON at column {exc.colno} ({exc.msg})") \
-            from None
-    if not isinstance(info, dict) or info.get("version") != 1:
-        raise CalibrationError(f"{json_path}: not a plan file (expected \"version\": 1)")
-    try:
-        plan = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise CalibrationError(f"{csv_path}: not a readable CSV file ({exc})") from None
-    missing = [c for c in ("item_id", "part") if c not in plan.columns]
-    if missing:
-        raise CalibrationError(f"{csv_path}:1: missing column(s) {', '.join(missing)}")
-    bad = ~plan["part"].isin(["random", "targeted"])
-    if bad.any():
-        line = int(bad.to_numpy().nonzero()[0][0]) + 2
-        raise CalibrationError(f"{csv_path}:{line}: part must be random or targeted, "
-                               f"got {plan['part'][bad].iloc[0]!r}")
-    if "inclusion_probability" in plan.columns:
-        text = plan["inclusion_probability"].str.strip()
-        values = pd.to_numeric(text, errors="coerce")
-        random = plan["part"] == "random"
-        # A targeted row may leave it empty, or say 1 (`judge escalate` writes 1: drawn for certain); it never
-        # enters the estimates either way.
-        bad = (random | (text != "")) & ~((values > 0) & (values <= 1))
-        if bad.any():
-            line = int(bad.to_numpy().nonzero()[0][0]) + 2
-            given = plan["inclusion_probability"][bad].iloc[0]
-            raise CalibrationError(f"{csv_path}:{line}: inclusion_probability must be a number in (0, 1] (empty "
-                                   f"allowed on a targeted row), got {given!r}")
-    if "stage" in plan.columns:  # a two-stage plan (--pilot-plan): its weights need every random row's probability
-        bad = ~plan["stage"].isin(["1", "2"])
-        if bad.any():
-            line = int(bad.to_numpy().nonzero()[0][0]) + 2
-            raise CalibrationError(f"{csv_path}:{line}: stage must be 1 or 2, got {plan['stage'][bad].iloc[0]!r}")
-        if "inclusion_probability" not in plan.columns:
-            raise CalibrationError(f"{csv_path}:1: a stage column without inclusion_probability: a two-stage plan "
-                                   "records each random dialogue's probability")
-    duplicated = plan["item_id"].duplicated()
-    if duplicated.any():
-        line = int(duplicated.to_numpy().nonzero()[0][0]) + 2
-        raise CalibrationError(f"{csv_path}:{line}: dialogue {plan['item_id'][duplicated].iloc[0]!r} "
-                               "is listed twice")
-    return plan, info
+def _screened(path: Path, judge: pd.DataFrame, criteria, pilot: pd.DataFrame | None, score_column: str | None
+              ) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+    """(the judgments on the criteria screened, the scores (pairwise verdicts as win shares), those criteria)."""
+    if "*" in set(judge["criterion"]):
+        # One metric column for every criterion: the pilot's criteria, or else the column's own name.
+        names = sorted(pilot["criterion"].unique()) if pilot is not None else [score_column or "score"]
+        judge = expand_all_criteria(judge, names)
+    pairwise = judge["system_1"].notna()
+    scored = judge[~pairwise]
+    pointwise = set(scored.loc[scored["status"] == "ok", "criterion"])
+    wins = win_shares(judge[pairwise & ~judge["criterion"].isin(pointwise)])
+    scored = pd.concat([scored, wins], ignore_index=True) if len(wins) else scored
+    available = sorted(set(scored.loc[scored["status"] == "ok", "criterion"]))
+    if criteria is None:
+        criteria = available
+    else:
+        unknown = [c for c in criteria if c not in available]
+        if unknown:
+            raise CalibrationError(f"--criteria: no judge scores for {', '.join(unknown)}; "
+                                   f"the judgments have {', '.join(available) or 'none'}")
+    if not criteria:
+        raise CalibrationError(f"{path}: no numeric judge score to screen")
+    return judge[judge["criterion"].isin(criteria)], scored, criteria
+
+
+def _active_draw(design: str, judge: pd.DataFrame, pilot: pd.DataFrame | None, items: pd.DataFrame,
+                 per_judgment: pd.DataFrame, criteria, bounds: dict | None, pilot_plan: Path | None):
+    """(strata weights, what the draw follows, the share of the draw following the doubt, why). An active draw
+    follows the judge's doubt, weighted by its error per system and criterion on a pilot, which also checks that
+    the weighted doubt marks where the judge errs."""
+    errors = pilot_errors(judge, pilot) if design == "active" and pilot is not None else None
+    strata = stratum_weights(errors) if errors is not None else pd.Series(dtype=float)
+    drawn_on = stratified_uncertainty(items, per_judgment, strata)
+    share, why = signal_check(drawn_on, errors) if design == "active" else (None, "")
+    # A two-stage plan's bunched rows take the first stage's own interval whichever way the second is drawn.
+    bunched = bunched_rows(pilot, criteria, bounds or {}) if share and pilot_plan is None else []
+    if bunched:
+        share, why = 0.0, (f"the pilot's labels bunch at one end of the scale for {len(bunched)} system(s) and "
+                           f"criteria ({', '.join(bunched[:3])}{' ...' if len(bunched) > 3 else ''}): there "
+                           "`judge estimate --plan` would withhold an active design's interval (the bounded-scale "
+                           "interval that replaces the t assumes a uniform draw), so the draw is uniform")
+    return strata, drawn_on, share, why
+
+
+def _with_second_stage(table: pd.DataFrame, first, sentence: str) -> str:
+    """The power sentence, and with a first stage the second stage's own count (power.csv gains a column)."""
+    if first is None or "dialogues_active" not in table:
+        return sentence
+    table["dialogues_second_stage"] = [second_stage_count(row, len(first.random)) for row in table.itertuples()]
+    table["dialogues_second_stage"] = table["dialogues_second_stage"].astype("Int64")
+    counts = [f"{row.criterion} {row.dialogues_second_stage}" for row in table.itertuples()
+              if not pd.isna(row.dialogues_second_stage)]
+    if counts:
+        sentence += (f" With the first stage's {len(first.random)} dialogues labelled, the second stage needs "
+                     f"{', '.join(counts)} more (power.csv's dialogues_second_stage).")
+    return sentence
+
+
+def _plan_info(plan: pd.DataFrame, path: Path, table: pd.DataFrame, unit: str, budget: int, random_share: float,
+               seed: int, design: str, share, why: str, strata: pd.Series, first, pilot_plan: Path | None,
+               judged: int) -> dict:
+    """plan.json: the settings, the digests (of plan.csv and of the judgments) and the power the plan was made for."""
+    info = {
+        "version": PLAN_VERSION, "unit": unit, "budget": budget, "random_share": random_share, "seed": seed,
+        "judgments": str(path), "judgments_sha256": file_sha256(path) if Path(path).is_file() else None,
+        "plan_sha256": plan_sha256(plan),
+        "n_random": int((plan["part"] == "random").sum()), "n_targeted": int((plan["part"] == "targeted").sum()),
+        "power": json.loads(table.to_json(orient="records")),
+    }
+    if design == "active":
+        info.update(design="active", uncertainty_share=share, signal=why, strata=[
+            {"system": system, "criterion": criterion, "weight": float(weight)}
+            for (system, criterion), weight in strata.items()])
+    if first is not None:
+        info["stages"] = {
+            "first_plan": str(pilot_plan), "first_plan_sha256": first.digest, "judged": judged,
+            "first": len(first.random), "second": int((plan["stage"].eq(2) & plan["part"].eq("random")).sum()),
+            # dialogues labelled in the first stage: `judge export --plan` leaves them out
+            "labelled": sorted(map(str, first.random + first.targeted))}
+    return info
 
 
 def print_screen(result, out=None) -> None:

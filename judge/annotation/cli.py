@@ -38,12 +38,12 @@ def _command(sub, name: str, help: str, example: str):
 
 def run_export(args) -> int:
     from judge.annotation.export import export_package
-    from judge.annotation.package import plan_record, read_plan
+    from judge.annotation.plan import plan_record, plan_to_label
     from judge.items import load_items
     from judge.rubric import load_rubric
 
     rubric = load_rubric(args.rubric)
-    plan = read_plan(args.plan) if args.plan else None
+    plan = plan_to_label(args.plan) if args.plan else None
     source = plan_record(args.plan) if args.plan else None
     items = load_items(args.input, rubric.inputs)
     done = export_package(rubric, items, args.format, args.output, seed=args.seed, annotators=args.annotators,

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from judge.annotation import NA, OTHER, default_mode
-from judge.annotation.package import Task, allows_na, build_tasks, key_dict, key_json
+from judge.annotation.package import Task, allows_na, build_tasks, key_dict
+from judge.annotation.plan import key_json
 from judge.errors import OutputError
 from judge.items import Item
 from judge.rubric import Rubric

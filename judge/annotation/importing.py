@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from judge.annotation import LABEL_COLUMNS, NA, OTHER, default_mode
-from judge.annotation.package import (Submission, Task, allows_na, answer_fields, context_names, load_key,
-                                      parse_field)
+from judge.annotation.package import Submission, Task, allows_na, answer_fields, context_names, parse_field
+from judge.annotation.plan import load_key
 from judge.errors import InputError, OutputError
 from judge.rubric import Criterion, Rubric
 

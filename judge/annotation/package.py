@@ -9,7 +9,6 @@ same in the Label Studio config, the tasks file and the CSV header; the key turn
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
@@ -17,15 +16,13 @@ import random
 import re
 import string
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from judge.annotation.plan import KEY_FORMAT
 from judge.errors import InputError
 from judge.items import Item
 from judge.rubric import Criterion, Rubric
 
-KEY_FORMAT = "judge-annotation-key"
 LETTERS = string.ascii_uppercase
-PLAN_PARTS = ("random", "targeted")
 
 
 @dataclass(frozen=True)
@@ -144,58 +141,6 @@ def shown_fields(task: Task, rubric: Rubric) -> dict[str, str]:
 
 
 # -- building -------------------------------------------------------------------------------------------------
-def read_plan(directory: str | Path) -> dict[str, str]:
-    """`DIR/plan.csv` (item_id,part,reason; one row per dialogue) as {item_id: part}, in file order; a second
-    stage's plan without the dialogues its first stage labelled (plan.json's stages.labelled)."""
-    path = Path(directory) / "plan.csv"
-    if not path.is_file():
-        raise InputError(f"{path}: no such file (--plan names the directory `judge screen` wrote)")
-    plan: dict[str, str] = {}
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in ("item_id", "part") if c not in (reader.fieldnames or [])]
-        if missing:
-            raise InputError(f"{path}:1: missing column(s) {', '.join(missing)}; a plan has item_id,part,reason")
-        for row in reader:
-            item_id, part = (row.get("item_id") or "").strip(), (row.get("part") or "").strip()
-            if not item_id:
-                raise InputError(f"{path}:{reader.line_num}: empty item_id")
-            if part not in PLAN_PARTS:
-                raise InputError(f"{path}:{reader.line_num}: part {part!r} is not one of {', '.join(PLAN_PARTS)}")
-            if item_id in plan:
-                raise InputError(f"{path}:{reader.line_num}: dialogue {item_id!r} is planned twice")
-            plan[item_id] = part
-    if not plan:
-        raise InputError(f"{path}: the plan lists no dialogue")
-    # A second stage (`judge screen --pilot-plan`): the first stage's dialogues are labelled already.
-    try:
-        info = json.loads((Path(directory) / "plan.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        info = {}
-    labelled = set((info.get("stages") or {}).get("labelled") or []) if isinstance(info, dict) else set()
-    return {item: part for item, part in plan.items() if item not in labelled}
-
-
-def plan_record(directory: str | Path) -> dict:
-    """Which plan a package was exported from, for the key: its folder and digest (and the judgments it was made
-    from). A plan.csv that no longer matches the digest its plan.json records was edited, and is refused."""
-    from judge.resources import file_sha256
-
-    directory = Path(directory)
-    digest = file_sha256(directory / "plan.csv")
-    info = {}
-    try:
-        info = json.loads((directory / "plan.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{directory / 'plan.json'}: not a plan file ({exc})") from None
-    recorded = info.get("plan_sha256") if isinstance(info, dict) else None
-    if recorded and recorded != digest:
-        raise InputError(f"{directory / 'plan.csv'}: differs from the plan `judge screen` wrote (plan.json records "
-                         f"sha256 {recorded[:12]}...): an edited plan no longer says which dialogues are random")
-    return {"path": str(directory), "sha256": digest,
-            "judgments_sha256": info.get("judgments_sha256") if isinstance(info, dict) else None}
 
 
 def context_names(rubric: Rubric) -> list[str]:
@@ -344,36 +289,4 @@ def key_dict(rubric: Rubric, tasks: list[Task], seed: int, fmt: str, annotators:
         key["plan"] = plan  # which plan (its digest): `judge estimate --plan --key` checks the labels came from it
     return key
 
-
-def load_key(path: str | Path) -> tuple[Rubric, dict[str, Task], dict]:
-    """The key written by `judge export`: its rubric, its tasks by id, and the raw dict."""
-    from pydantic import ValidationError
-
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a JSON key file ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != KEY_FORMAT:
-        raise InputError(f"{path}: not a key written by `judge export`")
-    try:
-        rubric = Rubric.model_validate(data["rubric"])
-        tasks = {}
-        for row in data["tasks"]:
-            slots = ([Slot(s["letter"], s["system"], "", ("",) * s["segments"], tuple(s["skip"]), position=n)
-                      for n, s in enumerate(row["slots"])]
-                     if "slots" in row else [Slot("1", ""), Slot("2", "")])
-            tasks[row["task_id"]] = Task(row["task_id"], row["kind"], row["item_id"], slots,
-                                         system=row.get("system"), swapped=row.get("swapped", False),
-                                         must_tie=row.get("must_tie", False), part=row.get("part"),
-                                         expected=row.get("expected"))
-    except (KeyError, TypeError, ValidationError) as exc:
-        raise InputError(f"{path}: the key is damaged ({type(exc).__name__}: {exc})".splitlines()[0]) from None
-    return rubric, tasks, data
-
-
-def key_json(key: dict) -> str:
-    return json.dumps(key, ensure_ascii=False, indent=1) + "\n"
 
