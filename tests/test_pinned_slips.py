@@ -12,9 +12,9 @@ import types
 from pathlib import Path
 
 import pytest
+from test_batch import UNGATED, args, lines, run_through, server  # noqa: F401 - `server` is a fixture
 
 from judge.cli import main
-from test_batch import UNGATED, args, lines, run_through, server  # noqa: F401 - `server` is a fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "items.jsonl"
@@ -118,9 +118,9 @@ def test_the_api_returns_the_planned_judgments_in_plan_order_only(stub_server, t
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     items = [json.loads(line) for line in EXAMPLES.read_text(encoding="utf-8").splitlines()]
     output = tmp_path / "out.jsonl"
-    server = {"base_url": stub_server.base_url, "model": "stub", "no_cache": True, "progress": False}
-    judge.score("dialsummeval", [items[3], items[1]], output, criteria=["coherence", "fluency"], **server)
-    frame = judge.score("dialsummeval", items, output, criteria=["coherence"], **server)
+    served = {"base_url": stub_server.base_url, "model": "stub", "no_cache": True, "progress": False}
+    judge.score("dialsummeval", [items[3], items[1]], output, criteria=["coherence", "fluency"], **served)
+    frame = judge.score("dialsummeval", items, output, criteria=["coherence"], **served)
     planned = [(i["id"], i["system"], "coherence") for i in items]
     assert list(zip(frame["item_id"], frame["system"], frame["criterion"])) == planned
     in_file = [(j["id"], j["system"], j["criterion"]) for j in lines(output)]
