@@ -131,3 +131,21 @@ def test_a_rubric_edit_that_changes_the_scale_points_is_discarded(learner, tmp_p
     assert [p["value"] for p in clarity["scale"]["points"]] == [1, 2, 3, 4, 5]
     assert [p["label"] for p in clarity["scale"]["points"]] == ["unclear", "poor", "fair", "good", "excellent"]
     assert done.returncode in (0, 1), done.stderr
+
+
+def test_with_batch_dir_each_fold_writes_its_own_batch_files_and_tune_waits(learner, tmp_path):
+    from judge.run import EXIT_BATCH_PENDING
+
+    items, labels = _study(tmp_path, dialogues=12)
+    model = ["--base-url", learner.base_url, "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress"]
+    current = tmp_path / "current.jsonl"
+    assert _judge("score", "--rubric", str(RUBRIC), "--input", str(items), "--output", str(current),
+                  "--criteria", "clarity", *model).returncode == 0
+    batches = tmp_path / "batches"
+    done = _judge("tune", "--judge", f"current={current}", "--human", str(labels), "--output-dir",
+                  str(tmp_path / "tune"), "--candidates", "few-shot", "--rubric", str(RUBRIC), "--items", str(items),
+                  "--folds", "3", "--criteria", "clarity", "--batch-dir", str(batches), *model)
+    assert done.returncode == EXIT_BATCH_PENDING, done.stderr
+    assert "waits for batch answers" in done.stderr
+    assert any((batches / "few-shot" / "fold_0").iterdir())
+    assert not (tmp_path / "tune" / "candidates.csv").exists()

@@ -107,5 +107,15 @@ def run_tune(args) -> int:
         return result
 
     inputs = [judge_file, args.human, args.items, *(f for _, f in args.candidate)]
-    return run_verb("tune", compute, output_dir=args.output_dir, report=args.report, inputs=inputs,
-                    exit_code=lambda result: 0 if not result.accepted.empty else 1)
+    from .runs import TunePending
+
+    try:
+        return run_verb("tune", compute, output_dir=args.output_dir, report=args.report, inputs=inputs,
+                        exit_code=lambda result: 0 if not result.accepted.empty else 1)
+    except TunePending as pending:
+        import sys
+
+        from judge.run import EXIT_BATCH_PENDING
+
+        print(f"judge tune: {pending}", file=sys.stderr)
+        return EXIT_BATCH_PENDING

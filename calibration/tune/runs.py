@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -26,6 +27,10 @@ from .build import (
     proposer_messages,
 )
 from .tune import Candidate, labelled_cells, read_judge
+
+
+class TunePending(Exception):
+    """A fold waits for batch answers: nothing is tested until every candidate is judged."""
 
 
 @dataclass
@@ -129,14 +134,20 @@ def _fold_judge(args, rubric, items: dict, disagreements: pd.DataFrame, criteria
         if changed:
             write_files(changed, verb="tune", inputs=[args.human, args.items])
         output = folder / f"{stem}.jsonl"
+        own = {}
+        if getattr(args, "batch_dir", None):  # each fold's batch files apart: they are other runs
+            own["batch_dir"] = str(Path(args.batch_dir) / name / stem)
         options = run_options(args, command="score", rubric=str(folder / f"{stem}.yaml"),
                               input=str(folder / f"{stem}_items.jsonl"), output=str(output), criteria=criteria,
-                              **decoding)
+                              **decoding, **own)
         print(f"judge tune: candidate {name} {stem}: judging {len(records)} labelled items", file=sys.stderr)
         outcome = run(options)
         report(outcome)
         if outcome.status == "interrupted":
             raise KeyboardInterrupt
+        if outcome.status == "pending":
+            raise TunePending(f"candidate {name} {stem} waits for batch answers ({own.get('batch_dir', 'the batch')})"
+                              ": run its batch files, then the same command to read them and go on")
         if outcome.status != "complete":
             raise CalibrationError(f"candidate {name} {stem}: not every item could be judged ({outcome.status}); "
                                    f"{output} keeps the finished ones: run the same command again")
