@@ -66,8 +66,9 @@ def built_candidates(args, judge_name: str, judge_file) -> tuple[list[Candidate]
     made_with = sorted({r for r in current["rubric"].dropna().astype(str) if r})
     if made_with and made_with[0].partition("@")[0] != rubric.name:
         raise CalibrationError(f"--rubric {args.rubric}: the current judgments were made with {made_with[0]}")
-    criteria = args.criteria or [c.id for c in rubric.criteria if c.scale.type == "likert"]
-    cells, _ = labelled_cells(current, judge_file, args.human, args.scale, criteria, args.rubric)
+    cells, _ = labelled_cells(current, judge_file, args.human, args.scale, args.criteria, args.rubric)
+    likert = {c.id for c in rubric.criteria if c.scale.type == "likert"}
+    cells = cells[cells["criterion"].isin(likert)]  # demonstrations and point meanings are a Likert scale's
     scores = current[["item_id", "system", "criterion", "score"]].rename(columns={"score": "judge"})
     disagreements = cells.merge(scores, on=["item_id", "system", "criterion"], how="inner").dropna(subset=["judge"])
     criteria = sorted(set(disagreements["criterion"]))

@@ -203,10 +203,9 @@ def tune(judge, human, candidates: list[Candidate], *, judge_name: str = "curren
                                    "candidate a name of its own")
     current = read_judge(judge_name, judge, failure_value)
     cells, read_notes = labelled_cells(current, judge, human, scale, criteria, rubric)
-    if criteria is None:
-        criteria = sorted(set(cells["criterion"]) & (set(current["criterion"]) | ({"*"} and set(cells["criterion"])
-                                                                                  if "*" in set(current["criterion"])
-                                                                                  else set())))
+    if criteria is None:  # every labelled criterion the current judge scores ("*": a metric scores them all)
+        judged = set(current["criterion"])
+        criteria = sorted(c for c in set(cells["criterion"]) if c in judged or "*" in judged)
     for criterion in criteria:
         if not ((current["criterion"] == criterion) | (current["criterion"] == "*")).any():
             raise CalibrationError(f"criterion {criterion!r}: the current judge {judge_name} has no judgment of it "
