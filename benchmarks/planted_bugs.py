@@ -83,7 +83,7 @@ BUGS = [
      ["tests/test_select_guards.py", "tests/test_select.py"]),
     ("select: judges compared on their own dialogues", "calibration/trust/select.py",
      "                compared &= _varying(matrix)\n", "                pass\n", ["tests/test_select_guards.py"]),
-    ("calibrate: the seed ignored", "calibration/analysis.py",
+    ("calibrate: the seed ignored", "calibration/calibrate/calibrate.py",
      "bootstrap, seed = resamples_option(bootstrap, allow_zero=True), seed_option(seed)",
      "bootstrap, seed = resamples_option(bootstrap, allow_zero=True), 0", ["tests/test_select_guards.py"]),
     ("screen: dominated when better on any criterion, not every one", "calibration/study/systems.py",

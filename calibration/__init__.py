@@ -1,10 +1,13 @@
-"""Judge-versus-human calibration: agreement, correlation, calibration maps and reports; the human study
-(`study/`: screen, estimate) and whether the judge can be trusted without humans (`trust/`: audit, drift, select).
+"""Judge-versus-human calibration (`calibrate/`: agreement, correlation, calibration maps and reports); the human
+study (`study/`: screen, estimate); whether the judge can be trusted without humans (`trust/`: audit, drift,
+select); the cascade of judges and humans (`cascade/`: escalate). The shared base sits at this package's root.
 
 Names are imported on first use: `judge --help` imports `calibration.cli`, which must not pull in pandas, scipy
 or scikit-learn through this package.
 """
 
+import sys
+import types
 from importlib import import_module
 
 from .errors import CalibrationError
@@ -13,17 +16,17 @@ _WHERE = {
     "agreement": "agreement", "krippendorff_alpha": "agreement", "label_agreement": "agreement",
     "pairwise_agreement": "agreement", "score_agreement": "agreement",
     "align": "alignment", "check_overlap": "alignment",
-    "CalibrationResults": "analysis", "analyse": "analysis", "calibrate": "analysis",
-    "alpha_with_judge": "ceiling", "human_ceiling": "ceiling",
-    "compare_judges": "compare",
+    "CalibrationResults": "calibrate.calibrate", "analyse": "calibrate.calibrate", "calibrate": "calibrate.calibrate",
+    "alpha_with_judge": "calibrate.ceiling", "human_ceiling": "calibrate.ceiling",
+    "compare_judges": "calibrate.compare",
     "PairedScores": "correlation", "bootstrap_ci": "correlation", "correlations": "correlation",
     "level_statistic": "correlation",
     "aggregate_humans": "humans", "clean_noise": "humans",
     "HumanScale": "io", "load_human_labels": "io", "load_judge_scores": "io", "rubric_scales": "io",
-    "IsotonicCalibrationMap": "maps", "apply_maps": "maps", "cross_validate_maps": "maps", "fit_maps": "maps",
-    "load_maps": "maps", "save_maps": "maps",
+    "IsotonicCalibrationMap": "calibrate.maps", "apply_maps": "calibrate.maps", "cross_validate_maps": "calibrate.maps",
+    "fit_maps": "calibrate.maps", "load_maps": "calibrate.maps", "save_maps": "calibrate.maps",
     "kendall_tau_b": "stats", "pearson": "stats", "spearman": "stats",
-    "write_report": "report",
+    "write_report": "calibrate.report",
     "ScreenResult": "study.screen", "screen": "study.screen",
     "EstimateResult": "study.estimate", "PairwiseEstimateResult": "study.estimate", "estimate": "study.estimate",
     "AuditResult": "trust.audit", "audit": "trust.audit",
@@ -47,3 +50,16 @@ def __getattr__(name):
 
 def __dir__():
     return __all__
+
+
+class _Package(types.ModuleType):
+    """`calibration.calibrate` is the verb, a function, though a family folder has the same name: importing the
+    folder (`from calibration.calibrate import maps`) must not rebind the package's attribute to the folder."""
+
+    def __setattr__(self, name, value):
+        if name in _WHERE and isinstance(value, types.ModuleType):
+            return  # the import system binding a subpackage over a public name: keep the name
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -6,8 +6,12 @@ from __future__ import annotations
 import base64
 import html
 import io
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}
@@ -98,3 +102,35 @@ def table(frame) -> str:
 
 def note(text: str) -> str:
     return f"<p class=note>{html.escape(text)}</p>"
+
+
+def _bounds_of(bounds: dict | None, criterion: str) -> tuple[float, float] | None:
+    if not bounds:
+        return None
+    found = bounds.get(criterion, bounds.get("*"))
+    return None if found is None or None in found else (float(found[0]), float(found[1]))
+
+
+def intervals_figure(frame: pd.DataFrame, label: str, centre: str, low: str, high: str,
+                     human_only: tuple[str, str, str] | None = None, bounds: dict | None = None,
+                     xlabel: str = "mean score (CI)", zero: bool = False) -> str:
+    """One panel per criterion: each row of `frame` as a point with its interval, best at the top.
+
+    `bounds` (criterion or "*" -> (low, high)): the scale, drawn as two grey lines; intervals are clipped to it in
+    the plot only (an interval past the scale says nothing the scale does not; the tables keep the numbers). A row
+    without an interval (NaN bounds: none could hold) is drawn as a hollow point. `zero`: a line at 0 (differences).
+    """
+    criteria = list(dict.fromkeys(frame["criterion"]))
+    figure, axes = rows_grid(len(criteria), frame.groupby("criterion").size().max())
+    for axis, criterion in zip(axes, criteria):
+        part = frame[frame["criterion"] == criterion].sort_values(centre)
+        scale = _bounds_of(bounds, criterion)
+        if scale is not None and zero:  # a difference of two scores lies within +-(high - low)
+            scale = (scale[0] - scale[1], scale[1] - scale[0])
+        name = "with the judge (PPI++)" if human_only else "judge"
+        series = [(name, "tab:orange", "o", *(part[c] for c in (centre, low, high)))]
+        if human_only:  # drawn below the judge's point
+            series.insert(0, ("humans only", "tab:blue", "s", *(part[c] for c in human_only)))
+        interval_rows(axis, list(part[label]), series, reference=0.0 if zero else None, scale=scale)
+        axis.set(title=criterion, xlabel=xlabel)
+    return png(figure)

@@ -13,9 +13,8 @@ from judge.errors import JudgeError
 from judge.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
-VERB_MODULES = ("calibration.cli", "calibration.study.cli", "calibration.trust.cli", "calibration.cascade.cli",
-                "calibration.tune.cli",
-                "judge.annotation.cli", "judge.batch_cli")
+# calibration/ is reached only through its command hub, which registers every statistics verb.
+VERB_MODULES = ("calibration.cli", "judge.annotation.cli", "judge.batch_cli")
 
 
 def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser:

@@ -500,7 +500,7 @@ def test_a_ranking_changed_at_equal_length_is_said_only_where_length_is_a_findin
     """length_controlled.csv's rank_changed: the length-controlled rank differs from the raw one and the criterion's
     length effect is flagged. Seed 20 (a faint length taste, noisy judge, 12 dialogues) has ranks that move at equal
     length while its length slope is not flagged: nothing is said; seed 18 (a clear taste): the moved ranks are."""
-    from calibration.trust.audit import read_items
+    from calibration.items import read_items
 
     judge, words, _, _ = simulate(np.random.default_rng(seed), dialogues=12, judge_length=length,
                                   quality_length=0.0 if length < 0.2 else 0.5, judge_noise=1.0 if length < 0.2 else 0.8)

@@ -22,7 +22,8 @@ import pytest
 import judge.cli
 import judge.engine
 from calibration.errors import CalibrationError
-from calibration.trust.audit import audit, read_items
+from calibration.items import read_items
+from calibration.trust.audit import audit
 from judge.cli import main
 from judge.judgment import Judgment
 from test_audit_cli import _audit_probes, _judge, write_items, write_judgments, write_labels

@@ -392,7 +392,7 @@ def test_reask_noise_is_the_share_of_ordered_pairs_of_samples_that_differ(sample
                                         ("", "words"), ("好 a", "words")])
 def test_the_length_unit_is_characters_only_when_more_than_half_the_letters_are_unspaced(text, unit):
     """"好好 ab": 2 of 4 letters unspaced, exactly half: words; "好好好 ab": 3 of 5: characters."""
-    from calibration.trust.audit import length_unit
+    from calibration.items import length_unit
 
     assert length_unit([text]) == unit
 
@@ -429,7 +429,7 @@ def test_a_constant_side_has_no_scale_to_compare_and_gets_no_scale_warning(judge
 def test_items_as_a_table_with_empty_cells_are_read_like_the_file():
     """A DataFrame of items mixing single candidates and pairs has NaN in the other kind's columns: missing, not
     text (the JSONL file simply lacks those keys)."""
-    from calibration.trust.audit import read_items
+    from calibration.items import read_items
 
     items = pd.DataFrame([{"id": "d1", "system": "a", "dialogue": "A: hi", "candidate": "one two three",
                            "candidate_1": np.nan, "candidate_2": np.nan, "system_1": np.nan, "system_2": np.nan},

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from calibration.agreement import krippendorff_alpha
-from calibration.analysis import analyse
+from calibration.calibrate.calibrate import analyse
 from calibration.io import load_human_labels, load_judge_scores
 
 SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))

@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from calibration.study import report as study_report  # noqa: E402
+from calibration import html_kit  # noqa: E402
 from calibration.trust import report as trust_report  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def figures(monkeypatch):
         return "data:image/png;base64,"
 
     monkeypatch.setattr(trust_report, "_png", keep)
-    monkeypatch.setattr(study_report, "_png", keep)
+    monkeypatch.setattr(html_kit, "png", keep)
     yield kept
     for figure in kept:
         plt.close(figure)
@@ -135,7 +135,7 @@ def test_the_study_figure_sorts_clips_to_the_scale_and_draws_a_hollow_point_with
                           "estimate": [3.0, 4.5, 2.0, 1.5], "ci_low": [2.0, 3.5, np.nan, 0.0],
                           "ci_high": [4.0, 5.6, np.nan, 2.5], "human_only": [3.2, 4.4, 2.1, 1.4],
                           "human_only_ci_low": [1.5, 3.0, 1.0, 0.5], "human_only_ci_high": [4.9, 5.9, 3.2, 2.4]})
-    study_report.intervals_figure(frame, "system", "estimate", "ci_low", "ci_high",
+    html_kit.intervals_figure(frame, "system", "estimate", "ci_low", "ci_high",
                                   ("human_only", "human_only_ci_low", "human_only_ci_high"), {"*": (1, 5)})
     first, second = figures[0].axes[:2]
     assert ticks(first) == (["z", "a", "b"], [0, 1, 2])  # lowest estimate at the bottom, best at the top
@@ -150,14 +150,14 @@ def test_the_study_figure_sorts_clips_to_the_scale_and_draws_a_hollow_point_with
 def test_a_figure_of_differences_uses_the_scale_of_a_difference_and_a_line_at_zero(figures):
     frame = pd.DataFrame({"criterion": ["c", "c"], "pair": ["a - b", "b - c"], "estimate": [0.5, -3.95],
                           "ci_low": [-0.2, -5.0], "ci_high": [1.2, -3.5]})
-    study_report.intervals_figure(frame, "pair", "estimate", "ci_low", "ci_high", bounds={"c": (1, 5)}, zero=True)
+    html_kit.intervals_figure(frame, "pair", "estimate", "ci_low", "ci_high", bounds={"c": (1, 5)}, zero=True)
     axis = figures[0].axes[0]
     assert dotted(axis) == [-4.0, 4.0] and axis.get_xlim() == pytest.approx((-4.4, 4.4))
     bars, _ = drawn(axis)
     assert same(bars["judge"], [(-3.95, 0, -4.0, -3.5), (0.5, 1, -0.2, 1.2)])
     assert dashed(axis) == [0.0]
     # without a scale nothing is clipped and no edge is drawn
-    study_report.intervals_figure(frame, "pair", "estimate", "ci_low", "ci_high", zero=True)
+    html_kit.intervals_figure(frame, "pair", "estimate", "ci_low", "ci_high", zero=True)
     axis = figures[1].axes[0]
     assert dotted(axis) == [] and dashed(axis) == [0.0] and same(drawn(axis)[0]["judge"], [(-3.95, 0, -5.0, -3.5), (0.5, 1, -0.2, 1.2)])
 
@@ -166,7 +166,7 @@ def test_an_estimate_beyond_the_scale_gets_no_bar_past_it(figures):
     """PPI can put an estimate outside the scale; its interval clipped to the scale then ends at the edge on the
     estimate's other side, and the bar goes from the estimate to the edge, not mirrored beyond it."""
     frame = pd.DataFrame({"criterion": ["c"], "system": ["a"], "estimate": [0.8], "ci_low": [0.2], "ci_high": [1.6]})
-    study_report.intervals_figure(frame, "system", "estimate", "ci_low", "ci_high", None, {"*": (1, 5)})
+    html_kit.intervals_figure(frame, "system", "estimate", "ci_low", "ci_high", None, {"*": (1, 5)})
     bars, _ = drawn(figures[0].axes[0])
     (series,) = bars.values()
     (value, _, low, high), = series

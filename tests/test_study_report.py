@@ -55,7 +55,7 @@ def test_the_plan_numbers_come_first_in_the_screen_tables(tmp_path, capsys):
 def test_calibrate_draws_a_judge_on_the_human_scale_on_the_human_axis():
     import pandas as pd
 
-    from calibration.report import off_the_human_scale
+    from calibration.calibrate.report import off_the_human_scale
 
     def means(judge, human):
         return pd.DataFrame({"judge_low": [judge[0]], "judge_high": [judge[1]], "human_low": [human[0]],

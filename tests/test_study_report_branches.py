@@ -1,4 +1,4 @@
-"""Which scale the study reports draw an interval against (calibration.study.report._bounds_of), one row per case:
+"""Which scale the study reports draw an interval against (calibration.html_kit._bounds_of), one row per case:
 no scales, the criterion's own, the "*" default, none for this criterion, and a scale with an open end. Written after
 the seed-12 draw of benchmarks/mutation.py let its `or` become an `and` (a traceback for a criterion without a
 scale)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from calibration.study.report import _bounds_of
+from calibration.html_kit import _bounds_of
 
 
 @pytest.mark.parametrize("bounds, criterion, expected", [

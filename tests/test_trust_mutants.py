@@ -437,7 +437,7 @@ def test_a_probe_sample_of_one_candidate_is_allowed(stub_server, tmp_path, capsy
 # -- gaps the second mutation draw (seed 2) left, round two ---------------------------------------------------------
 def test_an_item_with_an_empty_dialogue_is_measured_not_refused():
     """Lengths are all the audit reads: an empty (or blank) dialogue is no reason to refuse the item."""
-    from calibration.trust.audit import read_items
+    from calibration.items import read_items
 
     frame = read_items(pd.DataFrame([{"id": "d1", "system": "a", "dialogue": "", "candidate": "one two three"},
                                      {"id": "d1", "system": "b", "dialogue": "   ", "candidate": "four five"},
@@ -452,7 +452,7 @@ def test_an_item_with_an_empty_dialogue_is_measured_not_refused():
     ("中文中 ab", "characters", 5),  # 3 of 5: most, characters
 ])
 def test_the_length_unit_is_characters_only_when_most_letters_are_unspaced(text, unit, length):
-    from calibration.trust.audit import length_unit, read_items
+    from calibration.items import length_unit, read_items
 
     assert length_unit([text]) == unit
     frame = read_items([{"id": "d1", "system": "a", "dialogue": "A: hi", "candidate": text}])

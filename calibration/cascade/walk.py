@@ -113,7 +113,7 @@ def walk_cascade(human, listed, *, alpha: float, delta: float, criteria, toleran
     cells the cascade needs only, whose other cells are not the cascade's (nor missing). Returns the fields of
     `EscalateResult`."""
     from ..alignment import expand_all_criteria
-    from ..trust.select import read_judges
+    from ..judges import read_judges
 
     names = [n for n, _ in listed]
     signals_asked = _signal_map(signal, names)

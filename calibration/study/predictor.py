@@ -202,7 +202,7 @@ def other_judges(judges, human, scale, failure_value, judge: pd.DataFrame) -> tu
     if not judges:
         return {}, []
     from ..errors import CalibrationError
-    from ..trust.select import read_judges
+    from ..judges import read_judges
 
     frames, _, notes = read_judges(judges_listed(judges), human, scale, failure_value)
     for name, frame in frames.items():

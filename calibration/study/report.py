@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..html_kit import STYLE, interval_rows as _interval_rows, png as _png, rows_grid as _rows_grid
-from ..html_kit import table as _table
+from ..html_kit import STYLE, intervals_figure, table as _table
 
 
 def _first(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -25,38 +24,6 @@ POWER_FIRST = ["criterion", "system_a", "system_b", "dialogues_human_only", "dia
 ITEMS_FIRST = ["item_id", "part", "priority", "uncertainty", "discrimination"]
 ESTIMATE_FIRST = ["criterion", "system", "system_a", "system_b", "estimate", "ci_low", "ci_high", "interval_note",
                   "n_labelled", "human_only", "human_only_ci_low", "human_only_ci_high"]
-
-
-def _bounds_of(bounds: dict | None, criterion: str) -> tuple[float, float] | None:
-    if not bounds:
-        return None
-    found = bounds.get(criterion, bounds.get("*"))
-    return None if found is None or None in found else (float(found[0]), float(found[1]))
-
-
-def intervals_figure(frame: pd.DataFrame, label: str, centre: str, low: str, high: str,
-                     human_only: tuple[str, str, str] | None = None, bounds: dict | None = None,
-                     xlabel: str = "mean score (CI)", zero: bool = False) -> str:
-    """One panel per criterion: each row of `frame` as a point with its interval, best at the top.
-
-    `bounds` (criterion or "*" -> (low, high)): the scale, drawn as two grey lines; intervals are clipped to it in
-    the plot only (an interval past the scale says nothing the scale does not; the tables keep the numbers). A row
-    without an interval (NaN bounds: none could hold) is drawn as a hollow point. `zero`: a line at 0 (differences).
-    """
-    criteria = list(dict.fromkeys(frame["criterion"]))
-    figure, axes = _rows_grid(len(criteria), frame.groupby("criterion").size().max())
-    for axis, criterion in zip(axes, criteria):
-        part = frame[frame["criterion"] == criterion].sort_values(centre)
-        scale = _bounds_of(bounds, criterion)
-        if scale is not None and zero:  # a difference of two scores lies within +-(high - low)
-            scale = (scale[0] - scale[1], scale[1] - scale[0])
-        name = "with the judge (PPI++)" if human_only else "judge"
-        series = [(name, "tab:orange", "o", *(part[c] for c in (centre, low, high)))]
-        if human_only:  # drawn below the judge's point
-            series.insert(0, ("humans only", "tab:blue", "s", *(part[c] for c in human_only)))
-        _interval_rows(axis, list(part[label]), series, reference=0.0 if zero else None, scale=scale)
-        axis.set(title=criterion, xlabel=xlabel)
-    return _png(figure)
 
 
 def sources_html(provenance: dict, extra: dict | None = None) -> str:

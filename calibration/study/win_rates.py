@@ -149,7 +149,7 @@ def item_styles(items) -> tuple[dict, str]:
     """({(dialogue, system): [length, headers, list items, bold]} from the items `judge compare` read (candidate_1
     and candidate_2 of each pair), and the length's unit (words, or characters for scripts without spaces, as
     `judge audit` counts them)."""
-    from ..trust.audit import read_items
+    from ..items import read_items
 
     frame = read_items(items)
     styles = {(str(d), s): np.array([words, *markdown_counts(text)], dtype=float)

@@ -615,7 +615,7 @@ def drift_section(result: DriftResult) -> str:
     import html
 
     from ..html_kit import table as _table
-    from ..study.report import intervals_figure
+    from ..html_kit import intervals_figure
 
     table = result.drift.assign(what=[f"{v} ({100 * s:.0f}% changed)" for v, s in
                                       zip(result.drift["verdict"], result.drift["changed_share"])])

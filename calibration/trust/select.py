@@ -22,7 +22,6 @@ rho^2 (1 - (1 - r^2)(n - 1)/(n - 2), floored at 0): the plug-in r^2 is biased up
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -31,7 +30,8 @@ import pandas as pd
 from ..correlation import (LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, few_systems_note,
                            level_statistic, system_interval)
 from ..errors import CalibrationError
-from ..options import criteria_option, judges_option, resamples_option, scale_option, seed_option
+from ..judges import read_judges
+from ..options import criteria_option, judges_option, resamples_option, seed_option
 from ..result import Result
 from ..stats import percentile_interval, resample_counts
 
@@ -102,37 +102,6 @@ class SelectResult(Result):
 
     def __str__(self) -> str:
         return self.text()
-
-
-def _read_judge(name: str, source, failure_value: float | None = None) -> pd.DataFrame:
-    """A judge's scores: any file `calibrate` reads; a wide CSV (metric_scores.csv) gives the column named NAME."""
-    from ..io import read_judge_scores
-
-    if isinstance(source, pd.DataFrame):
-        return read_judge_scores(source)[0]  # a frame: its failures are what its status column says
-    path = Path(source)
-    if path.suffix.lower() == ".csv" and path.is_file():
-        with path.open(encoding="utf-8-sig") as handle:
-            header = [c.strip() for c in handle.readline().split(",")]
-        if "score" not in header and name in header:
-            return read_judge_scores(path, score_column=name, failure_value=failure_value)[0]
-    return read_judge_scores(path, failure_value=failure_value)[0]
-
-
-def read_judges(listed, human, scale, failure_value) -> tuple[dict[str, pd.DataFrame], pd.DataFrame, list[str]]:
-    """Each judge's scores (`_read_judge`; a CSV shared by several judges parsed once) and the human labels, checked
-    against the scale of the rubric a judge names (or --scale), as calibrate, screen and estimate do; with the
-    notes on what could not be checked. `human` None (screen without a pilot): the judges only."""
-    from ..io import each_csv_parsed_once, judge_scales, read_human_labels
-
-    with each_csv_parsed_once():
-        frames = {name: _read_judge(name, source, failure_value) for name, source in listed}
-    if human is None:
-        return frames, None, []
-    named = next((f for f in frames.values() if f["rubric"].fillna("").astype(bool).any()), next(iter(frames.values())))
-    source = next((s for (n, s) in listed if frames[n] is named), None)
-    scales, notes = judge_scales(named, scale_option(scale), source)
-    return frames, read_human_labels(human, scales), notes
 
 
 def _check_options(level: str, statistic: str, n_resamples: int, confidence: float) -> None:
@@ -361,8 +330,7 @@ def select_section(result: SelectResult) -> str:
     """The HTML section: every judge (and the cross-fitted rows) with its CI per criterion, then the table."""
     import html
 
-    from ..html_kit import table as _table
-    from ..study.report import intervals_figure
+    from ..html_kit import intervals_figure, table as _table
 
     table = result.selection.assign(judge=[f"{j}{' *' if b else ''}" for j, b in
                                            zip(result.selection["judge"], result.selection["in_best_set"])])

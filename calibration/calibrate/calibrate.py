@@ -10,16 +10,16 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from .agreement import agreement, label_agreement, pairwise_agreement
-from .alignment import align
+from ..agreement import agreement, label_agreement, pairwise_agreement
+from ..alignment import align
 from .ceiling import alpha_with_judge, human_ceiling
 from .compare import compare_judges
-from .correlation import LEVELS, STATISTIC_NAMES, PairedScores, correlations
-from .errors import CalibrationError
-from .humans import aggregate_humans, clean_noise
+from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, correlations
+from ..errors import CalibrationError
+from ..humans import aggregate_humans, clean_noise
 from .maps import IsotonicCalibrationMap, cross_validate_maps, fit_maps
-from .result import Result
-from .stats import percentile_interval, resample_counts
+from ..result import Result
+from ..stats import percentile_interval, resample_counts
 
 
 @dataclass
@@ -113,7 +113,7 @@ def _kinds(judge: pd.DataFrame, labels: pd.DataFrame, criteria) -> tuple[list[st
     Pairwise: the judge compared two systems. Categorical: the humans gave labels, or the judge gave labels on
     single systems. A judge that gives only numbers where the humans gave labels cannot be compared at all.
     """
-    from .io import label_at
+    from ..io import label_at
 
     pair_rows = judge["system_1"].notna()
     pairwise = sorted(set(judge.loc[pair_rows, "criterion"]) & set(criteria))
@@ -232,11 +232,11 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     """
     from pathlib import Path
 
-    from .alignment import check_overlap
-    from .io import judge_scales, read_human_labels
+    from ..alignment import check_overlap
+    from ..io import judge_scales, read_human_labels
     from .maps import apply_maps, load_maps
 
-    from .options import criteria_option, resamples_option, scale_option, seed_option
+    from ..options import criteria_option, resamples_option, scale_option, seed_option
 
     bootstrap, seed = resamples_option(bootstrap, allow_zero=True), seed_option(seed)
 
@@ -279,7 +279,7 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
 
 def _judge_frame(judgments, score_column, failure_value=None) -> tuple[pd.DataFrame, str]:
     """Judge scores in load_judge_scores's shape, and how to name them."""
-    from .io import load_judge_scores
+    from ..io import load_judge_scores
 
     if not isinstance(judgments, pd.DataFrame):
         return load_judge_scores(judgments, score_column, failure_value=failure_value), str(judgments)
@@ -316,7 +316,7 @@ def print_results(results, out=None) -> None:
         print(_format(part, ["criterion", "statistic", "value", "ci_low", "ci_high", "p_value", "n_used",
                              "n_skipped"]), file=out)
         if level == "system" and len(part):
-            from .correlation import few_systems_note
+            from ..correlation import few_systems_note
 
             if note := few_systems_note(int(part["n_used"].min())):
                 print(f"  {note}", file=out)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .alignment import align
-from .correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, bootstrap_weights, level_statistic
-from .humans import KEY
-from .stats import percentile_interval
+from ..alignment import align
+from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, bootstrap_weights, level_statistic
+from ..humans import KEY
+from ..stats import percentile_interval
 
 
 def compare_judges(judge_a: pd.DataFrame, judge_b: pd.DataFrame, human: pd.DataFrame, criteria=None,

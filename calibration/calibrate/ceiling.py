@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .agreement import ALPHA_LEVELS, krippendorff_alpha, score_agreement
-from .correlation import LEVELS, STATISTIC_NAMES, PairedScores, level_statistic
-from .humans import KEY
+from ..agreement import ALPHA_LEVELS, krippendorff_alpha, score_agreement
+from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, level_statistic
+from ..humans import KEY
 
 AGREEMENT_STATISTICS = ("kappa_quadratic", "exact", "within_1")
 

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from .agreement import round_to_scale
-from .html_kit import STYLE, grid as _grid, note as _note, png as _png, pyplot, table as _table
+from ..agreement import round_to_scale
+from ..html_kit import STYLE, grid as _grid, note as _note, png as _png, pyplot, table as _table
 
 if TYPE_CHECKING:
-    from .analysis import CalibrationResults
+    from .calibrate import CalibrationResults
 
 plt = pyplot()
 JUDGE, HUMAN = "tab:orange", "tab:blue"
