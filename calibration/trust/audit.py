@@ -6,7 +6,6 @@ self_preference, family (Holm over an audit's findings).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
