@@ -23,8 +23,8 @@ _WHERE = {
     "level_statistic": "correlation",
     "aggregate_humans": "humans", "clean_noise": "humans",
     "HumanScale": "io", "load_human_labels": "io", "load_judge_scores": "io", "rubric_scales": "io",
-    "IsotonicCalibrationMap": "calibrate.maps", "apply_maps": "calibrate.maps", "cross_validate_maps": "calibrate.maps",
-    "fit_maps": "calibrate.maps", "load_maps": "calibrate.maps", "save_maps": "calibrate.maps",
+    "IsotonicCalibrationMap": "maps", "apply_maps": "maps", "cross_validate_maps": "maps",
+    "fit_maps": "maps", "load_maps": "maps", "save_maps": "maps",
     "kendall_tau_b": "stats", "pearson": "stats", "spearman": "stats",
     "write_report": "calibrate.report",
     "ScreenResult": "study.screen", "screen": "study.screen",
@@ -54,7 +54,7 @@ def __dir__():
 
 class _Package(types.ModuleType):
     """`calibration.calibrate` is the verb, a function, though a family folder has the same name: importing the
-    folder (`from calibration.calibrate import maps`) must not rebind the package's attribute to the folder."""
+    folder (`from calibration.calibrate import ceiling`) must not rebind the package's attribute to the folder."""
 
     def __setattr__(self, name, value):
         if name in _WHERE and isinstance(value, types.ModuleType):

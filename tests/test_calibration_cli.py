@@ -13,7 +13,7 @@ import pytest
 from calibration.agreement import label_agreement, pairwise_agreement
 from calibration.errors import CalibrationError
 from calibration.io import load_human_labels, load_judge_scores
-from calibration.calibrate.maps import IsotonicCalibrationMap, load_maps
+from calibration.maps import IsotonicCalibrationMap, load_maps
 from conftest import browser_dom, needs_chromium
 from judge.cli import main
 

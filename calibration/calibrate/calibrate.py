@@ -17,7 +17,7 @@ from .compare import compare_judges
 from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, correlations
 from ..errors import CalibrationError
 from ..humans import aggregate_humans, clean_noise
-from .maps import IsotonicCalibrationMap, cross_validate_maps, fit_maps
+from ..maps import IsotonicCalibrationMap, cross_validate_maps, fit_maps
 from ..result import Result
 from ..stats import percentile_interval, resample_counts
 
@@ -234,7 +234,7 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
 
     from ..alignment import check_overlap
     from ..io import judge_scales, read_human_labels
-    from .maps import apply_maps, load_maps
+    from ..maps import apply_maps, load_maps
 
     from ..options import criteria_option, resamples_option, scale_option, seed_option
 

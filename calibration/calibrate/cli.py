@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         for path in written_paths(args, files, page):
             check_writable(path, inputs=_inputs(args))
         if args.fit_map:
-            from .maps import save_maps
+            from ..maps import save_maps
 
             check_writable(args.fit_map, inputs=_inputs(args), what="--fit-map")
             save_maps(results.maps, args.fit_map)

@@ -10,8 +10,8 @@ import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 from sklearn.model_selection import GroupKFold
 
-from ..errors import CalibrationError
-from ..io import read_text
+from .errors import CalibrationError
+from .io import read_text
 
 FORMAT = "judge-calibration-map/isotonic@1"
 
