@@ -45,8 +45,6 @@ LONG_MODULES: dict[str, int] = {}
 COMPLEX_FUNCTIONS = {
     "calibration/trust/audit.py:audit": 48,
     "calibration/trust/select.py:select": 39,
-    "calibration/study/screen.py:screen_tables": 44,
-    "calibration/study/bradley_terry.py:bt_rows": 35,
     "calibration/calibrate/calibrate.py:analyse": 40,
     "judge/run.py:_run": 42,
     "judge/annotation/labelstudio.py:label_config": 39,
