@@ -281,3 +281,30 @@ def test_a_sheet_cut_mid_row_is_an_error_not_zero_labels(tmp_path, capsys, cut):
                         r"this row: it is cut|\d+ cells for \d+ columns: the sheet is cut) in the middle of (the|this) "
                         r"row .*\n", err), err
     assert not labels.exists() and sha(sheet) == before
+
+
+def test_a_full_disk_under_the_answer_cache_names_the_cache_and_keeps_whole_lines(stub_server, tmp_path):
+    out, cache = tmp_path / "out.jsonl", tmp_path / "cache"
+    proc = cli("score", "--rubric", RUBRIC, "--input", str(EXAMPLES), "--output", str(out), "--base-url",
+               stub_server.base_url, "--backend", "openai", "--model", "stub", "--client", "sdk", "--no-progress",
+               "--cache", str(cache), limit_bytes=40_000)  # the cache's write-ahead log outgrows it first
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    where = re.escape(str(cache / "answers.sqlite"))
+    assert re.fullmatch(rf"judge score: error: {where}: the answer cache \(--cache\) "
+                        r"cannot be written \(.+\); free space, give --cache another folder, or run with --no-cache\n",
+                        err), err
+    assert not out.exists() or len(set(keys(lines(out)))) == len(lines(out))
+
+
+def test_a_report_path_through_a_missing_folder_never_replaces_an_input(tmp_path, monkeypatch):
+    """The same check for every file a verb writes (judge/outputs.py): `sub/../labels.csv` is labels.csv."""
+    from judge.errors import OutputError
+    from judge.outputs import write_files
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "labels.csv").write_text("item_id,score\n", encoding="utf-8")
+    before = sha(tmp_path / "labels.csv")
+    with pytest.raises(OutputError, match=r"^labels.csv: the output would replace an input \(labels.csv\)"):
+        write_files({"sub/../labels.csv": "x\n"}, verb="calibrate", inputs=["labels.csv"])
+    assert sha(tmp_path / "labels.csv") == before and sorted(p.name for p in tmp_path.iterdir()) == ["labels.csv"]
