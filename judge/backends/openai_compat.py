@@ -184,9 +184,7 @@ def open_client(kind: str, base_url: str | None, api_key: str | None, concurrenc
         if not base_url:
             raise BackendError("--client aiohttp needs --base-url (or OPENAI_BASE_URL)")
         if credentials:
-            from judge.backends.batch import public_url
-
-            raise BackendError(f"--client aiohttp: {public_url(base_url)} holds a user name or password, which "
+            raise BackendError(f"--client aiohttp: {Redactor()(base_url)} holds a user name or password, which "
                                "aiohttp cannot send beside the API key's bearer header: use --client sdk (the "
                                "default for such a URL), or give the URL without them")
         return HTTPClient(base_url, api_key, concurrency)
