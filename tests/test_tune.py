@@ -40,6 +40,18 @@ def test_the_statistic_of_a_resample_is_scipys_on_the_repeated_dialogues(metric,
         assert statistic(counts[None])[0] == pytest.approx(reference(judge[rows], human[rows]), abs=1e-12)
 
 
+@pytest.mark.parametrize("metric", ["kendall", "spearman"])
+def test_the_cells_compared_in_blocks_give_the_same_statistic(metric, monkeypatch):
+    import calibration.tune.gain as gain
+
+    rng = np.random.default_rng(8)
+    human, (judge, _), dialogue = _cells(rng)
+    counts = dialogue_counts(30, 20, rng)
+    whole = Statistic(metric, judge, human, dialogue, 30)(counts)
+    monkeypatch.setattr(gain, "BLOCK", 7)  # 120 cells in 18 blocks, one cut inside a dialogue
+    assert Statistic(metric, judge, human, dialogue, 30)(counts) == pytest.approx(whole, abs=1e-12)
+
+
 def test_agreement_is_the_share_of_rounded_matches():
     human = np.array([1.0, 2.4, 3.6, 5.0])
     judge = np.array([1.0, 2.0, 3.0, 4.0])

@@ -16,6 +16,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 METRICS = ("kendall", "spearman", "agreement")
+BLOCK = 2048  # cells compared with all the others at once
 INTERVALS = ("percentile", "bca")
 
 
@@ -30,17 +31,12 @@ class Statistic:
         onehot[np.arange(len(judge)), dialogue] = 1.0
         self.onehot = onehot
         if metric == "kendall":
-            sx, sy = np.sign(judge[:, None] - judge[None, :]), np.sign(human[:, None] - human[None, :])
             # dialogue x dialogue sums of the pairs' concordance and of the pairs untied on each side
-            self.concordance = self._by_dialogue(sx * sy)
-            self.untied_x = self._by_dialogue(np.abs(sx))
-            self.untied_y = self._by_dialogue(np.abs(sy))
+            self.concordance, self.untied_x, self.untied_y = self._kendall_sums(judge, human)
         elif metric == "spearman":
-            self.x, self.y = judge, human
-            self.less_x = (judge[None, :] < judge[:, None]).astype(float) @ onehot  # (cells, D)
-            self.equal_x = (judge[None, :] == judge[:, None]).astype(float) @ onehot
-            self.less_y = (human[None, :] < human[:, None]).astype(float) @ onehot
-            self.equal_y = (human[None, :] == human[:, None]).astype(float) @ onehot
+            # (cells, D): how many cells of each dialogue lie below, and level with, each cell
+            self.less_x, self.equal_x = self._rank_counts(judge)
+            self.less_y, self.equal_y = self._rank_counts(human)
         elif metric == "agreement":
             hits = (np.round(judge) == np.round(human)).astype(float)
             self.hits = onehot.T @ hits
@@ -48,17 +44,25 @@ class Statistic:
         else:
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
 
-    def _by_dialogue(self, pairs: np.ndarray) -> np.ndarray:
-        """(D, D) sums of a (cells, cells) matrix over the cells of each pair of dialogues."""
-        order = np.argsort(self.dialogue, kind="stable")
-        groups = self.dialogue[order]
-        starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-        if np.any(order != np.arange(len(order))):
-            pairs = pairs[np.ix_(order, order)]
-        summed = np.add.reduceat(np.add.reduceat(pairs, starts, axis=0), starts, axis=1)
-        out = np.zeros((self.n, self.n))
-        out[np.ix_(groups[starts], groups[starts])] = summed
-        return out
+    def _blocks(self):
+        """Row blocks of BLOCK cells: the (cells, cells) comparisons are never held whole (memory stays flat)."""
+        return [slice(a, min(a + BLOCK, len(self.dialogue))) for a in range(0, len(self.dialogue), BLOCK)]
+
+    def _kendall_sums(self, judge: np.ndarray, human: np.ndarray) -> tuple[np.ndarray, ...]:
+        sums = [np.zeros((self.n, self.n)) for _ in range(3)]
+        for rows in self._blocks():
+            sx = np.sign(judge[rows, None] - judge[None, :])
+            sy = np.sign(human[rows, None] - human[None, :])
+            for total, pairs in zip(sums, (sx * sy, np.abs(sx), np.abs(sy))):
+                total += self.onehot[rows].T @ (pairs @ self.onehot)
+        return tuple(sums)
+
+    def _rank_counts(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        less, equal = np.zeros((len(values), self.n)), np.zeros((len(values), self.n))
+        for rows in self._blocks():
+            less[rows] = (values[None, :] < values[rows, None]).astype(float) @ self.onehot
+            equal[rows] = (values[None, :] == values[rows, None]).astype(float) @ self.onehot
+        return less, equal
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
         v = np.atleast_2d(np.asarray(v, dtype=float))
