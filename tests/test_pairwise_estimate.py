@@ -862,7 +862,7 @@ def test_compare_export_import_estimate_end_to_end(stub_server, tmp_path, capsys
 def readme_pairwise_commands() -> list[str]:
     from test_readme_loop import loop_commands
 
-    return loop_commands("### Pairwise studies")
+    return loop_commands("## Pairwise studies")
 
 
 def test_the_readme_pairwise_loop_runs_and_matches_the_example(tmp_path, stub_server, monkeypatch, capsys):

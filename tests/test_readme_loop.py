@@ -1,6 +1,7 @@
-"""The README's study loop, as written, runs from `judge score` to `judge estimate` in a working folder.
+"""The documented study loop, as written, runs from `judge score` to `judge estimate` in a working folder.
 
-The commands are read from the README's "The study loop" block (so the README cannot drift from what runs);
+The commands are read from the "The study loop" block of docs/tutorials/study.md (so the page cannot drift from
+what runs);
 `judge score` runs against tests/stub_server.py instead of the embedded model. The loop's estimate must come from
 the plan's random part, with intervals, and nothing may be written outside the working folder.
 """
@@ -18,9 +19,9 @@ from judge.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def loop_commands(heading: str = "## The study loop") -> list[str]:
-    """The first bash block after `heading` in the README, as commands (continuation lines joined, comments out)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def loop_commands(heading: str = "## The study loop", page: str = "docs/tutorials/study.md") -> list[str]:
+    """The first bash block after `heading` in `page`, as commands (continuation lines joined, comments out)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
     section = text[text.index(heading):]
     block = section[section.index("```bash") + len("```bash"):]
     block = block[:block.index("```")]
