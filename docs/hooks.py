@@ -5,6 +5,7 @@ uses, reads files and cannot follow the packages' lazy `__getattr__`)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 
 PUBLIC = re.compile(r"^::: ((?:judge|calibration)\.\w+)\s*$", re.MULTILINE)
@@ -16,8 +17,9 @@ def where(name: str) -> str:
         obj = getattr(importlib.import_module(package), attribute)
     except AttributeError:  # judge.run is the module judge/run.py, whose function is run()
         obj = getattr(importlib.import_module(name), attribute)
-    if not callable(obj):
-        obj = getattr(obj, attribute)
+    while inspect.ismodule(obj):  # a package or module of the verb's name (even a callable one): its function
+        inner = getattr(obj, attribute, None)
+        obj = inner if inner is not None else importlib.import_module(f"{obj.__name__}.{attribute}")
     return f"{obj.__module__}.{obj.__qualname__}"
 
 

@@ -187,6 +187,19 @@ def wait_healthy(base: str, seconds: float, alive: Callable[[], bool] = lambda: 
     return False
 
 
+def idle_cores() -> int:
+    """The threads to give llama.cpp: the cores other work leaves idle, at least 1. Its threads wait for each other
+    at every step by spinning, so on cores already in use each extra thread makes every step wait for one that was
+    descheduled: on a 2-core machine at load average 14, 2 threads took 309 s for the quick start's first judgment
+    and 1 thread 25-40 s a judgment (benchmarks/README.md, quickstart)."""
+    cores = os.cpu_count() or 2
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):  # no load average on this platform
+        busy = 0.0
+    return max(1, min(cores, round(cores - busy)))
+
+
 @contextlib.contextmanager
 def local_server(model_path: Path, slots: int, threads: int | None = None, startup_timeout: float = 120.0,
                  ctx_per_slot: int = CTX_PER_SLOT):
@@ -202,7 +215,7 @@ def local_server(model_path: Path, slots: int, threads: int | None = None, start
     params.port = port = free_port()
     params.n_parallel = slots
     params.n_ctx = ctx_per_slot * slots  # llama.cpp splits n_ctx across slots
-    params.cpuparams.n_threads = threads or os.cpu_count() or 2
+    params.cpuparams.n_threads = threads or idle_cores()
     params.cpuparams_batch.n_threads = params.cpuparams.n_threads
     params.verbosity = 0
     try:
