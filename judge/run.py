@@ -82,7 +82,37 @@ def run(options: RunOptions, *, items=None, criteria=None, keys: bool = False) -
             raise JudgeError("--input is required: the items to judge")
         items = ItemFile(options.input, rubric.inputs)
     mode = "pairwise" if pairwise else options.mode
-    return _run(options.resolved(), rubric, criteria, items, mode, keys)
+    options = options.resolved()
+    run_id = run_identity(options) if options.batched else None  # the batch transports name their files by it
+    return _run(options, rubric, criteria, items, mode, keys, run_id)
+
+
+def run_identity(options: RunOptions) -> str:
+    """The run's identity, handed to the batch transports (they name and check their files by it): what makes a
+    run the same command: verb, rubric (its content), items (their bytes), criteria, templates (their
+    text), model and decoding."""
+    import hashlib
+    import json
+
+    from judge.judgment import digest
+    from judge.prompting import template_sources
+    from judge.rubric import load_rubric
+
+    parts = {name: getattr(options, name) for name in (
+        "command", "rubric", "criteria", "mode", "model", "temperature", "samples", "seed", "max_tokens",
+        "logprobs", "response_format", "template", "swap")}
+    items = options.input
+    if items and Path(items).is_file():
+        with Path(items).open("rb") as handle:
+            parts["items"] = hashlib.file_digest(handle, "sha256").hexdigest()
+    if parts["rubric"]:  # what the rubric says, not its name: an edit while batches run makes another command
+        try:
+            parts["rubric_content"] = digest(load_rubric(parts["rubric"]).model_dump(mode="json"))
+        except JudgeError:
+            pass  # loading it for the run says what is wrong
+    parts["templates"] = digest(template_sources(parts["template"]))  # as the judgments' fingerprint reads them
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _settings(options: RunOptions, opened, mode: str):
@@ -275,7 +305,7 @@ def _from_keys(options: RunOptions, rubric, criteria, mode: str, results, open_c
     return engine.run_keyed(records, results, criteria, options.progress, todo=planned - done)
 
 
-def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) -> Outcome:
+def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, run_id: str | None) -> Outcome:
     """Run the engine over items into the results file. Everything that can refuse the run (template, the results
     file, stale judgments) is checked and the work planned before a backend is opened: a rerun with nothing left
     to do starts no server. The plan is walked, never held: once to check the results file, once to judge.
@@ -325,7 +355,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
         with contextlib.ExitStack() as backend:
             opened = None
             if keeps_keys and not keys and not options.refresh:
-                opened = backend.enter_context(open_backend(options))
+                opened = backend.enter_context(open_backend(options, run_id))
                 try:
                     keyed = _from_keys(options, rubric, criteria, mode, results, open_cache, redact, opened)
                 except KeyboardInterrupt:
@@ -363,7 +393,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool) ->
                     return outcome
             open_cache()
             if opened is None:
-                opened = backend.enter_context(open_backend(options))
+                opened = backend.enter_context(open_backend(options, run_id))
             engine, planned = plan(opened)
             if once:
                 check = Check()

@@ -76,15 +76,15 @@ class Opened:
 
 
 @contextlib.contextmanager
-def open_backend(options: RunOptions):
+def open_backend(options: RunOptions, identity: str | None = None):
     """Yield an `Opened` backend chosen by resolved run options (judge/options.py); a server it starts lives exactly
-    as long as the block.
+    as long as the block. `identity`: the run's identity (judge.run.run_identity), which a batch transport needs.
 
     With several servers, `--concurrency` bounds each one, and the run may keep the flag's value times the number
     of servers in flight (`Opened.concurrency`).
     """
     if options.batched:
-        with open_batch(options) as opened:
+        with open_batch(options, identity) as opened:
             yield opened
         return
     if options.backend == "vllm":
@@ -127,10 +127,11 @@ def open_backend(options: RunOptions):
 
 
 @contextlib.contextmanager
-def open_batch(options: RunOptions):
+def open_batch(options: RunOptions, identity: str | None):
     """Yield an `Opened` batch transport for --batch (judge/backends/batch_api.py) or --batch-dir
-    (judge/backends/batch_dir.py); refuse bad flags before anything is sent."""
-    from judge.backends.batch import DIR_CONCURRENCY, public_url, run_fingerprint
+    (judge/backends/batch_dir.py); refuse bad flags before anything is sent. `identity`: the run's (computed by
+    judge/run.py, above this layer), by which the transport names and checks its files."""
+    from judge.backends.batch import DIR_CONCURRENCY, public_url
     from judge.secrets import Redactor
 
     batch_dir, shards = options.batch_dir, options.shards  # their combinations are checked by RunOptions
@@ -143,7 +144,9 @@ def open_batch(options: RunOptions):
         raise JudgeError(f"{flag} needs --model (the model name the batches ask for)")
     api_key = os.environ.get(options.api_key_env)
     redact = Redactor(api_key)
-    fingerprint = run_fingerprint(options)
+    if not identity:
+        raise JudgeError(f"{flag}: the run's identity was not given to the batch transport (judge.run.run_identity)")
+    fingerprint = identity
     progress = options.progress
     if batch_dir:
         from judge.backends.batch_dir import BatchDirClient

@@ -15,7 +15,6 @@ per-segment questions, a re-ask after an unparseable answer, a retry after a ret
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
@@ -25,7 +24,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from judge.backends.openai_compat import _completion, _status_error
 from judge.cache import Request
-from judge.errors import BackendError, InputError, JudgeError, RetryableError
+from judge.errors import BackendError, InputError, RetryableError
 from judge.secrets import MASK, Redactor
 
 ENDPOINT = "/v1/chat/completions"
@@ -86,30 +85,6 @@ def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
     if isinstance(exc, RetryableError):
         exc.retry_after = 0.0
     return exc
-
-
-def run_fingerprint(options) -> str:
-    """What makes a run the same command: verb, rubric (its content), items (their bytes), criteria, templates (their
-    text), model and decoding."""
-    from judge.prompting import template_sources
-    from judge.judgment import digest
-    from judge.rubric import load_rubric
-
-    parts = {name: getattr(options, name) for name in (
-        "command", "rubric", "criteria", "mode", "model", "temperature", "samples", "seed", "max_tokens",
-        "logprobs", "response_format", "template", "swap")}
-    items = options.input
-    if items and Path(items).is_file():
-        with Path(items).open("rb") as handle:
-            parts["items"] = hashlib.file_digest(handle, "sha256").hexdigest()
-    if parts["rubric"]:  # what the rubric says, not its name: an edit while batches run makes another command
-        try:
-            parts["rubric_content"] = digest(load_rubric(parts["rubric"]).model_dump(mode="json"))
-        except JudgeError:
-            pass  # loading it for the run says what is wrong
-    parts["templates"] = digest(template_sources(parts["template"]))  # as the judgments' fingerprint reads them
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def public_url(url: str | None, redact: Redactor | None = None) -> str:
