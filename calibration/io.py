@@ -578,26 +578,18 @@ def check_labels(labels: pd.DataFrame, judge: pd.DataFrame, path: str | Path | N
     is imputed as the engine's failures are. `criteria`: only these criteria are used (the others' labels are
     still checked).
     """
-    def fail(mask, message):
-        row = labels[mask].iloc[0]
-        at = f"{path}:{row.line}" if path else label_at(labels, row)
-        raise CalibrationError(f"{at}: {message(row)} ({int(mask.sum())} label(s) like it)")
+    from .cells import labels_on_judged
 
-    unknown = ~labels["item_id"].isin(set(judge["item_id"]))
-    if unknown.any():
-        fail(unknown, lambda row: f"item {row.item_id!r} is not in the judgments")
+    labels_on_judged(labels, "item_id", set(judge["item_id"]),
+                     lambda row: f"item {row.item_id!r} is not in the judgments", path)
     pairs = judge[judge["system_1"].notna()]
     systems = set(judge.loc[judge["system_1"].isna(), "system"]) | set(pairs["system_1"]) | set(pairs["system_2"])
-    unknown = ~labels["system"].isin(systems)
-    if unknown.any():
-        fail(unknown, lambda row: f"system {row.system!r} is not in the judgments (they have "
-                                  f"{', '.join(sorted(map(str, systems)))})")
+    labels_on_judged(labels, "system", systems, lambda row: f"system {row.system!r} is not in the judgments (they "
+                     f"have {', '.join(sorted(map(str, systems)))})", path)
     judged = set(judge["criterion"])
     if "*" not in judged:
-        unknown = ~labels["criterion"].isin(judged)
-        if unknown.any():
-            fail(unknown, lambda row: f"criterion {row.criterion!r} matches no judged criterion; the judgments have "
-                                      f"{', '.join(sorted(judged))}")
+        labels_on_judged(labels, "criterion", judged, lambda row: f"criterion {row.criterion!r} matches no judged "
+                         f"criterion; the judgments have {', '.join(sorted(judged))}", path)
     pointwise = judge[judge["system_1"].isna()]
     wildcard = "*" in judged
     key = ["item_id", "system"] if wildcard else ["item_id", "system", "criterion"]

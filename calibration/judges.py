@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .cells import spelled_as_judged
 from .options import scale_option
 
 
@@ -38,4 +39,6 @@ def read_judges(listed, human, scale, failure_value) -> tuple[dict[str, pd.DataF
     named = next((f for f in frames.values() if f["rubric"].fillna("").astype(bool).any()), next(iter(frames.values())))
     source = next((s for (n, s) in listed if frames[n] is named), None)
     scales, notes = judge_scales(named, scale_option(scale), source)
-    return frames, read_human_labels(human, scales), notes
+    labels = read_human_labels(human, scales)
+    spelled_as_judged(labels, pd.concat([f[["item_id", "criterion"]] for f in frames.values()], ignore_index=True))
+    return frames, labels, notes

@@ -12,14 +12,15 @@ import pandas as pd
 
 from ..agreement import agreement, label_agreement, pairwise_agreement
 from ..alignment import align
-from .ceiling import alpha_with_judge, human_ceiling
-from .compare import compare_judges
+from ..cells import chosen_criteria, spelled_as_judged
 from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, correlations
 from ..errors import CalibrationError
 from ..humans import aggregate_humans, clean_noise
 from ..maps import IsotonicCalibrationMap, cross_validate_maps, fit_maps
 from ..result import Result
 from ..stats import percentile_interval, resample_counts
+from .ceiling import alpha_with_judge, human_ceiling
+from .compare import compare_judges
 
 
 @dataclass
@@ -154,10 +155,8 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
         label_only = set(labels.loc[labels["label"].notna(), "criterion"])
         criteria = [c for c in human_criteria if c in judge_criteria or (wildcard and c not in label_only)]
     else:
-        unknown = [c for c in criteria if c not in human_criteria]
-        if unknown:
-            raise CalibrationError(f"--criteria: no human labels for {', '.join(unknown)}; "
-                                   f"the human file has {', '.join(human_criteria)}")
+        criteria = chosen_criteria(criteria, human_criteria,
+                                   "--criteria: no human labels for {unknown}; the human file has {available}")
     if not criteria:
         raise CalibrationError("the judge scores and the human labels have no criterion in common "
                                f"(judge: {', '.join(sorted(judge_criteria)) or '-'}; human: {', '.join(human_criteria)})")
@@ -235,7 +234,6 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     from ..alignment import check_overlap
     from ..io import judge_scales, read_human_labels
     from ..maps import apply_maps, load_maps
-
     from ..options import criteria_option, resamples_option, scale_option, seed_option
 
     bootstrap, seed = resamples_option(bootstrap, allow_zero=True), seed_option(seed)
@@ -251,6 +249,7 @@ def calibrate(judgments, human, *, score_column: str | None = None, scale: tuple
     if unbounded := _observed_ranges(labels, scales):
         warnings.append(f"note: no scale known for {unbounded}: the scores are not range-checked "
                         "(--scale MIN,MAX checks them)")
+    spelled_as_judged(labels, judge)
     check_overlap(judge, labels, judgments_name, human_name)
     other = None
     if compare is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..cells import chosen_criteria, labels_on_judged
 from ..errors import CalibrationError
 from ..options import must_be
 from .threshold_tests import agreement_bound, decide, fit_cascade, min_labels, path_sample
@@ -124,10 +125,8 @@ def walk_cascade(human, listed, *, alpha: float, delta: float, criteria, toleran
     judged = sorted(set().union(*(set(f["criterion"]) for f in frames.values())))
     out = _Tables(warnings=[f"note: {n}" for n in notes])
     labelled_cells = _labels_on_judged_cells(frames, labels, judged, where, out.warnings)
-    wanted = judged if criteria is None else criteria
-    unknown = [c for c in wanted if c not in judged]
-    if unknown:
-        raise CalibrationError(f"--criteria {unknown[0]!r} is not judged by any judge (they judge {', '.join(judged)})")
+    wanted = chosen_criteria(criteria, judged,
+                             "--criteria {first!r} is not judged by any judge (they judge {available})")
     token_maps = {n: _tokens(s) for n, s in listed}
     for criterion in wanted:
         c = _read_criterion(criterion, frames, names, later, labels, where, labelled_cells, signals_asked, tolerance,
@@ -154,12 +153,9 @@ def _labels_on_judged_cells(frames: dict, labels: pd.DataFrame, judged: list, wh
     usable = labels[labels["score"].notna() | labels["label"].notna()]
     for column, known, what in (("criterion", set(judged), "criterion"),
                                 ("item_id", {c[0] for c in every}, "item"),):
-        off = ~usable[column].isin(known)
-        if off.any():
-            row = usable[off].iloc[0]
-            raise CalibrationError(f"{label_at(usable, row, where)}: {what} {row[column]!r} is not judged by any "
-                                   f"judge (judged criteria: {', '.join(judged)}); labels from another rubric or "
-                                   f"study? ({int(off.sum())} label(s) like it)")
+        labels_on_judged(usable, column, known, lambda row: f"{what} {row[column]!r} is not judged by any judge "
+                         f"(judged criteria: {', '.join(judged)}); labels from another rubric or study?",
+                         default=where)
     pair_systems = {(c[0], s, c[2]) for n, f in frames.items() for c, s1, s2 in
                     zip(zip(f["item_id"], f["system"], f["criterion"]), f["system_1"], f["system_2"])
                     if isinstance(s1, str) for s in (s1, s2)}

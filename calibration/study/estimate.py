@@ -21,6 +21,7 @@ import pandas as pd
 from judge.annotation.plan import check_key, plan_contract, read_plan
 from judge.resources import file_sha256
 
+from ..cells import labels_on_judged
 from ..errors import CalibrationError
 from ..result import Result
 from .estimate_tables import Estimates
@@ -235,7 +236,7 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
 def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, score_column, clean, confidence,
                     apply_map, failure_value, items=None) -> PairwiseEstimateResult:
     """The pairwise path of estimate(): inputs read and checked, then calibration.study.pairwise."""
-    from ..io import label_at, read_human_labels, read_judge_scores
+    from ..io import read_human_labels, read_judge_scores
     from .pairwise import pairwise_estimate
     from .screen import provenance
 
@@ -251,18 +252,11 @@ def pairwise_result(judgments, human, baseline, *, margin, plan, key, criteria, 
         raise CalibrationError(f"{where}: no pairwise judgment (system_1 / system_2, as `judge compare` writes "
                                "them): --baseline applies to pairwise studies; without it, estimate scores systems")
     labels = read_human_labels(human, {})
-    unknown = ~labels["item_id"].isin(set(judge["item_id"]))
-    if unknown.any():
-        row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{label_at(labels, row)}: item {row['item_id']!r} is not in the judgments "
-                               f"({int(unknown.sum())} label(s) like it)")
+    labels_on_judged(labels, "item_id", set(judge["item_id"]), lambda row: f"item {row['item_id']!r} is not in "
+                     "the judgments")
     judged = set(judge.loc[judge["system_1"].notna(), "criterion"])
-    unknown = ~labels["criterion"].isin(judged)
-    if unknown.any():
-        row = labels[unknown].iloc[0]
-        raise CalibrationError(f"{label_at(labels, row)}: criterion {row['criterion']!r} matches no pairwise "
-                               f"criterion of the judgments; they have {', '.join(sorted(judged))} "
-                               f"({int(unknown.sum())} label(s) like it)")
+    labels_on_judged(labels, "criterion", judged, lambda row: f"criterion {row['criterion']!r} matches no pairwise "
+                     f"criterion of the judgments; they have {', '.join(sorted(judged))}")
     random_items, targeted_items, warnings = plan_parts(plan, key, labels, judge, judgments)
     if plan is not None and plan_inclusion(plan) is not None:
         raise CalibrationError(f"{Path(plan) / 'plan.csv'}: an active plan (unequal inclusion probabilities): "

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..cells import chosen_criteria
 from ..errors import CalibrationError
 
 
@@ -62,10 +63,8 @@ def numeric_criteria(judge: pd.DataFrame, human: pd.DataFrame, criteria=None) ->
     human_criteria = sorted(human["criterion"].unique())
     judge_criteria = sorted(set(judge.loc[judge["status"] == "ok", "criterion"]))
     if criteria is not None:
-        unknown = [c for c in criteria if c not in human_criteria]
-        if unknown:
-            raise CalibrationError(f"--criteria: no human scores for {', '.join(unknown)}; "
-                                   f"the labels have {', '.join(human_criteria) or 'none'}")
+        chosen_criteria(criteria, human_criteria,
+                        "--criteria: no human scores for {unknown}; the labels have {available}")
         missing = [c for c in criteria if c not in judge_criteria and "*" not in judge_criteria]
         if missing:
             raise CalibrationError(f"--criteria: no judge scores for {', '.join(missing)}; "

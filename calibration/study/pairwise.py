@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..cells import chosen_criteria
 from ..errors import CalibrationError
 from .bradley_terry import bradley_terry, bt_rows, connected
 from .estimate_tables import twice_the_labels, with_labels_saved
@@ -100,11 +101,8 @@ def pairwise_criteria(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None) 
     judged = sorted(set(judge.loc[judge["system_1"].notna(), "criterion"]))
     voted = sorted(set(labels.loc[labels["system"].astype(str).str.contains("|", regex=False), "criterion"]))
     if criteria is not None:
-        unknown = [c for c in criteria if c not in judged]
-        if unknown:
-            raise CalibrationError(f"--criteria: no pairwise judgment on {', '.join(unknown)}; the judgments have "
-                                   f"{', '.join(judged) or 'none'}")
-        return list(criteria)
+        return chosen_criteria(criteria, judged, "--criteria: no pairwise judgment on {unknown}; the judgments have "
+                               "{available}")
     shared = [c for c in judged if c in voted]
     if not shared:
         raise CalibrationError("the pairwise judgments and the human labels have no criterion in common (judgments: "

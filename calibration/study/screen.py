@@ -46,6 +46,7 @@ from judge.annotation.plan import PLAN_FILES, PLAN_VERSION, plan_files, plan_sha
 from judge.resources import file_sha256
 
 from ..alignment import expand_all_criteria
+from ..cells import chosen_criteria
 from ..errors import CalibrationError
 from ..humans import aggregate_humans
 from ..options import criteria_option, scale_option
@@ -285,13 +286,8 @@ def _screened(path: Path, judge: pd.DataFrame, criteria, pilot: pd.DataFrame | N
     wins = win_shares(judge[pairwise & ~judge["criterion"].isin(pointwise)])
     scored = pd.concat([scored, wins], ignore_index=True) if len(wins) else scored
     available = sorted(set(scored.loc[scored["status"] == "ok", "criterion"]))
-    if criteria is None:
-        criteria = available
-    else:
-        unknown = [c for c in criteria if c not in available]
-        if unknown:
-            raise CalibrationError(f"--criteria: no judge scores for {', '.join(unknown)}; "
-                                   f"the judgments have {', '.join(available) or 'none'}")
+    criteria = chosen_criteria(criteria, available, "--criteria: no judge scores for {unknown}; the judgments have "
+                               "{available}")
     if not criteria:
         raise CalibrationError(f"{path}: no numeric judge score to screen")
     return judge[judge["criterion"].isin(criteria)], scored, criteria

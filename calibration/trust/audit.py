@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from ..cells import chosen_criteria, spelled_as_judged
 from ..errors import CalibrationError
 from ..items import read_items
 from ..result import Result
@@ -78,8 +79,9 @@ def read_judgments(judgments, score_column: str | None = None, failure_value: fl
     return frame
 
 
-def read_human(human, scales=None) -> pd.DataFrame:
-    """The human mean per (item, system, criterion); labels checked against `scales` (calibration.io)."""
+def read_human(human, scales=None, judge=None) -> pd.DataFrame:
+    """The human mean per (item, system, criterion); labels checked against `scales` (calibration.io) and spelled
+    as the judgments `judge` spell their criteria and items (calibration.cells)."""
     from ..humans import aggregate_humans
     from ..io import read_human_labels
 
@@ -87,6 +89,7 @@ def read_human(human, scales=None) -> pd.DataFrame:
         out = human[["item_id", "system", "criterion", "human"]].astype({"item_id": str, "system": str})
         return out.assign(human_a=np.nan, human_b=np.nan)  # already aggregated by a script: one reading
     labels = read_human_labels(human, scales)  # per annotator (its columns: calibration.io.HUMAN_COLUMNS)
+    spelled_as_judged(labels, judge)
     aggregated = aggregate_humans(labels)[["item_id", "system", "criterion", "human"]]
     # Two independent readings of each summary where it has two annotators or more: the first annotator (by name)
     # and the mean of the others (NaN with one annotator). Their errors are independent, which identifies the
@@ -202,18 +205,15 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
 
         scales, unchecked = judge_scales(judge, scale_option(scale), judgments)
         warnings += [f"note: {note}" for note in unchecked]
-        people = read_human(human, scales)
+        people = read_human(human, scales, judge)
     if people is not None and (judge["criterion"] == "*").any():
         from ..alignment import expand_all_criteria  # one metric column stands for every labelled criterion
 
         judge = expand_all_criteria(judge, sorted(set(people["criterion"])))
         judge.attrs["path"] = where
     present = list(dict.fromkeys(judge["criterion"]))
-    if criteria:
-        unknown = [c for c in criteria if c not in present]
-        if unknown:
-            raise CalibrationError(f"--criteria: no judgments for criterion {unknown[0]!r} in {where}")
-        present = list(criteria)
+    present = chosen_criteria(criteria, present, "--criteria: no judgments for criterion {first!r} in {where}",
+                              where=where)
     if people is not None:
         shared = [c for c in present if c in set(people["criterion"])]
         if not shared:

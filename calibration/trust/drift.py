@@ -36,6 +36,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from ..cells import spelled_as_judged
 from ..errors import CalibrationError
 from ..options import criteria_option, resamples_option, scale_option, seed_option
 from ..result import Result
@@ -584,7 +585,9 @@ def drift(reference, judgments, human=None, *, margin: float = 0.25, share_margi
 
         scales, unchecked = judge_scales(new, scale_option(scale), judgments)
         notes += [f"note: {note}" for note in unchecked]
-        labels = aggregate_humans(read_human_labels(human, scales))[KEY + ["human"]]
+        labels = read_human_labels(human, scales)
+        spelled_as_judged(labels, new)
+        labels = aggregate_humans(labels)[KEY + ["human"]]
     bounds = _scale_bounds(new, scale, judgments)
     rows = []
     for criterion, part in paired.groupby("criterion", sort=True):
