@@ -43,7 +43,6 @@ LONG_MODULES: dict[str, int] = {}
 COMPLEX_FUNCTIONS = {
     "calibration/trust/audit.py:audit": 48,
     "calibration/trust/select.py:select": 39,
-    "calibration/calibrate/calibrate.py:analyse": 40,
     "judge/run.py:_run": 42,
     "judge/annotation/labelstudio.py:label_config": 39,
 }

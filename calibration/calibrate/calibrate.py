@@ -146,20 +146,7 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
     """
     scales = scales or {}
     scale_of = {c: scales.get(c, scales.get("*")) for c in set(labels["criterion"])}
-    bounds = {c: (s.low, s.high) for c, s in scale_of.items() if s is not None and s.low is not None}
-    human_criteria = sorted(labels["criterion"].unique())
-    judge_criteria = set(judge["criterion"]) - {"*"}
-    wildcard = "*" in set(judge["criterion"])
-    if criteria is None:
-        # A wide metric column ("*") stands for every numeric criterion, never for the humans' labels.
-        label_only = set(labels.loc[labels["label"].notna(), "criterion"])
-        criteria = [c for c in human_criteria if c in judge_criteria or (wildcard and c not in label_only)]
-    else:
-        criteria = chosen_criteria(criteria, human_criteria,
-                                   "--criteria: no human labels for {unknown}; the human file has {available}")
-    if not criteria:
-        raise CalibrationError("the judge scores and the human labels have no criterion in common "
-                               f"(judge: {', '.join(sorted(judge_criteria)) or '-'}; human: {', '.join(human_criteria)})")
+    criteria = _chosen(judge, labels, criteria)
     numeric, label_criteria, pairwise_criteria = _kinds(judge, labels, criteria)
     scored = judge[judge["system_1"].isna()]
     human = aggregate_humans(labels, clean=clean)
@@ -171,20 +158,11 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
     # Agreement among humans and the ceiling need two annotators on some unit; mean-only releases have one.
     annotators = _annotators_per_unit(labels)
     rated = [c for c in numeric if annotators.get(c, 0) >= 2]
-    # The ceiling is read against the raw mean (see human_ceiling), whatever --clean says; alpha follows
-    # --clean (DialSummEval's Table 2 is alpha after noise removal).
-    raw_pairs = pairs if not clean else align(scored, aggregate_humans(labels), criteria)[0]
-    table = correlations(pairs, numeric, levels, statistics, n_resamples, seed) if numeric else pd.DataFrame()
-    raw_table = table if not clean else (
-        correlations(raw_pairs, rated, levels, statistics, n_resamples, seed) if rated else pd.DataFrame())
-    alpha_labels = clean_noise(labels) if clean else labels
+    tables = _numeric_tables(scored, labels, pairs, criteria, numeric, rated, clean, n_resamples, seed, levels,
+                             statistics, scale_of)
     results = CalibrationResults(
         criteria=list(criteria), cleaned=clean, n_resamples=n_resamples, seed=seed, pairs=pairs,
-        coverage=coverage, correlations=table, agreement=agreement(pairs, numeric),
-        ceiling=_with_judge_ci(human_ceiling(labels, raw_pairs, rated, levels, statistics), raw_table)
-        if rated else pd.DataFrame(),
-        alpha=alpha_with_judge(alpha_labels, pairs, rated, scales=bounds) if rated else pd.DataFrame(),
-        system_means=system_means_with_ci(pairs, n_resamples, seed) if numeric else pd.DataFrame(),
+        coverage=coverage, agreement=agreement(pairs, numeric), **tables,
         labels=[label_agreement(scored, labels, c, scale_of[c].abstain if scale_of.get(c) else ())
                 for c in label_criteria],
         pairwise=[pairwise_agreement(judge, labels, c) for c in pairwise_criteria],
@@ -197,6 +175,48 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
         results.comparison = compare_judges(scored, other_judge[other_judge["system_1"].isna()], human, numeric,
                                             levels, statistics, n_resamples, seed)
     return results
+
+
+def _chosen(judge: pd.DataFrame, labels: pd.DataFrame, criteria) -> list[str]:
+    """The criteria asked (each must have human labels), or every one the humans label and the judge scores."""
+    human_criteria = sorted(labels["criterion"].unique())
+    judge_criteria = set(judge["criterion"]) - {"*"}
+    wildcard = "*" in set(judge["criterion"])
+    if criteria is None:
+        # A wide metric column ("*") stands for every numeric criterion, never for the humans' labels.
+        label_only = set(labels.loc[labels["label"].notna(), "criterion"])
+        criteria = [c for c in human_criteria if c in judge_criteria or (wildcard and c not in label_only)]
+    else:
+        criteria = chosen_criteria(criteria, human_criteria,
+                                   "--criteria: no human labels for {unknown}; the human file has {available}")
+    if not criteria:
+        raise CalibrationError("the judge scores and the human labels have no criterion in common (judge: "
+                               f"{', '.join(sorted(judge_criteria)) or '-'}; human: {', '.join(human_criteria)})")
+    return criteria
+
+
+def _numeric_tables(scored, labels, pairs, criteria, numeric, rated, clean, n_resamples, seed, levels, statistics,
+                    scale_of) -> dict:
+    """The correlations, the human ceiling, alpha and the system means of the numeric criteria (empty tables where
+    none is numeric, or none has two annotators on a unit for the ceiling and alpha)."""
+    if not numeric:
+        return dict(correlations=pd.DataFrame(), ceiling=pd.DataFrame(), alpha=pd.DataFrame(),
+                    system_means=pd.DataFrame())
+    bounds = {c: (s.low, s.high) for c, s in scale_of.items() if s is not None and s.low is not None}
+    table = correlations(pairs, numeric, levels, statistics, n_resamples, seed)
+    out = dict(correlations=table, ceiling=pd.DataFrame(), alpha=pd.DataFrame(),
+               system_means=system_means_with_ci(pairs, n_resamples, seed))
+    if not rated:
+        return out
+    # The ceiling is read against the raw mean (see human_ceiling), whatever --clean says; alpha follows
+    # --clean (DialSummEval's Table 2 is alpha after noise removal).
+    raw_pairs, raw_table = pairs, table
+    if clean:
+        raw_pairs = align(scored, aggregate_humans(labels), criteria)[0]
+        raw_table = correlations(raw_pairs, rated, levels, statistics, n_resamples, seed)
+    out["ceiling"] = _with_judge_ci(human_ceiling(labels, raw_pairs, rated, levels, statistics), raw_table)
+    out["alpha"] = alpha_with_judge(clean_noise(labels) if clean else labels, pairs, rated, scales=bounds)
+    return out
 
 
 def _with_judge_ci(ceiling: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
