@@ -3,7 +3,8 @@
 A page's blocks run in order in a fresh folder holding a copy of examples/ (a tutorial's later blocks read what its
 earlier ones wrote). `judge score`, `compare` and `qualify` without a server of their own, and the URL the pages use
 for "your server" (http://127.0.0.1:8000/v1), go to the project's local test server (tests/stub_server.py): the
-real HTTP path, not a model. The README's quick start runs once more with the embedded model (marked e2e).
+real HTTP path, not a model. The README's quick start runs once more with the embedded model (marked e2e). The
+pages' runs are marked slow (CI's full run has them; `-m "not slow"` leaves them out while developing).
 
 The comment right before a block steers it:
   <!-- docs-test: [embedded] [exit=N] [writes=a,b] [needs=shared-data] -->   expected exit code (default 0), the
@@ -139,6 +140,7 @@ def block_env(tmp_path: Path, server: str | None) -> dict:
     return env
 
 
+@pytest.mark.slow  # every page's commands: minutes on 2 cores; CI's full run includes them
 @pytest.mark.parametrize("page", PAGES_RUN)
 def test_the_blocks_of_a_page_run_as_written(page, tmp_path, stub_server):
     folder = page_folder(tmp_path)
