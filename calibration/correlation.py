@@ -124,6 +124,22 @@ def few_systems_note(n_systems: int, confidence: float = 0.95) -> str:
             f"so any interval would be [-1, 1]); it needs {min_systems(confidence)} systems or more")
 
 
+def systems_needed(r: float, confidence: float = 0.95) -> float:
+    """How many systems a system-level interval needs to say something at the observed correlation `r`: the fewest
+    J whose Fisher z interval around r, atanh(r) +- z_{1-a/2} / sqrt(J - 3), excludes 0, i.e. J > 3 + (z / atanh|r|)^2,
+    and never fewer than `min_systems` (below it resampled systems make any interval [-1, 1]). Infinite at r = 0
+    (or NaN): no number of systems tells a correlation of 0 from 0."""
+    from math import atanh, floor, isfinite
+
+    from scipy.stats import norm
+
+    if not isfinite(r) or r == 0:
+        return float("inf")
+    z = norm.ppf(1 - (1 - confidence) / 2)
+    fisher = 3 + (z / atanh(min(abs(r), 1 - 1e-12))) ** 2
+    return float(max(min_systems(confidence), floor(fisher) + 1))
+
+
 def _few_distinct(n_systems: int) -> float:
     """P(a resample of n systems with replacement holds at most two distinct systems)."""
     from math import comb

@@ -318,12 +318,68 @@ def _single(results) -> str:
             if results.single_annotator else "")
 
 
+# Printed tables fit this many columns; a note longer than a line becomes a numbered footnote at the end.
+WIDTH = 120
+# The ceiling table's printed headers (the CSV keeps its columns): the judge's CI and its share of the ceiling.
+CEILING_PRINTED = {"judge_ci_low": "ci_low", "judge_ci_high": "ci_high", "fraction_of_ceiling": "of_ceiling"}
+
+
+class _Footnotes:
+    """Numbered notes printed after the tables: a line stays within WIDTH, its detail moves here."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def mark(self, note: str) -> str:
+        """The note's mark, '[n]'; a note given twice keeps its first number."""
+        if note not in self.notes:
+            self.notes.append(note)
+        return f"[{self.notes.index(note) + 1}]"
+
+    def text(self) -> str:
+        if not self.notes:
+            return ""
+        import textwrap
+
+        lines = ["", "Notes"]
+        for number, note in enumerate(self.notes, start=1):
+            lines += textwrap.wrap(note, WIDTH, initial_indent=f"[{number}] ", subsequent_indent="    ")
+        return "\n".join(lines)
+
+
+def _system_interval_lines(part: pd.DataFrame, notes: _Footnotes) -> list[str]:
+    """One line per criterion whose system-level interval says nothing: none could be computed (too few systems
+    to resample) or it spans the whole of [-1, 1]; with how many systems would be needed (correlation.systems_needed,
+    from Fisher's z width at the observed Pearson r)."""
+    from ..correlation import few_systems_note, systems_needed
+
+    lines = []
+    for criterion, rows in part.groupby("criterion", sort=False):
+        n = int(rows["n_used"].min())
+        whole = (rows["ci_low"] <= -1 + 1e-9) & (rows["ci_high"] >= 1 - 1e-9)
+        if not (rows["ci_low"].isna().all() or whole.any()):
+            continue
+        pearson = rows.loc[rows["statistic"] == "pearson", "value"]
+        r = float(pearson.iloc[0]) if len(pearson) else float("nan")
+        needed = systems_needed(r)
+        need = (f"{needed:.0f} would be needed" if needed != float("inf") else
+                "no number of systems would tell it from 0")
+        why = few_systems_note(n) or f"{n} systems: the 95% interval spans all of [-1, 1]"
+        mark = notes.mark(f"{why}. Systems needed: the fewest J whose Fisher z interval around the observed Pearson "
+                          "r, atanh(r) +- 1.96 / sqrt(J - 3), excludes 0 (J > 3 + (1.96 / atanh|r|)^2), and at "
+                          "least 6, below which resampled systems make any interval [-1, 1].")
+        lines.append(f"  {criterion}: too few systems to say ({n} systems, Pearson r {r:.3f}; {need}) {mark}")
+    return lines
+
+
 def print_results(results, out=None) -> None:
     out = sys.stdout if out is None else out  # resolved per call: stdout may be replaced (tests, pipes)
+    notes = _Footnotes()
     human = "cleaned (DialSummEval noise removal) mean" if results.cleaned else "mean"
-    print(f"Human score: {human} over annotators. Bootstrap: {results.n_resamples} resamples of items "
-          f"(and systems at system level, where Pearson is Fisher's z widened for the means' noise: "
-          f"systems read as drawn from many), seed {results.seed}.", file=out)
+    bootstrap = notes.mark("Resamples of items, and of systems at system level, where Pearson is Fisher's z "
+                           "widened for the means' noise: systems read as drawn from many.")
+    print(f"Human score: {human} over annotators. Bootstrap: {results.n_resamples} resamples {bootstrap}, seed "
+          f"{results.seed}.", file=out)
     for name, value in results.sources.items():
         print(f"{name}: {value}", file=out)
     print("\nCoverage", file=out)
@@ -335,19 +391,20 @@ def print_results(results, out=None) -> None:
         print(_format(part, ["criterion", "statistic", "value", "ci_low", "ci_high", "p_value", "n_used",
                              "n_skipped"]), file=out)
         if level == "system" and len(part):
-            from ..correlation import few_systems_note
-
-            if note := few_systems_note(int(part["n_used"].min())):
-                print(f"  {note}", file=out)
+            for line in _system_interval_lines(part, notes):
+                print(line, file=out)
     print("\nAgreement (judge vs human mean; rounded to whole points for kappa / exact / within_1)", file=out)
     if not results.agreement.empty:
         print(_format(results.agreement.pivot(index="criterion", columns="statistic", values="value")
                       .reset_index()), file=out)
-    print("\nHuman ceiling (each annotator vs the mean of the others, on the raw labels even with --clean) and the "
-          "judge vs the raw mean of all, with its 95% CI", file=out)
-    print(_format(results.ceiling, ["criterion", "level", "statistic", "judge", "judge_ci_low", "judge_ci_high",
-                                    "ceiling", "ceiling_min", "ceiling_max", "fraction_of_ceiling"])
-          + _single(results), file=out)
+    ceiling = notes.mark("Human ceiling: each annotator vs the mean of the others, on the raw labels even with "
+                         "--clean; judge: the judge vs the raw mean of all annotators, with its 95% CI (ci_low, "
+                         "ci_high; judge_ci_low, judge_ci_high in ceiling.csv); of_ceiling: judge / ceiling "
+                         "(fraction_of_ceiling).")
+    print(f"\nHuman ceiling, and the judge against the raw human mean {ceiling}", file=out)
+    print(_format(results.ceiling.rename(columns=CEILING_PRINTED),
+                  ["criterion", "level", "statistic", "judge", "ci_low", "ci_high", "ceiling", "ceiling_min",
+                   "ceiling_max", "of_ceiling"]) + _single(results), file=out)
     after = " after noise removal (--clean)" if results.cleaned else " on the raw labels"
     print(f"\nKrippendorff's alpha{after}: humans, and humans with the judge as one more rater", file=out)
     print(_format(results.alpha) + _single(results), file=out)
@@ -367,6 +424,7 @@ def print_results(results, out=None) -> None:
     if not results.comparison.empty:
         print("\nJudge vs --compare: difference of correlations with the humans (paired bootstrap)", file=out)
         print(_format(results.comparison), file=out)
+    print(notes.text(), file=out)
 
 
 def table_files(results) -> dict[str, str]:

@@ -56,31 +56,36 @@ def register(sub) -> argparse.ArgumentParser:
     parser = sub.add_parser(
         "calibrate", help="agreement and correlation of judge scores with human labels",
         description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--judgments", required=True, type=Path, metavar="FILE",
+    # More than 12 options: shown in named groups (what is read, what is computed, a second judge and maps, written).
+    inputs = parser.add_argument_group("inputs")
+    inputs.add_argument("--judgments", required=True, type=Path, metavar="FILE",
                         help="judgments JSONL, or a CSV of scores")
-    parser.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
-    parser.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
-    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+    inputs.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
+    inputs.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
+    inputs.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human scale, e.g. 1,5: any human score outside it is an error (default: the "
                              "scales of the rubric the judgments name; needed for a CSV of scores)")
-    parser.add_argument("--criteria", type=criteria_type, metavar="a,b",
-                        help="only these criteria (default: all shared)")
-    parser.add_argument("--clean", action="store_true",
-                        help="DialSummEval noise cleaning: in a triple where two annotators agree, drop the third")
-    parser.add_argument("--bootstrap", type=_resamples_type, default=1000, metavar="N",
-                        help="bootstrap resamples for the 95%% CIs (default 1000; 0 = none)")
-    parser.add_argument("--seed", type=seed_type, default=0, help="random seed of the bootstrap (default 0)")
-    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
-    parser.add_argument("--compare", type=Path, metavar="FILE",
-                        help="a second judge (or metric) to compare with, paired bootstrap on the same items")
-    parser.add_argument("--compare-score-column", metavar="C", help="score column of --compare when it is wide")
-    parser.add_argument("--fit-map", type=Path, metavar="MAP.json",
-                        help="fit isotonic calibration maps (one per criterion) and save them here")
-    parser.add_argument("--apply-map", type=Path, metavar="MAP.json",
-                        help="calibrate the judge scores with a saved map before the analysis")
-    parser.add_argument("--report", type=Path, metavar="REPORT.html", help="write a self-contained HTML report")
-    parser.add_argument("--output-dir", type=Path, metavar="DIR",
-                        help="write correlations.csv, agreement.csv and the other tables here")
+    inputs.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
+    analysis = parser.add_argument_group("analysis")
+    analysis.add_argument("--criteria", type=criteria_type, metavar="a,b",
+                          help="only these criteria (default: all shared)")
+    analysis.add_argument("--clean", action="store_true",
+                          help="DialSummEval noise cleaning: in a triple where two annotators agree, drop the third")
+    analysis.add_argument("--bootstrap", type=_resamples_type, default=1000, metavar="N",
+                          help="bootstrap resamples for the 95%% CIs (default 1000; 0 = none)")
+    analysis.add_argument("--seed", type=seed_type, default=0, help="random seed of the bootstrap (default 0)")
+    more = parser.add_argument_group("a second judge and calibration maps")
+    more.add_argument("--compare", type=Path, metavar="FILE",
+                      help="a second judge (or metric) to compare with, paired bootstrap on the same items")
+    more.add_argument("--compare-score-column", metavar="C", help="score column of --compare when it is wide")
+    more.add_argument("--fit-map", type=Path, metavar="MAP.json",
+                      help="fit isotonic calibration maps (one per criterion) and save them here")
+    more.add_argument("--apply-map", type=Path, metavar="MAP.json",
+                      help="calibrate the judge scores with a saved map before the analysis")
+    outputs = parser.add_argument_group("outputs")
+    outputs.add_argument("--report", type=Path, metavar="REPORT.html", help="write a self-contained HTML report")
+    outputs.add_argument("--output-dir", type=Path, metavar="DIR",
+                         help="write correlations.csv, agreement.csv and the other tables here")
     parser.set_defaults(run=run)
     return parser
 
