@@ -37,7 +37,9 @@ def score(rubric: str, items, output: str | Path | None = None, *, criteria: str
           tensor_parallel_size: int = 1, max_model_len: int | None = None,
           dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
           gpu_memory_utilization: float | None = None, batch: bool = False, batch_dir: str | Path | None = None,
-          shards: int | None = None, prices: str | Path | None = None) -> pd.DataFrame:
+          shards: int | None = None, prices: str | Path | None = None,
+          executor: Literal["online", "ray"] = "online", ray_address: str | None = None,
+          dry_run: bool = False) -> pd.DataFrame:
     """Judge every (item, criterion) of `items` with `rubric`; one row per judgment, as `judge score` writes them.
 
     `items` is a path (JSONL or CSV), a list of dicts or a DataFrame with the columns of an items file (id,
@@ -70,7 +72,9 @@ def compare(rubric: str, items, output: str | Path | None = None, *, criteria: s
             tensor_parallel_size: int = 1, max_model_len: int | None = None,
             dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
             gpu_memory_utilization: float | None = None, batch: bool = False, batch_dir: str | Path | None = None,
-            shards: int | None = None, prices: str | Path | None = None) -> pd.DataFrame:
+            shards: int | None = None, prices: str | Path | None = None,
+            executor: Literal["online", "ray"] = "online", ray_address: str | None = None,
+            dry_run: bool = False) -> pd.DataFrame:
     """Judge pairs of candidates (1 / 2 / 0 for a tie), in both orders unless `swap=False`; as `judge compare`.
 
     `items` holds candidate_1, candidate_2 (and system_1, system_2). The other arguments are the flags of

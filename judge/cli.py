@@ -87,6 +87,21 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="with --batch-dir: split each round into N files, one per node (default 1)")
 
 
+def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    """`score` and `compare`: a plan without a model, and the Ray executor."""
+    g = parser.add_argument_group("plan and scale-out")
+    g.add_argument("--dry-run", action="store_true",
+                   help="print the plan without calling a model: requests, rounds, input tokens (the model's own "
+                        "tokenizer where it loads), the output-token bound and, with --prices, the cost; the last "
+                        "line is one JSON object; nothing is written")
+    g.add_argument("--executor", choices=["online", "ray"], default="online",
+                   help="ray: each round's requests as --batch-dir shards (default DIR: OUTPUT.ray-batches), run "
+                        "through Ray Data against --base-url (or the vLLM engine with --backend vllm) and recorded, "
+                        "round after round, until done; needs pip install \".[ray]\"")
+    g.add_argument("--ray-address", metavar="ADDR",
+                   help="the Ray cluster of --executor ray (default $RAY_ADDRESS, else a local one with 2 CPUs)")
+
+
 def run_options(args, **overrides):
     """The typed run options (judge/options.py) of parsed flags: every flag that is an option, --no-swap and
     --no-progress as `swap` and `progress`; `overrides` replace what the flags said."""
@@ -176,7 +191,12 @@ def run_score(args) -> int:
     """`judge score` and `judge compare` (args.command)."""
     from judge.run import run
 
-    return report(run(run_options(args)))
+    options = run_options(args)
+    if options.dry_run:  # the plan is printed instead of run
+        from judge.dry_run import report as plan_report
+
+        return plan_report(options)
+    return report(run(options))
 
 
 run_compare = run_score
@@ -273,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pointwise: one candidate per request (default); block: all candidates of a dialogue in one "
                         "request, in an order shuffled per dialogue by --seed, as annotators saw them")
     add_model_arguments(p)
+    add_plan_arguments(p)
     p.set_defaults(run=run_score)
 
     p = _command(sub, "compare", "Judge pairs of candidates (1 / 2 / 0 for a tie), in both orders by default.",
@@ -291,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "items, another template, model or decoding); without it such a file is refused")
     p.add_argument("--no-swap", action="store_true", help="ask only the input's order (half the cost, no bias check)")
     add_model_arguments(p)
+    add_plan_arguments(p)
     p.set_defaults(run=run_compare)
 
     p = _command(sub, "qualify", "Run a rubric's qualification set and say whether the judge passes, per criterion.",

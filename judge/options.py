@@ -70,6 +70,10 @@ class RunOptions(BaseModel):
     batch: StrictBool = False
     batch_dir: str | None = None
     shards: int | None = None
+    # the plan only, no model called (judge/dry_run.py); the batch rounds run on a Ray cluster (judge/backends/ray_data.py)
+    dry_run: StrictBool = False
+    executor: Literal["online", "ray"] = "online"
+    ray_address: str | None = None
     # filled by resolved(): the servers from $JUDGE_BASE_URLS or $OPENAI_BASE_URL when --base-url is not given
     urls_from_env: list[str] | None = None
 
@@ -117,8 +121,12 @@ class RunOptions(BaseModel):
              "--refresh writes fresh answers to the cache that --no-cache turns off: give one of them"),
             (self.batch and self.batch_dir is not None,
              "--batch sends to a provider's Batch API and --batch-dir writes files for a runner: choose one"),
-            (self.shards is not None and self.batch_dir is None,
+            (self.shards is not None and self.batch_dir is None and self.executor != "ray",
              "--shards splits the files of --batch-dir: add --batch-dir DIR, or drop --shards"),
+            (self.ray_address is not None and self.executor != "ray",
+             "--ray-address names the Ray cluster of --executor ray: add --executor ray, or drop --ray-address"),
+            (self.executor == "ray" and self.batch,
+             "--executor ray runs the batch rounds on Ray, --batch sends them to a provider's Batch API: choose one"),
             (self.shards is not None and self.shards < 1, f"--shards must be at least 1, got {self.shards}"),
             (self.command != "compare" and not self.swap, "--no-swap is for `judge compare`: a score has no order"),
             (self.mode == "block" and self.logprobs,
@@ -153,8 +161,12 @@ class RunOptions(BaseModel):
         if backend == "openai" and not (self.base_url or from_env):
             for url in openai_env or []:  # the servers asked: said before anything starts, never with a password
                 check_url(url, f"$OPENAI_BASE_URL={url}")
+        batch_dir = self.batch_dir
+        if self.executor == "ray" and batch_dir is None and self.output:  # beside the output, for a rerun to resume
+            batch_dir = f"{self.output}.ray-batches"
         return self.model_copy(update={
             "backend": backend,
+            "batch_dir": batch_dir,
             "concurrency": self.concurrency or DEFAULT_CONCURRENCY.get(backend, 16),
             "timeout": self.timeout or DEFAULT_TIMEOUT.get(backend, 600.0),
             "urls_from_env": from_env or openai_env,
@@ -172,7 +184,7 @@ class RunOptions(BaseModel):
 
     @property
     def batched(self) -> bool:
-        return self.batch or self.batch_dir is not None
+        return self.batch or self.batch_dir is not None or self.executor == "ray"
 
 
 def criteria_ids(value: Any) -> Any:

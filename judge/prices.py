@@ -8,7 +8,9 @@ million tokens in the user's currency:
      "*": {"input": 0, "output": 0}}
 
 `cached_input` (prompt tokens the server's prefix cache served) defaults to `input`; `batch_discount` (the factor a
-Batch API bills at) to 1. The tokens are those the run was billed for: answers from the answer cache cost nothing
+Batch API bills at) to 1. `batch_cache_stack` says whether the provider applies both discounts to one request: when
+false (the default) a batch bills cached prompt tokens at the batch price of `input`, without the cache discount; set
+it true for a provider whose cached-prompt price is also halved in a batch. The tokens are those the run was billed for: answers from the answer cache cost nothing
 and are not counted; retried and re-asked requests are.
 """
 
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from judge.errors import JudgeError
 
-PRICE_FIELDS = ("input", "cached_input", "output", "batch_discount")
+PRICE_FIELDS = ("input", "cached_input", "output", "batch_discount", "batch_cache_stack")
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,12 @@ class Price:
     output: float
     cached_input: float | None = None
     batch_discount: float = 1.0
+    batch_cache_stack: bool = False  # whether the cache discount also applies within a batch
 
     def cost(self, prompt: int, cached: int, completion: int, batch: bool) -> float:
         cached_price = self.input if self.cached_input is None else self.cached_input
+        if batch and not self.batch_cache_stack:  # the batch discount instead of the cache's, not on top of it
+            cached_price = self.input
         total = ((prompt - cached) * self.input + cached * cached_price + completion * self.output) / 1e6
         return total * (self.batch_discount if batch else 1.0)
 
@@ -66,12 +71,16 @@ def load_prices(path: str | Path) -> dict[str, Price]:
         for name in ("input", "output"):
             if name not in entry:
                 raise JudgeError(f"{where}: needs {name!r} (price per million tokens)")
+        if not isinstance(entry.get("batch_cache_stack", False), bool):
+            raise JudgeError(f"{where}: batch_cache_stack must be true or false, got {entry['batch_cache_stack']!r}")
         for name, value in entry.items():
+            if name == "batch_cache_stack":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise JudgeError(f"{where}: {name} must be a number at least 0, got {value!r}")
         if entry.get("batch_discount", 1.0) > 1:
             raise JudgeError(f"{where}: batch_discount is the factor a batch is billed at (0.5 = half), at most 1")
-        table[str(model)] = Price(**{k: float(v) for k, v in entry.items()})
+        table[str(model)] = Price(**{k: v if k == "batch_cache_stack" else float(v) for k, v in entry.items()})
     return table
 
 

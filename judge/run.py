@@ -66,6 +66,8 @@ def run(options: RunOptions, *, items=None, criteria=None, keys: bool = False) -
     from judge.items import ItemFile
     from judge.rubric import load_rubric
 
+    if options.dry_run:
+        raise JudgeError("dry_run plans a run without running it: call judge.dry_run.plan(options) for its numbers")
     if options.output is None:
         raise JudgeError("--output is required: the judgments file that the run appends to and resumes from")
     rubric = load_rubric(options.rubric)
