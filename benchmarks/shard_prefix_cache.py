@@ -6,8 +6,10 @@ requests in plan order (the key file's), request i into shard i mod 4. Each shar
 are sent in order, one at a time, to a llama.cpp server with one slot (the embedded model, SmolLM2-135M), which
 reports the prompt tokens it reused from the slot's cache (`timings.cache_n`, recorded as `cached_tokens`). The
 share is cached / prompt tokens over all shards. Answers are cut at one token: only the prompt matters here.
+Beside the measurement, the same share computed: each request's tokens (the model's own tokenizer, as --dry-run
+counts them) against the previous request of its shard, the longest common prefix being what one slot can reuse.
 
-    python benchmarks/shard_prefix_cache.py [--dialogues 12] [--criteria coherence]
+    python benchmarks/shard_prefix_cache.py [--dialogues 6] [--criteria coherence] [--no-measure]
 
 writes benchmarks/shard_prefix_cache_table.txt.
 """
@@ -67,12 +69,30 @@ def replay(url: str, shards: list[list[dict]]) -> tuple[int, int]:
     return prompt, cached
 
 
+def computed(counter, shards: list[list[dict]]) -> tuple[int, int]:
+    """(prompt tokens, tokens shared with the previous request of the shard): the share a one-slot cache can reuse."""
+    prompt = shared = 0
+    for shard in shards:
+        previous: list[int] = []
+        for record in shard:
+            text = counter.template.render(messages=record["body"]["messages"], add_generation_prompt=True,
+                                           **counter.specials)
+            ids = counter.tokenizer.encode(text, add_special_tokens=False).ids
+            common = next((n for n, (a, b) in enumerate(zip(previous, ids)) if a != b), min(len(previous), len(ids)))
+            prompt, shared, previous = prompt + len(ids), shared + common, ids
+    return prompt, shared
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dialogues", type=int, default=12)
+    parser.add_argument("--dialogues", type=int, default=6)
     parser.add_argument("--criteria", default="coherence")
+    parser.add_argument("--no-measure", action="store_true", help="only the computed share (no server)")
     args = parser.parse_args()
     from judge.backends import local
+    from judge.token_count import from_gguf
+
+    counter = from_gguf(local.bundled_model_path())
 
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
@@ -86,13 +106,20 @@ def main() -> None:
         sets = shard_sets(work / "b")
         rows = []
         for name, shards in sets.items():
+            prompt, shared = computed(counter, shards)
+            rows.append((name, "computed", sum(map(len, shards)), prompt, shared, shared / prompt))
+            print(rows[-1], flush=True)
+            if args.no_measure:
+                continue
             with local.local_server(local.bundled_model_path(), slots=1) as url:  # a fresh cache per layout
                 prompt, cached = replay(url, shards)
-            rows.append((name, sum(map(len, shards)), prompt, cached, cached / prompt))
+            rows.append((name, "measured", sum(map(len, shards)), prompt, cached, cached / prompt))
+            print(rows[-1], flush=True)
     lines = [f"# {args.dialogues} dialogues x 6 candidates, criteria {args.criteria}, {SHARDS} shards, each replayed in "
-             "order on a one-slot llama.cpp server (SmolLM2-135M, cache_n)",
-             f"{'layout':<12} {'requests':>8} {'prompt_tokens':>13} {'cached_tokens':>13} {'cached_share':>12}"]
-    lines += [f"{n:<12} {r:>8} {p:>13} {c:>13} {s:>12.3f}" for n, r, p, c, s in rows]
+             "order on a one-slot llama.cpp server (SmolLM2-135M): measured = its cache_n; computed = the common "
+             "token prefix with the shard's previous request",
+             f"{'layout':<12} {'how':<9} {'requests':>8} {'prompt_tokens':>13} {'cached_tokens':>13} {'cached_share':>12}"]
+    lines += [f"{n:<12} {h:<9} {r:>8} {p:>13} {c:>13} {s:>12.3f}" for n, h, r, p, c, s in rows]
     TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 

@@ -457,7 +457,7 @@ def _priced(outcome: Outcome, options: RunOptions, price, opened) -> Outcome:
             price = price_of(load_prices(options.prices), opened.model, options.prices)
         tally = outcome.tally
         tally.cost = price.cost(tally.prompt_tokens, tally.cached_tokens or 0, tally.completion_tokens,
-                                batch=options.batch or options.batch_dir is not None)
+                                batch=options.batch or (options.batch_dir is not None and options.executor != "ray"))
     if outcome.tally.failed:
         outcome.status = "failed"
     return outcome

@@ -136,6 +136,10 @@ def open_batch(options: RunOptions, identity: str | None):
 
     batch_dir, shards = options.batch_dir, options.shards  # their combinations are checked by RunOptions
     flag = "--batch" if options.batch else "--batch-dir"
+    if options.executor == "ray" and options.backend != "openai":
+        raise JudgeError(f"--executor ray sends the requests to --base-url servers (--backend openai); --backend "
+                         f"{options.backend} is not run on Ray here: start servers (`vllm serve`, llama.cpp) and give "
+                         "their URLs")
     if options.backend == "local":
         raise JudgeError(f"{flag}: the embedded llama.cpp server has no Batch API and runs no batch files: use "
                          "--backend openai --base-url URL --model M (a provider's Batch API) or --batch-dir DIR "
@@ -148,6 +152,17 @@ def open_batch(options: RunOptions, identity: str | None):
         raise JudgeError(f"{flag}: the run's identity was not given to the batch transport (judge.run.run_identity)")
     fingerprint = identity
     progress = options.progress
+    if options.executor == "ray":
+        from judge.backends.ray_data import Cluster, RayDirClient, ray_module
+
+        ray_module()  # installed, or say how to install it, before any file is written
+        sender = {"urls": options.servers, "client": options.client, "api_key_env": options.api_key_env,
+                  "concurrency": options.concurrency, "timeout": options.timeout}
+        client = RayDirClient(batch_dir, shards or 4, options.model, fingerprint, options.command, redact, progress,
+                              sender=sender, cluster=Cluster(options.ray_address))
+        yield Opened(client, options.model, options.backend, f"Ray, sending to {public_url(options.servers[0], redact)}"
+                     + (f" and {len(options.servers) - 1} more" if len(options.servers) > 1 else ""), DIR_CONCURRENCY)
+        return
     if batch_dir:
         from judge.backends.batch_dir import BatchDirClient
 

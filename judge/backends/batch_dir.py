@@ -98,6 +98,7 @@ class BatchDirClient(Batcher):
         self._written = KeyIndex()  # custom_ids written in this pass
         self._deferred = 0  # questions this pass waits for
         self._waiting_files: set[int] = set()  # ... in files of earlier runs (and in this pass's)
+        self._answered_files: set[int] = set()  # input files waited on whose answers came in during this run
         self.shard_groups: dict[str, int] = {}  # the newest round's files -> prefix groups each holds
 
     def _check_manifest(self, fingerprint: str, command: str) -> None:
@@ -152,7 +153,8 @@ class BatchDirClient(Batcher):
                 response = record.get("response")
                 body = response.get("body") if isinstance(response, dict) else None
                 wanted = self.model  # the model this run asks for, not the one written in the file
-                if isinstance(body, dict) and body.get("model") not in (None, wanted):
+                if isinstance(body, dict) and body.get("model") not in (None, wanted) and \
+                        not str(body.get("model")).startswith(f"{wanted}-"):  # a hosted API's dated version
                     raise InputError(f"{out}:{number}: answered by model {body.get('model')!r}, but the request asked "
                                      f"for {wanted!r}: refused; run the file with --model {wanted}")
                 self.answers.add(key, round_, number_out, offset)
@@ -218,7 +220,7 @@ class BatchDirClient(Batcher):
             return answer
         if key not in self._written:
             used = self._used.last(key)
-            if waiting is None or (used and used[0]):
+            if waiting is None or (used and used[0]) or waiting[0] in self._answered_files:
                 self._write(key, body)
             else:
                 self._waiting_files.add(waiting[0])
