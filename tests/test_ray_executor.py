@@ -126,6 +126,8 @@ def test_ctrl_c_at_30_percent_then_a_rerun_asks_at_most_1_25_x_the_plan(ray_addr
     again = subprocess.run(run, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr[-2000:]
     total = _stats(url)["total"]
+    print(f"ray Ctrl-C: plan {plan} requests, {first} asked before the interrupt, {total} in all "
+          f"({total / plan:.3f} x the plan)")
     assert total <= 1.25 * plan, (total, plan, first)
     assert main(score(tmp_path, url, "online.jsonl")) == 0
     assert verdicts(tmp_path / "ray.jsonl") == verdicts(tmp_path / "online.jsonl")

@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -184,7 +185,12 @@ class RayDirClient(BatchDirClient):
             return None
         waiting = sorted(self._waiting_files, key=lambda n: (self._round_of(self._files[n]), self._files[n].name))
         before = len(self.answers)
-        self._run([self._files[n] for n in waiting])  # on this thread: a Ctrl-C stops it here, answers kept
+        stop = threading.Event()  # set when the run is cancelled (Ctrl-C): the driver stops at the next batch
+        try:
+            await asyncio.to_thread(self._run, [self._files[n] for n in waiting], stop)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
         for number in waiting:
             self._read_new(number)
         self._waiting_files, self._deferred = set(), 0
@@ -193,8 +199,9 @@ class RayDirClient(BatchDirClient):
                                f"{self.dir}; see the workers' logs (`ray logs`), then run the same command again")
         return None
 
-    def _run(self, paths: list[Path]) -> None:
-        """The files' requests through Ray Data; each answer appended to FILE.out.jsonl as it arrives."""
+    def _run(self, paths: list[Path], stop: threading.Event) -> None:
+        """The files' requests through Ray Data; each answer appended to FILE.out.jsonl as it arrives, until done
+        or `stop`."""
         ray = self.cluster.connect()
         started, count = time.monotonic(), 0
         dataset = ray.data.read_text([str(p) for p in paths], include_paths=True)
@@ -212,6 +219,8 @@ class RayDirClient(BatchDirClient):
                 for handle in handles.values():
                     handle.flush()
                 self.status.show(f"ray: {count} answers from {len(paths)} batch file(s)", "running")
+                if stop.is_set():  # what came back is written; the rest is asked again by the next run
+                    break
         finally:
             for handle in handles.values():
                 handle.close()
