@@ -115,10 +115,11 @@ def main() -> None:
                 prompt, cached = replay(url, shards)
             rows.append((name, "measured", sum(map(len, shards)), prompt, cached, cached / prompt))
             print(rows[-1], flush=True)
-    lines = [f"# {args.dialogues} dialogues x 6 candidates, criteria {args.criteria}, {SHARDS} shards, each replayed in "
-             "order on a one-slot llama.cpp server (SmolLM2-135M): measured = its cache_n; computed = the common "
+    lines = [f"# {args.dialogues} dialogues x 6 candidates, criteria {args.criteria}, {SHARDS} shards, each replayed "
+             "in order on a one-slot llama.cpp server (SmolLM2-135M): measured = its cache_n; computed = the common "
              "token prefix with the shard's previous request",
-             f"{'layout':<12} {'how':<9} {'requests':>8} {'prompt_tokens':>13} {'cached_tokens':>13} {'cached_share':>12}"]
+             f"{'layout':<12} {'how':<9} {'requests':>8} {'prompt_tokens':>13} {'cached_tokens':>13} "
+             f"{'cached_share':>12}"]
     lines += [f"{n:<12} {h:<9} {r:>8} {p:>13} {c:>13} {s:>12.3f}" for n, h, r, p, c, s in rows]
     TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

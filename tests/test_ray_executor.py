@@ -81,6 +81,7 @@ def test_ray_gives_the_online_judgments_asking_each_request_once(ray_address, st
     plan = planned_requests(tmp_path, stub_server.base_url, capsys)
     assert main(score(tmp_path, stub_server.base_url, "ray.jsonl", "--executor", "ray", "--shards", "3")) == 0
     asked = stub_server.stats.total
+    print(f"ray: plan {plan} requests, {asked} asked at the server ({asked / plan:.3f} x the plan)")
     assert plan <= asked <= 1.02 * plan, (asked, plan)
     folder = tmp_path / "ray.jsonl.ray-batches"
     answers = sorted(folder.glob("round*.out.jsonl"))
