@@ -60,8 +60,9 @@ def run_verb(verb: str, compute: Callable[[], Result], *, output_dir, report, in
              exit_code: Callable[[Result], int] = lambda result: 0,
              footer: Callable[[Result], str] | None = None) -> int:
     """The CLI of a statistics verb: every output path checked before any is written, then the tables and the
-    report, then what the verb prints (and `footer` on stderr); one line and exit 2 on bad input."""
-    from judge.errors import JudgeError
+    report, then what the verb prints (and `footer` on stderr); bad input, or a run that stopped (batch answers
+    awaited), is one line and its exit code (judge.errors.exit_with: 2, 3)."""
+    from judge.errors import JudgeError, Stopped, exit_with
     from judge.outputs import check_writable
 
     inputs = [p for p in inputs if p]
@@ -78,12 +79,8 @@ def run_verb(verb: str, compute: Callable[[], Result], *, output_dir, report, in
             from judge.outputs import write_files
 
             replaced += write_files({Path(report): page}, verb=verb, inputs=inputs)
-    except JudgeError as exc:  # CalibrationError and OutputError are JudgeErrors
-        print(f"judge {verb}: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"judge {verb}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    except (JudgeError, Stopped, OSError) as exc:  # CalibrationError and OutputError are JudgeErrors
+        return exit_with(verb, exc)
     print(result.text(), end="")
     for warning in result.warnings:
         print(f"judge {verb}: warning: {warning}", file=sys.stderr)

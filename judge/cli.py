@@ -9,8 +9,7 @@ import os
 import sys
 import textwrap
 
-from judge.errors import JudgeError
-from judge.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from judge.errors import EXIT_FAILED, JudgeError, Stopped, exit_with
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
 # calibration/ is reached only through its command hub, which registers every statistics verb.
@@ -336,19 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except JudgeError as exc:
-        print(f"judge {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # `judge rubrics | head`: the reader has gone; say nothing more (and let Python not complain at exit).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"judge {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (JudgeError, Stopped, KeyboardInterrupt, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):  # let Python not complain of the gone reader at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exit_with(args.command, exc)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,15 @@
-"""Precise exceptions: each says what went wrong and where, so the CLI can print it without a traceback."""
+"""Precise exceptions: each says what went wrong and where, so the CLI can print it without a traceback; and the one
+place that maps an exception to what `judge VERB` prints and its exit code (`exit_with`)."""
 
 from __future__ import annotations
 
 import re
+import sys
+
+# The exit codes of every `judge` verb: 0 done; 1 done, but some judgments failed or the verb's verdict is negative
+# (the verb's page says which); 2 bad input or a refused run (the message says what and where); 3 batch files
+# await a runner (the same command resumes); 130 interrupted (finished work is kept).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BATCH_PENDING, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 _EXCEPTION_NAME = re.compile(r"[A-Z][A-Za-z]*: ")
 _STATUS = re.compile(r"HTTP \d{3}")
@@ -66,6 +73,34 @@ class AnswerError(JudgeError):
     def __init__(self, message: str, raw: str):
         super().__init__(message)
         self.raw = raw
+
+
+class Stopped(Exception):
+    """A command that stopped with neither a result nor an error: batch answers awaited (`exit_code` 3), or a run it
+    depends on failed (the exit code that run gives). Not a JudgeError: what was written is kept, not abandoned.
+    The message says what to run next."""
+
+    exit_code = EXIT_BATCH_PENDING
+
+
+def exit_with(verb: str, exc: BaseException) -> int:
+    """Say `exc` as `judge VERB` says it (one line on stderr, never a traceback) and return the exit code: the one
+    place that maps what stopped a command to its exit code. Exceptions none of these are re-raised."""
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, BrokenPipeError):  # `judge rubrics | head`: the reader has gone; nothing to say
+        return EXIT_OK
+    if isinstance(exc, Stopped):
+        print(f"judge {verb}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if isinstance(exc, JudgeError):
+        print(f"judge {verb}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"judge {verb}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    raise exc
 
 
 class Deferred(BaseException):

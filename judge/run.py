@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from judge.errors import JudgeError
+from judge.errors import EXIT_BATCH_PENDING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, JudgeError  # noqa: F401 - the codes, as importers knew them here
 
 if TYPE_CHECKING:  # pydantic is not imported by `judge --help`, which imports this module for its exit codes
     from judge.options import RunOptions
 
-EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-EXIT_BATCH_PENDING = 3  # --batch-dir: batch files await a runner; the same command resumes
 LONG_ITEM_CHARS = 40_000  # about 10k tokens: more than many context windows, and costly on a paid API
 
 

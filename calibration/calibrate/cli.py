@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from judge.errors import JudgeError
+from judge.errors import JudgeError, exit_with
 
 from ..options import FAILURE_HELP, RESAMPLES, criteria_type, failure_value_type, flag_type, scale_type, seed_type
 
@@ -165,14 +165,10 @@ def run(args: argparse.Namespace) -> int:
         write_files(written, verb="calibrate", inputs=_inputs(args))
         # Printed after the files are written: a reader that stops early (`| head`) costs no output file.
         print(results.text(), end="")
-    except JudgeError as exc:
-        print(f"judge calibrate: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         raise  # the reader of stdout has gone: `judge` ends quietly
-    except OSError as exc:
-        print(f"judge calibrate: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    except (JudgeError, OSError) as exc:
+        return exit_with("calibrate", exc)
     return _summary(results, args, time.perf_counter() - started)
 
 

@@ -120,12 +120,11 @@ def run_escalate(args) -> int:
     import sys
     from pathlib import Path
 
-    from judge.errors import JudgeError
+    from judge.errors import JudgeError, exit_with
     from judge.outputs import check_folder, check_writable, write_files
 
     from ..result import run_verb
     from .escalate import TABLE_FILES, escalate
-    from .runs import RunStopped
 
     inputs = [args.human, *(Path(p) for _, p in args.judge)]
     signal = ",".join(args.signal) if args.signal else None
@@ -145,18 +144,14 @@ def run_escalate(args) -> int:
         written["result"] = result
         return result
 
-    try:
-        code = run_verb("escalate", compute, output_dir=args.output_dir, report=args.report, inputs=inputs)
-    except RunStopped as stopped:  # a judge escalate runs failed or waits for batch answers: nothing decided
-        print(f"judge escalate: {stopped}", file=sys.stderr)
-        return stopped.exit_code
+    # a judge escalate runs that failed or waits for batch answers (RunStopped) decides nothing: run_verb says so
+    code = run_verb("escalate", compute, output_dir=args.output_dir, report=args.report, inputs=inputs)
     if code != 0 or "result" not in written:
         return code
     try:
         replaced = write_files({args.output: written["result"].decisions_csv()}, verb="escalate", inputs=inputs)
     except JudgeError as exc:
-        print(f"judge escalate: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_with("escalate", exc)
     decisions = written["result"].decisions
     kept = int((decisions["decided_by"] != "human").sum())
     if replaced:

@@ -17,14 +17,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from judge.errors import JudgeError
+from judge.errors import JudgeError, Stopped
 
 RUN_SUFFIXES = (".json", ".toml")
 # options that name files: read relative to the folder of the file that gives them, as a user reads the file
 PATH_OPTIONS = ("input", "template", "cache", "prices", "batch_dir")
 
 
-class RunStopped(Exception):
+class RunStopped(Stopped):
     """A judge escalate runs did not finish: no decision is built on a fragment. `exit_code` is the one `judge score`
     gives for the same outcome (1 failed, 3 batch files wait for a runner)."""
 

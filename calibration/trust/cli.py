@@ -6,6 +6,8 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 
 from __future__ import annotations
 
+from judge.errors import Stopped
+
 from ..options import (AT_LEAST_100, FAILURE_HELP, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type,
                        failure_value_type, flag_type, judge_spec_type, scale_type, seed_type)
 
@@ -104,19 +106,11 @@ def run_audit(args) -> int:
             result = audit(args.judgments, args.items, args.human, probes=runs, **options)
         return result
 
-    try:
-        return run_verb("audit", compute, output_dir=args.output_dir, report=args.report,
-                        inputs=[args.judgments, args.items, args.human, args.rerun])
-    except ProbesPending as pending:
-        import sys
-
-        from judge.run import EXIT_BATCH_PENDING
-
-        print(pending, file=sys.stderr)
-        return EXIT_BATCH_PENDING
+    return run_verb("audit", compute, output_dir=args.output_dir, report=args.report,
+                    inputs=[args.judgments, args.items, args.human, args.rerun])
 
 
-class ProbesPending(Exception):
+class ProbesPending(Stopped):
     """Some probes wait for batch answers: no audit is printed until every probe is judged."""
 
 

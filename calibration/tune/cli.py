@@ -107,15 +107,6 @@ def run_tune(args) -> int:
         return result
 
     inputs = [judge_file, args.human, args.items, *(f for _, f in args.candidate)]
-    from .runs import TunePending
-
-    try:
-        return run_verb("tune", compute, output_dir=args.output_dir, report=args.report, inputs=inputs,
-                        exit_code=lambda result: 0 if not result.accepted.empty else 1)
-    except TunePending as pending:
-        import sys
-
-        from judge.run import EXIT_BATCH_PENDING
-
-        print(f"judge tune: {pending}", file=sys.stderr)
-        return EXIT_BATCH_PENDING
+    # a fold waiting for batch answers (TunePending) stops tune with the batch-pending exit: run_verb says so
+    return run_verb("tune", compute, output_dir=args.output_dir, report=args.report, inputs=inputs,
+                    exit_code=lambda result: 0 if not result.accepted.empty else 1)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from judge.errors import Stopped
+
 from ..errors import CalibrationError
 from .build import (
     BUILDERS,
@@ -29,7 +31,7 @@ from .build import (
 from .tune import Candidate, labelled_cells, read_judge
 
 
-class TunePending(Exception):
+class TunePending(Stopped):
     """A fold waits for batch answers: nothing is tested until every candidate is judged."""
 
 

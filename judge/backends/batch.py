@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from judge.backends.openai_compat import _completion, _status_error
 from judge.cache import Request
-from judge.errors import BackendError, InputError, RetryableError
+from judge.errors import BackendError, InputError, RetryableError, Stopped
 from judge.secrets import MASK, Redactor
 
 ENDPOINT = "/v1/chat/completions"
@@ -42,7 +42,7 @@ _HEX_KEY = re.compile(r"[0-9a-f]{64}")  # a custom_id this tool writes: the requ
 DIR_CONCURRENCY = 64  # batch transports answer from disk at once: a small window streams the plan
 
 
-class BatchPending(Exception):
+class BatchPending(Stopped):
     """--batch-dir: this round's batch files are written (or awaited); the message says what to run."""
 
 
