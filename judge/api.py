@@ -15,7 +15,7 @@ import json
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Unpack
 
 from judge.errors import JudgeError
 
@@ -23,23 +23,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from judge.judgment import Judgment
+    from judge.options import CompareKwargs, ScoreKwargs
 
 
-def score(rubric: str, items, output: str | Path | None = None, *, criteria: str | list[str] | None = None,
-          template: str | None = None, mode: Literal["pointwise", "block"] = "pointwise", redo_changed: bool = False,
-          backend: Literal["local", "openai", "vllm"] | None = None, model: str | None = None,
-          base_url: str | list[str] | None = None, api_key_env: str = "OPENAI_API_KEY",
-          client: Literal["auto", "sdk", "aiohttp"] = "auto", concurrency: int | None = None,
-          timeout: float | None = None, temperature: float | None = None, max_tokens: int | None = None,
-          seed: int = 0, samples: int = 1, logprobs: bool = False,
-          response_format: Literal["json_schema", "json_object", "text"] = "json_schema",
-          cache: str | Path | None = None, no_cache: bool = False, refresh: bool = False, progress: bool = True,
-          tensor_parallel_size: int = 1, max_model_len: int | None = None,
-          dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
-          gpu_memory_utilization: float | None = None, batch: bool = False, batch_dir: str | Path | None = None,
-          shards: int | None = None, prices: str | Path | None = None,
-          executor: Literal["online", "ray"] = "online", ray_address: str | None = None,
-          dry_run: bool = False) -> pd.DataFrame:
+def score(rubric: str | Path, items: str | Path | list[dict] | pd.DataFrame, output: str | Path | None = None,
+          **options: Unpack[ScoreKwargs]) -> pd.DataFrame:
     """Judge every (item, criterion) of `items` with `rubric`; one row per judgment, as `judge score` writes them.
 
     `items` is a path (JSONL or CSV), a list of dicts or a DataFrame with the columns of an items file (id,
@@ -56,25 +44,11 @@ def score(rubric: str, items, output: str | Path | None = None, *, criteria: str
     >>> frame[["id", "system", "criterion", "score"]].shape[1]  # doctest: +SKIP
     4
     """
-    options = {k: v for k, v in locals().items() if k not in ("rubric", "items", "output")}
     return _judge("score", rubric, items, output, options)
 
 
-def compare(rubric: str, items, output: str | Path | None = None, *, criteria: str | list[str] | None = None,
-            template: str | None = None, swap: bool = True, redo_changed: bool = False,
-            backend: Literal["local", "openai", "vllm"] | None = None, model: str | None = None,
-            base_url: str | list[str] | None = None, api_key_env: str = "OPENAI_API_KEY",
-            client: Literal["auto", "sdk", "aiohttp"] = "auto", concurrency: int | None = None,
-            timeout: float | None = None, temperature: float | None = None, max_tokens: int | None = None,
-            seed: int = 0, samples: int = 1, logprobs: bool = False,
-            response_format: Literal["json_schema", "json_object", "text"] = "json_schema",
-            cache: str | Path | None = None, no_cache: bool = False, refresh: bool = False, progress: bool = True,
-            tensor_parallel_size: int = 1, max_model_len: int | None = None,
-            dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
-            gpu_memory_utilization: float | None = None, batch: bool = False, batch_dir: str | Path | None = None,
-            shards: int | None = None, prices: str | Path | None = None,
-            executor: Literal["online", "ray"] = "online", ray_address: str | None = None,
-            dry_run: bool = False) -> pd.DataFrame:
+def compare(rubric: str | Path, items: str | Path | list[dict] | pd.DataFrame, output: str | Path | None = None,
+            **options: Unpack[CompareKwargs]) -> pd.DataFrame:
     """Judge pairs of candidates (1 / 2 / 0 for a tie), in both orders unless `swap=False`; as `judge compare`.
 
     `items` holds candidate_1, candidate_2 (and system_1, system_2). The other arguments are the flags of
@@ -86,7 +60,6 @@ def compare(rubric: str, items, output: str | Path | None = None, *, criteria: s
     >>> set(frame["score"].dropna()) <= {0.0, 1.0, 2.0}  # doctest: +SKIP
     True
     """
-    options = {k: v for k, v in locals().items() if k not in ("rubric", "items", "output")}
     return _judge("compare", rubric, items, output, options)
 
 
@@ -143,8 +116,10 @@ def _as_given(message: str, written: str | None) -> str:
 
 
 def _judge(verb: str, rubric, items, output, options: dict) -> pd.DataFrame:
-    from judge.options import RunOptions
+    from judge.options import CompareKwargs, RunOptions, ScoreKwargs, unknown_keywords
     from judge.run import run
+
+    unknown_keywords(options, (ScoreKwargs if verb == "score" else CompareKwargs).__annotations__, f"judge.{verb}")
 
     given = output
     with tempfile.TemporaryDirectory(prefix="judge-") as scratch:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError, field_validator, model_validator
 
@@ -185,6 +186,66 @@ class RunOptions(BaseModel):
     @property
     def batched(self) -> bool:
         return self.batch or self.batch_dir is not None or self.executor == "ray"
+
+
+class RunKwargs(TypedDict, total=False):
+    """The run options `judge.score` and `judge.compare` take as keywords (`**options: Unpack[ScoreKwargs]`): each
+    is the `RunOptions` field of the same name, with its default and checks, and the flag of `judge score --help`
+    (underscored; `progress=False` is --no-progress). tests/test_run_api.py holds the four in step: the fields, these
+    keys, the flags and their defaults."""
+
+    criteria: str | list[str] | None  # "a,b" or ["a", "b"]; None: every criterion of the rubric
+    template: str | Path | None
+    redo_changed: bool
+    backend: Backend | None
+    model: str | None
+    base_url: str | list[str] | None
+    api_key_env: str
+    client: Literal["auto", "sdk", "aiohttp"]
+    concurrency: int | None
+    timeout: float | None
+    temperature: float | None
+    max_tokens: int | None
+    seed: int
+    samples: int
+    logprobs: bool
+    response_format: Literal["json_schema", "json_object", "text"]
+    cache: str | Path | None
+    no_cache: bool
+    refresh: bool
+    progress: bool
+    tensor_parallel_size: int
+    max_model_len: int | None
+    dtype: Literal["auto", "float32", "bfloat16", "float16"]
+    gpu_memory_utilization: float | None
+    prices: str | Path | None
+    batch: bool
+    batch_dir: str | Path | None
+    shards: int | None
+    dry_run: bool
+    executor: Literal["online", "ray"]
+    ray_address: str | None
+
+
+class ScoreKwargs(RunKwargs, total=False):
+    """`judge.score`'s keywords: the run options and --mode."""
+
+    mode: Literal["pointwise", "block"]
+
+
+class CompareKwargs(RunKwargs, total=False):
+    """`judge.compare`'s keywords: the run options and `swap` (False: --no-swap)."""
+
+    swap: bool
+
+
+def unknown_keywords(given: dict, allowed, verb: str) -> None:
+    """Refuse a keyword `verb` does not take, naming the closest one it does (a JudgeError, not Python's TypeError)."""
+    for name in given:
+        if name not in allowed:
+            close = difflib.get_close_matches(name, list(allowed), n=1)
+            raise JudgeError(f"{verb}() got an unknown option {name!r}" + (f"; did you mean {close[0]}?" if close
+                                                                            else ""))
 
 
 def criteria_ids(value: Any) -> Any:

@@ -23,30 +23,55 @@ STUDY = ROOT / "examples" / "study"
 INTERNAL = {"command", "rubric", "input", "output", "urls_from_env"}  # not keyword arguments of score/compare
 
 
-def test_the_api_signatures_list_every_run_option():
-    options = set(RunOptions.model_fields) - INTERNAL
-    score = inspect.signature(judge.score).parameters
-    compare = inspect.signature(judge.compare).parameters
-    assert set(score) - {"rubric", "items", "output"} == options - {"swap"}
-    assert set(compare) - {"rubric", "items", "output"} == options - {"mode"}
-    for name, parameter in score.items():
-        if name in options:
-            assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
-            assert parameter.default == RunOptions.model_fields[name].default, name
-    with pytest.raises(TypeError, match="concurency"):
-        judge.score("dialsummeval", [], concurency=4)
-
-
-def test_every_flag_of_the_judging_verbs_is_a_run_option():
+def _flags(verb: str) -> dict:
+    """{run option: default} of `judge VERB`'s flags (--no-x as `x`, its default inverted)."""
     import argparse
 
     from judge.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    for verb in ("score", "compare", "qualify"):
-        dests = {a.dest for a in sub.choices[verb]._actions if a.dest != "help"}
-        dests = {{"no_progress": "progress", "no_swap": "swap"}.get(d, d) for d in dests}
-        assert dests <= set(RunOptions.model_fields), (verb, dests - set(RunOptions.model_fields))
+    flags = {}
+    for action in sub.choices[verb]._actions:
+        if action.dest in ("help", "rubric", "input", "output"):
+            continue
+        if action.dest in ("no_progress", "no_swap"):
+            flags[action.dest[3:]] = not action.default
+        else:
+            flags[action.dest] = action.default
+    return flags
+
+
+def test_a_run_option_is_declared_once_and_the_four_ways_in_agree():
+    """RunOptions' fields, the API's keywords (ScoreKwargs/CompareKwargs unpacked into the signatures), the flags of
+    `judge score`/`judge compare` and their defaults: the same names, the same defaults."""
+    from judge.options import CompareKwargs, RunKwargs, ScoreKwargs
+
+    options = set(RunOptions.model_fields) - INTERNAL
+    assert set(ScoreKwargs.__annotations__) == options - {"swap"}
+    assert set(CompareKwargs.__annotations__) == options - {"mode"}
+    assert set(RunKwargs.__annotations__) == options - {"swap", "mode"}
+    for verb, kwargs, function in (("score", ScoreKwargs, judge.score), ("compare", CompareKwargs, judge.compare)):
+        parameters = inspect.signature(function).parameters
+        assert list(parameters) == ["rubric", "items", "output", "options"], verb
+        assert function.__annotations__["options"] == f"Unpack[{kwargs.__name__}]", verb
+        flags = _flags(verb)
+        assert set(flags) <= set(kwargs.__annotations__), (verb, set(flags) - set(kwargs.__annotations__))
+        assert set(kwargs.__annotations__) <= set(flags), (verb, set(kwargs.__annotations__) - set(flags))
+        for name, default in flags.items():
+            assert default == RunOptions.model_fields[name].default, (verb, name, default)
+
+
+@pytest.mark.parametrize(("verb", "given", "message"), [
+    ("score", {"concurency": 4}, "judge.score() got an unknown option 'concurency'; did you mean concurrency?"),
+    ("score", {"swap": False}, "judge.score() got an unknown option 'swap'"),
+    ("compare", {"mode": "block"}, "judge.compare() got an unknown option 'mode'; did you mean model?"),
+    ("compare", {"tempreature": 0.5}, "did you mean temperature?"),
+])
+def test_an_unknown_keyword_is_the_projects_error_naming_the_close_match(verb, given, message, tmp_path):
+    with pytest.raises(JudgeError) as caught:
+        getattr(judge, verb)("dialsummeval", [], tmp_path / "out.jsonl", **given)
+    assert message in str(caught.value)
+    assert list(tmp_path.iterdir()) == []  # refused before anything is written
 
 
 # (what a user gives, the message): checked once, whichever way the value comes in
