@@ -7,8 +7,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
+import calibration
 from calibration.cascade.verdicts import _confidence
 
 
@@ -123,3 +125,49 @@ def test_tokens_are_counted_for_a_judgments_file_of_any_name_but_csv(tmp_path, n
     csv = tmp_path / "scores.csv"
     csv.write_text("item_id,system,criterion,score\nd1,a,coherence,3\n", encoding="utf-8")
     assert _tokens(csv) == {}
+
+
+def test_the_verdict_written_for_a_cell_is_that_of_the_judge_that_decided_it():
+    """decisions.csv's verdict is the verdict of the judge named in decided_by (read back from that judge's own file),
+    never another judge's: here the two judges disagree on 65 of the 172 cells they decide, on cells each of them
+    decides, so writing the first judge's, the last judge's or any other judge's verdict is caught."""
+    import io
+
+    from calibration.io import load_judge_scores
+    from test_escalate import JUDGES, LABELS
+
+    result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1)
+    written = pd.read_csv(io.StringIO(result.decisions_csv()), keep_default_na=False)
+    files = {n: load_judge_scores(p).set_index(["item_id", "system", "criterion"])["score"] for n, p in JUDGES.items()}
+    kept = written[written["decided_by"] != "human"]
+    own = [files[j][(i, s, c)] for i, s, c, j in zip(kept["item_id"], kept["system"], kept["criterion"],
+                                                    kept["decided_by"])]
+    assert np.allclose(kept["verdict"].astype(float), own, atol=5e-6)
+    assert (written.loc[written["decided_by"] == "human", "verdict"] == "").all()  # humans decide: no verdict
+    for judge, other in (("small", "large"), ("large", "small")):  # the check has teeth both ways
+        mine = kept[kept["decided_by"] == judge]
+        theirs = [files[other][(i, s, c)] for i, s, c in zip(mine["item_id"], mine["system"], mine["criterion"])]
+        assert not np.allclose(mine["verdict"].astype(float), theirs, atol=5e-6)
+
+
+def test_the_help_groups_its_options_and_the_help_and_summary_fit_120_columns(monkeypatch):
+    """`judge escalate --help`: its 18 options in named groups, every line (usage, options, examples, epilog) within 120
+    columns on a 120-column terminal; the printed summary's lines too."""
+    import argparse
+
+    from judge.cli import build_parser
+    from test_escalate import JUDGES, LABELS
+
+    monkeypatch.setenv("COLUMNS", "120")
+    verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    parser = verbs["escalate"]
+    groups = {g.title: [a.option_strings[0] for a in g._group_actions] for g in parser._action_groups}
+    assert groups["judges and labels"] == ["--judge", "--base-url", "--human"]
+    assert {"--alpha", "--delta", "--units", "--signal"} <= set(groups["the guarantee"])
+    assert {"--output", "--output-dir", "--report"} <= set(groups["outputs"])
+    assert sum(len(v) for k, v in groups.items() if k != "options") == 18  # every option in a named group
+    text = parser.format_help()
+    assert max(len(line) for line in text.splitlines()) <= 120, max(text.splitlines(), key=len)
+    summary = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, random_dialogues=3).text()
+    assert max(len(line) for line in summary.splitlines()) <= 120, max(summary.splitlines(), key=len)
+    assert any(line.startswith("  test: testing by betting over 60 labelled dialogues") for line in summary.splitlines())

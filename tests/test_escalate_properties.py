@@ -9,6 +9,7 @@ a dropped term, a boundary `<` / `<=`), not against any one of them."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -18,7 +19,7 @@ from scipy import stats
 
 import calibration
 from calibration.cascade.threshold_tests import (betting_p, decide, fit_cascade, min_labels, path_thresholds,
-                                                 start_step)
+                                                 start_size, start_step)
 from calibration.cascade.walk import _risk_coverage, _signal_row
 from test_escalate import JUDGES, LABELS
 
@@ -68,11 +69,26 @@ def betting_by_hand(y, alpha, delta):
     return min(1.0, math.exp(-best))
 
 
+@functools.lru_cache(maxsize=None)
+def start_size_by_hand(alpha, delta, power=0.8):
+    """The first n from which on (for 30 counts) the exact binomial test at level delta rejects risk >= alpha with
+    probability >= power when the verdicts disagree at alpha / 2: every count and outcome enumerated."""
+    good = []
+    n = 0
+    while True:
+        n += 1
+        rejecting = [e for e in range(n + 1) if stats.binom.cdf(e, n, alpha) <= delta]
+        good.append(bool(rejecting) and stats.binom.cdf(max(rejecting), n, alpha / 2) >= power)
+        if len(good) >= 30 and all(good[-30:]):
+            return n - 29
+
+
 def start_by_hand(coverage, n_labelled, alpha, delta, units=None):
     for s, c in enumerate(coverage):
         if units is None:
             need = min_labels(alpha, delta)
-            if c * n_labelled >= need + 2 * math.sqrt(need):
+            if c * n_labelled >= max(need + 2 * math.sqrt(need), min(start_size_by_hand(alpha, delta),
+                                                                     0.4 * n_labelled)):
                 return s
         else:
             mean = alpha * (1 - c / 2)
@@ -166,6 +182,19 @@ def test_path_and_cascade_order_are_the_loops_of_the_docstring():
     # a judge with no verdict at all accepts nothing at any step
     empty = np.column_stack([pool[:, 0], np.full(len(pool), np.nan)])
     assert np.isinf(path_thresholds(empty, 10)[0][:, 1]).all()
+
+
+@pytest.mark.parametrize(("alpha", "delta"), [(0.15, 0.1), (0.2, 0.1), (0.1, 0.05), (0.35, 0.1)])
+def test_the_start_size_rejects_a_judge_at_half_the_allowed_rate_with_80_percent_power(alpha, delta):
+    n = start_size(alpha, delta)
+    assert n == start_size_by_hand(alpha, delta)
+    # at that size a judge whose verdicts disagree at alpha / 2 is rejected by the binomial test 80% of the time or
+    # more (simulated), where the old start (min_labels + 2 sqrt(min_labels)) fails it most of the time
+    rng = np.random.default_rng(0)
+    errors = rng.binomial(n, alpha / 2, 20_000)
+    assert (stats.binom.cdf(errors, n, alpha) <= delta).mean() >= 0.79
+    old = math.ceil(min_labels(alpha, delta) + 2 * math.sqrt(min_labels(alpha, delta)))
+    assert (stats.binom.cdf(rng.binomial(old, alpha / 2, 20_000), old, alpha) <= delta).mean() < 0.6
 
 
 @pytest.mark.parametrize("units", [None, 10, 40, 200])

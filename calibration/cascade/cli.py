@@ -5,8 +5,7 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 
 from __future__ import annotations
 
-from ..options import (FAILURE_HELP, criteria_type, failure_value_type, flag_type, judge_spec_type, scale_type,
-                       seed_type)
+from ..options import FAILURE_HELP, criteria_type, failure_value_type, flag_type, judge_spec_type, scale_type, seed_type
 
 EXAMPLES = "examples/escalate"
 # The ranges are checked by calibration.cascade.escalate in the same words; these types refuse what is not a number.
@@ -26,14 +25,14 @@ examples:
   # only on the labelled cells, 60 cells that fix the path and the cells the cheap judge escalates; its judgments
   # go to out/escalate-run/large.jsonl (a rerun resumes them); cost.csv says how many judgments it was spared
   judge escalate --judge small={EXAMPLES}/small.jsonl --judge large={EXAMPLES}/large.toml \\
-      --base-url http://127.0.0.1:8000/v1 --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 --path-cells 60 \\
-      --output decisions-run.csv --output-dir out/escalate-run
+      --base-url http://127.0.0.1:8000/v1 --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 \\
+      --path-cells 60 --output decisions-run.csv --output-dir out/escalate-run
 
   # one judge alone, a report, and 10 dialogues drawn at random in the plan (the part `judge estimate` takes) for
   # `judge export --plan out/escalate-large`
-  judge escalate --judge large={EXAMPLES}/large.jsonl --human {EXAMPLES}/labels.csv --alpha 0.2 --delta 0.1 \\
-      --tolerance 0.5 --output decisions-large.csv --output-dir out/escalate-large --random-dialogues 10 \\
-      --report escalate.html
+  judge escalate --judge large={EXAMPLES}/large.jsonl --human {EXAMPLES}/labels.csv \\
+      --alpha 0.2 --delta 0.1 --tolerance 0.5 --output decisions-large.csv --output-dir out/escalate-large \\
+      --random-dialogues 10 --report escalate.html
 
 the guarantee (per criterion): with probability >= 1 - delta over the draw of the calibration set (the cells with
 human labels), the verdicts the cascade accepts, whichever judge gave them, agree with humans at >= 1 - alpha, for
@@ -41,8 +40,10 @@ cells drawn like the calibration cells (the labels must be a random sample of th
 test runs along a path through all judges' thresholds, fixed from the unlabelled cells' confidences (at step q each
 of them accepts at most its q most confident share), so the guarantee holds for the cascade as a whole: an exact
 binomial test over cells, or a betting test over dialogues when labels come in whole dialogues (--units; cells of
-one dialogue are not independent). Too few labels for alpha and delta (even no disagreement could not pass):
-refused, saying how many.
+one dialogue are not independent). The binomial walk starts where the expected labelled cells accepted let a judge
+that disagrees at alpha / 2 pass with 80% power (a strong judge's surest verdicts still disagree 5-10% of the time),
+sized from alpha, delta and the number of labels only. Too few labels for alpha and delta (even no disagreement could
+not pass): refused, saying how many.
 a judge given as run options (NAME=OPTIONS.toml or .json; the keys are judge score's flags, underscored or not;
 paths read from the file's folder; output, criteria and block mode are escalate's to choose) is run by escalate
 itself through the run API, on the cells the cascade needs from it only: the labelled cells and the cells that fix
@@ -70,49 +71,54 @@ def register(sub) -> None:
     parser = sub.add_parser(
         "escalate", help="Which verdicts may stand without a human, with a guaranteed agreement rate (cascade).",
         description="Judges given cheapest first decide every unlabelled cell where their confidence passes a "
-                    "threshold; the rest go to humans. The thresholds are chosen on the cells with human labels so "
-                    "that the accepted verdicts agree with humans at >= 1 - alpha with probability >= 1 - delta.",
+                    "threshold; the rest go\nto humans. The thresholds are chosen on the cells with human labels so "
+                    "that the accepted verdicts agree with\nhumans at >= 1 - alpha with probability >= 1 - delta.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--judge", required=True, action="append", type=judge_spec_type, metavar="NAME=FILE",
+    judges = parser.add_argument_group("judges and labels")
+    guarantee = parser.add_argument_group("the guarantee")
+    path = parser.add_argument_group("the path through the thresholds")
+    scales = parser.add_argument_group("reading the files")
+    outputs = parser.add_argument_group("outputs")
+    judges.add_argument("--judge", required=True, action="append", type=judge_spec_type, metavar="NAME=FILE",
                         help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME), or "
                              "the run options of one escalate runs itself (OPTIONS.toml or .json: the keys are "
                              "judge score's flags); repeat, cheapest first")
-    parser.add_argument("--base-url", action="append", metavar="URL",
+    judges.add_argument("--base-url", action="append", metavar="URL",
                         help="the server of the judges given as run options that name none (as judge score's "
                              "--base-url; default $JUDGE_BASE_URLS, else the embedded model); repeat for several")
-    parser.add_argument("--human", required=True, type=Path, metavar="CALIB.csv",
+    judges.add_argument("--human", required=True, type=Path, metavar="CALIB.csv",
                         help="human labels of a random sample of the judged cells (long CSV): the calibration set")
-    parser.add_argument("--alpha", required=True, type=_share, metavar="A",
+    guarantee.add_argument("--alpha", required=True, type=_share, metavar="A",
                         help="the disagreement rate allowed among accepted verdicts, e.g. 0.1")
-    parser.add_argument("--delta", required=True, type=_share, metavar="D",
+    guarantee.add_argument("--delta", required=True, type=_share, metavar="D",
                         help="the chance the guarantee may fail over the draw of the labels, e.g. 0.1")
-    parser.add_argument("--output", required=True, type=Path, metavar="DECISIONS.csv",
+    outputs.add_argument("--output", required=True, type=Path, metavar="DECISIONS.csv",
                         help="one row per unlabelled cell: who decides it and the verdict")
-    parser.add_argument("--criteria", type=criteria_type, metavar="a,b", help="only these criteria")
-    parser.add_argument("--tolerance", type=_tolerance, default=0.5, metavar="T",
+    guarantee.add_argument("--criteria", type=criteria_type, metavar="a,b", help="only these criteria")
+    guarantee.add_argument("--tolerance", type=_tolerance, default=0.5, metavar="T",
                         help="Likert: a verdict within T points of the human mean agrees (default 0.5)")
-    parser.add_argument("--signal", action="append", metavar="[NAME=]SIGNAL",
+    guarantee.add_argument("--signal", action="append", metavar="[NAME=]SIGNAL",
                         help="the confidence of a judge (or of all): probs, samples, order, jury or none "
                              "(default: the first its file records, in that order)")
-    parser.add_argument("--units", choices=["auto", "cells", "dialogues"], default="auto",
+    guarantee.add_argument("--units", choices=["auto", "cells", "dialogues"], default="auto",
                         help="what was drawn at random for labelling: dialogues (tested by betting over dialogues)"
                              " or single cells (exact binomial); auto: dialogues when one has several "
                              "labelled cells")
-    parser.add_argument("--steps", type=_steps, default=40, metavar="N",
+    path.add_argument("--steps", type=_steps, default=40, metavar="N",
                         help="steps of the path from strict to loose (default 40)")
-    parser.add_argument("--path-cells", type=_steps, metavar="N",
+    path.add_argument("--path-cells", type=_steps, metavar="N",
                         help="fix the path from a seeded sample of N unlabelled cells (default: all): a later judge "
                              "then needs only those, the labelled cells and the cells pending.csv lists for it")
-    parser.add_argument("--random-dialogues", type=_whole, default=0, metavar="N",
+    outputs.add_argument("--random-dialogues", type=_whole, default=0, metavar="N",
                         help="add N dialogues drawn uniformly at random to plan.csv (its random part)")
-    parser.add_argument("--seed", type=seed_type, default=0, help="seed of the random part of the plan (default 0)")
-    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+    outputs.add_argument("--seed", type=seed_type, default=0, help="seed of the random part of the plan (default 0)")
+    scales.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human labels' scale, when no judge names a rubric (CSVs of scores)")
-    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
-    parser.add_argument("--output-dir", type=Path, metavar="DIR",
+    scales.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
+    outputs.add_argument("--output-dir", type=Path, metavar="DIR",
                         help="write the tables and the plan here, and the judgments of the judges given as run "
                              "options (DIR/NAME.jsonl; a rerun resumes them)")
-    parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the curves")
+    outputs.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the curves")
     parser.set_defaults(run=run_escalate)
 
 

@@ -105,14 +105,18 @@ class EscalateResult(Result):
         return float((part["decided_by"] != HUMAN).mean()) if len(part) else float("nan")
 
     def text(self) -> str:
-        lines = [f"Guarantee, per criterion: with probability >= {1 - self.delta:g} over the draw of the calibration "
-                 f"set, the verdicts the cascade accepts (whichever judge) agree with humans at >= {1 - self.alpha:g}; "
-                 f"one fixed-sequence test along a label-free path through the joint thresholds. "
-                 f"Assumes {EXCHANGEABILITY}.", f"Judges, cheapest first: {', '.join(self.judges)}"]
+        """What was decided, in lines of at most 120 columns (a judge name up to 14 characters keeps the table's)."""
+        lines = _wrap(f"Guarantee, per criterion: with probability >= {1 - self.delta:g} over the draw of the "
+                      f"calibration set, the verdicts the cascade accepts (whichever judge) agree with humans at >= "
+                      f"{1 - self.alpha:g}; one fixed-sequence test along a label-free path through the joint "
+                      f"thresholds. Assumes {EXCHANGEABILITY}.")
+        lines += _wrap(f"Judges, cheapest first: {', '.join(self.judges)}")
         for criterion, part in self.thresholds.groupby("criterion", sort=False):
             decided = self.decisions[self.decisions["criterion"] == criterion]
-            lines.append(f"\n{criterion}: agreement = {self.agreement[criterion]}; test: {self.tests[criterion]}; "
-                         f"{len(decided)} unlabelled cells, {self.coverage(criterion):.1%} decided without humans")
+            lines.append(f"\n{criterion}: {len(decided)} unlabelled cells, {self.coverage(criterion):.1%} decided "
+                         "without humans")
+            lines += _wrap(f"agreement = {self.agreement[criterion]}", indent="  ")
+            lines += _wrap(f"test: {self.tests[criterion]}", indent="  ")
             for row in part.itertuples():
                 threshold = ("accepts none" if not np.isfinite(row.threshold) else f">= {row.threshold:.4g}") \
                     if row.judge not in ("cascade", HUMAN) else ""
@@ -124,20 +128,22 @@ class EscalateResult(Result):
         below = self.thresholds[~self.thresholds["judge"].isin(["cascade", HUMAN])
                                 & (self.thresholds["agreement"] < 1 - self.alpha)]
         if len(below):
-            lines.append("\nNote: the guarantee is for every accepted verdict together; a judge's own share may lie "
-                         f"below {1 - self.alpha:g} when another's lies above (here: "
-                         + ", ".join(f"{r.criterion} {r.judge} {r.agreement:.3f}" for r in below.itertuples()) + ")")
+            lines += [""] + _wrap("Note: the guarantee is for every accepted verdict together; a judge's own share may "
+                                  f"lie below {1 - self.alpha:g} when another's lies above (here: "
+                                  + ", ".join(f"{r.criterion} {r.judge} {r.agreement:.3f}" for r in below.itertuples())
+                                  + ")")
         if len(self.pending):
-            lines.append("\nNot judged yet by the judge whose turn it is (pending.csv; run it on them, then again): "
-                         + "; ".join(f"{j} {c}" for j, c in self.pending.groupby("judge", sort=False).size().items()))
+            lines.append("\nNot judged yet by the judge whose turn it is (pending.csv; run it on them, then again):")
+            lines += [f"  {j}: {c} cell(s)" for j, c in self.pending.groupby("judge", sort=False).size().items()]
         spared = self.cost[self.cost["what"].str.startswith("judge ") & (self.cost["spared"] > 0)]
         if len(spared):
-            lines.append("\nSpared (against judging every cell, labelled ones included): " + "; ".join(
-                f"{r.what.removeprefix('judge ')} judged {r.judged:,} of {r.judged + r.spared:,} cells, {r.spared:,} "
-                f"judgments spared ({r.spared / (r.judged + r.spared):.0%})" for r in spared.itertuples()))
+            lines.append("\nSpared (against judging every cell, labelled ones included):")
+            lines += [f"  {r.what.removeprefix('judge ')} judged {r.judged:,} of {r.judged + r.spared:,} cells, "
+                      f"{r.spared:,} judgments spared ({r.spared / (r.judged + r.spared):.0%})"
+                      for r in spared.itertuples()]
         if not self.cost.empty and self.cost["tokens"].notna().any():
-            lines.append("\nCost (tokens on the unlabelled cells): " + "; ".join(
-                f"{r.what} {r.tokens:,.0f}" for r in self.cost.itertuples() if pd.notna(r.tokens)))
+            lines.append("\nCost (tokens on the unlabelled cells):")
+            lines += [f"  {r.what:<30} {r.tokens:>14,.0f}" for r in self.cost.itertuples() if pd.notna(r.tokens)]
         return "\n".join(lines) + "\n"
 
     def report_html(self) -> str:
@@ -147,6 +153,14 @@ class EscalateResult(Result):
 
     def __str__(self) -> str:
         return self.text()
+
+
+def _wrap(text: str, indent: str = "") -> list[str]:
+    """A sentence of the printed summary in lines of at most 120 columns (words never split)."""
+    import textwrap
+
+    return textwrap.wrap(text, 120, initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False,
+                         break_on_hyphens=False)
 
 
 # -- the verb ---------------------------------------------------------------------------------------------------------

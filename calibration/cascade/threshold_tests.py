@@ -12,8 +12,12 @@ k * delta; here one fixed-sequence test runs along one path through the judges' 
   the share q of the unlabelled cells, its most confident ones (ties are never split: a coarse, two-valued confidence
   accepts its confident group only once q reaches that group's share, and everything only at q = 1, so a cheap judge
   cannot take every cell early); the thresholds come from the unlabelled cells' confidences only;
-- the path starts where the expected number of accepted calibration cells could reject at all (see `start_step`),
-  a count computed from the number of labels and the unlabelled confidences, never from the labels;
+- the path starts where the expected number of accepted calibration cells is large enough for the exact binomial
+  test to reject, with 80% power, a judge whose accepted verdicts disagree at half the allowed rate (alpha / 2: a
+  strong judge's most confident verdicts still disagree with humans 5-10% of the time); see `start_size` and
+  `start_step`: a count from alpha, delta, the number of labels and the unlabelled confidences, never from the
+  labels. (A start sized for a judge with no error at all, about 23 cells at alpha 0.15, rejects only with at most
+  one disagreement: the first step fails and nothing is accepted, where 80-100 cells would reject easily.);
 - at each step, H0: P(disagree | accepted) > alpha is tested with the exact binomial p-value P(Bin(n, alpha) <= e)
   (n accepted calibration cells, e disagreements; given n, the accepted cells' outcomes are iid under
   exchangeability), at level delta; the first step not rejected stops the walk, and the last rejected step is used
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -111,22 +116,48 @@ def decide(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     return first[0] if single else first
 
 
+START_POWER = 0.8  # the first tested step rejects a judge at alpha / 2 with at least this probability
+
+
+@lru_cache(maxsize=256)
+def start_size(alpha: float, delta: float, power: float = START_POWER) -> int:
+    """The fewest accepted calibration cells from which on the exact binomial test at level delta rejects risk >= alpha,
+    with probability >= `power`, for verdicts that disagree at the rate alpha / 2 (and keeps that power for the next
+    30 counts: the binomial's power is not monotone in n). From alpha and delta only."""
+    from scipy.stats import binom
+
+    rate, window = alpha / 2, 30
+    good = np.zeros(0, bool)
+    for end in (250, 1_000, 4_000, 16_000, 64_000):  # small alphas need more cells: widen until found
+        counts = np.arange(len(good) + 1, end + 1)
+        # the most disagreements that still reject at each n, and their probability at the rate alpha / 2
+        most = binom.ppf(delta, counts, alpha)
+        most = np.where(binom.cdf(most, counts, alpha) <= delta, most, most - 1)
+        good = np.concatenate([good, (most >= 0) & (binom.cdf(most, counts, rate) >= power)])
+        steady = np.convolve(good, np.ones(window, int), "valid") == window
+        if steady.any():
+            return int(np.argmax(steady)) + 1
+    return len(good)
+
+
 def start_step(pool_coverage: np.ndarray, n_labelled: int, alpha: float, delta: float, units: int | None = None
                ) -> int:
-    """The first step of the path at which the test could reject (a test that cannot reject would end the walk before
-    it starts). Label-free: counts and unlabelled confidences only, never the labels.
+    """The first step of the path the walk tests (a test that cannot reject would end the walk before it starts).
+    Label-free: counts and unlabelled confidences only, never the labels.
 
     Cells: the expected accepted calibration count, n_labelled x the cascade's share c of the unlabelled cells, is at
-    least min_labels + 2 sqrt(min_labels). Dialogues (`units` of them, m = n_labelled / units cells each): with
-    disagreements at half the allowed rate, y's mean is alpha (1 - c/2) and its variance about mean (1 - mean) / m;
-    the step starts the walk once N (alpha - mean)^2 / (2 variance) >= 1.5 log(1/delta) (a betting test's reach)."""
+    least `start_size(alpha, delta)`, capped at 0.4 n_labelled (few labels: the walk must keep room to accept), and at
+    least min_labels + 2 sqrt(min_labels) (a step with fewer could reject only with no disagreement at all).
+    Dialogues (`units` of them, m = n_labelled / units cells each): with disagreements at half the allowed rate, y's
+    mean is alpha (1 - c/2) and its variance about mean (1 - mean) / m; the step starts the walk once
+    N (alpha - mean)^2 / (2 variance) >= 1.5 log(1/delta) (a betting test's reach)."""
     if units is not None:
         mean = alpha * (1 - pool_coverage / 2)
         variance = mean * (1 - mean) / max(n_labelled / units, 1.0)
         reach = np.nonzero(units * (alpha - mean) ** 2 / (2 * variance) >= 1.5 * math.log(1 / delta))[0]
         return int(reach[0]) if len(reach) else len(pool_coverage)
     need = min_labels(alpha, delta)
-    need = need + 2.0 * math.sqrt(need)
+    need = max(need + 2.0 * math.sqrt(need), min(start_size(alpha, delta), 0.4 * n_labelled))
     reach = np.nonzero(pool_coverage * n_labelled >= need)[0]
     return int(reach[0]) if len(reach) else len(pool_coverage)
 
