@@ -81,7 +81,9 @@ def test_the_fixed_sequence_tests_each_step_up_to_the_first_it_cannot_reject(ste
     conf = rng.uniform(0, 1, (400, 1))
     agree = (conf[:, 0] > 0.5) | (rng.random(400) < 0.3)
     pool = rng.uniform(0, 1, (2000, 1))
-    fit = fit_cascade(conf, agree[:, None], pool, 0.1, 0.1, steps=steps)
+    # alpha 0.2: the walk starts at 75 expected cells (a judge at alpha / 2 passes with 80% power), so with 4 steps
+    # the first (100 cells) is tested too
+    fit = fit_cascade(conf, agree[:, None], pool, 0.2, 0.1, steps=steps)
     p = fit.path["p_value"].to_numpy()
     stop = next(k for k in range(steps) if p[k] > 0.1)
     assert fit.chosen == stop - 1 >= 0 and (steps != 2 or stop == 1)
