@@ -30,19 +30,42 @@ def score(rubric: str | Path, items: str | Path | list[dict] | pd.DataFrame, out
           **options: Unpack[ScoreKwargs]) -> pd.DataFrame:
     """Judge every (item, criterion) of `items` with `rubric`; one row per judgment, as `judge score` writes them.
 
-    `items` is a path (JSONL or CSV), a list of dicts or a DataFrame with the columns of an items file (id,
-    dialogue, candidate, system[, reference]). `output` is the judgments JSONL, appended to and resumed from (None:
-    a temporary file, resumable within the call). The other arguments are the flags of `judge score --help`.
+    Args:
+        rubric: a bundled rubric's name (see `judge rubrics`) or the path of a rubric YAML file.
+        items: a path (JSONL or CSV), a list of dicts or a DataFrame with the columns of an items file (id,
+            dialogue, candidate, system[, reference]).
+        output: the judgments JSONL, appended to and resumed from (None: a temporary file, resumable within the
+            call).
+        **options: the run options (`judge.options.ScoreKwargs`), each the flag of the same name in `judge score
+            --help`, underscored, with its default. What to judge: `criteria` (str "a,b" or list of str; None: all),
+            `template` (str or Path, a Jinja2 file), `mode` ("pointwise" or "block"), `redo_changed` (bool). The
+            model: `backend` ("local", "openai", "vllm" or None: openai with a `base_url`, else local), `model`
+            (str), `base_url` (str or list of str, one per replica), `api_key_env` (str, the variable holding the
+            key), `client` ("auto", "sdk", "aiohttp"), `concurrency` (int), `timeout` (float, seconds). Decoding:
+            `temperature` (float, 0 to 2), `max_tokens` (int), `seed` (int), `samples` (int), `logprobs` (bool),
+            `response_format` ("json_schema", "json_object", "text"). The cache: `cache` (str or Path, a folder),
+            `no_cache` (bool), `refresh` (bool), `progress` (bool). The vLLM engine: `tensor_parallel_size` (int),
+            `max_model_len` (int), `dtype` ("auto", "float32", "bfloat16", "float16"), `gpu_memory_utilization`
+            (float, 0 to 1). Cost: `prices` (str or Path, a price table). Batch and scale-out: `batch` (bool),
+            `batch_dir` (str or Path), `shards` (int), `executor` ("online" or "ray"), `ray_address` (str),
+            `dry_run` (bool). An unknown one raises JudgeError naming the closest.
 
-    The returned frame has one row per planned judgment (id, system, criterion, score, label, status, ...), the
-    frame `judge.judgments_frame` reads from a file; `frame.attrs` holds "summary" (the CLI's tally line),
-    "warnings", "failed" and "outcome" (judge.run.Outcome).
+    Returns:
+        One row per planned judgment (item_id, system, criterion, score, label, status, ...), the frame
+        `judge.judgments_frame` reads from a file; `frame.attrs` holds "summary" (the CLI's tally line),
+        "warnings", "failed" and "outcome" (judge.run.Outcome).
+
+    Raises:
+        JudgeError: what cannot run (a bad option, item or rubric), said as the CLI says it. A KeyboardInterrupt
+            keeps every finished judgment in `output`.
+
+    Example (`URL`: an OpenAI-compatible server; the tests give a local stub):
 
     >>> import judge
-    >>> frame = judge.score("dialsummeval", "examples/items.jsonl", base_url=URL, model="M",  # doctest: +SKIP
+    >>> frame = judge.score("dialsummeval", "examples/items.jsonl", base_url=URL, model="M",
     ...                     criteria=["consistency"], cache=CACHE_DIR, progress=False)
-    >>> frame[["id", "system", "criterion", "score"]].shape[1]  # doctest: +SKIP
-    4
+    >>> frame[["item_id", "system", "criterion", "score"]].shape
+    (4, 4)
     """
     return _judge("score", rubric, items, output, options)
 
@@ -51,21 +74,51 @@ def compare(rubric: str | Path, items: str | Path | list[dict] | pd.DataFrame, o
             **options: Unpack[CompareKwargs]) -> pd.DataFrame:
     """Judge pairs of candidates (1 / 2 / 0 for a tie), in both orders unless `swap=False`; as `judge compare`.
 
-    `items` holds candidate_1, candidate_2 (and system_1, system_2). The other arguments are the flags of
-    `judge compare --help`. One row per verdict, as `score` returns them.
+    Args:
+        rubric: a pairwise rubric's name (e.g. pairwise_summary) or the path of its YAML file.
+        items: as for `score`, with candidate_1, candidate_2 (and system_1, system_2) instead of candidate.
+        output: the verdicts JSONL, appended to and resumed from (None: a temporary file).
+        **options: the run options (`judge.options.CompareKwargs`), each the flag of the same name in `judge compare
+            --help`, underscored, with its default. What to judge: `criteria` (str "a,b" or list of str; None: all),
+            `template` (str or Path, a Jinja2 file), `swap` (bool; False: only the input's order), `redo_changed`
+            (bool). The model: `backend` ("local", "openai", "vllm" or None: openai with a `base_url`, else local), `model`
+            (str), `base_url` (str or list of str, one per replica), `api_key_env` (str, the variable holding the
+            key), `client` ("auto", "sdk", "aiohttp"), `concurrency` (int), `timeout` (float, seconds). Decoding:
+            `temperature` (float, 0 to 2), `max_tokens` (int), `seed` (int), `samples` (int), `logprobs` (bool),
+            `response_format` ("json_schema", "json_object", "text"). The cache: `cache` (str or Path, a folder),
+            `no_cache` (bool), `refresh` (bool), `progress` (bool). The vLLM engine: `tensor_parallel_size` (int),
+            `max_model_len` (int), `dtype` ("auto", "float32", "bfloat16", "float16"), `gpu_memory_utilization`
+            (float, 0 to 1). Cost: `prices` (str or Path, a price table). Batch and scale-out: `batch` (bool),
+            `batch_dir` (str or Path), `shards` (int), `executor` ("online" or "ray"), `ray_address` (str),
+            `dry_run` (bool). An unknown one raises JudgeError naming the closest.
+
+    Returns:
+        One row per verdict, as `score` returns them; the verdict is the `label`: "1", "2", or "0" for a tie.
+
+    Raises:
+        JudgeError: what cannot run, as for `score`.
 
     >>> import judge
-    >>> frame = judge.compare("pairwise_summary", "examples/pairs.jsonl", base_url=URL,  # doctest: +SKIP
-    ...                       model="M", progress=False)
-    >>> set(frame["score"].dropna()) <= {0.0, 1.0, 2.0}  # doctest: +SKIP
+    >>> frame = judge.compare("pairwise_summary", "examples/pairs.jsonl", base_url=URL, model="M",
+    ...                       cache=CACHE_DIR, progress=False)
+    >>> set(frame["label"]) <= {"0", "1", "2"}
     True
     """
     return _judge("compare", rubric, items, output, options)
 
 
 def read_judgments(path: str | Path) -> list[Judgment]:
-    """Every judgment of a judgments JSONL file, typed (`judge.judgment.Judgment`); OutputError naming the file
-    and line of the first bad one. `judgments_frame` turns them into a DataFrame.
+    """Every judgment of a judgments JSONL file, typed (`judge.judgment.Judgment`); `judgments_frame` turns them
+    into a DataFrame.
+
+    Args:
+        path: a judgments JSONL file (str or Path), as `judge score` writes it.
+
+    Returns:
+        The judgments, in the file's order.
+
+    Raises:
+        OutputError: naming the file and line of the first bad one.
 
     >>> import judge
     >>> judgments = judge.read_judgments("examples/study/judgments.jsonl")
@@ -78,8 +131,13 @@ def read_judgments(path: str | Path) -> list[Judgment]:
 
 
 def judgments_frame(judgments) -> pd.DataFrame:
-    """Judgments (typed, or a path to a judgments file) as the judgments table (judge/table.py), one row each: the
-    frame every `calibration` verb takes.
+    """Judgments as the judgments table (judge/table.py), one row each: the frame every `calibration` verb takes.
+
+    Args:
+        judgments: a list of `judge.judgment.Judgment`, or the path (str or Path) of a judgments JSONL file.
+
+    Returns:
+        A DataFrame: item_id, system, criterion, score, label, status, ... (one row per judgment).
 
     >>> import judge
     >>> frame = judge.judgments_frame("examples/study/judgments.jsonl")
