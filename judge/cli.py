@@ -26,9 +26,14 @@ def _command(sub, name: str, help: str, example: str) -> argparse.ArgumentParser
     )
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by every verb that calls a model."""
-    g = parser.add_argument_group("model")
+MODEL_GROUPS = ("model and server", "vLLM engine (--backend vllm)", "decoding", "run and cache", "batch and scale-out")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """Flags shared by every verb that calls a model, in named groups (MODEL_GROUPS, returned by name for a verb's
+    own flags to join)."""
+    groups = {title: parser.add_argument_group(title) for title in MODEL_GROUPS}
+    g = groups["model and server"]
     g.add_argument("--backend", choices=["local", "openai", "vllm"], default=None,
                    help="local: embedded llama.cpp server with a small bundled model (the default without --base-url); "
                         "openai: any (the default with --base-url) "
@@ -49,6 +54,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=float, default=None,
                    help="seconds per request before it is retried once (default 120; 600 for the local and vllm backends, "
                         "whose long answers on a CPU take minutes)")
+    g = groups["decoding"]
     g.add_argument("--temperature", type=float, default=None, help="default 0, or 1.0 with --samples > 1")
     g.add_argument("--max-tokens", type=int, default=None,
                    help="answer length limit (default: what the answer schema can need, priced for the rubric's language)")
@@ -58,6 +64,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="score = expected value over the scale's points from the score token's log-probabilities")
     g.add_argument("--response-format", choices=["json_schema", "json_object", "text"], default="json_schema",
                    help="strongest structured-output mode to try first; weaker ones are used if the server refuses")
+    g = groups["run and cache"]
     g.add_argument("--cache", metavar="DIR", help="answer cache directory (default: the user cache dir)")
     g.add_argument("--no-cache", action="store_true", help="neither read nor write the answer cache")
     g.add_argument("--refresh", action="store_true",
@@ -67,7 +74,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--prices", metavar="FILE",
                    help="a price table (JSON or YAML: model -> input, cached_input, output per million tokens, "
                         "batch_discount) that turns the run's tokens into a cost in the summary; never fetched")
-    e = parser.add_argument_group("vLLM engine (--backend vllm)")
+    e = groups["vLLM engine (--backend vllm)"]
     e.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs to split the model over (default 1)")
     e.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
                    help="context length (prompt + answer); a longer prompt fails its judgment (default: the model's)")
@@ -75,7 +82,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="weights and activations (default auto: the model's; float32 is the fastest on most CPUs)")
     e.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="FRACTION",
                    help="share of GPU memory vLLM may take (default: vLLM's, 0.9)")
-    b = parser.add_argument_group("batch (judge/backends/batch.py)")
+    b = groups["batch and scale-out"]
     b.add_argument("--batch", action="store_true",
                    help="send the requests through the server's Batch API (/v1/files, /v1/batches: half price on "
                         "OpenAI, answers within 24 h); a manifest next to --output lets a rerun resume, never resubmit")
@@ -84,21 +91,30 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "`vllm run-batch` on each node); rerun the same command to record the *.out.jsonl answers")
     b.add_argument("--shards", type=int, default=None, metavar="N",
                    help="with --batch-dir: split each round into N files, one per node (default 1)")
+    return groups
 
 
-def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    """`score` and `compare`: a plan without a model, and the Ray executor."""
-    g = parser.add_argument_group("plan and scale-out")
-    g.add_argument("--dry-run", action="store_true",
+def add_plan_arguments(groups: dict[str, argparse._ArgumentGroup]) -> None:
+    """`score` and `compare`: a plan without a model, and the Ray executor (into add_model_arguments' groups)."""
+    groups["run and cache"].add_argument("--dry-run", action="store_true",
                    help="print the plan without calling a model: requests, rounds, input tokens (the model's own "
                         "tokenizer where it loads), the output-token bound and, with --prices, the cost; the last "
                         "line is one JSON object; nothing is written")
+    g = groups["batch and scale-out"]
     g.add_argument("--executor", choices=["online", "ray"], default="online",
                    help="ray: each round's requests as --batch-dir shards (default DIR: OUTPUT.ray-batches), run "
                         "through Ray Data against --base-url (or the vLLM engine with --backend vllm) and recorded, "
                         "round after round, until done; needs pip install \".[ray]\"")
     g.add_argument("--ray-address", metavar="ADDR",
                    help="the Ray cluster of --executor ray (default $RAY_ADDRESS, else a local one with 2 CPUs)")
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    g = parser.add_argument_group("output")
+    g.add_argument("--output", required=True, help=what)
+    g.add_argument("--redo-changed", action="store_true",
+                   help="judge again the finished judgments in --output that this run would ask differently (edited "
+                        "items, another template, model or decoding); without it such a file is refused")
 
 
 def run_options(args, **overrides):
@@ -280,19 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
                  judge score --rubric call_centre_fr --input examples/items.jsonl --output out.jsonl \\
                      --backend openai --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct --concurrency 64
                  Re-running the same command resumes: finished judgments are skipped, failed ones retried.""")
-    p.add_argument("--rubric", required=True, help="rubric name (see `judge rubrics`) or YAML path")
-    p.add_argument("--input", required=True, help="items, JSONL or CSV: id, dialogue, candidate, system[, reference]")
-    p.add_argument("--output", required=True, help="judgments JSONL; appended to, and resumed from")
-    p.add_argument("--criteria", help="comma-separated criterion ids (default: all of the rubric's)")
-    p.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
-    p.add_argument("--redo-changed", action="store_true",
-                   help="judge again the finished judgments in --output that this run would ask differently (edited "
-                        "items, another template, model or decoding); without it such a file is refused")
-    p.add_argument("--mode", choices=["pointwise", "block"], default="pointwise",
+    g = p.add_argument_group("input")
+    g.add_argument("--rubric", required=True, help="rubric name (see `judge rubrics`) or YAML path")
+    g.add_argument("--input", required=True, help="items, JSONL or CSV: id, dialogue, candidate, system[, reference]")
+    g.add_argument("--criteria", help="comma-separated criterion ids (default: all of the rubric's)")
+    g.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
+    g.add_argument("--mode", choices=["pointwise", "block"], default="pointwise",
                    help="pointwise: one candidate per request (default); block: all candidates of a dialogue in one "
                         "request, in an order shuffled per dialogue by --seed, as annotators saw them")
-    add_model_arguments(p)
-    add_plan_arguments(p)
+    add_plan_arguments(add_model_arguments(p))
+    _add_output_arguments(p, "judgments JSONL; appended to, and resumed from")
     p.set_defaults(run=run_score)
 
     p = _command(sub, "compare", "Judge pairs of candidates (1 / 2 / 0 for a tie), in both orders by default.",
@@ -301,17 +314,14 @@ def build_parser() -> argparse.ArgumentParser:
                  Items have candidate_1, candidate_2 (and system_1, system_2). Verdicts are reported in the input's
                  order; when the two orders disagree the verdict is a tie and the line says order_disagreement.
                  Identical candidates tie without a model call.""")
-    p.add_argument("--rubric", required=True, help="a pairwise rubric, e.g. pairwise_summary")
-    p.add_argument("--input", required=True, help="pairs, JSONL or CSV")
-    p.add_argument("--output", required=True, help="verdicts JSONL; appended to, and resumed from")
-    p.add_argument("--criteria", help="comma-separated criterion ids (default: all)")
-    p.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
-    p.add_argument("--redo-changed", action="store_true",
-                   help="judge again the finished judgments in --output that this run would ask differently (edited "
-                        "items, another template, model or decoding); without it such a file is refused")
-    p.add_argument("--no-swap", action="store_true", help="ask only the input's order (half the cost, no bias check)")
-    add_model_arguments(p)
-    add_plan_arguments(p)
+    g = p.add_argument_group("input")
+    g.add_argument("--rubric", required=True, help="a pairwise rubric, e.g. pairwise_summary")
+    g.add_argument("--input", required=True, help="pairs, JSONL or CSV")
+    g.add_argument("--criteria", help="comma-separated criterion ids (default: all)")
+    g.add_argument("--template", help="a Jinja2 template file to use instead of the rubric's")
+    g.add_argument("--no-swap", action="store_true", help="ask only the input's order (half the cost, no bias check)")
+    add_plan_arguments(add_model_arguments(p))
+    _add_output_arguments(p, "verdicts JSONL; appended to, and resumed from")
     p.set_defaults(run=run_compare)
 
     p = _command(sub, "qualify", "Run a rubric's qualification set and say whether the judge passes, per criterion.",

@@ -280,3 +280,17 @@ def test_the_cost_is_the_billed_tokens_at_the_table_prices(stub_server, tmp_path
     expected = ((tally.prompt_tokens - cached) * 2.0 + cached * 0.5 + tally.completion_tokens * 8.0) / 1e6
     assert tally.prompt_tokens > 0 and tally.cost == pytest.approx(expected)
     assert f"cost {expected:.4g} at the --prices table" in frame.attrs["summary"]
+
+
+@pytest.mark.parametrize("verb", ["score", "compare"])
+def test_the_judging_verbs_help_shows_every_flag_in_a_named_group(verb):
+    import argparse
+
+    from judge.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    groups = {g.title: [a.option_strings[0] for a in g._group_actions] for g in sub.choices[verb]._action_groups}
+    assert [t for t in groups if groups[t]] == ["options", "input", "model and server", "vLLM engine (--backend vllm)",
+                                                "decoding", "run and cache", "batch and scale-out", "output"]
+    assert groups["options"] == ["-h"]  # nothing left ungrouped but --help
+    assert "--output" in groups["output"] and "--batch-dir" in groups["batch and scale-out"]
