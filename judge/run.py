@@ -315,21 +315,15 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
     import contextlib
 
     from judge.backends import Opened, open_backend
-    from judge.backends.batch import BatchPending
     from judge.backends.batchkeys import identity
-    from judge.engine import UNCOUNTED, Engine, Tally, run_coroutine
-    from judge.errors import OutputError, ServerUnusable
+    from judge.engine import UNCOUNTED, Engine, run_coroutine
+    from judge.errors import OutputError
     from judge.outputs import landing, same_file
     from judge.results import Check, ResultsFile
     from judge.secrets import Redactor
 
     output = str(landing(options.output))  # `sub/../x` with sub/ absent is `x`: checked, and written, as such
-    price = None
-    if options.prices is not None:  # read and checked before anything starts
-        from judge.prices import load_prices, price_of
-
-        table = load_prices(options.prices)
-        price = price_of(table, options.model or "", options.prices) if options.model else None
+    price = _planned_price(options)
     if options.input and same_file(output, options.input):
         raise OutputError(f"{options.output}: --output is the --input file; choose another --output")
     _check_key(options)
@@ -382,15 +376,10 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
                 check = results.check(planned, keys=keys)  # the preflight watches this walk over the items
             if not once:
                 preflight.finish()
-            if check is not None:
-                outcome.keys = check.keys
-                # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
-                # own flags (a bad --model is reported before a stale file).
-                if check.nothing_to_do and not (options.refresh and check.cached):
-                    results.start()
-                    outcome.tally = Tally(planned=check.planned, already_done=check.planned)
-                    outcome.note = f"nothing to do: all {check.planned} judgments are in {output}"
-                    return outcome
+            # Only "nothing to do" is decided here; what is refused is refused once the backend has checked its
+            # own flags (a bad --model is reported before a stale file).
+            if check is not None and _nothing_to_do(options, results, check, outcome):
+                return outcome
             open_cache()
             if opened is None:
                 opened = backend.enter_context(open_backend(options, run_id))
@@ -400,40 +389,11 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
             elif check is None or opened.model != model:  # the model id is known only now: check again
                 check = results.check(planned, keys=keys)
                 outcome.keys = check.keys
-            stale = check.stale
-            if stale and not options.redo_changed:
-                raise OutputError(_stale_message(output, stale))
-            if other := results.other_judge(rubric.ref, opened.model, replaced=set(stale)):
-                raise OutputError(other)
-            served_from_cache = check.cached if options.refresh else set()
-            results.start(redo=set(stale) | served_from_cache)
-            if stale:
-                print(f"redoing {len(stale)} judgments made differently (--redo-changed)", file=sys.stderr)
-            if served_from_cache:
-                print(f"redoing {len(served_from_cache)} judgments answered from the cache (--refresh)",
-                      file=sys.stderr)
+            served_from_cache = _start_results(options, results, check, rubric, opened, output)
             todo = UNCOUNTED if once else check.planned - check.done + len(served_from_cache)
             key_writer = opened.client.key_writer(identity(engine.judge, criteria)) if keeps_keys else None
-
-            async def go():
-                try:
-                    return await engine.run(planned, results, progress=options.progress, todo=todo, keys=key_writer)
-                finally:
-                    await opened.client.aclose()
-
-            try:
-                outcome.tally = run_coroutine(go)
-            except KeyboardInterrupt:
-                outcome.status = "interrupted"
-                return outcome
-            except BatchPending as exc:
-                preflight.finish()  # its warnings, the walk done
-                outcome.status, outcome.note = "pending", str(exc)
-                return outcome
-            except ServerUnusable as exc:
-                raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {output}: run the same "
-                                     "command to resume once the server is fixed") from None
-            preflight.finish()
+            if not _judge_planned(engine, planned, results, opened, preflight, outcome, todo, key_writer):
+                return outcome  # interrupted, or waiting for batch answers
             if earlier is not None:
                 outcome.tally.absorb(earlier)
     except JudgeError:
@@ -444,6 +404,79 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
         if cache is not None:
             cache.close()
     return _priced(outcome, options, price, opened)
+
+
+def _nothing_to_do(options: RunOptions, results, check, outcome: Outcome) -> bool:
+    """Whether the results file holds every planned judgment already (and --refresh asks none again): then the
+    outcome says so, and no backend opens."""
+    from judge.engine import Tally
+
+    outcome.keys = check.keys
+    if not check.nothing_to_do or (options.refresh and check.cached):
+        return False
+    results.start()
+    outcome.tally = Tally(planned=check.planned, already_done=check.planned)
+    outcome.note = f"nothing to do: all {check.planned} judgments are in {outcome.output}"
+    return True
+
+
+def _planned_price(options: RunOptions):
+    """The --prices table's price of the model, read and checked before anything starts (None: no table, or the
+    model id is known only once the backend is open)."""
+    if options.prices is None:
+        return None
+    from judge.prices import load_prices, price_of
+
+    table = load_prices(options.prices)
+    return price_of(table, options.model or "", options.prices) if options.model else None
+
+
+def _start_results(options: RunOptions, results, check, rubric, opened, output: str) -> set:
+    """Refuse stale judgments (without --redo-changed) and another judge's file, then start the results file,
+    replacing the lines to redo; returns the judgments --refresh asks again because the cache answered them."""
+    from judge.errors import OutputError
+
+    stale = check.stale
+    if stale and not options.redo_changed:
+        raise OutputError(_stale_message(output, stale))
+    if other := results.other_judge(rubric.ref, opened.model, replaced=set(stale)):
+        raise OutputError(other)
+    served_from_cache = check.cached if options.refresh else set()
+    results.start(redo=set(stale) | served_from_cache)
+    if stale:
+        print(f"redoing {len(stale)} judgments made differently (--redo-changed)", file=sys.stderr)
+    if served_from_cache:
+        print(f"redoing {len(served_from_cache)} judgments answered from the cache (--refresh)", file=sys.stderr)
+    return served_from_cache
+
+
+def _judge_planned(engine, planned, results, opened, preflight, outcome: Outcome, todo, key_writer) -> bool:
+    """Ask the planned judgments (the backend closed after), the tally into `outcome`; False when the run stopped
+    short (Ctrl-C: "interrupted"; batch files await a runner: "pending", with what to run)."""
+    from judge.backends.batch import BatchPending
+    from judge.engine import run_coroutine
+    from judge.errors import ServerUnusable
+
+    async def go():
+        try:
+            return await engine.run(planned, results, progress=preflight.options.progress, todo=todo, keys=key_writer)
+        finally:
+            await opened.client.aclose()
+
+    try:
+        outcome.tally = run_coroutine(go)
+    except KeyboardInterrupt:
+        outcome.status = "interrupted"
+        return False
+    except BatchPending as exc:
+        preflight.finish()  # its warnings, the walk done
+        outcome.status, outcome.note = "pending", str(exc)
+        return False
+    except ServerUnusable as exc:
+        raise ServerUnusable(f"{exc}; the judgments finished so far are kept in {outcome.output}: run the same "
+                             "command to resume once the server is fixed") from None
+    preflight.finish()
+    return True
 
 
 def _priced(outcome: Outcome, options: RunOptions, price, opened) -> Outcome:
