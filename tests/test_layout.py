@@ -43,7 +43,6 @@ LONG_MODULES: dict[str, int] = {}
 COMPLEX_FUNCTIONS = {
     "calibration/trust/audit.py:audit": 48,
     "calibration/trust/select.py:select": 39,
-    "judge/annotation/labelstudio.py:label_config": 39,
 }
 _MODULE_PATH = re.compile(r"(calibration|judge)(\.\w+)+")
 

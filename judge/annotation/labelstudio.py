@@ -49,20 +49,35 @@ def _union(dicts) -> list[str]:
 
 
 def label_config(rubric: Rubric, tasks: list[Task]) -> str:
+    """The labeling config (XML) of the whole package: the source, the candidates, then one block per criterion."""
     root = ET.Element("View")
     ET.SubElement(root, "Header", value=rubric.title)
     ET.SubElement(root, "Text", name="section", value="$section")
+    _source(root, rubric, tasks)
+    _candidates(root, rubric, tasks)
+    fields = {f.name: f for f in all_fields(rubric, tasks)}
+    emitted: set[str] = set()  # explanation lists shown already
+    for c in rubric.criteria:
+        _criterion_block(root, c, fields, emitted, pairwise=rubric.task == "pairwise")
+    ET.indent(root, space="  ")
+    return ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _source(root: ET.Element, rubric: Rubric, tasks: list[Task]) -> None:
+    """The dialogue (turns with their speakers, or plain text) and the context fields every task shares."""
     ET.SubElement(root, "Header", value="Source" if rubric.task == "pairwise" else "Dialogue")
     if _as_turns(tasks):
         ET.SubElement(root, "Paragraphs", name="dialogue", value="$dialogue", layout="dialogue",
                       nameKey="speaker", textKey="text")
     else:
         ET.SubElement(root, "Text", name="dialogue", value="$dialogue")
-    shared = _union(t.context for t in tasks)
-    for name in shared:
+    for name in _union(t.context for t in tasks):
         ET.SubElement(root, "Header", value=_title(name), size="5")
         ET.SubElement(root, "Text", name=f"context_{name}", value=f"${name}")
 
+
+def _candidates(root: ET.Element, rubric: Rubric, tasks: list[Task]) -> None:
+    """A row per candidate letter (the widest dialogue's), with its own context fields and its segments."""
     pairwise = rubric.task == "pairwise"
     ET.SubElement(root, "Header", value=HEADINGS[rubric.task])
     segmented = any(c.per_segment for c in rubric.criteria)
@@ -77,42 +92,40 @@ def label_config(rubric: Rubric, tasks: list[Task]) -> str:
             own = ET.SubElement(root, "View", style="display: flex; gap: 1em; margin-left: 2em")
             ET.SubElement(own, "Header", value=f"{_title(name)} ({letter})", size="6")
             ET.SubElement(own, "Text", name=f"context_{name}_{letter}", value=f"${name}_{letter}")
-        if segmented:
-            for n in range(1, n_segments[letter] + 1):
-                seg = ET.SubElement(root, "View", style="display: flex; gap: 1em; margin-left: 2em")
-                ET.SubElement(seg, "Header", value=f"{letter}.{n}", size="6")
-                ET.SubElement(seg, "Text", name=f"candidate_{letter}_{n}", value=f"$candidate_{letter}_{n}")
+        for n in range(1, n_segments[letter] + 1) if segmented else ():
+            seg = ET.SubElement(root, "View", style="display: flex; gap: 1em; margin-left: 2em")
+            ET.SubElement(seg, "Header", value=f"{letter}.{n}", size="6")
+            ET.SubElement(seg, "Text", name=f"candidate_{letter}_{n}", value=f"$candidate_{letter}_{n}")
 
-    fields = {f.name: f for f in all_fields(rubric, tasks)}
-    emitted: set[str] = set()
-    for c in rubric.criteria:
-        block = ET.SubElement(root, "View", style="margin-top: 1.5em; padding-top: 0.5em; border-top: 1px solid #ccc")
-        ET.SubElement(block, "Header", value=c.name)
-        ET.SubElement(block, "Header", value=" ".join(c.definition.split()), size="6")
+
+def _criterion_block(root: ET.Element, c: Criterion, fields: dict, emitted: set[str], pairwise: bool) -> None:
+    """One criterion: its name, definition and scale, then a radio row per answer cell, each with its explanation
+    list (shown once a verdict is picked) where the criterion asks why."""
+    block = ET.SubElement(root, "View", style="margin-top: 1.5em; padding-top: 0.5em; border-top: 1px solid #ccc")
+    ET.SubElement(block, "Header", value=c.name)
+    ET.SubElement(block, "Header", value=" ".join(c.definition.split()), size="6")
+    for value, meaning in _choices(c):
+        ET.SubElement(block, "Header", value=f"{value} — {meaning}", size="6")
+    for f in (f for f in fields.values() if f.criterion == c.id and f.role == "score"):
+        target = f"candidate_{f.letter}_{f.segment}" if f.segment else f"candidate_{f.letter or '1'}"
+        row = ET.SubElement(block, "View", style="display: flex; gap: 1em; align-items: center")
+        if not pairwise:
+            ET.SubElement(row, "Header", value=f"{f.letter}.{f.segment}" if f.segment else f.letter, size="5")
+        choices = ET.SubElement(row, "Choices", name=f.name, toName=target, choice="single-radio",
+                                showInline="true")
         for value, meaning in _choices(c):
-            ET.SubElement(block, "Header", value=f"{value} — {meaning}", size="6")
-        for f in (f for f in fields.values() if f.criterion == c.id and f.role == "score"):
-            target = f"candidate_{f.letter}_{f.segment}" if f.segment else f"candidate_{f.letter or '1'}"
-            row = ET.SubElement(block, "View", style="display: flex; gap: 1em; align-items: center")
-            if not pairwise:
-                ET.SubElement(row, "Header", value=f"{f.letter}.{f.segment}" if f.segment else f.letter, size="5")
-            choices = ET.SubElement(row, "Choices", name=f.name, toName=target, choice="single-radio",
-                                    showInline="true")
-            for value, meaning in _choices(c):
-                ET.SubElement(choices, "Choice", value=value, hint=meaning)
-            why = next((g for g in fields.values() if g.role == "why" and g.criterion == c.id
-                        and g.letter == f.letter and g.name not in emitted), None)
-            if why:  # the explanation list, shown once a verdict is picked
-                emitted.add(why.name)
-                box = ET.SubElement(block, "View", style="margin-left: 2em")
-                pick = ET.SubElement(box, "Choices", name=why.name, toName=target, choice="single-radio",
-                                     showInline="true", visibleWhen="choice-selected", whenTagName=f.name)
-                for text in [*c.explanations, OTHER]:
-                    ET.SubElement(pick, "Choice", value=text)
-                ET.SubElement(box, "TextArea", name=why.name.removesuffix("_why") + "_other", toName=target,
-                              maxSubmissions="1", placeholder=f"{OTHER}: your own explanation", editable="true")
-    ET.indent(root, space="  ")
-    return ET.tostring(root, encoding="unicode") + "\n"
+            ET.SubElement(choices, "Choice", value=value, hint=meaning)
+        why = next((g for g in fields.values() if g.role == "why" and g.criterion == c.id
+                    and g.letter == f.letter and g.name not in emitted), None)
+        if why:  # the explanation list, shown once a verdict is picked
+            emitted.add(why.name)
+            box = ET.SubElement(block, "View", style="margin-left: 2em")
+            pick = ET.SubElement(box, "Choices", name=why.name, toName=target, choice="single-radio",
+                                 showInline="true", visibleWhen="choice-selected", whenTagName=f.name)
+            for text in [*c.explanations, OTHER]:
+                ET.SubElement(pick, "Choice", value=text)
+            ET.SubElement(box, "TextArea", name=why.name.removesuffix("_why") + "_other", toName=target,
+                          maxSubmissions="1", placeholder=f"{OTHER}: your own explanation", editable="true")
 
 
 def _title(field_name: str) -> str:
