@@ -165,3 +165,43 @@ def block_flags(judge, words, labels, seed, resamples=400, self_systems=("s0",))
 def _excludes(table, low, high) -> int:
     lows, highs = table[low].to_numpy(float), table[high].to_numpy(float)
     return int(np.sum(np.isfinite(lows) & ((lows > 0) | (highs < 0))))
+
+
+def noise_judge(quality, rng):
+    """A judge of pure noise: its scores have nothing to do with the summaries."""
+    return 3 + 1.2 * rng.normal(0, 1, quality.shape)
+
+
+def good_judge(quality, rng):
+    """A judge whose item-level r with the mean of 3 annotators is about 0.6 (block_study's humans)."""
+    return 3 + 0.9 * quality + 0.95 * rng.normal(0, 1, quality.shape)
+
+
+def agreement_rates(repetitions: int, dialogues: int, systems: int, judge, seed: int = 0) -> dict:
+    """Share of (audit, criterion) whose agreement finding is flagged, of audits with any flag (the family), and
+    the mean item-level r of the judge with the human mean."""
+    from calibration.trust.audit import read_human
+    from calibration.trust.human_agreement import agreement_table, human_agreement
+    from calibration.trust.position import block_position
+
+    rng = np.random.default_rng(seed)
+    flagged, family, rs = [], [], []
+    offsets = (0.4, -0.2, 0.0, 0.2, -0.4)[:systems]
+    for rep in range(repetitions):
+        judged, words, labels = block_study(rng, dialogues, systems=systems, offsets=offsets, judge=judge)
+        human = read_human(labels.assign(label=None))
+        boot = Dialogues(judged["item_id"], 400, rep)
+        length, position, own, agree = [], [], [], []
+        for criterion in CRITERIA:
+            length.append({"mode": "block", **length_slopes(judged, words, human, boot, criterion)})
+            position.append(block_position(judged, boot, criterion))
+            own.append(self_preference(judged, human, boot, criterion, ["s0"]))
+            agree.append(human_agreement(judged, human, boot, criterion, rep))
+        tables = [pd.DataFrame(length), pd.DataFrame(position), pd.DataFrame(own)]
+        agreement = agreement_table(agree)
+        family_wise(*tables, len(boot.ids), agreement=agreement)
+        flagged += list(agreement["effect"].astype(bool))
+        rs += list(agreement["judge_r"])
+        family.append(bool(any(t["effect"].astype(bool).any() for t in tables + [agreement])))
+    return {"agreement_flag": float(np.mean(flagged)), "any_flag": float(np.mean(family)),
+            "mean_r": float(np.nanmean(rs)), "flag_trials": len(flagged)}

@@ -87,8 +87,8 @@ def test_cli_writes_every_table_and_one_sentence_per_finding(tmp_path, capsys):
                  "--self", "long", "--output-dir", str(out), "--bootstrap", "200"])
     printed = capsys.readouterr().out
     assert code == 0
-    assert sorted(p.name for p in out.glob("*.csv")) == ["length.csv", "length_controlled.csv", "noise.csv",
-                                                         "position.csv", "self_preference.csv"]
+    assert sorted(p.name for p in out.glob("*.csv")) == ["agreement.csv", "length.csv", "length_controlled.csv",
+                                                         "noise.csv", "position.csv", "self_preference.csv"]
     length = pd.read_csv(out / "length.csv")
     for column in ("criterion", "judge_slope", "judge_slope_ci_low", "judge_slope_ci_high", "human_slope",
                    "human_slope_ci_low", "human_slope_ci_high", "excess_slope", "excess_ci_low", "excess_ci_high"):

@@ -58,3 +58,35 @@ def test_the_excess_interval_is_the_dialogue_jackknife_of_an_independent_2sls():
     half = np.sqrt(n / (n - 1)) * stats.t.ppf(0.975, n - 1) * se
     assert row["self_preference"] == pytest.approx(b(data), rel=1e-8)
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((b(data) - half, b(data) + half), rel=1e-8)
+
+
+def test_a_judge_of_pure_noise_is_flagged_and_a_good_one_is_not():
+    """Issue 43 part 6: with human labels, a judge whose item-level agreement with them is not distinguishable
+    from chance is a finding of its own (never "0 flagged"); a judge with r about 0.6 is not flagged. 60 dialogues
+    x 5 systems, 4 criteria, 3 annotators (benchmarks/trust_coverage.py --only agreement has the rates)."""
+    from audit_sim import agreement_rates, good_judge, noise_judge
+
+    noise = agreement_rates(3, 60, 5, noise_judge, seed=1)
+    good = agreement_rates(3, 60, 5, good_judge, seed=2)
+    assert noise["agreement_flag"] >= 11 / 12 and noise["any_flag"] == 1.0, noise
+    assert good["agreement_flag"] == 0.0 and 0.5 < good["mean_r"] < 0.7, good
+
+
+def test_the_agreement_finding_is_counted_in_the_audits_flags(tmp_path):
+    """A noise judge audited with labels: its sentence says FLAGGED and the count of findings flagged includes it."""
+    import numpy as np
+
+    from audit_sim import block_study, noise_judge
+    from calibration.trust.audit import audit
+
+    judged, words, labels = block_study(np.random.default_rng(5), 30, judge=noise_judge)
+    items = words.rename(columns={"item_id": "id"}).assign(dialogue="d", candidate=lambda f: ["w " * int(n) for n in
+                                                                                               f["words"]])
+    result = audit(judged.assign(rubric=None), items[["id", "system", "dialogue", "candidate"]], labels,
+                   bootstrap=200, scale=(1, 5))
+    flagged = int(result.agreement["effect"].astype(bool).sum())
+    assert flagged >= 3, result.agreement
+    assert result.sentences[0].startswith(f"Findings flagged: {flagged}") or \
+        int(result.sentences[0].split()[2]) >= flagged, result.sentences[0]
+    assert sum("FLAGGED: not distinguishable from chance" in s for s in result.sentences) == flagged
+    assert "agreement.csv" in result.files()

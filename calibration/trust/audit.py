@@ -18,6 +18,7 @@ from ..items import read_items
 from ..result import Result
 from .dialogues import Dialogues
 from .family import family_wise
+from .human_agreement import CHANCE_NOTE, agreement_table, human_agreement
 from .length import CONTROLLED_COLUMNS, LENGTH_COLUMNS, length_controlled_means, length_slopes, pairwise_length
 from .noise import noise_floor
 from .position import POSITION_COLUMNS, block_position, pairwise_position
@@ -44,12 +45,15 @@ class AuditResult(Result):
     length_unit: str  # "characters" for scripts written without spaces (calibration.items.length_unit)
     flags: int  # findings tested together (Holm, 5% family-wise)
     probes: pd.DataFrame | None = None  # set by audit() when probes were judged
+    agreement: pd.DataFrame | None = None  # with human scores: the judge's agreement with them (human_agreement)
 
     def files(self) -> dict[str, str]:
         files = {"noise.csv": self.noise, "length.csv": self.length, "length_controlled.csv": self.length_controlled,
                  "position.csv": self.position, "self_preference.csv": self.self_preference}
         if self.probes is not None:
             files["probes.csv"] = self.probes
+        if self.agreement is not None:
+            files["agreement.csv"] = self.agreement
         return {name: frame.to_csv(index=False) for name, frame in files.items()}
 
     def report_html(self) -> str:
@@ -156,8 +160,8 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     >>> result = calibration.audit("examples/study/judgments.jsonl", "examples/study/items.jsonl",
     ...                            "examples/study/labels.csv", bootstrap=200)
     >>> sorted(result.files())
-    ['length.csv', 'length_controlled.csv', 'noise.csv', 'position.csv', 'self_preference.csv']
-    >>> result.text().startswith("clarity: the judge's score moves")  # the toy study's readings barely agree
+    ['agreement.csv', 'length.csv', 'length_controlled.csv', 'noise.csv', 'position.csv', 'self_preference.csv']
+    >>> result.text().startswith("Findings flagged: 0 of 2")  # the judge's agreement with the humans, per criterion
     True
     """
     from ..options import resamples_option, seed_option
@@ -233,7 +237,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     if len(boot.ids) < 2:
         warnings.append("one dialogue: no interval and no flag (every interval resamples dialogues)")
     noise = noise_floor(judge, second, boot, present)
-    length_rows, controlled, position_rows, self_rows = [], [], [], []
+    length_rows, controlled, position_rows, self_rows, agreement_rows = [], [], [], [], []
     for criterion in present:
         labelled = people if people is not None and criterion in set(people["criterion"]) else None
         if mode == "pairwise":
@@ -248,12 +252,15 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
             position_rows.append(row)
         if self_list:
             self_rows.append(self_preference(judge, labelled, boot, criterion, self_list))
+        if labelled is not None:
+            agreement_rows.append(human_agreement(judge, labelled, boot, criterion, seed))
     length = pd.DataFrame(length_rows).reindex(columns=LENGTH_COLUMNS)
     controlled_frame = (pd.concat(controlled, ignore_index=True) if controlled
                         else pd.DataFrame(columns=CONTROLLED_COLUMNS))
     position = pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS)
     self_frame = pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS)
-    flags = family_wise(length, position, self_frame, len(boot.ids))
+    agreement = agreement_table(agreement_rows) if agreement_rows else None
+    flags = family_wise(length, position, self_frame, len(boot.ids), agreement=agreement)
     if not controlled_frame.empty:  # "at equal length the ranking changes" only where length is a finding
         shown = set(length.loc[length["effect"].astype(bool), "criterion"])  # family_wise sets every row's flag
         controlled_frame["rank_changed"] = controlled_frame["rank_changed"] & controlled_frame["criterion"].isin(shown)
@@ -261,7 +268,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
         position=position, self_preference=self_frame, sentences=[], warnings=warnings, flags=flags,
         n_resamples=bootstrap, seed=seed, has_human=people is not None, length_threshold=float(length_threshold),
-        length_unit=words.attrs.get("length_unit", "words"))
+        length_unit=words.attrs.get("length_unit", "words"), agreement=agreement)
     if probes:
         from .probes import probe_table
 
@@ -289,12 +296,31 @@ def _noise_clause(noise: pd.DataFrame, criterion: str) -> str:
     return f"re-run noise changes {row['changed_share']:.0%} of verdicts ({how})"
 
 
+def agreement_sentences(agreement: pd.DataFrame | None) -> list[str]:
+    """Per labelled criterion: the judge's agreement with the humans against their ceiling, flagged when not
+    distinguishable from chance."""
+    out = []
+    for row in (agreement.itertuples() if agreement is not None else ()):
+        if not np.isfinite(row.judge_r):
+            out.append(f"{row.criterion}: FLAGGED: {row.note}.")
+            continue
+        ceiling = (f"the humans' own ceiling (one annotator against the others' mean) r {row.ceiling_r:.2f} "
+                   f"{_ci(row.ceiling_ci_low, row.ceiling_ci_high, '{:.2f}')}" if np.isfinite(row.ceiling_r)
+                   else "the humans' own ceiling unknown (no summary read by two annotators)")
+        verdict = f"FLAGGED: {CHANCE_NOTE}" if row.effect else "agreement beyond chance"
+        out.append(f"{row.criterion}: the judge's item-level agreement with the human mean is r {row.judge_r:.2f} "
+                   f"{_ci(row.ci_low, row.ci_high, '{:.2f}')} over {row.n_summaries} summaries, against {ceiling}; "
+                   f"{verdict}.")
+    return out
+
+
 def sentences(result: AuditResult) -> list[str]:
     """One sentence per finding, ready to paste into a paper."""
     out = []
     if result.flags:
-        flagged = int(sum(t["effect"].astype(bool).sum() for t in  # family_wise sets every row's flag
-                          (result.length, result.position, result.self_preference)))
+        tables = [result.length, result.position, result.self_preference]
+        tables += [result.agreement] if result.agreement is not None else []
+        flagged = int(sum(t["effect"].astype(bool).sum() for t in tables))  # family_wise sets every row's flag
         out.append(f"Findings flagged: {flagged} of {result.flags} tested together (Holm, 5% family-wise: with "
                    "nothing there, any flag in at most 5% of audits); intervals are 95% expanded percentile "
                    f"bootstrap intervals over {result.length['n_dialogues'].max() if len(result.length) else 0:.0f} "
@@ -369,6 +395,7 @@ def sentences(result: AuditResult) -> list[str]:
             out.append(f"{row.criterion}: the judge rates {row.self_systems} {row.judge_gap:+.2f} {unit} above the "
                        f"other systems {_ci(row.judge_gap_ci_low, row.judge_gap_ci_high)}; {NO_LABELS_NOTE}; "
                        f"{_noise_clause(result.noise, row.criterion)}")
+    out += agreement_sentences(result.agreement)
     if result.probes is not None:
         from .probes import probe_sentences
 

@@ -17,6 +17,13 @@ _positive_count = flag_type(POSITIVE, int)
 _resamples = flag_type(AT_LEAST_100, int)
 
 
+def _wrap(text: str) -> str:
+    """A description wrapped to fit 120 columns (the raw formatter keeps the epilogs' own line breaks)."""
+    import textwrap
+
+    return textwrap.fill(text, 118)
+
+
 def register(sub) -> None:
     register_audit(sub)
     register_drift(sub)
@@ -39,7 +46,9 @@ examples:
 length: words of the candidate, centred within its dialogue and divided by the pooled within-dialogue SD
 (reported in words), so a slope is points per typical length difference between summaries of one dialogue.
 excess = slope of (judge - human) on the same summaries, never the length term of judge ~ human + length.
-writes (with --output-dir): noise.csv, length.csv, length_controlled.csv, position.csv, self_preference.csv
+writes (with --output-dir): noise.csv, length.csv, length_controlled.csv, position.csv, self_preference.csv,
+with --human agreement.csv (the judge's item-level r with the human mean against the humans' ceiling; a judge not
+shown to agree beyond chance is FLAGGED, one finding per criterion, Holm with the others)
 """
 
 
@@ -50,32 +59,38 @@ def register_audit(sub) -> None:
 
     p = sub.add_parser(
         "audit", help="The judge's length, position and self-preference effects, against humans and its noise.",
-        description="Audit a judge: re-run noise, length slopes beside the humans' (and the excess), length-"
+        description=_wrap("Audit a judge: re-run noise, length slopes beside the humans' (and the excess), length-"
                     "controlled system means, position effects and self-preference, each with a dialogue-"
-                    "bootstrap 95% CI.", epilog=AUDIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--judgments", required=True, type=Path, metavar="FILE",
+                    "bootstrap 95% CI."), epilog=AUDIT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    inputs = p.add_argument_group("inputs")
+    inputs.add_argument("--judgments", required=True, type=Path, metavar="FILE",
                    help="judgments JSONL (`judge score`/`compare`) or a CSV of scores, read as `judge calibrate` does")
-    p.add_argument("--items", required=True, type=Path, metavar="ITEMS", help="the items that were judged (texts)")
-    p.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
-    p.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
-    p.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
-    p.add_argument("--self", dest="self_systems", metavar="SYSTEM[,SYSTEM...]",
+    inputs.add_argument("--items", required=True, type=Path, metavar="ITEMS", help="the items that were judged (texts)")
+    inputs.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
+    inputs.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
+    inputs.add_argument("--criteria", metavar="a,b", type=criteria_type,
+                        help="only these criteria")
+    humans = p.add_argument_group("human labels (the excess over the humans' own effect, agreement with them)")
+    humans.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
+    humans.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+                        help="the human labels' scale, when the judgments name no rubric (a CSV of scores)")
+    findings = p.add_argument_group("findings")
+    findings.add_argument("--self", dest="self_systems", metavar="SYSTEM[,SYSTEM...]",
                    help="systems written by the judge's own model or family: self-preference")
-    p.add_argument("--rerun", type=Path, metavar="J2", help="a second plain run of the same judgments: the noise floor")
-    p.add_argument("--allow-different-judge", action="store_true",
+    findings.add_argument("--rerun", type=Path, metavar="J2", help="a second plain run of the same judgments: the noise floor")
+    findings.add_argument("--allow-different-judge", action="store_true",
                    help="accept a --rerun made by another judge (model, rubric, template or decoding) on purpose")
-    p.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
-                   help="the human labels' scale, when the judgments name no rubric (a CSV of scores)")
-    p.add_argument("--criteria", metavar="a,b", type=criteria_type,
-                   help="only these criteria")
-    p.add_argument("--length-threshold", type=flag_type(THRESHOLD), default=0.1, metavar="X",
+    findings.add_argument("--length-threshold", type=flag_type(THRESHOLD), default=0.1, metavar="X",
                    help="pairwise: lengths differ when by more than this share of the longer (default 0.1)")
-    p.add_argument("--bootstrap", type=_positive_count, default=1000, metavar="N",
+    intervals = p.add_argument_group("intervals")
+    intervals.add_argument("--bootstrap", type=_positive_count, default=1000, metavar="N",
                    help="resamples of dialogues (default 1000)")
-    p.add_argument("--bootstrap-seed", type=seed_type, default=0, metavar="N",
+    intervals.add_argument("--bootstrap-seed", type=seed_type, default=0, metavar="N",
                    help="seed of the bootstrap and of the probes' sample (default 0; --seed is the model's)")
-    p.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables here (and the probes' judgments)")
-    p.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with plots")
+    output = p.add_argument_group("output")
+    output.add_argument("--output-dir", type=Path, metavar="DIR",
+                        help="write the tables here (and the probes' judgments)")
+    output.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with plots")
     probes = p.add_argument_group("probes (judge perturbed copies through the engine, with the cache and resume)")
     probes.add_argument("--probe", metavar="filler,attribution,order",
                         help="filler: a closing sentence that says nothing; attribution: a first line naming a "
@@ -211,30 +226,35 @@ def register_drift(sub) -> None:
 
     parser = sub.add_parser(
         "drift", help="Is it still the same judge? Compare a new run on an anchor set with a reference run.",
-        description="Compares the same (item, system, criterion) judgments of two runs: per criterion the paired mean "
+        description=_wrap("Compares the same (item, system, criterion) judgments of two runs: per criterion the paired mean "
                     "shift with a CI, the share of verdicts changed against the re-ask noise, weighted kappa, and "
                     "with --human the change in agreement with humans; then what changed in how the judgments were "
                     "produced (fingerprints, the model and engine the server reported). Exit 0 when every criterion "
-                    "shows no drift, 1 otherwise, 2 on bad input.",
+                    "shows no drift, 1 otherwise, 2 on bad input."),
         epilog=DRIFT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reference", required=True, type=Path, metavar="OLD",
+    runs = parser.add_argument_group("the two runs")
+    runs.add_argument("--reference", required=True, type=Path, metavar="OLD",
                         help="the reference run (judgments JSONL, or a CSV of scores)")
-    parser.add_argument("--judgments", required=True, type=Path, metavar="NEW", help="the new run of the same anchors")
-    parser.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels: change in agreement with them")
-    parser.add_argument("--margin", type=flag_type(POINTS), default=0.25, metavar="M",
+    runs.add_argument("--judgments", required=True, type=Path, metavar="NEW", help="the new run of the same anchors")
+    runs.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
+    runs.add_argument("--allow-different-judge", action="store_true",
+                      help="compare runs of two different judges (model, rubric, template or decoding) on purpose")
+    humans = parser.add_argument_group("human labels")
+    humans.add_argument("--human", type=Path, metavar="LABELS.csv", help="human labels: change in agreement with them")
+    humans.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+                        help="the human labels' scale, when the judgments name no rubric (a CSV of scores); also the "
+                             "largest change a score can make, for the shift's bound when few scores changed")
+    verdict = parser.add_argument_group("verdict")
+    verdict.add_argument("--margin", type=flag_type(POINTS), default=0.25, metavar="M",
                         help="a mean shift within +-M score points is no drift (TOST; default 0.25)")
-    parser.add_argument("--share-margin", type=flag_type(SHARE), default=0.1, metavar="X",
+    verdict.add_argument("--share-margin", type=flag_type(SHARE), default=0.1, metavar="X",
                         help="changed verdicts beyond the re-ask noise that still count as no drift (default 0.1)")
-    parser.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
-                        help="resamples of dialogues (default 1000)")
-    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
-                        help="the human labels' scale, when the judgments name no rubric (a CSV of scores)")
-    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
-    parser.add_argument("--allow-different-judge", action="store_true",
-                        help="compare runs of two different judges (model, rubric, template or decoding) on purpose")
-    parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write drift.csv and provenance.csv here")
-    parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with a plot")
+    verdict.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
+                         help="resamples of dialogues (default 1000)")
+    verdict.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
+    output = parser.add_argument_group("output")
+    output.add_argument("--output-dir", type=Path, metavar="DIR", help="write drift.csv and provenance.csv here")
+    output.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with a plot")
     parser.set_defaults(run=run_drift)
 
 
@@ -254,7 +274,9 @@ examples:
 verdicts: no drift = the shift is within +-margin (TOST, 90% CI) and the changed share's one-sided 95% bound is
 within the re-ask noise (from the runs' --samples) + --share-margin; drift = the shift's 95% CI excludes 0, or the
 changed share's lower bound exceeds the re-ask noise, or (labels) Stuart-Maxwell rejects; else inconclusive, with
-the number of anchor dialogues that would settle it.
+the number of anchor dialogues that would settle it. Where fewer than 5 dialogues have a changed score, the shift's
+intervals also span +-(the scale's MAX - MIN) x the exact bound on the share of judgments whose score changed (what
+was not observed may still have changed): two identical runs of few dialogues are inconclusive, not no drift.
 writes (with --output-dir): drift.csv (criterion, n, mean_shift, ci_low, ci_high, changed_share, kappa, verdict,
 ...), provenance.csv (field, reference, new, changed)
 """
@@ -281,26 +303,29 @@ def register_select(sub) -> None:
 
     parser = sub.add_parser(
         "select", help="Which judge (model, prompt, metric, jury) agrees best with humans, with paired CIs.",
-        description="Each judge's agreement with humans at one level, with bootstrap CIs paired across judges, the "
+        description=_wrap("Each judge's agreement with humans at one level, with bootstrap CIs paired across judges, the "
                     "set not significantly worse than the best (Holm), each judge's worth in human labels, and "
-                    "cross-fitted juries.",
+                    "cross-fitted juries."),
         epilog=SELECT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
-    parser.add_argument("--judge", required=True, action="append", type=judge_spec_type, metavar="NAME=FILE",
+    inputs = parser.add_argument_group("inputs")
+    inputs.add_argument("--human", required=True, type=Path, metavar="LABELS.csv", help="human labels (long CSV)")
+    inputs.add_argument("--judge", required=True, action="append", type=judge_spec_type, metavar="NAME=FILE",
                         help="a judge: judgments JSONL or a CSV of scores (a wide CSV gives its column NAME); repeat")
-    parser.add_argument("--level", choices=["system", "summary", "item"], default="summary",
-                        help="system means, per-dialogue correlations averaged (summary), or every pair (item)")
-    parser.add_argument("--statistic", choices=["pearson", "spearman", "kendall"], default="pearson")
-    parser.add_argument("--clean", action="store_true",
-                        help="DialSummEval noise cleaning of the human labels before averaging annotators")
-    parser.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
-                        help="resamples of dialogues (default 1000)")
-    parser.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
+    inputs.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human labels' scale, when no judge names a rubric (CSVs of scores)")
-    parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
-    parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write selection.csv here")
-    parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the CIs")
+    inputs.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
+    inputs.add_argument("--clean", action="store_true",
+                        help="DialSummEval noise cleaning of the human labels before averaging annotators")
+    agreement = parser.add_argument_group("agreement")
+    agreement.add_argument("--level", choices=["system", "summary", "item"], default="summary",
+                        help="system means, per-dialogue correlations averaged (summary), or every pair (item)")
+    agreement.add_argument("--statistic", choices=["pearson", "spearman", "kendall"], default="pearson")
+    agreement.add_argument("--bootstrap", type=_resamples, default=1000, metavar="N",
+                           help="resamples of dialogues (default 1000)")
+    agreement.add_argument("--seed", type=seed_type, default=0, help="bootstrap seed (default 0)")
+    output = parser.add_argument_group("output")
+    output.add_argument("--output-dir", type=Path, metavar="DIR", help="write selection.csv here")
+    output.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with the CIs")
     parser.set_defaults(run=run_select)
 
 

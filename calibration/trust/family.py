@@ -30,11 +30,17 @@ def _p_from_interval(estimate: float, low: float, high: float, dialogues: int, c
 
 
 def family_wise(length: pd.DataFrame, position: pd.DataFrame, self_preference: pd.DataFrame, dialogues: int,
-                level: float = 0.05) -> int:
+                level: float = 0.05, agreement: pd.DataFrame | None = None) -> int:
     """Every finding an audit prints (criteria x length, position, self-preference) tested as one family: Holm's
     step-down over their p-values, so that with nothing planted any flag fires in at most `level` of audits (it
     was 54% at 20 dialogues with 12 findings, each tested at 5%). Sets each table's `p_adjusted` and `effect` (the
-    flag as printed) in place; returns the number of findings tested."""
+    flag as printed) in place; returns the number of findings tested.
+
+    `agreement` (calibration.trust.human_agreement): each criterion's hypothesis "the judge does not agree with the
+    humans" (its one-sided permutation p-value) joins the same Holm step-down; its flag is the other way round:
+    raised unless agreement is shown (its adjusted p < `level`). A judge that does not agree with the humans is then
+    called agreeing in at most `level` of audits; one that does is flagged only for lack of power (its rate is
+    measured in benchmarks/trust_coverage_table.txt); adding the hypothesis never loosens the others' adjustment."""
     specs = [(length, "excess_slope", "excess_ci_low", "excess_ci_high", "judge_slope", "judge_slope_ci_low",
               "judge_slope_ci_high"),
              (position, "position_slope", "position_slope_ci_low", "position_slope_ci_high", "first_shown_wins",
@@ -57,9 +63,15 @@ def family_wise(length: pd.DataFrame, position: pd.DataFrame, self_preference: p
             p = _p_from_interval(est, low, high, n)
             if np.isfinite(p):
                 found.append((table, index, p))
+    if agreement is not None:
+        agreement["p_adjusted"] = np.nan
+        agreement["effect"] = pd.Series(True, index=agreement.index, dtype=object)  # not shown: flagged
+        for index, row in agreement.iterrows():
+            found.append((agreement, index, row["p_value"] if np.isfinite(row["p_value"]) else 1.0))
     if found:
         adjusted = holm([p for _, _, p in found])
         for (table, index, _), p in zip(found, adjusted):
             table.at[index, "p_adjusted"] = float(p)
-            table.at[index, "effect"] = bool(p < level)
+            shown = bool(p < level)
+            table.at[index, "effect"] = (not shown) if table is agreement else shown
     return len(found)
