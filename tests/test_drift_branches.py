@@ -334,4 +334,6 @@ def test_criteria_are_reported_in_name_order_whatever_the_files_order(runs):
              for run in (reference, new)]
     result = drift(*twice, bootstrap=200)
     assert list(result.drift["criterion"]) == ["alpha", "zeta"]
-    assert [line.split(":")[0] for line in result.text().splitlines()[1:3]] == ["alpha", "zeta"]
+    # (the header is wrapped to 120 columns: the criteria's lines are those starting with a criterion's name)
+    starts = [line.split(":")[0] for line in result.text().splitlines()]
+    assert [name for name in starts if name in ("alpha", "zeta")] == ["alpha", "zeta"]

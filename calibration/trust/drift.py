@@ -80,6 +80,7 @@ class DriftResult(Result):
         return drift_section(self)
 
     def text(self) -> str:
+        notes: list[str] = []
         lines = [f"Drift per criterion (new - reference, paired; 95% t interval clustered by dialogue; no drift = "
                  f"shift within +-{self.margin:g} by TOST and changed verdicts within re-ask noise + "
                  f"{self.share_margin:g}; drift = the shift or the changed share beyond the noise, each at 2.5%, "
@@ -91,9 +92,11 @@ class DriftResult(Result):
                      f", agreement with humans {row.human_r_change:+.3f} "
                      f"{_interval(row.human_ci_low, row.human_ci_high)}")
             kappa = "-" if not np.isfinite(row.kappa) else f"{row.kappa:.2f}"
+            if row.note:
+                notes.append(f"{row.criterion}: {row.note}")
             lines.append(f"{row.criterion}: {row.verdict.upper()}: {shift}{100 * row.changed_share:.1f}% of "
                          f"{row.n} verdicts changed (re-ask noise {100 * row.reask_noise:.1f}%), kappa {kappa}"
-                         f"{human}" + (f"; {row.note}" if row.note else ""))
+                         f"{human}" + (f" [{len(notes)}]" if row.note else ""))
         changed = self.provenance[self.provenance["changed"]]
         if changed.empty:
             lines.append("How the judgments were produced: nothing recorded changed (fingerprints and served "
@@ -102,7 +105,9 @@ class DriftResult(Result):
             lines.append("How the judgments were produced, what changed:")
             for row in changed.itertuples():
                 lines.append(f"  {row.field}: {row.reference} -> {row.new}")
-        return "\n".join(lines) + "\n"
+        from .report import footnoted
+
+        return "\n".join(footnoted(lines, notes)) + "\n"
 
     def __str__(self) -> str:
         return self.text()

@@ -109,3 +109,16 @@ def audit_section(result) -> str:
             parts.append(f'<img alt="probe shifts" src="{effects_figure(labelled, "mean_shift", "ci_low", "ci_high", "Mean shift under each probe", "points (95% CI)")}">')
         parts.append(_table(result.probes))
     return "".join(parts)
+
+
+def footnoted(lines: list[str], notes: list[str], width: int = 120) -> list[str]:
+    """Printed lines wrapped to `width` columns (continuations indented), then each note as a numbered footnote
+    ("[1] ..."), wrapped the same way: a table's rows stay short, its long notes read below it."""
+    import textwrap
+
+    out = []
+    for line in (part for row in lines for part in row.split("\n")):
+        out += textwrap.wrap(line, width, subsequent_indent="    ", break_on_hyphens=False) or [""]
+    for number, note in enumerate(notes, start=1):
+        out += textwrap.wrap(f"[{number}] {note}", width, subsequent_indent="    ", break_on_hyphens=False)
+    return out

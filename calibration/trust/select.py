@@ -83,6 +83,7 @@ class SelectResult(Result):
                  "bounds over every pair of judges (Bonferroni-t, 5% per criterion: a truly best judge is left out "
                  "in at most 5% of studies), compared on the dialogues where every judge varies; label_worth = "
                  "labelled dialogues saved per 100 in a study (PPI++ variance ratio, adjusted rho^2)"]
+        notes: list[str] = []
         for criterion, part in self.selection.groupby("criterion", sort=False):
             judges = part[part["kind"] == "judge"]
             common = int(judges["n_common"].iloc[0])
@@ -95,10 +96,13 @@ class SelectResult(Result):
                 ci = ("[no interval]" if not np.isfinite(row.ci_low) else
                       f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]")
                 lines.append(f" {mark} {row.judge:<28} {row.estimate:+.3f} {ci}{p}{worth}{gap}")
-            if isinstance(notes := part["note"].iloc[0], str) and notes:
-                lines.append(f"  note: {notes}")
+            if isinstance(note := part["note"].iloc[0], str) and note:
+                notes.append(f"{criterion}: {note}")
+                lines.append(f"  note: [{len(notes)}]")
             lines.append(f"  best set: {', '.join(self.best_set(criterion))}")
-        return "\n".join(lines) + "\n"
+        from .report import footnoted
+
+        return "\n".join(footnoted(lines, notes)) + "\n"
 
     def __str__(self) -> str:
         return self.text()
