@@ -37,6 +37,8 @@ _WHERE = {
 }
 
 __all__ = ["CalibrationError", *sorted(_WHERE)]
+# The verbs: an unknown keyword is a CalibrationError naming the closest one, as the docs promise (not a TypeError).
+_VERBS = ("calibrate", "screen", "estimate", "audit", "drift", "select", "escalate")
 
 
 def __getattr__(name):
@@ -44,8 +46,32 @@ def __getattr__(name):
         raise AttributeError(f"module 'calibration' has no attribute {name!r}")
     module = import_module(f".{_WHERE[name]}", __name__)
     value = module if name == "tune" else getattr(module, name)  # the tune family's package is callable: the verb
+    if name in _VERBS:
+        value = _keywords_checked(value)
     globals()[name] = value  # later look-ups skip this function
     return value
+
+
+def _keywords_checked(verb):
+    import difflib
+    import functools
+    import inspect
+
+    parameters = inspect.signature(verb).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return verb  # it takes any keyword, and says itself what it does not know
+    known = [n for n, p in parameters.items() if p.kind is not p.VAR_POSITIONAL]
+
+    @functools.wraps(verb)
+    def checked(*args, **kwargs):
+        for name in kwargs:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                raise CalibrationError(f"calibration.{verb.__name__}() got an unknown option {name!r}"
+                                       + (f"; did you mean {close[0]}?" if close else ""))
+        return verb(*args, **kwargs)
+
+    return checked
 
 
 def __dir__():

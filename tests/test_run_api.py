@@ -294,3 +294,13 @@ def test_the_judging_verbs_help_shows_every_flag_in_a_named_group(verb):
                                                 "decoding", "run and cache", "batch and scale-out", "output"]
     assert groups["options"] == ["-h"]  # nothing left ungrouped but --help
     assert "--output" in groups["output"] and "--batch-dir" in groups["batch and scale-out"]
+
+
+@pytest.mark.parametrize("verb", ["calibrate", "screen", "estimate", "audit", "drift", "select", "escalate"])
+def test_a_calibration_verb_refuses_an_unknown_keyword_with_the_projects_error(verb):
+    with pytest.raises(calibration.CalibrationError) as caught:
+        getattr(calibration, verb)("judgments.jsonl", "labels.csv", bootstrapp=10)
+    assert f"calibration.{verb}() got an unknown option 'bootstrapp'" in str(caught.value)
+    if "bootstrap" in inspect.signature(getattr(calibration, verb)).parameters:
+        assert str(caught.value).endswith("did you mean bootstrap?")
+    assert isinstance(caught.value, JudgeError)
