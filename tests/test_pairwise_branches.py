@@ -4,6 +4,7 @@ margin, at exact equality too. Written after the seed-11 draw of benchmarks/muta
 
 from __future__ import annotations
 
+import io
 import warnings
 
 import numpy as np
@@ -138,3 +139,28 @@ def test_a_vote_on_a_pair_judged_in_both_orders_is_the_vote_on_the_order_it_name
     here = data.dialogue == dialogue
     assert data.human[here & (data.first == first) & (data.second == second)].tolist() == [1.0]
     assert np.isnan(data.human[here & (data.first == second) & (data.second == first)]).all()
+
+
+@pytest.mark.parametrize("labelled", [1, 2])
+def test_a_win_rate_with_no_interval_is_never_called_non_inferior(labelled):
+    """Issue 41 part 6: fewer than MIN_LABELLED labelled dialogues give every win rate an estimate (the judge's
+    verdicts) but no interval; with a margin that every estimate clears, no row may be called non-inferior ("no
+    interval, no claim"), and the printed verdict and the summary list every system as not shown non-inferior.
+    A decision read from the estimate, or written as "not (bound <= 0.5 - margin)" (true for a NaN bound), fails."""
+    from calibration.study.pairwise import print_pairwise, summary_markdown
+    from calibration.study.ppi import MIN_LABELLED
+
+    assert labelled < MIN_LABELLED
+    judge, labels = study(seed=7, dialogues=40, labelled=labelled, copy=0.9)
+    margin = 0.49  # a bound above 0.01 would do: every estimate clears it
+    result = pairwise_estimate(judge, prepared(judge, labels), "base", margin=margin)
+    wins = result.estimates[result.estimates["quantity"] == "win_rate"]
+    assert len(wins) >= 3 and wins["ci_low"].isna().all() and wins["ci_high"].isna().all()
+    assert (wins["estimate"] > 0.5 - margin).all()  # the slip would call each of them non-inferior
+    assert (wins["noninferior"] == "no").all()
+    printed = io.StringIO()
+    print_pairwise(result, printed)
+    out = printed.getvalue()
+    assert "NOT shown non-inferior" in out and "non-inferior: every system" not in out
+    assert all(f"{system} (" in out.split("NOT shown non-inferior")[1] for system in wins["system"])
+    assert f"{len(wins)} of {len(wins)} system-criterion rows are not shown non-inferior" in summary_markdown(result)
