@@ -206,7 +206,7 @@ def test_end_to_end_writes_the_plan_format(tmp_path, capsys):
     out = tmp_path / "out"
     assert run_cli("--judgments", JUDGMENTS, "--human", PILOT, "--budget", 8, "--random-share", 0.75, "--seed", 4,
                    "--bootstrap", 200, "--output-dir", out, "--report", tmp_path / "r.html") == 0
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())  # prose is folded at 120 columns
     assert "humans must label, per criterion" in printed and "pilot dialogues" in printed
     plan = pd.read_csv(out / "plan.csv", dtype=str)
     assert list(plan.columns) == ["item_id", "part", "reason"]

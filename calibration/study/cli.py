@@ -7,8 +7,19 @@ import sys
 import time
 from pathlib import Path
 
-from ..options import (FAILURE_HELP, NUMBER, SHARE, criteria_type, failure_value_type, flag_type, judge_spec_type,
-                       positive_type, scale_type, seed_type, share_type)
+from ..options import (
+    FAILURE_HELP,
+    NUMBER,
+    SHARE,
+    criteria_type,
+    failure_value_type,
+    flag_type,
+    judge_spec_type,
+    positive_type,
+    scale_type,
+    seed_type,
+    share_type,
+)
 
 FIXTURES = "examples/study"
 
@@ -126,18 +137,26 @@ _power_type = flag_type(SHARE)
 _number_type = flag_type(NUMBER)
 
 
-def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
+def _groups(parser: argparse.ArgumentParser, *titles: str) -> dict:
+    """`--help` in named groups (the verbs have more than 12 options): title -> argument group."""
+    return {title: parser.add_argument_group(title) for title in titles}
+
+
+def _add_judge_arguments(groups: dict) -> None:
+    parser = groups["judgments"]
     parser.add_argument("--judgments", required=True, type=Path, metavar="FILE",
                         help="judgments JSONL (`judge score`), or a CSV of scores read as `judge calibrate` reads it")
     parser.add_argument("--score-column", metavar="C", help="with a wide CSV: the column to use as the score")
     parser.add_argument("--failure-value", type=failure_value_type, metavar="V", help=FAILURE_HELP)
     parser.add_argument("--criteria", type=criteria_type, metavar="a,b",
                         help="only these criteria (default: all shared)")
+    parser = groups["human labels"]
     parser.add_argument("--clean", action="store_true",
                         help="DialSummEval noise cleaning of the human labels before averaging annotators")
     parser.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                         help="the human scale, e.g. 1,5: any human score outside it is an error (default: the "
                              "scales of the rubric the judgments name), as in `judge calibrate`")
+    parser = groups["output"]
     parser.add_argument("--output-dir", type=Path, metavar="DIR", help="write the tables here")
     parser.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section with a plot")
 
@@ -148,20 +167,25 @@ def register(sub) -> None:
         description="What the judge already says (systems with CIs, which it cannot separate, uncertain dialogues) "
                     "and what a human study needs: a plan under a budget, and how many dialogues to label.",
         epilog=SCREEN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_judge_arguments(screen)
+    parser = screen
+    groups = _groups(parser, "judgments", "human labels", "plan (with --budget)", "power and resampling", "output")
+    _add_judge_arguments(groups)
+    screen = groups["judgments"]
+    screen.add_argument("--judge", action="append", type=judge_spec_type, metavar="NAME=FILE",
+                        help="one more judge: where the judges disagree is one more sign of doubt (items.csv's "
+                             "mean_jury_disagreement); with --human also one more predictor for the power analysis, "
+                             "combined with --judgments as `judge estimate --judge` combines them; repeat")
+    screen = groups["human labels"]
     screen.add_argument("--human", action="append", type=Path, metavar="PILOT.csv",
                         help="labels from a pilot (long CSV): human-scale effect and judge-human correlation; "
                              "repeat for labels in several files")
+    screen = groups["plan (with --budget)"]
     screen.add_argument("--budget", type=positive_type, metavar="N", help="plan a study of N dialogues or judgments")
     screen.add_argument("--budget-unit", choices=["dialogues", "judgments"], default="dialogues",
                         help="what --budget counts (default: dialogues)")
     screen.add_argument("--random-share", type=share_type, default=0.5, metavar="X",
                         help="share of the budget drawn uniformly at random (default 0.5); only this part enters "
                              "the unbiased estimates of `judge estimate`")
-    screen.add_argument("--judge", action="append", type=judge_spec_type, metavar="NAME=FILE",
-                        help="one more judge: where the judges disagree is one more sign of doubt (items.csv's "
-                             "mean_jury_disagreement); with --human also one more predictor for the power analysis, "
-                             "combined with --judgments as `judge estimate --judge` combines them; repeat")
     screen.add_argument("--design", choices=["uniform", "active"], default="uniform",
                         help="how the random part is drawn: uniform (default), or active: with known inclusion "
                              "probabilities rising with the judge's uncertainty (floored so every dialogue can be "
@@ -172,19 +196,23 @@ def register(sub) -> None:
                         help="the --output-dir of an earlier uniform `judge screen --budget` whose random part "
                              "--human labels: this plan is its second stage, --budget more dialogues drawn "
                              "among the others (needs --design active), and `judge estimate --plan` counts both")
+    screen = groups["power and resampling"]
     screen.add_argument("--power", type=_power_type, default=0.8, help="target power (default 0.8)")
     screen.add_argument("--bootstrap", type=positive_type, default=1000, metavar="N",
                         help="bootstrap resamples of dialogues (default 1000)")
     screen.add_argument("--seed", type=seed_type, default=0,
                         help="seed of the bootstrap and the random sample (default 0)")
-    screen.set_defaults(run=run_screen)
+    parser.set_defaults(run=run_screen)
 
     estimate = sub.add_parser(
         "estimate", help="Each system's mean human score, and differences, from judge scores plus few labels (PPI++).",
         description="Each system's mean human score per criterion by prediction-powered inference, beside the "
                     "human-only estimate from the same labels, and the paired differences between systems.",
         epilog=ESTIMATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_judge_arguments(estimate)
+    parser = estimate
+    groups = _groups(parser, "judgments", "human labels", "pairwise judgments (`judge compare`)", "interval", "output")
+    _add_judge_arguments(groups)
+    estimate = groups["human labels"]
     estimate.add_argument("--human", required=True, action="append", type=Path, metavar="LABELS.csv",
                           help="human labels (long CSV); repeat for labels in several files (a two-stage study's "
                                "two stages): read as one, a cell labelled twice by one annotator refused")
@@ -192,13 +220,16 @@ def register(sub) -> None:
                           help="the --output-dir of `judge screen --budget`: which dialogues are the random sample")
     estimate.add_argument("--key", type=Path, metavar="KEY.json",
                           help="the key `judge export --plan` wrote: checks that the labels come from this plan")
+    estimate = groups["interval"]
     estimate.add_argument("--confidence", type=share_type, default=0.95, help="interval level (default 0.95)")
+    estimate = groups["judgments"]
     estimate.add_argument("--apply-map", type=Path, metavar="MAP.json",
                           help="judge scores through a map fitted by `judge calibrate --fit-map`")
     estimate.add_argument("--judge", action="append", type=judge_spec_type, metavar="NAME=FILE",
                           help="one more predictor beside --judgments (another judge, prompt or metric; a wide CSV "
                                "gives its column NAME); repeat: all are combined into one by a cross-fitted "
                                "regression on the labels")
+    estimate = groups["pairwise judgments (`judge compare`)"]
     estimate.add_argument("--baseline", metavar="SYSTEM",
                           help="pairwise judgments (`judge compare`): win rates and Bradley-Terry strengths against "
                                "this system, and rank sets of every system")
@@ -209,7 +240,7 @@ def register(sub) -> None:
                           help="with --baseline: the pairs `judge compare` judged, with their texts: adds "
                                "length- and style-controlled win rates (win_rate_length_controlled, "
                                "win_rate_style_controlled)")
-    estimate.set_defaults(run=run_estimate)
+    parser.set_defaults(run=run_estimate)
 
 
 # -- running: the functions do the work, the CLI checks every path, writes, prints ------------------------------

@@ -26,7 +26,7 @@ from ..errors import CalibrationError
 from ..result import Result
 from .estimate_tables import Estimates
 from .pairwise import PairwiseTables
-from .printing import format_table
+from .printing import format_table, say
 
 METHOD = ("PPI++: lambda tuned from 10 labels on, each dialogue's on the other labels (cross-fitted: t interval, "
           "n-1 df; at 10-19 labels one lambda shared by a criterion's systems; an active plan's fitted on all its "
@@ -359,23 +359,23 @@ def _with_note(frame):
 def print_estimate(result, out=None) -> None:
     out = sys.stdout if out is None else out
     if result.random_source == "plan":
-        print(f"Random sample: the {result.n_random} labelled dialogues of the plan's random part.", file=out)
+        say(f"Random sample: the {result.n_random} labelled dialogues of the plan's random part.", file=out)
     else:
-        print(f"Random sample: no --plan given, so all {result.n_random} labelled dialogues are taken as a uniformly "
+        say(f"Random sample: no --plan given, so all {result.n_random} labelled dialogues are taken as a uniformly "
               "random sample of the judged dialogues; if some were chosen on purpose, the estimates are biased.",
               file=out)
     human = "cleaned (DialSummEval noise removal) mean" if result.cleaned else "mean"
     level = f"{result.confidence:.0%}"
-    print(f"Human score of a summary: the {human} over its annotators. Intervals: {level}, PPI++ with a t quantile.",
+    say(f"Human score of a summary: the {human} over its annotators. Intervals: {level}, PPI++ with a t quantile.",
           file=out)
     if result.n_imputed:
-        print(f"{result.n_imputed} labelled cell(s) had no judgment line: counted as failed judgments.", file=out)
-    print("\nPer system (estimate = prediction-powered; human_only = the same labels alone)", file=out)
+        say(f"{result.n_imputed} labelled cell(s) had no judgment line: counted as failed judgments.", file=out)
+    say("\nPer system (estimate = prediction-powered; human_only = the same labels alone)", file=out)
     columns = ["criterion", "system", "estimate", "ci_low", "ci_high", "human_only", "human_only_ci_low",
                "human_only_ci_high", "n_labelled", "n_judged", "width_ratio", "effective_labels", "labels_saved",
                "lambda"]
     print(format_table(_with_note(result.estimates)[columns + ["note"]]), file=out)
-    print(f"\nPaired differences system_a - system_b (per dialogue); each interval holds at {level} on its own, "
+    say(f"\nPaired differences system_a - system_b (per dialogue); each interval holds at {level} on its own, "
           "not for all pairs at once; separated only where both bounds are finite and exclude 0", file=out)
     differences = _with_note(result.differences).assign(separated=separated(result.differences).map(
         {True: "yes", False: ""}))
@@ -383,8 +383,8 @@ def print_estimate(result, out=None) -> None:
                                "human_only_ci_low", "human_only_ci_high", "n_labelled", "width_ratio",
                                "effective_labels", "labels_saved", "separated", "note"]]), file=out)
     if not result.targeted.empty:
-        print("\nLabels on targeted dialogues (not a random sample: not in the estimates above; read with care)",
+        say("\nLabels on targeted dialogues (not a random sample: not in the estimates above; read with care)",
               file=out)
         print(format_table(result.targeted), file=out)
     for note in result.notes:
-        print(f"note: {note}", file=out)
+        say(f"note: {note}", file=out)

@@ -125,6 +125,27 @@ def system_estimates(matrices: StudyMatrices, confidence: float, combined: bool 
     return pd.DataFrame(rows)
 
 
+def on_scale(table: pd.DataFrame, bounds) -> list[str]:
+    """Keep each system's mean intervals (PPI++ and human-only) on the scale `bounds` = (low, high), in place: a
+    bound past the scale's end is moved onto it and interval_note says from where. The true mean lies on the scale,
+    so an interval that held it still does: coverage cannot drop, the interval only shrinks toward the truth.
+    width_ratio and effective_labels keep the estimator's own widths (what the labels are worth does not change
+    because the scale cuts an interval). The systems whose intervals were clipped; none without bounds."""
+    if bounds is None or table.empty:
+        return []
+    low, high = float(bounds[0]), float(bounds[1])
+    columns = ["ci_low", "ci_high", "human_only_ci_low", "human_only_ci_high"]
+    values = table[columns].astype(float)
+    outside = ((values < low) | (values > high)).any(axis=1)
+    for index in table.index[outside]:
+        row = values.loc[index]
+        reached = ", ".join(f"{name} {row[name]:.3g}" for name in columns if not low <= row[name] <= high)
+        note = f"clipped to the scale [{low:g}, {high:g}] (the mean cannot leave it): {reached}"
+        table.at[index, "interval_note"] = "; ".join(filter(None, [table.at[index, "interval_note"], note]))
+    table[columns] = values.clip(lower=low, upper=high)
+    return [str(system) for system in table.loc[outside, "system"]]
+
+
 def pair_indices(count: int) -> tuple[np.ndarray, np.ndarray]:
     pairs = np.array(list(combinations(range(count), 2)), dtype=int).reshape(-1, 2)
     return pairs[:, 0], pairs[:, 1]
@@ -207,6 +228,8 @@ def estimate(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: bo
         if len(bounded):
             notes.append(f"{criterion}: bounded-scale interval for {', '.join(map(str, bounded['system']))} "
                          f"({bounded['interval_note'].iloc[0]})")
+        if clipped := on_scale(table, bounds):
+            notes.append(f"{criterion}: interval clipped to the scale for {', '.join(clipped)} (interval_note)")
     targeted_frame = pd.concat(targeted, ignore_index=True) if targeted else pd.DataFrame(
         columns=["criterion", "system", "n_labelled", "human_mean", "judge_mean"])
     estimates, differences = (with_labels_saved(pd.concat(t, ignore_index=True)) for t in (estimates, differences))

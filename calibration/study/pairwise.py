@@ -231,15 +231,15 @@ def summary_markdown(tables: PairwiseTables) -> str:
 
 
 def print_pairwise(result, out) -> None:
-    from .printing import format_table
+    from .printing import format_table, say
 
     level = f"{result.confidence:.0%}"
     if result.from_plan:
-        print(f"Random sample: the {result.n_random} labelled dialogues of the plan's random part.", file=out)
+        say(f"Random sample: the {result.n_random} labelled dialogues of the plan's random part.", file=out)
     else:
-        print(f"Random sample: all {result.n_random} dialogues with human votes are taken as a uniformly random "
+        say(f"Random sample: all {result.n_random} dialogues with human votes are taken as a uniformly random "
               "sample of the judged dialogues; if some were chosen on purpose, the estimates are biased.", file=out)
-    print(f"Against the baseline {result.baseline!r}: win_rate = share of its pairs with the baseline a system wins "
+    say(f"Against the baseline {result.baseline!r}: win_rate = share of its pairs with the baseline a system wins "
           "(tie 1/2, either order); bradley_terry = log strength relative to the baseline, fitted over every judged "
           f"pair. Intervals: {level}, prediction-powered (judge verdict on every pair, human votes correct it).",
           file=out)
@@ -249,16 +249,16 @@ def print_pairwise(result, out) -> None:
         columns.append("noninferior")
     table = result.estimates.assign(note=result.estimates["interval_note"].fillna(""))
     print(format_table(table[columns + ["note"]]), file=out)
-    print(f"\nRanking (1 = best; rank_low..rank_high hold jointly for all systems at {level})", file=out)
+    say(f"\nRanking (1 = best; rank_low..rank_high hold jointly for all systems at {level})", file=out)
     print(format_table(result.ranking), file=out)
     if result.margin is not None:
         failing = result.estimates[(result.estimates["quantity"] == "win_rate")
                                    & (result.estimates["noninferior"] != "yes")]
         if failing.empty:
-            print(f"\nnon-inferior: every system (win rate's lower bound above {0.5 - result.margin:g})", file=out)
+            say(f"\nnon-inferior: every system (win rate's lower bound above {0.5 - result.margin:g})", file=out)
         else:
             names = ", ".join(f"{r.system} ({r.criterion})" for r in failing.itertuples())
-            print(f"\nNOT shown non-inferior (win rate's lower bound not above {0.5 - result.margin:g}): {names}",
+            say(f"\nNOT shown non-inferior (win rate's lower bound not above {0.5 - result.margin:g}): {names}",
                   file=out)
     for note in result.notes:
-        print(f"note: {note}", file=out)
+        say(f"note: {note}", file=out)

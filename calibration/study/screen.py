@@ -65,7 +65,7 @@ from .designs import (
     stratum_weights,
 )
 from .power_table import power_sentence, power_table, second_stage_count
-from .printing import format_table
+from .printing import format_table, say
 from .systems import systems_table, win_shares
 from .uncertainty import items_table, judgment_uncertainty, jury_disagreement
 
@@ -352,27 +352,27 @@ def _plan_info(plan: pd.DataFrame, path: Path, table: pd.DataFrame, unit: str, b
 
 def print_screen(result, out=None) -> None:
     out = sys.stdout if out is None else out
-    print(f"Systems: mean judge score per criterion, 95% percentile bootstrap CI ({result.n_resamples} resamples of "
+    say(f"Systems: mean judge score per criterion, 95% percentile bootstrap CI ({result.n_resamples} resamples of "
           "dialogues, paired across systems); tied = no system shown better (simultaneous paired bounds over every "
           "pair of systems and criteria, Bonferroni-t: 5% for the whole table, dominated included)", file=out)
     table = result.systems.assign(tied=result.systems["tied_with_best"].map({True: "tied", False: ""}))
     print(format_table(table[["criterion", "rank", "system", "mean", "ci_low", "ci_high", "n", "p_adjusted", "tied"]]),
           file=out)
     if result.dominated:
-        print("\nDominated on every criterion (kept; candidates to leave out of the human study): "
+        say("\nDominated on every criterion (kept; candidates to leave out of the human study): "
               + "; ".join(f"{loser} (by {winner})" for loser, winner in sorted(result.dominated.items())), file=out)
     else:
-        print("\nNo system is dominated on every criterion.", file=out)
+        say("\nNo system is dominated on every criterion.", file=out)
     top = result.items.sort_values(["priority", "item_id"], ascending=[False, True]).head(10)
-    print("\nDialogues that most need humans (uncertainty of the judgments + discrimination of the leading systems)",
+    say("\nDialogues that most need humans (uncertainty of the judgments + discrimination of the leading systems)",
           file=out)
     print(format_table(top[["item_id", "uncertainty", "discrimination", "n_failed", "n_na", "n_order_disagreement",
                        "part"]]), file=out)
-    print("\nPower", file=out)
+    say("\nPower", file=out)
     print(format_table(result.power), file=out)
-    print(f"\n{result.sentence}", file=out)
+    say(f"\n{result.sentence}", file=out)
     if result.plan is None:
-        print("\nNo --budget given: no plan written (add --budget N --output-dir DIR for plan.csv / plan.json).",
+        say("\nNo --budget given: no plan written (add --budget N --output-dir DIR for plan.csv / plan.json).",
               file=out)
     else:
         info = result.plan_info
@@ -385,6 +385,6 @@ def print_screen(result, out=None) -> None:
         random = dialogues(info["n_random"]) if not stages else (
             f"the first stage's {dialogues(stages['first'])} (the --pilot-plan's random part) and "
             f"{dialogues(stages['second'])}")
-        print(f"\nPlan: budget {info['budget']} {info['unit']}: {random} drawn {how} "
+        say(f"\nPlan: budget {info['budget']} {info['unit']}: {random} drawn {how} "
               f"(share {info['random_share']}, seed {info['seed']}) and {dialogues(info['n_targeted'])} targeted.",
               file=out)
