@@ -470,7 +470,8 @@ def test_the_printed_screen_says_who_is_dominated_tied_and_what_the_plan_holds()
     assert set(result.dominated) == {"c"}
     assert (f"Dominated on every criterion (kept; candidates to leave out of the human study): "
             f"c (by {result.dominated['c']})") in text
-    table = text.split("\n\n")[0].splitlines()[2:]
+    first = text.split("\n\n")[0].splitlines()  # the heading is folded at 120 columns: rows follow the header
+    table = first[next(k for k, line in enumerate(first) if line.split()[:2] == ["criterion", "rank"]) + 1:]
     assert len(table) == len(result.systems)
     for line, tied in zip(table, result.systems["tied_with_best"]):
         assert line.split()[-1] == "tied" if tied else line.split()[-1] != "tied"
@@ -500,7 +501,7 @@ def test_the_printed_plan_says_how_its_random_part_was_drawn():
     from calibration.study.screen import screen
 
     judge = _three_systems(dialogues=12).assign(spread=np.linspace(0.0, 1.0, 72))
-    text = screen(judge, budget=2, bootstrap=100, design="active").text()
+    text = " ".join(screen(judge, budget=2, bootstrap=100, design="active").text().split())  # prose folded
     assert ("1 dialogue drawn at random with inclusion probabilities rising with the judge's uncertainty "
             "(plan.csv records them) (share 0.5, seed 0) and 1 dialogue targeted.") in text
 
