@@ -21,7 +21,8 @@ STUDY = ROOT / "examples" / "study"
 def _table(result) -> pd.DataFrame:
     return pd.DataFrame({"system": [f"s{k}" for k in range(len(result.estimate))], "interval_note": "",
                          "ci_low": result.ci_low, "ci_high": result.ci_high,
-                         "human_only_ci_low": result.human_only_ci_low, "human_only_ci_high": result.human_only_ci_high})
+                         "human_only_ci_low": result.human_only_ci_low,
+                         "human_only_ci_high": result.human_only_ci_high})
 
 
 @pytest.mark.parametrize("n", [MIN_LABELLED, 6])
