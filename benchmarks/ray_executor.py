@@ -88,15 +88,19 @@ def main() -> None:
                     seconds, peak, summary = timed(command, env)
                     rows.append((n, executor, seconds, n / seconds, peak / 2**20))
                     print(rows[-1], summary, flush=True)
+                    write_table(rows)  # after each run: a long benchmark stopped early keeps what it measured
     finally:
         server.kill()
+
+
+def write_table(rows: list[tuple]) -> None:
     lines = ["# judge score, dialsummeval/coherence, one judgment a request, against tests/stub_server.py (answers at "
              "once) on the same 2-core machine; peak RSS = the client's whole process tree (Ray: its local cluster)",
              f"{'judgments':>9} {'executor':<8} {'seconds':>8} {'judgments/s':>11} {'ray/online':>10} "
              f"{'peak_rss_MiB':>12}"]
     online = {n: rate for n, executor, _, rate, _ in rows if executor == "online"}
     for n, executor, seconds, rate, rss in rows:
-        ratio = f"{rate / online[n]:.2f}" if executor == "ray" else ""
+        ratio = f"{rate / online[n]:.2f}" if executor == "ray" and n in online else ""
         lines.append(f"{n:>9} {executor:<8} {seconds:>8.1f} {rate:>11.1f} {ratio:>10} {rss:>12.0f}")
     TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

@@ -114,5 +114,7 @@ def test_embedded_model_tokens_within_5_percent_of_the_real_run(default_model, t
     asked = int(re.search(r"(\d+) requests, (\d+) retries", err).group(1))
     recorded = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
     prompt = sum(j["usage"]["prompt_tokens"] for j in recorded)
+    print(f"dry run on the embedded model: {plan['requests']} requests, {plan['input_tokens']} input tokens; the run: "
+          f"{asked} requests, {prompt} prompt tokens ({plan['input_tokens'] / prompt - 1:+.2%})")
     assert plan["requests"] == asked == len(recorded)
     assert abs(plan["input_tokens"] - prompt) <= 0.05 * prompt, (plan["input_tokens"], prompt)
