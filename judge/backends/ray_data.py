@@ -30,6 +30,7 @@ from judge.errors import BackendError, JudgeError, RetryableError
 
 INSTALL = 'pip install ".[ray]"'
 LOCAL_CPUS = 2  # the local cluster started when no address is given
+DRIVER_GRACE = 30.0  # seconds a stopped round gets to write what came back before the run leaves the cluster
 WORKER_TRIES = 3  # a worker's tries of a request that failed retryably; later failures go back as error lines
 
 
@@ -176,6 +177,9 @@ class RayDirClient(BatchDirClient):
         super().__init__(*args, **kwargs)
         self.sender, self.cluster = sender, cluster
         self.asked_of_ray = 0  # requests sent through Ray by this run
+        self._driver: threading.Thread | None = None  # the round being run
+        self._stop = threading.Event()
+        self._failure: Exception | None = None
 
     async def end_pass(self) -> str | None:
         """Commit this pass's shards, run every file still waiting for answers through Ray Data, read the answers
@@ -185,12 +189,21 @@ class RayDirClient(BatchDirClient):
             return None
         waiting = sorted(self._waiting_files, key=lambda n: (self._round_of(self._files[n]), self._files[n].name))
         before = len(self.answers)
-        stop = threading.Event()  # set when the run is cancelled (Ctrl-C): the driver stops at the next batch
+        self.cluster.connect()  # here, on the main thread
+        # The round runs on a thread the loop polls, so a Ctrl-C (the run's task cancelled) sets `stop`: the
+        # driver stops at the next batch, and aclose waits for it before it leaves the cluster.
+        self._stop = threading.Event()
+        self._driver = threading.Thread(target=self._run, args=([self._files[n] for n in waiting], self._stop),
+                                        name="judge-ray-driver", daemon=True)
+        self._driver.start()
         try:
-            await asyncio.to_thread(self._run, [self._files[n] for n in waiting], stop)
+            while self._driver.is_alive():
+                await asyncio.sleep(0.1)
         except asyncio.CancelledError:
-            stop.set()
+            self._stop.set()
             raise
+        if self._failure is not None:
+            raise self._failure
         for number in waiting:
             self._read_new(number)
         self._waiting_files, self._deferred = set(), 0
@@ -202,12 +215,15 @@ class RayDirClient(BatchDirClient):
     def _run(self, paths: list[Path], stop: threading.Event) -> None:
         """The files' requests through Ray Data; each answer appended to FILE.out.jsonl as it arrives, until done
         or `stop`."""
-        ray = self.cluster.connect()
+        import ray
+
         started, count = time.monotonic(), 0
         dataset = ray.data.read_text([str(p) for p in paths], include_paths=True)
+        # Senders wait on HTTP: a quarter of a CPU each, at most two per round, so the read tasks always find a CPU.
         dataset = dataset.map_batches(Sender, fn_constructor_kwargs=self.sender, batch_size=self.sender["concurrency"],
-                                      concurrency=(1, max(1, len(paths))), num_cpus=0.5)
+                                      concurrency=(1, min(2, len(paths))), num_cpus=0.25)
         handles: dict[str, object] = {}
+        self._failure = None
         try:
             for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
                 for path, answer in zip(batch["path"], batch["answer"]):
@@ -221,6 +237,8 @@ class RayDirClient(BatchDirClient):
                 self.status.show(f"ray: {count} answers from {len(paths)} batch file(s)", "running")
                 if stop.is_set():  # what came back is written; the rest is asked again by the next run
                     break
+        except Exception as exc:  # noqa: BLE001 - handed to the loop's thread, which raises it
+            self._failure = exc
         finally:
             for handle in handles.values():
                 handle.close()
@@ -249,6 +267,9 @@ class RayDirClient(BatchDirClient):
         try:
             await super().aclose()
         finally:
+            if self._driver is not None and self._driver.is_alive():
+                self._stop.set()
+                self._driver.join(DRIVER_GRACE)  # the answers it holds are written before Ray is left
             self.cluster.stop()
 
     def summary(self) -> str:
