@@ -88,7 +88,7 @@ def block_rows(reps: int):
 
 def agreement_rows(reps: int):
     """Issue 43 part 6: the judge's agreement with the humans, flagged when not distinguishable from chance (Holm
-    with the audit's other findings); 4 criteria, block mode, 3 annotators."""
+    over the criteria, a family apart from the bias findings); 4 criteria, block mode, 3 annotators."""
     from audit_sim import agreement_rates, good_judge, noise_judge
 
     for dialogues, systems in ((10, 3), (60, 5)):  # the examples' size (10 dialogues x 3 systems), and 60

@@ -37,10 +37,11 @@ def family_wise(length: pd.DataFrame, position: pd.DataFrame, self_preference: p
     flag as printed) in place; returns the number of findings tested.
 
     `agreement` (calibration.trust.human_agreement): each criterion's hypothesis "the judge does not agree with the
-    humans" (its one-sided permutation p-value) joins the same Holm step-down; its flag is the other way round:
-    raised unless agreement is shown (its adjusted p < `level`). A judge that does not agree with the humans is then
-    called agreeing in at most `level` of audits; one that does is flagged only for lack of power (its rate is
-    measured in benchmarks/trust_coverage_table.txt); adding the hypothesis never loosens the others' adjustment."""
+    humans" (its one-sided permutation p-value), Holm over the criteria as a second family; its flag is the other
+    way round: raised unless agreement is shown (its adjusted p < `level`). A judge that does not agree with the
+    humans is then called agreeing on some criterion in at most `level` of audits; one that does is flagged only for
+    lack of power (its rate is measured in benchmarks/trust_coverage_table.txt). The two families are apart so that
+    the agreement verdicts never change the bias findings' adjustment, nor the bias findings their power."""
     specs = [(length, "excess_slope", "excess_ci_low", "excess_ci_high", "judge_slope", "judge_slope_ci_low",
               "judge_slope_ci_high"),
              (position, "position_slope", "position_slope_ci_low", "position_slope_ci_high", "first_shown_wins",
@@ -63,15 +64,18 @@ def family_wise(length: pd.DataFrame, position: pd.DataFrame, self_preference: p
             p = _p_from_interval(est, low, high, n)
             if np.isfinite(p):
                 found.append((table, index, p))
-    if agreement is not None:
-        agreement["p_adjusted"] = np.nan
-        agreement["effect"] = pd.Series(True, index=agreement.index, dtype=object)  # not shown: flagged
-        for index, row in agreement.iterrows():
-            found.append((agreement, index, row["p_value"] if np.isfinite(row["p_value"]) else 1.0))
     if found:
         adjusted = holm([p for _, _, p in found])
         for (table, index, _), p in zip(found, adjusted):
             table.at[index, "p_adjusted"] = float(p)
-            shown = bool(p < level)
-            table.at[index, "effect"] = (not shown) if table is agreement else shown
-    return len(found)
+            table.at[index, "effect"] = bool(p < level)
+    if agreement is not None:
+        # A family of its own: Holm over the criteria's "no agreement" hypotheses. Joined with the bias findings, a
+        # good judge of a small audit was flagged for lack of power in 41% of criteria (0.05 / 13 to clear).
+        agreement["p_adjusted"] = np.nan
+        agreement["effect"] = pd.Series(True, index=agreement.index, dtype=object)  # not shown: flagged
+        p_values = [p if np.isfinite(p) else 1.0 for p in agreement["p_value"]]
+        for index, p in zip(agreement.index, holm(p_values)):
+            agreement.at[index, "p_adjusted"] = float(p)
+            agreement.at[index, "effect"] = not bool(p < level)
+    return len(found) + (len(agreement) if agreement is not None else 0)

@@ -8,8 +8,8 @@ The test: one-sided, H0 "within each dialogue the judge's scores are exchangeabl
 (what a judge of noise gives), by permutation within dialogues (the statistic: the covariance of the judge's and
 the human mean's within-dialogue deviations; its p-value (1 + count of permutations at least as large) / (1 + B) is
 exact under H0, whatever the scales and ties). Within dialogues: a judge that only tells easy dialogues from hard
-ones does not rank the summaries of one dialogue. Its p-value joins Holm's step-down over the audit's findings
-(calibration.trust.family)."""
+ones does not rank the summaries of one dialogue. The criteria's p-values are one Holm family, apart from the
+bias findings (calibration.trust.family)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _r_with_interval(boot: Dialogues, index: np.ndarray, x: np.ndarray, y: np.nd
     return (value, *boot.interval(replicates))
 
 
-PERMUTATIONS = 1999  # the smallest p-value is 1 / 2000: below Holm's 0.05 / 13 for an audit of 13 findings
+PERMUTATIONS = 1999  # the smallest p-value is 1 / 2000: below Holm's 0.05 / k for any audit's k criteria
 
 
 def permutation_p(index: np.ndarray, x: np.ndarray, y: np.ndarray, seed: int, permutations: int = PERMUTATIONS
