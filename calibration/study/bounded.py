@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .ppi import MIN_LABELLED, PPIResult, t_quantile
+from .ppi_result import MIN_LABELLED, PPIResult, t_quantile
 
 
 def unseen_pull(human, judge, bounds, confidence: float = 0.95) -> np.ndarray:

@@ -82,42 +82,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
-from scipy import stats as scipy_stats
 from scipy.integrate import quad
 
-
-@dataclass
-class PPIResult:
-    """Arrays over the leading axes of the input (one value per system, pair, repetition...)."""
-
-    estimate: np.ndarray
-    se: np.ndarray
-    ci_low: np.ndarray
-    ci_high: np.ndarray
-    human_only: np.ndarray
-    human_only_se: np.ndarray
-    human_only_ci_low: np.ndarray
-    human_only_ci_high: np.ndarray
-    lam: np.ndarray
-    n_labelled: np.ndarray
-    n_unlabelled: np.ndarray
-    # The two variance terms (judged-only part, residual part), for checks against other implementations.
-    var_unlabelled: np.ndarray | None = None
-    var_residual: np.ndarray | None = None
-    # Why no interval is given ("few": under MIN_LABELLED labels; "flat": the labels do not vary), or why it is the
-    # bounded-scale one ("bounded": bounded_scale), "" otherwise.
-    no_interval: np.ndarray | None = None
-    # How far n / width_ratio^2 overstates on average (_jensen; for the weighted estimator also the Hajek interval's
-    # design effect), which effective_labels divides out; None: not corrected.
-    jensen: np.ndarray | None = None
-
-    @property
-    def width_ratio(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.se / self.human_only_se
+from .bounded import bounded_scale
+from .ppi_result import MIN_LABELLED, PPIResult, t_quantile  # noqa: F401  (re-exported: the estimators' names)
 
 
 def _centred(y, f):
@@ -216,8 +187,6 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitt
     `shared`: with `lam` None, the rows of axis -2 (a criterion's systems, or its pairs) share one cross-fitted
     lambda below MIN_CROSS_FITTED labels (shared_cross_fitted_lambdas) instead of each fitting its own on its labels.
     """
-    from .bounded import bounded_scale  # bounded.py builds on this module's PPIResult
-
     result = _ppi_mean(human, judge, confidence, lam, fitted_judge, shared, fit_leverage)
     return result if bounds is None else bounded_scale(result, human, judge, bounds, confidence)
 
@@ -354,19 +323,6 @@ def _mean_inverse(c: float, df: float) -> float:
         return math.exp((k - 1.0) * math.log(x) - x - log_norm) * k / (c * k + x)
     return sum(quad(density, low, high, epsabs=0.0, epsrel=1e-10, limit=200)[0]
                for low, high in ((0.0, k), (k, math.inf)))
-
-
-def t_quantile(confidence: float, df) -> np.ndarray:
-    """Two-sided t quantile per cell (NaN below 1 degree of freedom); computed once per distinct df (few)."""
-    df = np.asarray(df, dtype=float)
-    values, inverse = np.unique(df, return_inverse=True)
-    quantiles = scipy_stats.t.ppf(0.5 + confidence / 2.0, np.where(values >= 1, values, np.nan))
-    return quantiles[inverse].reshape(df.shape)
-
-
-# An interval needs this many labelled dialogues: below, the t interval with n - 1 = 1 degree of freedom still
-# undercovers on discrete labels (0.90 at n = 2 in the Likert simulations of tests/coverage_sim.py).
-MIN_LABELLED = 3
 
 
 # lambda is tuned on the labels only from this many on (see the module docstring).

@@ -15,46 +15,14 @@ import math
 import random
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from judge.annotation.plan import KEY_FORMAT
+from judge.annotation.plan import KEY_FORMAT, Slot, Task  # noqa: F401  (Slot, Task: the key's tasks, re-exported)
 from judge.errors import InputError
 from judge.items import Item
 from judge.rubric import Criterion, Rubric
 
 LETTERS = string.ascii_uppercase
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One candidate as shown: its letter (or "1"/"2" in a pair), the system behind it, its text."""
-
-    letter: str
-    system: str
-    text: str = ""
-    segments: tuple[str, ...] = ()  # topic segments, when the rubric judges per segment
-    skip: tuple[str, ...] = ()  # criteria that do not apply to this candidate (only_when)
-    context: tuple[tuple[str, str], ...] = ()  # its own reference or summary type, when candidates differ
-    position: int = 0  # where the candidate was in the input: the key lists candidates unshuffled
-
-
-@dataclass
-class Task:
-    task_id: str
-    kind: str  # "qualification" | "item" | "check" (a repeated identical pair)
-    item_id: str
-    slots: list[Slot]
-    system: str | None = None  # a pair's "system_1|system_2", in the input's order
-    swapped: bool = False  # the pair is shown as (#1 = candidate_2, #2 = candidate_1)
-    must_tie: bool = False  # both sides of the pair are the same text
-    part: str | None = None  # from the plan: random | targeted
-    expected: dict[str, str] | None = None  # qualification answers (a pair's in the input's order)
-    dialogue: str | list = ""
-    context: dict[str, str] = field(default_factory=dict)  # reference and the rubric's context fields
-
-    @property
-    def section(self) -> str:
-        return "qualification" if self.kind == "qualification" else "evaluation"
 
 
 @dataclass

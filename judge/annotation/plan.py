@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,40 @@ from judge.resources import file_sha256
 
 if TYPE_CHECKING:  # pandas is imported when a plan is read, not when the module is
     import pandas as pd
+
+
+# The key's tasks: what `judge export` shows and `judge import` reads back (built by annotation.package).
+@dataclass(frozen=True)
+class Slot:
+    """One candidate as shown: its letter (or "1"/"2" in a pair), the system behind it, its text."""
+
+    letter: str
+    system: str
+    text: str = ""
+    segments: tuple[str, ...] = ()  # topic segments, when the rubric judges per segment
+    skip: tuple[str, ...] = ()  # criteria that do not apply to this candidate (only_when)
+    context: tuple[tuple[str, str], ...] = ()  # its own reference or summary type, when candidates differ
+    position: int = 0  # where the candidate was in the input: the key lists candidates unshuffled
+
+
+@dataclass
+class Task:
+    task_id: str
+    kind: str  # "qualification" | "item" | "check" (a repeated identical pair)
+    item_id: str
+    slots: list[Slot]
+    system: str | None = None  # a pair's "system_1|system_2", in the input's order
+    swapped: bool = False  # the pair is shown as (#1 = candidate_2, #2 = candidate_1)
+    must_tie: bool = False  # both sides of the pair are the same text
+    part: str | None = None  # from the plan: random | targeted
+    expected: dict[str, str] | None = None  # qualification answers (a pair's in the input's order)
+    dialogue: str | list = ""
+    context: dict[str, str] = field(default_factory=dict)  # reference and the rubric's context fields
+
+    @property
+    def section(self) -> str:
+        return "qualification" if self.kind == "qualification" else "evaluation"
+
 
 PLAN_VERSION = 1
 PLAN_PARTS = ("random", "targeted")
@@ -210,10 +245,9 @@ def read_key(path: str | Path, error: type[Exception] = InputError) -> dict:
 
 
 def load_key(path: str | Path):
-    """The key for `judge import`: its rubric, its tasks by id (annotation.package.Task), and the raw dict."""
+    """The key for `judge import`: its rubric, its tasks by id (Task), and the raw dict."""
     from pydantic import ValidationError
 
-    from judge.annotation.package import Slot, Task
     from judge.rubric import Rubric
 
     data = read_key(path)
