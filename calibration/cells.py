@@ -29,9 +29,19 @@ def chosen_criteria(criteria, available, missing: str, **names) -> list[str]:
     return list(criteria)
 
 
-def _where(labels: pd.DataFrame, row, path, default: str = "the human labels") -> str:
-    from .io import label_at
+# The column naming each label's own file when labels come from several (several_label_files; label_at).
+LABELS_FILE = "labels_file"
 
+
+def label_at(labels: pd.DataFrame, row, default: str = "the human labels") -> str:
+    """'FILE:LINE' of one row of `labels` (a Series or an itertuples row), for messages: the row's own file where
+    the labels were read from several (LABELS_FILE), else the frame's."""
+    get = row.get if hasattr(row, "get") else lambda name, fallback=None: getattr(row, name, fallback)
+    source = get(LABELS_FILE) if LABELS_FILE in labels.columns else None
+    return f"{source if isinstance(source, str) else labels.attrs.get('path', default)}:{get('line')}"
+
+
+def _where(labels: pd.DataFrame, row, path, default: str = "the human labels") -> str:
     return f"{path}:{row['line']}" if path else label_at(labels, row, default)
 
 

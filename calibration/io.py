@@ -21,6 +21,7 @@ from judge.annotation import LABEL_COLUMNS
 from judge.errors import JudgeError
 from judge.resources import read_text as read_user_text
 
+from .cells import LABELS_FILE, label_at  # noqa: F401  (label_at: every verb's messages import it from here)
 from .errors import CalibrationError
 
 # The labels CSV `judge import` writes (judge.annotation.LABEL_COLUMNS): its first five columns are required.
@@ -358,10 +359,6 @@ def read_human_labels(human, scales: dict[str, HumanScale] | None = None) -> pd.
     return _checked_labels(frame.reset_index(drop=True), where, scales if scales is not None else {})
 
 
-# The column naming each label's own file when labels come from several (several_label_files; label_at).
-LABELS_FILE = "labels_file"
-
-
 def several_label_files(sources, scales: dict[str, HumanScale] | None = None) -> pd.DataFrame:
     """The labels of several files (or frames) as one frame, each checked as read_human_labels checks one, then
     together: one cell labelled twice by one annotator across the files (the same file given twice, or a dialogue
@@ -387,14 +384,6 @@ def several_label_files(sources, scales: dict[str, HumanScale] | None = None) ->
             "given twice, or a dialogue labelled in two stages?)")
     joined.attrs["path"] = " + ".join(dict.fromkeys(str(f.attrs.get("path")) for f in frames))
     return joined
-
-
-def label_at(labels: pd.DataFrame, row, default: str = "the human labels") -> str:
-    """'FILE:LINE' of one row of `labels` (a Series or an itertuples row), for messages: the row's own file where
-    the labels were read from several (LABELS_FILE), else the frame's."""
-    get = row.get if hasattr(row, "get") else lambda name, fallback=None: getattr(row, name, fallback)
-    source = get(LABELS_FILE) if LABELS_FILE in labels.columns else None
-    return f"{source if isinstance(source, str) else labels.attrs.get('path', default)}:{get('line')}"
 
 
 def read_judge_scores(judgments, score_column: str | None = None, failure_value: float | None = None
