@@ -139,6 +139,11 @@ def for_model(backend: str, model: str | None):
         import tiktoken
     except ImportError:
         return Estimate(f'{model}: no tokenizer here for it (tiktoken is not installed: pip install ".[tokens]")')
+    if os.environ.get("JUDGE_OFFLINE") and "TIKTOKEN_CACHE_DIR" not in os.environ:
+        # tiktoken would fetch its encoding file from the network; offline (the tests, an air-gapped cluster) it
+        # is not even tried.
+        return Estimate(f"{model}: JUDGE_OFFLINE is set, so tiktoken's encoding is not fetched (set "
+                        "TIKTOKEN_CACHE_DIR to a folder holding it)")
     try:
         return OpenAICount(tiktoken.encoding_for_model(model), model)
     except KeyError:

@@ -1,4 +1,5 @@
 # -- the local OpenAI-compatible stub server (tests/stub_server.py) -------------------------------------------
+import os as _os
 import subprocess as _subprocess
 import sys as _sys
 from pathlib import Path as _Path
@@ -6,6 +7,10 @@ from pathlib import Path as _Path
 import pytest
 
 _STUB = _Path(__file__).resolve().parent / "stub_server.py"
+
+# No test reaches past this machine: tokenizers are never fetched (judge/token_count.py), hubs never called.
+_os.environ.setdefault("JUDGE_OFFLINE", "1")
+_os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture
