@@ -40,10 +40,7 @@ MAX_COMPLEXITY = 30
 LONG_MODULES: dict[str, int] = {}
 # Functions over MAX_COMPLEXITY today (radon's cyclomatic complexity, as issue 42 measured them), with it: an entry
 # may not grow, and goes when its function is brought to MAX_COMPLEXITY or below.
-COMPLEX_FUNCTIONS = {
-    "calibration/trust/audit.py:audit": 48,
-    "calibration/trust/select.py:select": 39,
-}
+COMPLEX_FUNCTIONS: dict[str, int] = {}
 _MODULE_PATH = re.compile(r"(calibration|judge)(\.\w+)+")
 
 

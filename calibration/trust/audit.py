@@ -6,7 +6,7 @@ self_preference, family (Holm over an audit's findings).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -145,6 +145,118 @@ def _parse_self(value) -> list[str]:
     return names
 
 
+def _check_threshold(length_threshold) -> None:
+    if not 0.0 <= float(length_threshold) < 1.0:
+        raise CalibrationError("--length-threshold must be a share between 0 and 1, e.g. 0.1")
+
+
+def _read_rerun(rerun, judge: pd.DataFrame, where: str, failure_value, allow_different_judge: bool,
+                warnings: list[str]) -> pd.DataFrame:
+    """The re-run's judgments, refused unless the same judge (or `allow_different_judge`, then warned)."""
+    from ..io import judge_differences
+
+    second = read_judgments(rerun, failure_value=failure_value)
+    common = judge.merge(second, on=["item_id", "system", "criterion"], suffixes=("", "_rerun"))
+    if common.empty:
+        raise CalibrationError(f"--rerun: {second.attrs.get('path', 'rerun')} has no judgment in common with "
+                               f"{where} (same item, system and criterion)")
+    rerun_models = {m for m in second.get("model", pd.Series(dtype=str)).dropna() if m}
+    models = {m for m in judge.get("model", pd.Series(dtype=str)).dropna() if m}
+    differences = judge_differences(common["fingerprint"], common["fingerprint_rerun"])
+    if not differences and models and rerun_models and models != rerun_models:
+        differences = [f"model {', '.join(sorted(models))} -> {', '.join(sorted(rerun_models))}"]
+    if differences and not allow_different_judge:
+        raise CalibrationError(
+            f"--rerun: {second.attrs.get('path', 'rerun')} is not a re-run of the judge of {where}: "
+            f"{'; '.join(differences)}; re-run noise must be the same judge's: re-judge with the same settings, "
+            "or pass --allow-different-judge")
+    if differences:
+        warnings.append("--rerun is another judge, used as the noise floor on purpose "
+                        f"(--allow-different-judge): {'; '.join(differences)}")
+    return second
+
+
+def _read_people(human, judge: pd.DataFrame, judgments, scale, warnings: list[str]) -> pd.DataFrame:
+    """The human means, their labels checked against the judgments' scales (the unchecked ones noted)."""
+    from ..io import judge_scales
+    from ..options import scale_option
+
+    scales, unchecked = judge_scales(judge, scale_option(scale), judgments)
+    warnings += [f"note: {note}" for note in unchecked]
+    return read_human(human, scales, judge)
+
+
+def _check_human_criteria(judge: pd.DataFrame, people: pd.DataFrame, present: list[str], where: str,
+                          warnings: list[str]) -> None:
+    """The criteria judged and labelled: at least one, the others warned of, and each one's two scales compared."""
+    shared = [c for c in present if c in set(people["criterion"])]
+    if not shared:
+        raise CalibrationError(f"--human: no criterion in common with {where} ({', '.join(present)})")
+    if len(shared) < len(present):
+        warnings.append("no human labels for criteria " + ", ".join(c for c in present if c not in shared)
+                        + ": their effects are the judge's alone")
+    for criterion in shared:
+        spread = judge.loc[judge["criterion"] == criterion, "score"].std()
+        human_spread = people.loc[people["criterion"] == criterion, "human"].std()
+        if spread > 0 and human_spread > 0 and not 1 / 3 <= spread / human_spread <= 3:
+            warnings.append(f"{criterion}: the judge's scores (SD {spread:.3g}) and the humans' (SD "
+                            f"{human_spread:.3g}) are on different scales: the excess slope and self-preference "
+                            "subtract points of one from points of the other; map the judge onto the human "
+                            "scale first (judge calibrate --fit-map)")
+
+
+@dataclass
+class _Tables:
+    """The per-criterion findings' rows, as the audit gathers them."""
+
+    length: list = field(default_factory=list)
+    controlled: list = field(default_factory=list)
+    position: list = field(default_factory=list)
+    self_preference: list = field(default_factory=list)
+    agreement: list = field(default_factory=list)
+
+
+def _criterion_findings(tables: _Tables, mode: str, judge: pd.DataFrame, words: pd.DataFrame, labelled,
+                        boot: Dialogues, criterion: str, length_threshold: float, self_list: list[str],
+                        seed: int) -> None:
+    """One criterion's rows of each finding, added to `tables`."""
+    if mode == "pairwise":
+        tables.length.append(pairwise_length(judge, words, labelled, boot, criterion, length_threshold))
+        tables.position += pairwise_position(judge, labelled, boot, criterion)
+        if self_list:
+            tables.self_preference.append(pairwise_self_preference(judge, labelled, boot, criterion, self_list))
+        return
+    tables.length.append({"mode": mode, **length_slopes(judge, words, labelled, boot, criterion)})
+    tables.controlled.append(length_controlled_means(judge, words, labelled, boot, criterion))
+    if mode == "block" and (row := block_position(judge, boot, criterion)):
+        tables.position.append(row)
+    if self_list:
+        tables.self_preference.append(self_preference(judge, labelled, boot, criterion, self_list))
+    if labelled is not None:
+        tables.agreement.append(human_agreement(judge, labelled, boot, criterion, seed))
+
+
+def _findings(mode: str, judge: pd.DataFrame, words: pd.DataFrame, people, boot: Dialogues, present: list[str],
+              length_threshold: float, self_list: list[str], seed: int) -> tuple:
+    """The findings' tables (length, length-controlled, position, self-preference, agreement or None) and the
+    number of findings tested together (their flags set family-wise)."""
+    tables = _Tables()
+    for criterion in present:
+        labelled = people if people is not None and criterion in set(people["criterion"]) else None
+        _criterion_findings(tables, mode, judge, words, labelled, boot, criterion, length_threshold, self_list, seed)
+    length = pd.DataFrame(tables.length).reindex(columns=LENGTH_COLUMNS)
+    controlled_frame = (pd.concat(tables.controlled, ignore_index=True) if tables.controlled
+                        else pd.DataFrame(columns=CONTROLLED_COLUMNS))
+    position = pd.DataFrame(tables.position).reindex(columns=POSITION_COLUMNS)
+    self_frame = pd.DataFrame(tables.self_preference).reindex(columns=SELF_COLUMNS)
+    agreement = agreement_table(tables.agreement) if tables.agreement else None
+    flags = family_wise(length, position, self_frame, len(boot.ids), agreement=agreement)
+    if not controlled_frame.empty:  # "at equal length the ranking changes" only where length is a finding
+        shown = set(length.loc[length["effect"].astype(bool), "criterion"])  # family_wise sets every row's flag
+        controlled_frame["rank_changed"] = controlled_frame["rank_changed"] & controlled_frame["criterion"].isin(shown)
+    return length, controlled_frame, position, self_frame, agreement, flags
+
+
 def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criteria=None, bootstrap: int = 1000,
           seed: int = 0, length_threshold: float = 0.1, score_column: str | None = None,
           probes: dict | None = None, scale=None, allow_different_judge: bool = False,
@@ -167,8 +279,7 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     from ..options import resamples_option, seed_option
 
     bootstrap, seed = resamples_option(bootstrap), seed_option(seed, "--bootstrap-seed")
-    if not 0.0 <= float(length_threshold) < 1.0:
-        raise CalibrationError("--length-threshold must be a share between 0 and 1, e.g. 0.1")
+    _check_threshold(length_threshold)
     from ..options import criteria_option
 
     criteria = criteria_option(criteria)
@@ -182,34 +293,10 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
         warnings.append(f"{words.attrs['empty']} empty candidate(s) in --items: length 0")
     second = None
     if rerun is not None:
-        from ..io import judge_differences
-
-        second = read_judgments(rerun, failure_value=failure_value)
-        common = judge.merge(second, on=["item_id", "system", "criterion"], suffixes=("", "_rerun"))
-        if common.empty:
-            raise CalibrationError(f"--rerun: {second.attrs.get('path', 'rerun')} has no judgment in common with "
-                                   f"{where} (same item, system and criterion)")
-        rerun_models = {m for m in second.get("model", pd.Series(dtype=str)).dropna() if m}
-        models = {m for m in judge.get("model", pd.Series(dtype=str)).dropna() if m}
-        differences = judge_differences(common["fingerprint"], common["fingerprint_rerun"])
-        if not differences and models and rerun_models and models != rerun_models:
-            differences = [f"model {', '.join(sorted(models))} -> {', '.join(sorted(rerun_models))}"]
-        if differences and not allow_different_judge:
-            raise CalibrationError(
-                f"--rerun: {second.attrs.get('path', 'rerun')} is not a re-run of the judge of {where}: "
-                f"{'; '.join(differences)}; re-run noise must be the same judge's: re-judge with the same settings, "
-                "or pass --allow-different-judge")
-        if differences:
-            warnings.append("--rerun is another judge, used as the noise floor on purpose "
-                            f"(--allow-different-judge): {'; '.join(differences)}")
+        second = _read_rerun(rerun, judge, where, failure_value, allow_different_judge, warnings)
     people = None
     if human is not None:
-        from ..io import judge_scales
-        from ..options import scale_option
-
-        scales, unchecked = judge_scales(judge, scale_option(scale), judgments)
-        warnings += [f"note: {note}" for note in unchecked]
-        people = read_human(human, scales, judge)
+        people = _read_people(human, judge, judgments, scale, warnings)
     if people is not None and (judge["criterion"] == "*").any():
         from ..alignment import expand_all_criteria  # one metric column stands for every labelled criterion
 
@@ -219,51 +306,13 @@ def audit(judgments, items, human=None, *, self_systems=None, rerun=None, criter
     present = chosen_criteria(criteria, present, "--criteria: no judgments for criterion {first!r} in {where}",
                               where=where)
     if people is not None:
-        shared = [c for c in present if c in set(people["criterion"])]
-        if not shared:
-            raise CalibrationError(f"--human: no criterion in common with {where} ({', '.join(present)})")
-        if len(shared) < len(present):
-            warnings.append("no human labels for criteria " + ", ".join(c for c in present if c not in shared)
-                            + ": their effects are the judge's alone")
-        for criterion in shared:
-            spread = judge.loc[judge["criterion"] == criterion, "score"].std()
-            human_spread = people.loc[people["criterion"] == criterion, "human"].std()
-            if spread > 0 and human_spread > 0 and not 1 / 3 <= spread / human_spread <= 3:
-                warnings.append(f"{criterion}: the judge's scores (SD {spread:.3g}) and the humans' (SD "
-                                f"{human_spread:.3g}) are on different scales: the excess slope and self-preference "
-                                "subtract points of one from points of the other; map the judge onto the human "
-                                "scale first (judge calibrate --fit-map)")
+        _check_human_criteria(judge, people, present, where, warnings)
     boot = Dialogues(judge["item_id"], bootstrap, seed)
     if len(boot.ids) < 2:
         warnings.append("one dialogue: no interval and no flag (every interval resamples dialogues)")
     noise = noise_floor(judge, second, boot, present)
-    length_rows, controlled, position_rows, self_rows, agreement_rows = [], [], [], [], []
-    for criterion in present:
-        labelled = people if people is not None and criterion in set(people["criterion"]) else None
-        if mode == "pairwise":
-            length_rows.append(pairwise_length(judge, words, labelled, boot, criterion, length_threshold))
-            position_rows += pairwise_position(judge, labelled, boot, criterion)
-            if self_list:
-                self_rows.append(pairwise_self_preference(judge, labelled, boot, criterion, self_list))
-            continue
-        length_rows.append({"mode": mode, **length_slopes(judge, words, labelled, boot, criterion)})
-        controlled.append(length_controlled_means(judge, words, labelled, boot, criterion))
-        if mode == "block" and (row := block_position(judge, boot, criterion)):
-            position_rows.append(row)
-        if self_list:
-            self_rows.append(self_preference(judge, labelled, boot, criterion, self_list))
-        if labelled is not None:
-            agreement_rows.append(human_agreement(judge, labelled, boot, criterion, seed))
-    length = pd.DataFrame(length_rows).reindex(columns=LENGTH_COLUMNS)
-    controlled_frame = (pd.concat(controlled, ignore_index=True) if controlled
-                        else pd.DataFrame(columns=CONTROLLED_COLUMNS))
-    position = pd.DataFrame(position_rows).reindex(columns=POSITION_COLUMNS)
-    self_frame = pd.DataFrame(self_rows).reindex(columns=SELF_COLUMNS)
-    agreement = agreement_table(agreement_rows) if agreement_rows else None
-    flags = family_wise(length, position, self_frame, len(boot.ids), agreement=agreement)
-    if not controlled_frame.empty:  # "at equal length the ranking changes" only where length is a finding
-        shown = set(length.loc[length["effect"].astype(bool), "criterion"])  # family_wise sets every row's flag
-        controlled_frame["rank_changed"] = controlled_frame["rank_changed"] & controlled_frame["criterion"].isin(shown)
+    length, controlled_frame, position, self_frame, agreement, flags = _findings(
+        mode, judge, words, people, boot, present, length_threshold, self_list, seed)
     result = AuditResult(
         mode=mode, criteria=present, noise=noise, length=length, length_controlled=controlled_frame,
         position=position, self_preference=self_frame, sentences=[], warnings=warnings, flags=flags,

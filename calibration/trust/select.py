@@ -27,8 +27,15 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from ..correlation import (LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, few_systems_note,
-                           level_statistic, system_interval)
+from ..correlation import (
+    LEVELS,
+    STATISTIC_NAMES,
+    PairedScores,
+    bootstrap_replicates,
+    few_systems_note,
+    level_statistic,
+    system_interval,
+)
 from ..errors import CalibrationError
 from ..judges import read_judges
 from ..options import criteria_option, judges_option, resamples_option, seed_option
@@ -217,6 +224,113 @@ def _cross_fitted(scores: dict[str, np.ndarray], human: np.ndarray, items, syste
     return out
 
 
+def _matrices(tables: dict, names: list[str], common: list) -> tuple:
+    """The dialogues, systems, the human matrix and each judge's (dialogues x systems) on the common summaries."""
+    index = pd.MultiIndex.from_tuples(common, names=["item_id", "system"])
+    grid = lambda column, table: table[column].reindex(index).unstack("system")  # noqa: E731
+    first = grid("human", tables[names[0]])
+    items, systems = first.index.to_numpy(), first.columns.to_numpy()
+    human_matrix = first.to_numpy(float)
+    scores = {n: grid("judge", t).reindex(index=first.index, columns=first.columns).to_numpy(float)
+              for n, t in tables.items()}
+    return items, systems, human_matrix, scores
+
+
+def _comparison(names: list[str], scores: dict, human_matrix: np.ndarray, items, systems, level: str,
+                statistic: str, weights, estimates: dict, replicates: dict, bootstrap: int,
+                confidence: float) -> tuple:
+    """The best set: on the dialogues where every judge and the humans vary (summary level), one set for all.
+    Returns the dialogues compared, whether enough, whether intervals are shown, the note, each judge's membership,
+    adjusted p-value and estimate on the compared dialogues."""
+    compared = np.ones(len(items), bool)
+    if level == "summary":
+        for matrix in (human_matrix, *scores.values()):
+            compared &= _varying(matrix)
+    n_compared = int(compared.sum())
+    note = ""
+    enough = n_compared >= MIN_DIALOGUES  # every dialogue is compared but at the summary level
+    few_systems = few_systems_note(len(systems), confidence) if level == "system" else ""
+    if not enough or few_systems:
+        note = few_systems if enough else (
+            f"{n_compared} dialogues to compare: no interval, best set "
+            f"or label worth below {MIN_DIALOGUES} (a correlation over 2 dialogues is +-1 whatever the "
+            f"judge); label at least {MIN_DIALOGUES} dialogues")
+        in_set, p_adjusted = {n: True for n in names}, {n: float("nan") for n in names}
+        compared_estimates = {n: float("nan") for n in names}
+    else:
+        if n_compared < len(items):  # the summary level, some dialogues not varying
+            sub = (weights[0][:, compared], None)  # the summary level resamples dialogues only
+            compared_estimates, compared_replicates = _stat_rows(
+                {n: m[compared] for n, m in scores.items()}, human_matrix[compared], items[compared], systems,
+                level, statistic, sub)
+        else:
+            compared_estimates, compared_replicates = estimates, replicates
+        _, p_adjusted, in_set, failed = _best_set(compared_estimates, compared_replicates,
+                                                  n_compared if level == "summary" else None, confidence)
+        if failed:
+            note = (f"{failed} of {bootstrap} resamples left some judge's statistic undefined (too few varying "
+                    "dialogues in them): the best set uses the others")
+    shown = enough and not few_systems
+    return n_compared, enough, shown, note, in_set, p_adjusted, compared_estimates
+
+
+def _criterion_rows(criterion: str, pairs: dict, names: list[str], level: str, statistic: str, seed: int,
+                    bootstrap: int, confidence: float, warnings: list[str]) -> list[dict]:
+    """One criterion's rows of the selection (each judge's, then the cross-fitted ones); why it is left out, or
+    the summaries some judges judged beyond the common ones, added to `warnings`."""
+    tables = {n: p[p["criterion"] == criterion].set_index(["item_id", "system"]) for n, p in pairs.items()}
+    empty = [n for n, t in tables.items() if t.empty]
+    if empty:
+        warnings.append(f"{criterion}: left out: judge {empty[0]} has no score paired with a human label")
+        return []
+    common = sorted(set.intersection(*(set(t.index) for t in tables.values())))
+    if not common:
+        warnings.append(f"{criterion}: left out: no summary is judged by every judge")
+        return []
+    items, systems, human_matrix, scores = _matrices(tables, names, common)
+    rng = np.random.default_rng(seed)
+    weights = (resample_counts(rng, len(items), bootstrap), resample_counts(rng, len(systems), bootstrap))
+    estimates, replicates = _stat_rows(scores, human_matrix, items, systems, level, statistic, weights)
+    units = len(items) if level == "summary" else None  # a mean over dialogues: the expanded interval
+    n_compared, enough, shown, note, in_set, p_adjusted, compared_estimates = _comparison(
+        names, scores, human_matrix, items, systems, level, statistic, weights, estimates, replicates, bootstrap,
+        confidence)
+
+    def interval(matrix, replicates_of_judge):
+        if level == "system":
+            return system_interval(PairedScores("", items, systems, matrix, human_matrix), statistic,
+                                   weights[0], replicates_of_judge, confidence)
+        return percentile_interval(replicates_of_judge, confidence, units)
+
+    rows = []
+    for name in names:
+        low, high = interval(scores[name], replicates[name]) if shown else (np.nan, np.nan)
+        rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
+                     "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]),
+                     "p_adjusted": p_adjusted[name], "p_holm": p_adjusted[name],
+                     "compared_estimate": compared_estimates[name], "n_compared": n_compared,
+                     "label_worth": _worth(scores[name], human_matrix) if enough else np.nan,
+                     "n_common": len(common), "n_judged": len(tables[name]), "n_dialogues": len(items),
+                     "failed_resamples": int(np.isnan(replicates[name]).sum()), "note": note})
+    if not shown:
+        return rows
+    juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap, confidence)
+    jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
+    for name in juries:
+        low, high = interval(juries[name], jury_replicates[name])
+        rows.append({"criterion": criterion, "judge": name, "kind": "cross-fitted",
+                     "estimate": jury_estimates[name], "ci_low": low, "ci_high": high, "in_best_set": False,
+                     "p_adjusted": float("nan"), "p_holm": float("nan"), "compared_estimate": float("nan"),
+                     "n_compared": n_compared, "label_worth": _worth(juries[name], human_matrix),
+                     "n_common": len(common), "n_judged": len(common), "n_dialogues": len(items),
+                     "failed_resamples": int(np.isnan(jury_replicates[name]).sum()), "note": note})
+    gaps = {n: len(t) - len(common) for n, t in tables.items() if len(t) > len(common)}
+    if gaps:
+        warnings.append(f"{criterion}: judges compared on the {len(common)} summaries all of them judged; left out "
+                        + ", ".join(f"{n} {g}" for n, g in gaps.items()))
+    return rows
+
+
 def select(human, judges, *, level: str = "summary", statistic: str = "pearson", criteria=None, clean: bool = False,
            bootstrap: int = 1000, seed: int = 0, confidence: float = 0.95, scale=None,
            failure_value: float | None = None) -> SelectResult:
@@ -241,88 +355,7 @@ def select(human, judges, *, level: str = "summary", statistic: str = "pearson",
     wanted = sorted(means["criterion"].unique()) if criteria is None else list(criteria)
     warnings, rows = [f"note: {note}" for note in unchecked], []
     for criterion in wanted:
-        tables = {n: p[p["criterion"] == criterion].set_index(["item_id", "system"]) for n, p in pairs.items()}
-        empty = [n for n, t in tables.items() if t.empty]
-        if empty:
-            warnings.append(f"{criterion}: left out: judge {empty[0]} has no score paired with a human label")
-            continue
-        common = sorted(set.intersection(*(set(t.index) for t in tables.values())))
-        if not common:
-            warnings.append(f"{criterion}: left out: no summary is judged by every judge")
-            continue
-        index = pd.MultiIndex.from_tuples(common, names=["item_id", "system"])
-        grid = lambda column, table: table[column].reindex(index).unstack("system")  # noqa: E731
-        first = grid("human", tables[names[0]])
-        items, systems = first.index.to_numpy(), first.columns.to_numpy()
-        human_matrix = first.to_numpy(float)
-        scores = {n: grid("judge", t).reindex(index=first.index, columns=first.columns).to_numpy(float)
-                  for n, t in tables.items()}
-        rng = np.random.default_rng(seed)
-        weights = (resample_counts(rng, len(items), bootstrap), resample_counts(rng, len(systems), bootstrap))
-        estimates, replicates = _stat_rows(scores, human_matrix, items, systems, level, statistic, weights)
-        units = len(items) if level == "summary" else None  # a mean over dialogues: the expanded interval
-        # The comparison: on the dialogues where every judge and the humans vary (summary level), one set for all.
-        compared = np.ones(len(items), bool)
-        if level == "summary":
-            for matrix in (human_matrix, *scores.values()):
-                compared &= _varying(matrix)
-        n_compared = int(compared.sum())
-        note = ""
-        enough = n_compared >= MIN_DIALOGUES  # every dialogue is compared but at the summary level
-        few_systems = few_systems_note(len(systems), confidence) if level == "system" else ""
-        if not enough or few_systems:
-            note = few_systems if enough else (
-                f"{n_compared} dialogues to compare: no interval, best set "
-                f"or label worth below {MIN_DIALOGUES} (a correlation over 2 dialogues is +-1 whatever the "
-                f"judge); label at least {MIN_DIALOGUES} dialogues")
-            in_set, p_adjusted = {n: True for n in names}, {n: float("nan") for n in names}
-            compared_estimates = {n: float("nan") for n in names}
-        else:
-            if n_compared < len(items):  # the summary level, some dialogues not varying
-                sub = (weights[0][:, compared], None)  # the summary level resamples dialogues only
-                compared_estimates, compared_replicates = _stat_rows(
-                    {n: m[compared] for n, m in scores.items()}, human_matrix[compared], items[compared], systems,
-                    level, statistic, sub)
-            else:
-                compared_estimates, compared_replicates = estimates, replicates
-            _, p_adjusted, in_set, failed = _best_set(compared_estimates, compared_replicates,
-                                                      n_compared if level == "summary" else None, confidence)
-            if failed:
-                note = (f"{failed} of {bootstrap} resamples left some judge's statistic undefined (too few varying "
-                        "dialogues in them): the best set uses the others")
-        shown = enough and not few_systems
-
-        def interval(matrix, replicates_of_judge):
-            if level == "system":
-                return system_interval(PairedScores("", items, systems, matrix, human_matrix), statistic,
-                                       weights[0], replicates_of_judge, confidence)
-            return percentile_interval(replicates_of_judge, confidence, units)
-
-        for name in names:
-            low, high = interval(scores[name], replicates[name]) if shown else (np.nan, np.nan)
-            rows.append({"criterion": criterion, "judge": name, "kind": "judge", "estimate": estimates[name],
-                         "ci_low": low, "ci_high": high, "in_best_set": bool(in_set[name]),
-                         "p_adjusted": p_adjusted[name], "p_holm": p_adjusted[name],
-                         "compared_estimate": compared_estimates[name], "n_compared": n_compared,
-                         "label_worth": _worth(scores[name], human_matrix) if enough else np.nan,
-                         "n_common": len(common), "n_judged": len(tables[name]), "n_dialogues": len(items),
-                         "failed_resamples": int(np.isnan(replicates[name]).sum()), "note": note})
-        if not shown:
-            continue
-        juries = _cross_fitted(scores, human_matrix, items, systems, level, statistic, seed, bootstrap, confidence)
-        jury_estimates, jury_replicates = _stat_rows(juries, human_matrix, items, systems, level, statistic, weights)
-        for name in juries:
-            low, high = interval(juries[name], jury_replicates[name])
-            rows.append({"criterion": criterion, "judge": name, "kind": "cross-fitted",
-                         "estimate": jury_estimates[name], "ci_low": low, "ci_high": high, "in_best_set": False,
-                         "p_adjusted": float("nan"), "p_holm": float("nan"), "compared_estimate": float("nan"),
-                         "n_compared": n_compared, "label_worth": _worth(juries[name], human_matrix),
-                         "n_common": len(common), "n_judged": len(common), "n_dialogues": len(items),
-                         "failed_resamples": int(np.isnan(jury_replicates[name]).sum()), "note": note})
-        gaps = {n: len(t) - len(common) for n, t in tables.items() if len(t) > len(common)}
-        if gaps:
-            warnings.append(f"{criterion}: judges compared on the {len(common)} summaries all of them judged; left out "
-                            + ", ".join(f"{n} {g}" for n, g in gaps.items()))
+        rows += _criterion_rows(criterion, pairs, names, level, statistic, seed, bootstrap, confidence, warnings)
     if not rows:
         raise CalibrationError("no criterion has summaries judged by every judge and labelled by humans: "
                                + (warnings[0] if warnings else "check the item ids and systems of the files"))
@@ -334,7 +367,8 @@ def select_section(result: SelectResult) -> str:
     """The HTML section: every judge (and the cross-fitted rows) with its CI per criterion, then the table."""
     import html
 
-    from ..html_kit import intervals_figure, table as _table
+    from ..html_kit import intervals_figure
+    from ..html_kit import table as _table
 
     table = result.selection.assign(judge=[f"{j}{' *' if b else ''}" for j, b in
                                            zip(result.selection["judge"], result.selection["in_best_set"])])
