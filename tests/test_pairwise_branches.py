@@ -160,7 +160,7 @@ def test_a_win_rate_with_no_interval_is_never_called_non_inferior(labelled):
     assert (wins["noninferior"] == "no").all()
     printed = io.StringIO()
     print_pairwise(result, printed)
-    out = printed.getvalue()
+    out = " ".join(printed.getvalue().split())  # the printed lines fold at 120 columns
     assert "NOT shown non-inferior" in out and "non-inferior: every system" not in out
     assert all(f"{system} (" in out.split("NOT shown non-inferior")[1] for system in wins["system"])
     assert f"{len(wins)} of {len(wins)} system-criterion rows are not shown non-inferior" in summary_markdown(result)
