@@ -9,12 +9,14 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import re
 import resource
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +58,28 @@ def cli(*argv: str, limit_bytes: int | None = None, **kwargs) -> subprocess.Pope
                             stderr=subprocess.PIPE, text=True, preexec_fn=limited if limit_bytes else None, **kwargs)
 
 
+def finished(proc: subprocess.Popen, timeout: float = 120) -> tuple[str, int]:
+    """The child's stderr once it has ended, and its own peak memory in kB. os.wait4 reads that child's usage;
+    RUSAGE_CHILDREN would give the largest of every child this test session has had."""
+    err: list[str] = []
+    readers = [threading.Thread(target=proc.stdout.read),  # drained, so a full pipe never blocks the child
+               threading.Thread(target=lambda: err.append(proc.stderr.read()))]
+    for reader in readers:
+        reader.start()
+    killer = threading.Timer(timeout, proc.kill)  # a hung run fails the test instead of hanging it
+    killer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        killer.cancel()
+    for reader in readers:
+        reader.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stdout.close()
+    proc.stderr.close()
+    return err[0], usage.ru_maxrss
+
+
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
@@ -77,8 +101,7 @@ def test_a_full_disk_ends_the_run_at_once_keeping_whole_lines_in_bounded_memory(
             stub_server.base_url, *SDK]
     started = time.monotonic()
     proc = cli(*argv, limit_bytes=6000)  # room for a few judgments of about 800 bytes
-    _, err = proc.communicate(timeout=120)
-    used = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # kB, the largest child so far
+    err, used = finished(proc)
     assert proc.returncode == 2, err
     written = lines(out)
     assert re.fullmatch(rf"judge score: error: {re.escape(str(out))}: cannot be written \(File too large\); the "

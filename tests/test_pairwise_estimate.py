@@ -716,7 +716,8 @@ LABEL_BAD = [
     ("unjudged", ":5: pair 'alpha|omega' of dialogue"),
     ("item", ":5: item 'd999' is not in the judgments"),
     ("disconnected", "gamma, omega never meet(s) the baseline 'base'"),
-    ("criterion", ":5: criterion 'Quality' matches no pairwise criterion of the judgments; they have quality"),
+    ("criterion", ":5: criterion 'Quality' differs only by case from the judged criterion 'quality': names must "
+                  "match exactly; spell them alike in the labels and the judgments"),
 ]
 
 
