@@ -56,11 +56,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from calibration.study.bounded import unseen_pull  # noqa: E402
+from calibration.study.designs import (  # noqa: E402
+    ACTIVE_FLOOR,
+    PILOT_CHECK,
+    SIGNAL_LEVEL,
+    inclusion_probabilities,
+    signal_test,
+    systematic_sample,
+    uncertainty_weights,
+)
 from calibration.study.ppi import MIN_CROSS_FITTED, MIN_LABELLED, MIN_TUNED, effective_labels, ppi_mean  # noqa: E402
 from calibration.study.ppi_weighted import ppi_mean_weighted, two_stage_inclusion  # noqa: E402
-from calibration.study.bounded import unseen_pull  # noqa: E402
-from calibration.study.designs import (ACTIVE_FLOOR, PILOT_CHECK, SIGNAL_LEVEL, inclusion_probabilities, signal_test,  # noqa: E402
-    systematic_sample, uncertainty_weights)
 
 
 def population(rng, reps, size, kind, hard, systems=1):
@@ -650,8 +657,9 @@ def decompose(reps: int, best_lambda: float = 0.88) -> None:
     """Where the informative signal's gap to the ceiling goes: the saving as measured, with a normal quantile in
     place of the t (the weighted estimator's Satterthwaite df), with lambda fixed at the design's best (about 0.88
     for this population, from the closed form), and both. Patches calibration.study.ppi_weighted for the run only."""
-    import calibration.study.ppi_weighted as estimate_module
     from scipy import stats
+
+    import calibration.study.ppi_weighted as estimate_module
 
     saved_quantile, saved_lambdas = estimate_module.t_quantile, estimate_module.weighted_cross_fitted_lambdas
     normal = lambda confidence, df: np.full(np.shape(df), stats.norm.ppf(0.5 + confidence / 2))  # noqa: E731

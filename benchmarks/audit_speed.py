@@ -78,8 +78,8 @@ def select_matrices(labels: Path, judges: dict[str, Path]) -> list:
 
 def select_core(prepared: list, level: str, statistic: str, resamples: int) -> None:
     """select's statistics from ready matrices: shared resample counts, every judge's replicates, Holm's best set."""
-    from calibration.trust.select import _holm_best, _stat_rows
     from calibration.stats import resample_counts
+    from calibration.trust.select import _holm_best, _stat_rows
 
     for items, systems, human, matrices in prepared:
         rng = np.random.default_rng(0)

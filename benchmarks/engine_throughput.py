@@ -47,12 +47,12 @@ from judge.answers import AnswerFormat  # noqa: E402
 from judge.backends.openai_compat import HTTPClient, SDKClient  # noqa: E402
 from judge.cache import AnswerCache, request_key  # noqa: E402
 from judge.engine import Engine  # noqa: E402
-from judge.judgment import Judgment  # noqa: E402
-from judge.results import ResultsFile  # noqa: E402
-from judge.settings import Settings  # noqa: E402
 from judge.items import load_items  # noqa: E402
+from judge.judgment import Judgment  # noqa: E402
 from judge.prompting import criterion_messages  # noqa: E402
+from judge.results import ResultsFile  # noqa: E402
 from judge.rubric import load_rubric  # noqa: E402
+from judge.settings import Settings  # noqa: E402
 
 RUBRIC = "dialsummeval"  # 4 criteria, no gate: one request per judgment
 MODEL = "stub"

@@ -25,9 +25,9 @@ SETTINGS = [(80, 0.5, 40), (400, 0.1, 100), (400, 0.1, 300), (1000, 0.05, 200)]
 
 def one(folder: Path, url: str, dialogues: int, labelled: float, path_cells: int) -> dict:
     import pandas as pd
+    from cascade_sim import judged_cells, strong_options, write_study
 
     import calibration
-    from cascade_sim import judged_cells, strong_options, write_study
     from judge.options import RunOptions
     from judge.run import run
 

@@ -29,13 +29,13 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from calibration.study.estimate_tables import pair_indices  # noqa: E402
-from calibration.study.ppi import ppi_mean  # noqa: E402
-from calibration.study.matrices import study_matrices  # noqa: E402
 from calibration.humans import aggregate_humans  # noqa: E402
 from calibration.io import load_human_labels, load_judge_scores  # noqa: E402
-from calibration.study.systems import score_table, systems_table, weighted_means  # noqa: E402
 from calibration.stats import resample_counts  # noqa: E402
+from calibration.study.estimate_tables import pair_indices  # noqa: E402
+from calibration.study.matrices import study_matrices  # noqa: E402
+from calibration.study.ppi import ppi_mean  # noqa: E402
+from calibration.study.systems import score_table, systems_table, weighted_means  # noqa: E402
 from judge.cli import main  # noqa: E402
 
 SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))

@@ -145,8 +145,9 @@ def real(reps: int, seed: int, sizes=(10, 15, 20)) -> None:
     n dialogues redrawn at random, truth = the mean over the 100; per system, coverage and width over its oracle
     sqrt(1 - r^2 (1 - n/N)) (r: QuestEval's correlation with the humans over the 100), before (each system's lambda
     on its own labels) and after (shared), and the shared lambda forced at 20 labels (`forced`)."""
-    import calibration.study.ppi as estimate
     from labels_coverage import dialsummeval
+
+    import calibration.study.ppi as estimate
 
     criteria, systems, human, metrics, names = dialsummeval()
     f_all = metrics[..., names.index("questeval")]

@@ -67,7 +67,7 @@ class IsotonicCalibrationMap:
                 "n_samples": self.n_samples_, **self.get_params()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "IsotonicCalibrationMap":
+    def from_dict(cls, data: dict) -> IsotonicCalibrationMap:
         mapping = cls(data.get("increasing", True), data.get("y_min"), data.get("y_max"))
         mapping.X_thresholds_ = np.asarray(data["X_thresholds"], dtype=float)
         mapping.y_thresholds_ = np.asarray(data["y_thresholds"], dtype=float)
@@ -78,7 +78,7 @@ class IsotonicCalibrationMap:
         save_maps({"*": self}, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "IsotonicCalibrationMap":
+    def load(cls, path: str | Path) -> IsotonicCalibrationMap:
         maps = load_maps(path)
         if len(maps) != 1:
             raise CalibrationError(f"{path}: holds maps for {len(maps)} criteria; use load_maps()")

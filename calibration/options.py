@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 POSITIVE = "a positive whole number"
 WHOLE = "a whole number"

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import html
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 
 class Result:

@@ -39,7 +39,7 @@ class AnswerFormat:
     explanations: tuple[str, ...] = ()
 
     @classmethod
-    def for_criterion(cls, criterion: Criterion) -> "AnswerFormat":
+    def for_criterion(cls, criterion: Criterion) -> AnswerFormat:
         scale = criterion.scale
         explanations = (*criterion.explanations, "other") if criterion.explanations else ()
         if scale.type == "likert":
@@ -47,7 +47,7 @@ class AnswerFormat:
         return cls("label", tuple(scale.values), explanations)
 
     @classmethod
-    def gate(cls) -> "AnswerFormat":
+    def gate(cls) -> AnswerFormat:
         return cls("answer", ("yes", "no"))
 
     @property

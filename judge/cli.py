@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-
 import json
 import os
 import sys
 import textwrap
 
 from judge.errors import EXIT_FAILED, JudgeError, Stopped, exit_with
+
 # Verbs defined in other modules, each with `register(subparsers)`. They must not import heavy libraries (pandas,
 # scipy, matplotlib) at module level: every `judge` command builds the whole parser.
 # calibration/ is reached only through its command hub, which registers every statistics verb.

@@ -28,7 +28,6 @@ from judge.rubric import Criterion, Rubric
 from judge.secrets import Redactor
 from judge.settings import Settings
 
-
 UNCOUNTED = -1  # `todo` of a run whose caller did not count its work (a new results file, batched): a full window
 
 
@@ -126,7 +125,7 @@ class Tally:
         if j.usage.cached_tokens is not None:
             self.cached_tokens = (self.cached_tokens or 0) + j.usage.cached_tokens
 
-    def absorb(self, earlier: "Tally") -> None:
+    def absorb(self, earlier: Tally) -> None:
         """Add what an earlier stage of the same run recorded (--batch-dir's key file), which this tally found done."""
         self.already_done -= earlier.judged + earlier.na + earlier.failed
         for name in ("judged", "from_cache", "na", "failed", "requests", "retries", "prompt_tokens",

@@ -65,7 +65,7 @@ class Item(BaseModel):
         return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
     @model_validator(mode="after")
-    def _one_or_two_candidates(self) -> "Item":
+    def _one_or_two_candidates(self) -> Item:
         pair = (self.candidate_1, self.candidate_2)
         if self.candidate is None and None in pair:
             raise ValueError("needs 'candidate' (or 'candidate_1' and 'candidate_2' for pairwise rubrics)")

@@ -7,11 +7,10 @@ and the field, so that a guideline author can fix a rubric without reading Pytho
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from judge.errors import RubricError
 from judge.resources import bundled_dir, read_text
@@ -59,7 +58,7 @@ class Category(_Strict):
     abstain: bool = False
 
     @model_validator(mode="after")
-    def _abstention_has_no_score(self) -> "Category":
+    def _abstention_has_no_score(self) -> Category:
         if self.abstain and self.score is not None:
             raise ValueError(f"abstaining label {self.value!r} must not carry a score")
         return self
@@ -108,7 +107,7 @@ class PreferenceScale(_Strict):
         return None
 
 
-Scale = Annotated[Union[LikertScale, CategoricalScale, PreferenceScale], Field(discriminator="type")]
+Scale = Annotated[LikertScale | CategoricalScale | PreferenceScale, Field(discriminator="type")]
 
 
 class Example(_Strict):
@@ -161,7 +160,7 @@ class Criterion(_Strict):
         return all(str(fields.get(name)) in allowed for name, allowed in self.only_when.items())
 
     @model_validator(mode="after")
-    def _examples_use_the_scale(self) -> "Criterion":
+    def _examples_use_the_scale(self) -> Criterion:
         allowed = {str(v) for v in self.scale.values}
         for i, example in enumerate(self.examples):
             if str(example.answer) not in allowed:
@@ -217,7 +216,7 @@ class Rubric(_Strict):
         return criteria
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Rubric":
+    def _consistent(self) -> Rubric:
         for c in self.criteria:
             if (c.scale.type == "preference") != (self.task == "pairwise"):
                 raise ValueError(f"criterion {c.id!r}: pairwise rubrics use preference scales, and only they do")

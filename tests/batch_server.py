@@ -33,7 +33,6 @@ import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
-
 from stub_server import StubServer, _answer_from_prompt, _answer_from_schema, _completion, changed_question, request_id
 
 ENDPOINT = "/v1/chat/completions"

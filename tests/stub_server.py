@@ -81,7 +81,7 @@ class StubConfig:
     served_model: str | None = None
 
     @classmethod
-    def from_dict(cls, data: dict) -> "StubConfig":
+    def from_dict(cls, data: dict) -> StubConfig:
         data = dict(data)
         data["faults"] = [tuple(f) for f in data.get("faults", [])]
         for kind, _ in data["faults"]:
@@ -362,7 +362,7 @@ class StubServer:
             await self._runner.cleanup()
 
     # -- in a thread
-    def start(self) -> "StubServer":
+    def start(self) -> StubServer:
         ready = threading.Event()
         failure: list[BaseException] = []
 

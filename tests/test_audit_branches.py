@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from test_audit import simulate
+from test_trust_mutants import _pairwise_study
 
 from calibration.trust.audit import audit, sentences
 from calibration.trust.dialogues import Dialogues
@@ -22,9 +24,6 @@ from calibration.trust.family import _p_from_interval
 from calibration.trust.length import CONTROLLED_COLUMNS, length_controlled_means, length_slopes, pairwise_length
 from calibration.trust.position import block_position, pairwise_position
 from calibration.trust.self_preference import NO_LABELS_NOTE, pairwise_self_preference, self_preference
-from test_audit import simulate
-from test_trust_mutants import _pairwise_study
-
 
 # -- the p-value read back from a printed interval -------------------------------------------------------------------
 
@@ -411,8 +410,9 @@ def test_a_rerun_of_pairwise_verdicts_is_the_noise_floor(tmp_path):
     """Pairwise judgments (verdicts, no score: status 'label') re-run with every third verdict changed: the noise
     floor is the share of changed verdicts, counted by pandas, from the re-run, over all 12 pairs. Written after
     the seed-302 draw let the judgments' own status be replaced by one read from the (empty) score."""
-    from calibration.io import load_judge_scores
     from test_audit_cli import write_pairs
+
+    from calibration.io import load_judge_scores
 
     items, judgments = write_pairs(tmp_path, dialogues=12)
     frame = load_judge_scores(judgments)
@@ -481,8 +481,9 @@ def test_a_pairwise_position_p_value_tests_the_first_shown_share_against_one_hal
     """family_wise reads a pairwise position row's p-value from its first-shown share and interval, less 1/2 (the
     share with no position effect): the t test (scipy) whose interval it is, on the dialogues' degrees of freedom;
     alone in its family, Holm leaves it as it is."""
-    from calibration.trust.family import family_wise
     from test_audit import simulate_pairs
+
+    from calibration.trust.family import family_wise
 
     pairs, _, _ = simulate_pairs(np.random.default_rng(seed), bias, dialogues=30)
     position = pd.DataFrame(pairwise_position(pairs, None, Dialogues(pairs["item_id"], 200, 0), "c"))
@@ -529,8 +530,9 @@ def test_the_audit_result_says_whether_it_had_human_labels(tmp_path):
 def test_one_decided_pair_of_different_lengths_is_reported_not_called_none(tmp_path):
     """Pairwise judgments where every pair but one is a tie: the length preference rests on that one decided pair,
     and the sentence reports it (100% of 1 decided pairs), never 'no decided pair'."""
-    from calibration.io import load_judge_scores
     from test_audit_cli import write_pairs
+
+    from calibration.io import load_judge_scores
 
     items, judgments = write_pairs(tmp_path, dialogues=10)
     frame = load_judge_scores(judgments)

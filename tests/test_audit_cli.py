@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import browser_dom, needs_chromium
 
+from calibration.errors import CalibrationError
 from calibration.trust.audit import audit
 from calibration.trust.probes import FILLER
-from calibration.errors import CalibrationError
-from conftest import browser_dom, needs_chromium
 from judge.cli import main
 from judge.judgment import Judgment
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_audit_cli import _audit_probes, _judge, write_items, write_judgments, write_labels
 
 import judge.cli
 import judge.engine
@@ -26,7 +27,6 @@ from calibration.items import read_items
 from calibration.trust.audit import audit
 from judge.cli import main
 from judge.judgment import Judgment
-from test_audit_cli import _audit_probes, _judge, write_items, write_judgments, write_labels
 
 FILLER_TEXT = "I hope this summary is helpful."
 

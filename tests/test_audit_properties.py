@@ -17,7 +17,9 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from resampling import expanded as expanded_interval
 from scipy import stats
+from test_audit import simulate, simulate_own_pairs
 
 from calibration.trust.dialogues import Dialogues
 from calibration.trust.family import family_wise
@@ -25,8 +27,6 @@ from calibration.trust.length import length_controlled_means, length_slopes, pai
 from calibration.trust.noise import noise_floor
 from calibration.trust.position import block_position, pairwise_position
 from calibration.trust.self_preference import pairwise_self_preference, self_preference
-from resampling import expanded as expanded_interval
-from test_audit import simulate, simulate_own_pairs
 
 RESAMPLES = 40
 

@@ -5,7 +5,6 @@ audits), intervals cover at 20 dialogues, the family of flags stays under 10%, a
 from __future__ import annotations
 
 import pytest
-
 from audit_sim import rates
 
 REPETITIONS = 300  # a 5% rate has a Monte-Carlo SD of 1.3%; coverage 0.95 has 1.3%
@@ -32,10 +31,10 @@ def test_the_excess_interval_is_the_dialogue_jackknife_of_an_independent_2sls():
     """The own-system excess's interval: b +- sqrt(n / (n - 1)) t_{n-1} se, se the delete-one-dialogue jackknife's,
     each b refitted by statsmodels' IV2SLS on the dialogue-demeaned data without that dialogue."""
     import numpy as np
+    from audit_sim import study
     from scipy import stats
     from statsmodels.sandbox.regression.gmm import IV2SLS
 
-    from audit_sim import study
     from calibration.trust.dialogues import Dialogues
     from calibration.trust.self_preference import self_preference
 
@@ -75,8 +74,8 @@ def test_a_judge_of_pure_noise_is_flagged_and_a_good_one_is_not():
 def test_the_agreement_finding_is_counted_in_the_audits_flags(tmp_path):
     """A noise judge audited with labels: its sentence says FLAGGED and the count of findings flagged includes it."""
     import numpy as np
-
     from audit_sim import block_study, noise_judge
+
     from calibration.trust.audit import audit
 
     judged, words, labels = block_study(np.random.default_rng(5), 30, judge=noise_judge)

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
+from batch_server import BatchServer
 from pydantic import TypeAdapter
 
-from batch_server import BatchServer
 from judge.backends import batch as batching
 from judge.backends import batch_api, batch_dir
 from judge.cache import request_key

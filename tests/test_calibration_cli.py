@@ -2,19 +2,19 @@
 
 import json
 import re
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import browser_dom, needs_chromium
 
 from calibration.agreement import label_agreement, pairwise_agreement
 from calibration.errors import CalibrationError
 from calibration.io import load_human_labels, load_judge_scores
 from calibration.maps import IsotonicCalibrationMap, load_maps
-from conftest import browser_dom, needs_chromium
 from judge.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "calibration"

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-
-from judge.cli import main
-from calibration.study.bounded import betting_interval  # tested against the formulas in test_estimate_bounded
 from test_estimate import reference_ppi  # PPI++ written out from the formulas, one place
+
+from calibration.study.bounded import betting_interval  # tested against the formulas in test_estimate_bounded
+from judge.cli import main
 
 STUDY = Path(__file__).resolve().parents[1] / "examples" / "study"
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.trust.drift import drift
 from calibration.errors import CalibrationError
+from calibration.trust.drift import drift
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

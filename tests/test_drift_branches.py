@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.metrics import cohen_kappa_score
+from test_drift import simulated_runs
 
 from calibration.errors import CalibrationError
 from calibration.trust.drift import _kappa, drift
-from test_drift import simulated_runs
 
 
 @pytest.mark.parametrize("reference, new", [

@@ -14,11 +14,11 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
+from resampling import counts_from_seed, expanded
 from scipy import stats
+from test_drift import simulated_runs
 
 from calibration.trust.drift import _across, _stuart_maxwell, _within, drift
-from test_drift import simulated_runs
-from resampling import counts_from_seed, expanded
 
 
 def weighted_r(x, y, w):

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+from test_e2e_local import FIXTURES, judge, pytestmark, read  # noqa: F401  (same skips: the local extra and model)
 
 from judge.rubric import load_rubric
-from test_e2e_local import FIXTURES, judge, pytestmark, read  # noqa: F401  (same skips: the local extra and model)
 
 
 def run_ok(*args):

@@ -12,10 +12,10 @@ import pytest
 
 from judge.cache import AnswerCache
 from judge.engine import Engine
-from judge.results import ResultsFile
-from judge.settings import Settings
 from judge.items import Item
+from judge.results import ResultsFile
 from judge.rubric import Rubric, load_rubric
+from judge.settings import Settings
 
 
 class ScriptedClient:

@@ -16,8 +16,14 @@ import pytest
 from scipy.stats import binomtest
 
 import calibration
-from calibration.cascade.threshold_tests import (agreement_bound, binomial_p, decide, fit_cascade, min_labels,
-                                                 path_thresholds)
+from calibration.cascade.threshold_tests import (
+    agreement_bound,
+    binomial_p,
+    decide,
+    fit_cascade,
+    min_labels,
+    path_thresholds,
+)
 from calibration.cascade.verdicts import human_verdicts
 from calibration.errors import CalibrationError
 from judge.cli import main
@@ -187,7 +193,7 @@ def test_pairwise_ties_are_verdicts_that_can_be_wrong():
 
     assert _agrees("0", side[0], "pairwise", 0) and not _agrees("1", side[0], "pairwise", 0)
     assert not _agrees("0", side[1], "pairwise", 0)  # humans split 1-2: a judge's tie matches neither
-    assert _agrees("1", side[2], "pairwise", 0) and not _agrees("0", side[3], "pairwise", 0) is False
+    assert _agrees("1", side[2], "pairwise", 0) and _agrees("0", side[3], "pairwise", 0) is not False
 
 
 def _pairwise_study(n=300, seed=3):

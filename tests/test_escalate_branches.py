@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 import pytest
+from test_escalate import JUDGES, LABELS
 
 import calibration
 from calibration.errors import CalibrationError
-from test_escalate import JUDGES, LABELS
 
 ROWS = [
     ({"tolerance": True}, "--tolerance must be a number of score points >= 0, got True"),

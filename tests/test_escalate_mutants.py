@@ -61,10 +61,10 @@ def test_the_risk_coverage_figure_draws_each_judges_curve_and_the_cascades_point
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from test_escalate import JUDGES, LABELS
 
     import calibration
     from calibration.cascade import report
-    from test_escalate import JUDGES, LABELS
 
     figures = []
     monkeypatch.setattr(report, "_png", lambda figure: figures.append(figure) or "")
@@ -91,8 +91,9 @@ def test_tokens_are_counted_when_a_backend_records_only_one_side_of_the_usage(tm
     with neither records none. Found by the seed-7 draw (a rule needing both passed)."""
     import json
 
-    from calibration.cascade.walk import _tokens
     from test_escalate import JUDGES
+
+    from calibration.cascade.walk import _tokens
 
     lines = JUDGES["small"].read_text(encoding="utf-8").splitlines()[:3]
     rows = [json.loads(line) for line in lines]
@@ -111,9 +112,10 @@ def test_tokens_are_counted_for_a_judgments_file_of_any_name_but_csv(tmp_path, n
     counted only for a name ending .jsonl, so a cascade's cost table said 0 tokens for the same verdicts)."""
     import json
 
+    from test_escalate import JUDGES
+
     from calibration.cascade.walk import _tokens
     from calibration.io import load_judge_scores
-    from test_escalate import JUDGES
 
     rows = [json.loads(line) for line in JUDGES["small"].read_text(encoding="utf-8").splitlines()[:2]]
     for row in rows:
@@ -133,8 +135,9 @@ def test_the_verdict_written_for_a_cell_is_that_of_the_judge_that_decided_it():
     decides, so writing the first judge's, the last judge's or any other judge's verdict is caught."""
     import io
 
-    from calibration.io import load_judge_scores
     from test_escalate import JUDGES, LABELS
+
+    from calibration.io import load_judge_scores
 
     result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1)
     written = pd.read_csv(io.StringIO(result.decisions_csv()), keep_default_na=False)
@@ -155,8 +158,9 @@ def test_the_help_groups_its_options_and_the_help_and_summary_fit_120_columns(mo
     columns on a 120-column terminal; the printed summary's lines too."""
     import argparse
 
-    from judge.cli import build_parser
     from test_escalate import JUDGES, LABELS
+
+    from judge.cli import build_parser
 
     monkeypatch.setenv("COLUMNS", "120")
     verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices

@@ -16,12 +16,19 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from test_escalate import JUDGES, LABELS
 
 import calibration
-from calibration.cascade.threshold_tests import (betting_p, decide, fit_cascade, min_labels, path_thresholds,
-                                                 start_size, start_step)
+from calibration.cascade.threshold_tests import (
+    betting_p,
+    decide,
+    fit_cascade,
+    min_labels,
+    path_thresholds,
+    start_size,
+    start_step,
+)
 from calibration.cascade.walk import _risk_coverage, _signal_row
-from test_escalate import JUDGES, LABELS
 
 
 def path_by_hand(pool, steps):
@@ -69,7 +76,7 @@ def betting_by_hand(y, alpha, delta):
     return min(1.0, math.exp(-best))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def start_size_by_hand(alpha, delta, power=0.8):
     """The first n from which on (for 30 counts) the exact binomial test at level delta rejects risk >= alpha with
     probability >= power when the verdicts disagree at alpha / 2: every count and outcome enumerated."""

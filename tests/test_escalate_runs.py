@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cascade_sim import SYSTEMS, judged_cells, strong_options, write_study
 
 import calibration
 from calibration.cascade.escalate import TABLE_FILES
-from calibration.cascade.threshold_tests import path_sample
-from cascade_sim import SYSTEMS, judged_cells, strong_options, write_study
 from calibration.cascade.runs import RunStopped
+from calibration.cascade.threshold_tests import path_sample
 from judge.cli import main
 from judge.errors import JudgeError
 from judge.options import RunOptions
@@ -360,8 +360,9 @@ def test_without_path_cells_the_later_judge_judges_every_cell_and_is_told_how_to
 def test_pending_lists_the_labelled_cells_a_later_judge_given_as_a_file_lacks():
     """The thresholds depend on the labelled cells too: a later judge's file without them has them pending (with
     the path's), so a cascade run by hand in rounds asks for what a run judge is asked for."""
-    import judge
     from test_escalate import JUDGES, LABELS
+
+    import judge
 
     large = judge.judgments_frame(JUDGES["large"])
     labels = pd.read_csv(LABELS)

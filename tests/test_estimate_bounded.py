@@ -8,11 +8,11 @@ pooled 0.95 about 0.005), beside the cost on ordinary Likert labels, where the c
 import numpy as np
 import pandas as pd
 import pytest
+from coverage_sim import draw_pair
 
 from calibration.study.bounded import betting_interval, unseen_pull
 from calibration.study.estimate_tables import estimate
 from calibration.study.ppi import ppi_mean
-from coverage_sim import draw_pair
 
 SIZES = (3, 4, 6, 10, 20)
 

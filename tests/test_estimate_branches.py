@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from calibration.study.ppi import MIN_LABELLED, effective_labels, ppi_mean
 from calibration.study.bounded import betting_interval, bounded_scale, unseen_pull
 from calibration.study.estimate_tables import interval_note
+from calibration.study.ppi import MIN_LABELLED, effective_labels, ppi_mean
 from calibration.study.ppi_weighted import ppi_mean_weighted
 
 FIELDS = ("estimate", "se", "ci_low", "ci_high", "human_only", "human_only_se", "human_only_ci_low",

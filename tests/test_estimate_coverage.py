@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from calibration.alignment import expand_all_criteria
-from calibration.study.estimate_tables import pair_indices
-from calibration.study.ppi import ppi_mean
-from calibration.study.matrices import study_matrices
 from calibration.humans import aggregate_humans
 from calibration.io import load_human_labels, load_judge_scores
+from calibration.study.estimate_tables import pair_indices
+from calibration.study.matrices import study_matrices
+from calibration.study.ppi import ppi_mean
 
 SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 DECODA = SHARED / "decoda_llm_sum_guidelines"

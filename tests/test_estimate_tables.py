@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.ppi import effective_labels, ppi_mean
 from calibration.study.estimate_tables import estimate
+from calibration.study.ppi import effective_labels, ppi_mean
 
 SYSTEMS = ["alpha", "beta", "gamma"]
 

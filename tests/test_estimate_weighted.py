@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy import stats
 from scipy.optimize import minimize_scalar
+from test_estimate_worth import _bias  # _jensen's factor written out with scipy, shared with the unweighted tests
 
 from calibration.study.ppi import MIN_CROSS_FITTED, MIN_SPREAD, MIN_TUNED, effective_labels
 from calibration.study.ppi_weighted import ppi_mean_weighted
-from test_estimate_worth import _bias  # _jensen's factor written out with scipy, shared with the unweighted tests
 
 
 def _variance(lam, y, fc, b, var_f, big_n):
@@ -162,8 +162,8 @@ def test_an_active_designs_rows_whose_labels_bunch_at_one_end_get_no_interval_an
     summary note say so, and the inclusion probabilities are read by dialogue id."""
     import pandas as pd
 
-    from calibration.study.estimate_tables import estimate, interval_note
     from calibration.study.bounded import unseen_pull
+    from calibration.study.estimate_tables import estimate, interval_note
 
     rng = np.random.default_rng(5)
     big_n = 60

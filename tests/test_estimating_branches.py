@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.estimate_tables import interval_note
 from calibration.study.estimate import EstimateResult
+from calibration.study.estimate_tables import interval_note
 
 
 def _judge(dialogues=12, seed=5):

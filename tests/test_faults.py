@@ -17,13 +17,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from stub_server import request_id
 
 from judge.backends.local import free_port
 from judge.cli import main
 from judge.items import load_items
 from judge.prompting import criterion_messages, gate_messages
 from judge.rubric import load_rubric
-from stub_server import request_id
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "items.jsonl"

@@ -14,13 +14,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from stub_server import StubConfig, StubServer
 
 from judge.backends.local import free_port
 from judge.backends.openai_compat import HTTPClient
 from judge.backends.pool import PoolClient
 from judge.cli import main
 from judge.errors import RetryableError
-from stub_server import StubConfig, StubServer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "items.jsonl"

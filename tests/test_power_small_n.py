@@ -7,8 +7,8 @@ per cell: the Monte-Carlo standard error of a power of 0.8 is 0.0063.
 import numpy as np
 import pytest
 
-from calibration.study.ppi import MIN_LABELLED, ppi_mean
 from calibration.study.power import dialogues_needed
+from calibration.study.ppi import MIN_LABELLED, ppi_mean
 
 STUDIES, JUDGED = 4000, 100
 

@@ -5,8 +5,8 @@ cycle)."""
 from __future__ import annotations
 
 import ast
-import re
 import inspect
+import re
 from pathlib import Path
 
 import pandas as pd

@@ -9,14 +9,13 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.ppi import ppi_mean
 from calibration.io import load_judge_scores
-from calibration.study.power import dialogues_needed, paired_power
-from calibration.stats import holm
-from calibration.study.uncertainty import judgment_uncertainty
+from calibration.stats import holm, resample_counts
 from calibration.study.designs import make_plan
+from calibration.study.power import dialogues_needed, paired_power
+from calibration.study.ppi import ppi_mean
 from calibration.study.systems import systems_table
-from calibration.stats import resample_counts
+from calibration.study.uncertainty import judgment_uncertainty
 from judge.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "examples" / "study"

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.ppi_weighted import ppi_mean_weighted
 from calibration.study.designs import ACTIVE_FLOOR, inclusion_probabilities, systematic_sample
+from calibration.study.ppi_weighted import ppi_mean_weighted
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

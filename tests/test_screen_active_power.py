@@ -13,11 +13,16 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.study.ppi_weighted import ppi_mean_weighted
+from calibration.study.designs import (
+    ACTIVE_FLOOR,
+    active_design_factor,
+    inclusion_probabilities,
+    relative_probabilities,
+    systematic_sample,
+)
 from calibration.study.power import dialogues_needed
-from calibration.study.designs import (ACTIVE_FLOOR, active_design_factor, inclusion_probabilities,
-    relative_probabilities, systematic_sample)
 from calibration.study.power_table import power_sentence, power_table
+from calibration.study.ppi_weighted import ppi_mean_weighted
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

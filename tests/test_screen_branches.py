@@ -162,7 +162,7 @@ def test_the_signal_is_checked_from_ten_pilot_dialogues_on_and_its_p_is_the_perm
     uncertain dialogues) within the Monte-Carlo error of 1,999 shuffles; at 9 the draw is uniform, unchecked."""
     import re
 
-    from calibration.study.designs import ACTIVE_FLOOR, PILOT_CHECK, PERMUTATIONS, pilot_errors, signal_check
+    from calibration.study.designs import ACTIVE_FLOOR, PERMUTATIONS, PILOT_CHECK, pilot_errors, signal_check
 
     items, judge, pilot, score, human, uncertainty = _pilot(size)
     share, why = signal_check(items, pilot_errors(judge, pilot))
@@ -778,9 +778,9 @@ def test_each_power_table_column_against_its_parts_written_out(pilot_share):
     count, mean, mean / SD (ddof 1); the dialogues needed (calibration.study.power) at that effect. With a pilot that
     labels every judged dialogue, the human difference is the human mean (the judge adds nothing), its effect the
     mean over the SD of the human differences, rho their correlation with the judge's (numpy)."""
-    from calibration.study.ppi import ppi_mean
     from calibration.study.power import dialogues_needed
     from calibration.study.power_table import power_table
+    from calibration.study.ppi import ppi_mean
 
     judge, labels = _power_data()
     systems = pd.DataFrame({"criterion": ["x", "x", "x", "y", "y", "y"], "system": ["a", "b", "c", "b", "a", "c"],
@@ -859,9 +859,9 @@ def test_each_dialogues_priority_is_its_uncertainty_plus_the_discrimination_of_t
     (pairwise win shares) and from the judgments otherwise; a dialogue the contenders have no score on (every
     judgment failed) discriminates nothing (0), so its priority is its uncertainty, and no numpy warning is
     printed for it."""
-    from calibration.study.uncertainty import items_table
-
     import warnings
+
+    from calibration.study.uncertainty import items_table
 
     judge, systems = _scores(seed=3)
     judge.loc[judge["item_id"] == "d5", ["score", "status"]] = [np.nan, "error"]
@@ -1290,7 +1290,7 @@ def test_the_jurys_differences_turn_round_with_the_pair():
     assert np.nanmax(np.abs(jury_differences(judge, wide, "x", {"other": other}, "a", "a"))) == 0.0
     # ... and it is the jury of the paired differences (fitted on each summary's departure from its dialogue's
     # mean, as estimate.py's differences use it), not the jury of the levels
-    from calibration.study.matrices import judge_matrices, predictor_features, StudyMatrices
+    from calibration.study.matrices import StudyMatrices, judge_matrices, predictor_features
     from calibration.study.predictor import cross_fitted_prediction
 
     items, names, scores, judged = judge_matrices(judge, "x")

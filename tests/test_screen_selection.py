@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_screen import judge_frame
 
 from calibration.study.systems import systems_table
-from test_screen import judge_frame
 
 SCREENS = 300  # a 5% rate has a Monte-Carlo SD of 1.3%: 0.085 tells 5% from 10%
 CRITERIA = ("clarity", "accuracy", "coherence", "relevance")

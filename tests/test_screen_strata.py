@@ -9,10 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.study.designs import (STRATUM_PRIOR, inclusion_probabilities, pilot_errors, relative_probabilities,
-    stratified_uncertainty, stratum_weights)
-from calibration.study.uncertainty import judgment_uncertainty
+from calibration.study.designs import (
+    STRATUM_PRIOR,
+    inclusion_probabilities,
+    pilot_errors,
+    relative_probabilities,
+    stratified_uncertainty,
+    stratum_weights,
+)
 from calibration.study.screen import screen
+from calibration.study.uncertainty import judgment_uncertainty
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 

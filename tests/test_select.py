@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from calibration.trust.select import JURY_ALL, select
 from calibration.errors import CalibrationError
+from calibration.trust.select import JURY_ALL, select
 from judge.cli import main
 
 SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))

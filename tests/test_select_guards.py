@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_select import toy
 
 import calibration
 from calibration.correlation import PairedScores, bootstrap_replicates
 from calibration.errors import CalibrationError
 from calibration.stats import percentile_interval, resample_counts, simultaneous_differences
 from calibration.trust.select import BEST_PICKED, select
-from test_select import toy
 
 STUDIES = 400  # per cell: a 5% rate has a Monte-Carlo SD of 1.1%, so 0.08 tells 5% from 10%
 
@@ -211,8 +211,9 @@ def test_the_disattenuated_correlation_recovers_the_true_means_correlation_that_
 def test_the_rank_interval_is_the_percentile_stretched_by_attenuation_and_to_the_pearson_interval_mapped():
     """The percentile of the replicates (numpy), shifted by the attenuation resampling dialogues shows, and the
     Pearson interval mapped to the rank scale as for normal systems: the interval spans all three."""
-    from calibration.correlation import NORMAL_LINK, bootstrap_ci, bootstrap_weights, level_statistic
     from system_sim import study
+
+    from calibration.correlation import NORMAL_LINK, bootstrap_ci, bootstrap_weights, level_statistic
 
     judge, human = study(np.random.default_rng(3), 16, 30, 0.95)
     paired = PairedScores("c", np.arange(30), np.arange(16), judge, human)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from resampling import counts_from_seed, expanded
 from scipy import stats
+from test_select import toy
 
 from calibration.trust.select import BEST_PICKED, JURY_ALL, JURY_BEST, MIN_DIALOGUES, select
-from test_select import toy
-from resampling import counts_from_seed, expanded
 
 
 def grids(human, frame):

@@ -7,9 +7,9 @@ repetitions a true coverage of 0.95 shows as >= 0.93 with probability above 0.99
 
 import numpy as np
 import pytest
+from coverage_sim import simulate
 
 from calibration.study.ppi import MIN_LABELLED, ppi_mean
-from coverage_sim import simulate
 
 GRID = [(kind, rho) for kind in ("likert", "gaussian") for rho in (0.0, 0.3, 0.7)]
 SIZES = (2, 3, 4, 6, 10, 20, 50)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from judge.judging import block_letters
 from judge.items import load_items
+from judge.judging import block_letters
 from judge.prompting import block_messages, criterion_messages, gate_messages, segment_messages
 from judge.rubric import available_rubrics, load_rubric
 

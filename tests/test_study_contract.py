@@ -16,8 +16,7 @@ import pytest
 
 from calibration.errors import CalibrationError
 from calibration.io import load_human_labels, load_judge_scores
-from calibration.study.estimate import separated
-from calibration.study.estimate import estimate
+from calibration.study.estimate import estimate, separated
 from calibration.study.screen import screen
 from calibration.study.systems import systems_table
 from judge.cli import main

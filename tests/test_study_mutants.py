@@ -183,8 +183,8 @@ def test_the_cli_defaults_are_the_functions_defaults(verb, function, argv):
 def test_dialogues_needed_may_be_exactly_the_smallest_count_printed():
     """With only MIN_LABELLED (3) dialogues judged and an effect that 3 labels already detect, 3 is the answer (a
     limit equal to the smallest printed count is allowed)."""
-    from calibration.study.ppi import MIN_LABELLED
     from calibration.study.power import dialogues_needed
+    from calibration.study.ppi import MIN_LABELLED
 
     assert dialogues_needed(10.0, rho=0.5, n_judged=MIN_LABELLED) == MIN_LABELLED
     assert dialogues_needed(10.0, rho=0.5, n_judged=MIN_LABELLED - 1) is None

@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
-
-from calibration.study.ppi import MIN_CROSS_FITTED, MIN_LABELLED, MIN_SPREAD, MIN_TUNED, ppi_mean
-from calibration.study.power import dialogues_needed, paired_power
-from calibration.study.uncertainty import discrimination, judgment_uncertainty
-from calibration.study.designs import make_plan
-from calibration.study.systems import systems_table
 from test_estimate import correlated, reference_cross_fitted, reference_in_sample
+
+from calibration.study.designs import make_plan
+from calibration.study.power import dialogues_needed, paired_power
+from calibration.study.ppi import MIN_CROSS_FITTED, MIN_LABELLED, MIN_SPREAD, MIN_TUNED, ppi_mean
+from calibration.study.systems import systems_table
+from calibration.study.uncertainty import discrimination, judgment_uncertainty
 
 
 def human_only(y, labelled, confidence):
@@ -268,9 +268,10 @@ def test_dialogues_needed_with_the_judge_prices_each_regime(rho, judged):
 @pytest.mark.parametrize("confidence", ["0.9", True, 1.0, 0.0, -0.5, None])
 @pytest.mark.parametrize("pairwise", [False, True])
 def test_a_confidence_that_is_not_a_level_is_refused_in_the_clis_words(confidence, pairwise):
+    from test_pairwise_estimate import study
+
     import calibration
     from calibration.errors import CalibrationError
-    from test_pairwise_estimate import study
 
     if pairwise:
         judge, labels = study(seed=1, dialogues=20, labelled=10)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import browser_dom, needs_chromium
+
 from judge.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

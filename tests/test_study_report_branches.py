@@ -23,9 +23,10 @@ def test_the_screen_report_lists_the_dialogues_that_most_need_humans_first():
     sort turn ascending (the 20 least needed shown)."""
     import re
 
+    from test_study_mutants import judge_frame
+
     from calibration.study.report import screen_section
     from calibration.study.screen import screen
-    from test_study_mutants import judge_frame
 
     result = screen(judge_frame({"c": {"alpha": 3.5, "beta": 3.3, "gamma": 2.0}}, n_items=30, noise=0.9),
                     bootstrap=100)
@@ -43,9 +44,9 @@ def test_the_estimate_report_says_where_its_random_sample_comes_from_and_shows_t
     from dataclasses import replace
 
     import pandas as pd
+    from test_study_mutants import estimate, human_labels, judge_frame
 
     from calibration.study.report import estimate_section
-    from test_study_mutants import estimate, human_labels, judge_frame
 
     judge = judge_frame({"c": {"alpha": 3.5, "beta": 3.0}})
     result = estimate(judge, human_labels(judge, [f"d{i:02d}" for i in range(12)]), scale=(1, 5))

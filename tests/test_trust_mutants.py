@@ -19,12 +19,12 @@ from calibration.errors import CalibrationError
 from calibration.trust import position as position_module
 from calibration.trust.audit import audit, read_human
 from calibration.trust.dialogues import Dialogues
+from calibration.trust.drift import drift
 from calibration.trust.family import family_wise
 from calibration.trust.gain import ONE_ANNOTATOR_NOTE, WEAK_NOTE
 from calibration.trust.length import length_slopes
 from calibration.trust.noise import noise_floor
 from calibration.trust.position import block_position, pairwise_position
-from calibration.trust.drift import drift
 from calibration.trust.probes import probe_sentences, probe_table
 from calibration.trust.select import select
 from judge.judgment import Judgment
@@ -518,7 +518,6 @@ def test_drift_csv_has_the_tables_columns_and_no_index(tmp_path):
 def test_drift_measures_the_agreement_with_humans_from_three_labelled_summaries():
     """Three labelled judgments are enough for a Pearson r (scipy's), two are not."""
     from scipy.stats import pearsonr
-
     from test_drift import simulated_runs
 
     reference, new = simulated_runs(np.random.default_rng(3), n_items=12, n_systems=3, shift=0.3)

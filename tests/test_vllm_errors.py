@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from stub_server import StubServer
 
 from judge.cli import main
-from stub_server import StubServer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "items.jsonl"

@@ -6,7 +6,14 @@ import numpy as np
 import pandas as pd
 
 from ..alignment import align
-from ..correlation import LEVELS, STATISTIC_NAMES, PairedScores, bootstrap_replicates, bootstrap_weights, level_statistic
+from ..correlation import (
+    LEVELS,
+    STATISTIC_NAMES,
+    PairedScores,
+    bootstrap_replicates,
+    bootstrap_weights,
+    level_statistic,
+)
 from ..humans import KEY
 from ..stats import percentile_interval
 

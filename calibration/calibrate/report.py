@@ -12,7 +12,11 @@ import numpy as np
 import pandas as pd
 
 from ..agreement import round_to_scale
-from ..html_kit import STYLE, grid as _grid, note as _note, png as _png, pyplot, table as _table
+from ..html_kit import STYLE, pyplot
+from ..html_kit import grid as _grid
+from ..html_kit import note as _note
+from ..html_kit import png as _png
+from ..html_kit import table as _table
 
 if TYPE_CHECKING:
     from .calibrate import CalibrationResults
@@ -154,7 +158,7 @@ def _header(results: CalibrationResults, when: datetime.datetime) -> str:
 
 def report_html(results: CalibrationResults, when: datetime.datetime | None = None) -> str:
     """The whole report as one HTML string; every plot is embedded, so it can be mailed or opened offline."""
-    when = when or datetime.datetime.now(datetime.timezone.utc)
+    when = when or datetime.datetime.now(datetime.UTC)
     single = (_note(f"{', '.join(results.single_annotator)}: needs >= 2 annotators per summary (the labels have "
                     "one), so there is no human agreement nor ceiling for it.") if results.single_annotator else "")
     sections = [_header(results, when), "<h2>Coverage</h2>", _table(results.coverage)]

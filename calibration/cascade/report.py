@@ -10,7 +10,10 @@ import html
 
 import numpy as np
 
-from ..html_kit import grid as _grid, note as _note, png as _png, table as _table
+from ..html_kit import grid as _grid
+from ..html_kit import note as _note
+from ..html_kit import png as _png
+from ..html_kit import table as _table
 
 
 def risk_coverage_figure(result) -> str:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..html_kit import STYLE, intervals_figure, table as _table
+from ..html_kit import STYLE, intervals_figure
+from ..html_kit import table as _table
 
 
 def _first(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

@@ -8,8 +8,20 @@ from __future__ import annotations
 
 from judge.errors import Stopped
 
-from ..options import (AT_LEAST_100, FAILURE_HELP, POINTS, POSITIVE, SHARE, THRESHOLD, criteria_type,
-                       failure_value_type, flag_type, judge_spec_type, scale_type, seed_type)
+from ..options import (
+    AT_LEAST_100,
+    FAILURE_HELP,
+    POINTS,
+    POSITIVE,
+    SHARE,
+    THRESHOLD,
+    criteria_type,
+    failure_value_type,
+    flag_type,
+    judge_spec_type,
+    scale_type,
+    seed_type,
+)
 
 # Every flag's error names the flag and says what it must be, in the wording of calibration.trust's functions; the
 # ranges they check themselves come from them, word for word (these types only refuse what is not a number).

@@ -622,8 +622,8 @@ def drift_section(result: DriftResult) -> str:
     """The HTML section: each criterion's mean shift with its CI against the margin, then the tables."""
     import html
 
-    from ..html_kit import table as _table
     from ..html_kit import intervals_figure
+    from ..html_kit import table as _table
 
     table = result.drift.assign(what=[f"{v} ({100 * s:.0f}% changed)" for v, s in
                                       zip(result.drift["verdict"], result.drift["changed_share"])])

@@ -9,7 +9,10 @@ import html
 
 import pandas as pd
 
-from ..html_kit import interval_rows as _interval_rows, png as _png, rows_grid as _rows_grid, table as _table
+from ..html_kit import interval_rows as _interval_rows
+from ..html_kit import png as _png
+from ..html_kit import rows_grid as _rows_grid
+from ..html_kit import table as _table
 
 
 def _series(frame: pd.DataFrame, *series) -> list:

@@ -172,8 +172,13 @@ def open_batch(options: RunOptions, identity: str | None):
     if options.backend != "openai":
         raise JudgeError("--batch: the in-process vLLM engine has no Batch API: write batch files with --batch-dir "
                          "DIR and run them with `vllm run-batch`, or use --backend openai with a provider")
-    from judge.backends.batch_api import (BatchAPIClient, Manifest, check_batch_endpoints, manifest_path,
-                                          one_run_at_a_time)
+    from judge.backends.batch_api import (
+        BatchAPIClient,
+        Manifest,
+        check_batch_endpoints,
+        manifest_path,
+        one_run_at_a_time,
+    )
 
     urls = options.servers
     if len(urls) > 1:

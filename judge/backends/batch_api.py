@@ -18,8 +18,16 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from judge.backends import batch
-from judge.backends.batch import (ENDPOINT, MANIFEST_KIND, _HEX_KEY, Batcher, _batch_lines, batch_line, public_url,
-                                  result_of)
+from judge.backends.batch import (
+    _HEX_KEY,
+    ENDPOINT,
+    MANIFEST_KIND,
+    Batcher,
+    _batch_lines,
+    batch_line,
+    public_url,
+    result_of,
+)
 from judge.backends.keyindex import KeyIndex
 from judge.cache import request_key
 from judge.errors import BackendError, Deferred, JudgeError, OutputError, ServerUnusable

@@ -11,7 +11,6 @@ engine retries with tenacity so that every failure is counted and bounded in one
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import time
@@ -126,7 +125,7 @@ class HTTPClient:
                 text = await response.text()
                 if response.status != 200:
                     raise _status_error(response.status, text, response.headers, self._redact)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise RetryableError(f"no answer within {timeout:g} s", kind="timeout") from None
         except aiohttp.ClientError as exc:
             raise RetryableError(f"connection failed: {exc}", kind="connection") from None

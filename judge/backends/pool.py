@@ -27,7 +27,7 @@ COOL_DOWN = 5.0  # seconds out after a first failure
 MAX_COOL_DOWN = 120.0
 
 
-def _server_gone(exc: RetryableError, server: "_Server", sent_at: float) -> bool:
+def _server_gone(exc: RetryableError, server: _Server, sent_at: float) -> bool:
     """A dropped or refused connection, or a timeout with no answer from that server since the request left."""
     kind = getattr(exc, "kind", None)
     return kind == "connection" or (kind == "timeout" and server.last_answer < sent_at)
@@ -122,7 +122,7 @@ class PoolClient:
                 wake = min((s.out_until - now for s in out if s.out_until > now), default=None)
                 try:
                     await asyncio.wait_for(self._changed.wait(), wake)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
     def _take_out(self, server: _Server, exc: Exception) -> None:
