@@ -34,6 +34,11 @@ def pyplot():
     return plt
 
 
+def image(alt: str, src: str) -> str:
+    """An <img> of a figure's data URL (png) with its alternative text."""
+    return f'<img alt="{html.escape(alt)}" src="{src}">'
+
+
 def png(figure) -> str:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight", pad_inches=0.15)  # nothing cut off

@@ -95,7 +95,8 @@ class AnswerFormat:
         if self.explanations:
             explanation = _match_label(obj.get("explanation"), self.explanations)
             if explanation is None:
-                raise AnswerError(f"{where}'explanation' is {obj.get('explanation')!r}, not one of the listed ones", text)
+                raise AnswerError(f"{where}'explanation' is {obj.get('explanation')!r}, not one of the listed ones",
+                                  text)
         return {"rationale": rationale, self.verdict_key: verdict, "explanation": explanation}
 
     def _verdict(self, value):

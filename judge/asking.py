@@ -266,7 +266,8 @@ class Asker:
             return min(exc.retry_after, MAX_RETRY_AFTER)
         from tenacity import wait_random_exponential  # imported at the first failure: most runs have none
 
-        return wait_random_exponential(multiplier=0.25, max=self.settings.backoff_max)(SimpleNamespace(attempt_number=tries))
+        wait = wait_random_exponential(multiplier=0.25, max=self.settings.backoff_max)
+        return wait(SimpleNamespace(attempt_number=tries))
 
     async def _send(self, body: dict) -> dict:
         # The first try runs without the retry machinery (about 23 us a request); failures go to tenacity.

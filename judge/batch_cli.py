@@ -14,7 +14,8 @@ def register(sub) -> None:
         description="List or cancel the Batch API batches of a `--batch` run (from the manifest next to --output).",
         epilog="examples:\n" + textwrap.indent(
             "# a run on a provider's Batch API (half price; answers within 24 h), then its batches\n"
-            "judge score --rubric dialsummeval --input examples/items.jsonl --output fluency.jsonl --criteria fluency \\\n"
+            "judge score --rubric dialsummeval --input examples/items.jsonl --output fluency.jsonl "
+            "--criteria fluency \\\n"
             "    --batch --base-url https://api.openai.com/v1 --model gpt-4o-mini\n"
             "judge batch status --output fluency.jsonl\n"
             "judge batch cancel --output fluency.jsonl", "  "),

@@ -45,19 +45,23 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> dict[str, argparse._
                         "--concurrency requests in flight, the least loaded healthy one answering (default: "
                         "$JUDGE_BASE_URLS, comma-separated, else $OPENAI_BASE_URL, else the OpenAI API)")
     g.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="VAR",
-                   help="environment variable holding the API key (keys are never taken from flags, nor written anywhere)")
+                   help="environment variable holding the API key (keys are never taken from flags, nor written "
+                        "anywhere)")
     g.add_argument("--client", choices=["auto", "sdk", "aiohttp"], default="auto",
-                   help="HTTP client: the OpenAI SDK, or aiohttp for self-hosted servers; auto = SDK for https, aiohttp for http")
+                   help="HTTP client: the OpenAI SDK, or aiohttp for self-hosted servers; auto = SDK for https, "
+                        "aiohttp for http")
     g.add_argument("--concurrency", type=int, default=None,
                    help="requests in flight at once, per server with several --base-url (default 16; 256 for "
                         "--backend vllm, whose batches are made of the requests in flight)")
     g.add_argument("--timeout", type=float, default=None,
-                   help="seconds per request before it is retried once (default 120; 600 for the local and vllm backends, "
+                   help="seconds per request before it is retried once (default 120; 600 for the local and vllm "
+                        "backends, "
                         "whose long answers on a CPU take minutes)")
     g = groups["decoding"]
     g.add_argument("--temperature", type=float, default=None, help="default 0, or 1.0 with --samples > 1")
     g.add_argument("--max-tokens", type=int, default=None,
-                   help="answer length limit (default: what the answer schema can need, priced for the rubric's language)")
+                   help="answer length limit (default: what the answer schema can need, priced for the rubric's "
+                        "language)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed; sample k uses seed+k (default 0)")
     g.add_argument("--samples", type=int, default=1, help="answers per judgment; score = their mean (default 1)")
     g.add_argument("--logprobs", action="store_true",
@@ -75,7 +79,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> dict[str, argparse._
                    help="a price table (JSON or YAML: model -> input, cached_input, output per million tokens, "
                         "batch_discount) that turns the run's tokens into a cost in the summary; never fetched")
     e = groups["vLLM engine (--backend vllm)"]
-    e.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N", help="GPUs to split the model over (default 1)")
+    e.add_argument("--tensor-parallel-size", type=int, default=1, metavar="N",
+                   help="GPUs to split the model over (default 1)")
     e.add_argument("--max-model-len", type=int, default=None, metavar="TOKENS",
                    help="context length (prompt + answer); a longer prompt fails its judgment (default: the model's)")
     e.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
@@ -190,7 +195,8 @@ def run_render(args) -> int:
             if not item.segments:
                 out.append({"criterion": c.id, "kind": "split", "messages": segment_messages(rubric, item)})
             segment = item.segments[0] if item.segments else "(each segment the split returns)"
-        messages = criterion_messages(rubric, c, item, args.template, segment=segment, segment_number=1 if segment else None)
+        messages = criterion_messages(rubric, c, item, args.template, segment=segment,
+                                      segment_number=1 if segment else None)
         out.append({"criterion": c.id, "kind": "judge", "messages": messages})
     if args.json:
         print(json.dumps(out, ensure_ascii=False, indent=2))
@@ -294,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
                  judge score --rubric dialsummeval --input examples/items.jsonl --output judgments.jsonl
                  # any OpenAI-compatible server (vllm serve, llama.cpp server, hosted APIs; key from $OPENAI_API_KEY)
                  judge score --rubric call_centre_fr --input examples/items.jsonl --output out.jsonl \\
-                     --backend openai --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct --concurrency 64
+                     --backend openai --base-url http://127.0.0.1:8000/v1 \\
+                     --model Qwen/Qwen2.5-7B-Instruct --concurrency 64
                  Re-running the same command resumes: finished judgments are skipped, failed ones retried.""")
     g = p.add_argument_group("input")
     g.add_argument("--rubric", required=True, help="rubric name (see `judge rubrics`) or YAML path")

@@ -153,7 +153,8 @@ class Tally:
             line += "\nrequests per server: " + ", ".join(_server_share(url, sent, failed)
                                                           for url, (sent, failed) in self.per_server.items())
         if self.both_orders:
-            bias = ", ".join(f"{c} {self.flipped[c]}/{n} ({self.flipped[c] / n:.0%})" for c, n in self.both_orders.items())
+            bias = ", ".join(f"{c} {self.flipped[c]}/{n} ({self.flipped[c] / n:.0%})"
+                             for c, n in self.both_orders.items())
             line += f"\nposition bias (verdict flipped with the order): {bias}"
         return line
 
@@ -172,7 +173,8 @@ class Tally:
                for (asked, served), n in self.other_model.most_common(3)]
         for criterion, seen in self.verdicts.items():
             if len(seen) == 1 and seen.total() >= 3:
-                out.append(f"warning: every {criterion} verdict is {next(iter(seen))!r}: the judge does not discriminate "
+                out.append(f"warning: every {criterion} verdict is {next(iter(seen))!r}: the judge does not "
+                           "discriminate "
                            "here (a model too small, or a prompt it cannot follow); check with `judge qualify`")
         return out
 

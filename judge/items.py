@@ -172,7 +172,8 @@ def _problem(record: dict, exc: ValidationError) -> str:
     if name == "segments" and isinstance(value, list) and len(loc) > 1:
         return f"segment {loc[1] + 1} must be a string, got {_describe(value[loc[1]])}"
     if name in EXPECTED:
-        hint = "; quote it if it is meant as text" if EXPECTED[name] == _TEXT and isinstance(value, (int, float)) else ""
+        numeric = EXPECTED[name] == _TEXT and isinstance(value, (int, float))
+        hint = "; quote it if it is meant as text" if numeric else ""
         return f"field '{name}' must be {EXPECTED[name]}, got {_describe(value)}{hint}"
     return f"field '{'.'.join(str(p) for p in loc)}': {err['msg']}"
 

@@ -71,7 +71,8 @@ class RunOptions(BaseModel):
     batch: StrictBool = False
     batch_dir: str | None = None
     shards: int | None = None
-    # the plan only, no model called (judge/dry_run.py); the batch rounds run on a Ray cluster (judge/backends/ray_data.py)
+    # the plan only, no model called (judge/dry_run.py); the batch rounds run on a Ray cluster
+    # (judge/backends/ray_data.py)
     dry_run: StrictBool = False
     executor: Literal["online", "ray"] = "online"
     ray_address: str | None = None
@@ -110,14 +111,17 @@ class RunOptions(BaseModel):
              f"--concurrency must be at least 1, got {self.concurrency}"),
             (self.timeout is not None and not self.timeout > 0,
              f"--timeout must be more than 0 seconds, got {self.timeout or 0:g}"),
-            (self.max_tokens is not None and self.max_tokens < 1, f"--max-tokens must be at least 1, got {self.max_tokens}"),
+            (self.max_tokens is not None and self.max_tokens < 1,
+             f"--max-tokens must be at least 1, got {self.max_tokens}"),
             (self.temperature is not None and not 0 <= self.temperature <= 2,
              f"--temperature must be between 0 and 2, got {self.temperature or 0:g}"),
-            (self.tensor_parallel_size < 1, f"--tensor-parallel-size must be at least 1, got {self.tensor_parallel_size}"),
+            (self.tensor_parallel_size < 1,
+             f"--tensor-parallel-size must be at least 1, got {self.tensor_parallel_size}"),
             (self.max_model_len is not None and self.max_model_len < 1,
              f"--max-model-len must be at least 1 token, got {self.max_model_len}"),
             (self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1,
-             f"--gpu-memory-utilization must be a fraction above 0 and at most 1, got {self.gpu_memory_utilization or 0:g}"),
+             "--gpu-memory-utilization must be a fraction above 0 and at most 1, got "
+             f"{self.gpu_memory_utilization or 0:g}"),
             (self.refresh and self.no_cache,
              "--refresh writes fresh answers to the cache that --no-cache turns off: give one of them"),
             (self.batch and self.batch_dir is not None,

@@ -10,8 +10,8 @@ million tokens in the user's currency:
 `cached_input` (prompt tokens the server's prefix cache served) defaults to `input`; `batch_discount` (the factor a
 Batch API bills at) to 1. `batch_cache_stack` says whether the provider applies both discounts to one request: when
 false (the default) a batch bills cached prompt tokens at the batch price of `input`, without the cache discount; set
-it true for a provider whose cached-prompt price is also halved in a batch. The tokens are those the run was billed for: answers from the answer cache cost nothing
-and are not counted; retried and re-asked requests are.
+it true for a provider whose cached-prompt price is also halved in a batch. The tokens are those the run was billed
+for: answers from the answer cache cost nothing and are not counted; retried and re-asked requests are.
 """
 
 from __future__ import annotations

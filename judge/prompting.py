@@ -200,7 +200,8 @@ def _system_block(template: jinja2.Template, variables: dict) -> str:
     key = (template, getattr(criterion, "id", None))  # the template object: a changed file is a new one
     if key not in cache:
         try:
-            cache[key] = _render_block(template, "system", {k: variables[k] for k in SHARED_VARIABLES if k in variables})
+            shared = {k: variables[k] for k in SHARED_VARIABLES if k in variables}
+            cache[key] = _render_block(template, "system", shared)
         except jinja2.UndefinedError:
             cache[key] = None  # the block reads item variables: render it per item
     cached = cache[key]
@@ -260,7 +261,8 @@ def block_messages(rubric: Rubric, criterion: Criterion, items: list[Item], lett
 
 
 def segment_messages(rubric: Rubric, item: Item) -> list[dict]:
-    return render_messages("segment.j2", {"rubric": rubric, "dialogue": item.dialogue_text, "candidate": item.candidate})
+    return render_messages("segment.j2",
+                           {"rubric": rubric, "dialogue": item.dialogue_text, "candidate": item.candidate})
 
 
 def gate_messages(rubric: Rubric, criterion: Criterion, item: Item) -> list[dict]:

@@ -19,7 +19,8 @@ def qualification_report(rubric: Rubric, judgments: list[Judgment]) -> tuple[str
         expected = [(q.model_extra["id"], q.expected[criterion.id]) for q in spec.items if criterion.id in q.expected]
         if not expected:
             continue
-        agree = sum(_agrees(judged.get((item_id, criterion.id)), answer, spec.tolerance) for item_id, answer in expected)
+        agree = sum(_agrees(judged.get((item_id, criterion.id)), answer, spec.tolerance)
+                    for item_id, answer in expected)
         share = agree / len(expected)
         ok = share >= spec.threshold
         passed &= ok

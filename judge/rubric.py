@@ -230,7 +230,8 @@ class Rubric(_Strict):
                 try:
                     item = Item.model_validate(q.model_dump(exclude={"expected"}))
                 except ValidationError as exc:
-                    raise ValueError(f"qualification.items[{i}] is not a valid item: {exc.errors()[0]['msg']}") from None
+                    raise ValueError(f"qualification.items[{i}] is not a valid item: "
+                                     f"{exc.errors()[0]['msg']}") from None
                 if missing := [f for f in self.inputs if item.fields.get(f) in (None, "")]:
                     raise ValueError(f"qualification.items[{i}] lacks the rubric's inputs {missing}")
                 if unknown := set(q.expected) - ids:

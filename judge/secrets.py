@@ -28,5 +28,7 @@ class Redactor:
             return text
         for secret in self._secrets:
             text = text.replace(secret, MASK)
-        return _PATTERNS.sub(lambda m: m.group("scheme") + MASK + "@" if m.group("scheme") else (m.group("lead") or "") + MASK,
-                             text)
+        def masked(m: re.Match) -> str:
+            return m.group("scheme") + MASK + "@" if m.group("scheme") else (m.group("lead") or "") + MASK
+
+        return _PATTERNS.sub(masked, text)

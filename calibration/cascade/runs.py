@@ -2,11 +2,11 @@
 instead of a judgments file, judged through the typed run API (judge/run.py) on the cells the cascade needs only.
 
 A run judge's options come from a JSON or TOML file (the flags of `judge score`, as keys: `rubric`, `input`, `model`,
-`base_url`, `samples`, `logprobs`, `cache`, ...), a dict, or a `judge.options.RunOptions`; they are checked by RunOptions,
-with its messages. Escalate chooses what a run judge writes and judges: its judgments go to DIR/NAME.jsonl (a file
-the run refuses unless it wrote it; a rerun resumes it), and it is asked for cells of its `input` only, so `output`,
-`criteria` and block mode are refused. Every run's outcome is checked before any decision is built on it: a failed,
-interrupted or pending run stops the cascade (`RunStopped`, KeyboardInterrupt).
+`base_url`, `samples`, `logprobs`, `cache`, ...), a dict, or a `judge.options.RunOptions`; they are checked by
+RunOptions, with its messages. Escalate chooses what a run judge writes and judges: its judgments go to DIR/NAME.jsonl
+(a file the run refuses unless it wrote it; a rerun resumes it), and it is asked for cells of its `input` only, so
+`output`, `criteria` and block mode are refused. Every run's outcome is checked before any decision is built on it: a
+failed, interrupted or pending run stops the cascade (`RunStopped`, KeyboardInterrupt).
 """
 
 from __future__ import annotations

@@ -137,8 +137,8 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     `result.warnings`. With `baseline` (pairwise judgments, as `judge compare` writes them, and pairwise votes
     "A|B" as `judge import` writes them) a PairwiseEstimateResult: win rates, Bradley-Terry strengths and rank sets
     (calibration.study.pairwise); `margin` adds the non-inferiority decision, `items` (the pairs with their texts)
-    length- and style-controlled win rates. `judges` (--judge NAME=FILE: a dict or (name, path or DataFrame) pairs) are more
-    judges, metrics or prompts: with them the judgments and these are combined into one predictor by a cross-fitted
+    length- and style-controlled win rates. `judges` (--judge NAME=FILE: a dict or (name, path or DataFrame) pairs) are
+    more judges, metrics or prompts: with them the judgments and these are combined into one predictor by a cross-fitted
     regression on the labels (calibration.study.predictor).
 
     >>> import calibration
@@ -217,7 +217,8 @@ def estimate(judgments, human, *, plan=None, key=None, criteria=None, score_colu
     elif first_stage is not None:
         result.notes.append(f"a two-stage plan: the first stage's {len(first_stage)} uniformly drawn dialogues (the "
                             "pilot) and the second stage's count together, weighted so that the estimate is unbiased "
-                            "whatever the pilot decided (calibration.study.ppi_weighted.two_stage_inclusion), normalised "
+                            "whatever the pilot decided (calibration.study.ppi_weighted.two_stage_inclusion), "
+                            "normalised "
                             "by their realised sum (Hajek); where labels bunch at one end of the scale, the interval "
                             "is the first stage's bounded one")
     elif inclusion is not None:

@@ -55,7 +55,8 @@ def screen_section(result) -> str:
     if result.dominated:
         parts.append("<p>Dominated on every criterion (listed, not dropped): " + html.escape(
             "; ".join(f"{loser} by {winner}" for loser, winner in sorted(result.dominated.items()))) + "</p>")
-    parts += ["<h2>Screen: power</h2>", f"<p>{html.escape(result.sentence)}</p>", _table(_first(result.power, POWER_FIRST))]
+    parts += ["<h2>Screen: power</h2>", f"<p>{html.escape(result.sentence)}</p>",
+              _table(_first(result.power, POWER_FIRST))]
     if result.plan is not None:
         info = result.plan_info
         parts += ["<h2>Screen: plan</h2>",

@@ -89,7 +89,8 @@ def register_audit(sub) -> None:
     findings = p.add_argument_group("findings")
     findings.add_argument("--self", dest="self_systems", metavar="SYSTEM[,SYSTEM...]",
                    help="systems written by the judge's own model or family: self-preference")
-    findings.add_argument("--rerun", type=Path, metavar="J2", help="a second plain run of the same judgments: the noise floor")
+    findings.add_argument("--rerun", type=Path, metavar="J2",
+                          help="a second plain run of the same judgments: the noise floor")
     findings.add_argument("--allow-different-judge", action="store_true",
                    help="accept a --rerun made by another judge (model, rubric, template or decoding) on purpose")
     findings.add_argument("--length-threshold", type=flag_type(THRESHOLD), default=0.1, metavar="X",
@@ -238,7 +239,8 @@ def register_drift(sub) -> None:
 
     parser = sub.add_parser(
         "drift", help="Is it still the same judge? Compare a new run on an anchor set with a reference run.",
-        description=_wrap("Compares the same (item, system, criterion) judgments of two runs: per criterion the paired mean "
+        description=_wrap("Compares the same (item, system, criterion) judgments of two runs: per criterion the "
+                          "paired mean "
                     "shift with a CI, the share of verdicts changed against the re-ask noise, weighted kappa, and "
                     "with --human the change in agreement with humans; then what changed in how the judgments were "
                     "produced (fingerprints, the model and engine the server reported). Exit 0 when every criterion "
@@ -315,7 +317,8 @@ def register_select(sub) -> None:
 
     parser = sub.add_parser(
         "select", help="Which judge (model, prompt, metric, jury) agrees best with humans, with paired CIs.",
-        description=_wrap("Each judge's agreement with humans at one level, with bootstrap CIs paired across judges, the "
+        description=_wrap("Each judge's agreement with humans at one level, with bootstrap CIs paired across "
+                          "judges, the "
                     "set not significantly worse than the best (Holm), each judge's worth in human labels, and "
                     "cross-fitted juries."),
         epilog=SELECT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

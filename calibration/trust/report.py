@@ -9,6 +9,7 @@ import html
 
 import pandas as pd
 
+from ..html_kit import image as _img
 from ..html_kit import interval_rows as _interval_rows
 from ..html_kit import png as _png
 from ..html_kit import rows_grid as _rows_grid
@@ -94,7 +95,9 @@ def audit_section(result) -> str:
         block = result.position[result.position["mode"] == "block"]
         if not block.empty:
             parts += ["<h2>Audit: position in the block</h2>",
-                      f'<img alt="position slope" src="{effects_figure(block, "position_slope", "position_slope_ci_low", "position_slope_ci_high", "Score per later letter", "points (95% CI)")}">',
+                      _img("position slope", effects_figure(block, "position_slope", "position_slope_ci_low",
+                                                            "position_slope_ci_high", "Score per later letter",
+                                                            "points (95% CI)")),
                       _table(block.dropna(axis=1, how="all"))]
     own = result.self_preference
     if not own.empty:
@@ -102,14 +105,16 @@ def audit_section(result) -> str:
             "judge_gap", "judge_gap_ci_low", "judge_gap_ci_high")
         parts += ["<h2>Audit: self-preference</h2>"]
         if own[centre[0]].notna().any():
-            parts.append(f'<img alt="self-preference" src="{effects_figure(own, *centre, "Self-preference", ("win share" if result.mode == "pairwise" else "points") + " (95% CI)")}">')
+            unit = "win share" if result.mode == "pairwise" else "points"
+            parts.append(_img("self-preference", effects_figure(own, *centre, "Self-preference", unit + " (95% CI)")))
         parts.append(_table(own))
     if result.probes is not None:
         parts.append("<h2>Audit: probes</h2>")
         shifts = result.probes[result.probes["mean_shift"].notna()]
         if not shifts.empty:
             labelled = shifts.assign(criterion=shifts["probe"] + ": " + shifts["criterion"])
-            parts.append(f'<img alt="probe shifts" src="{effects_figure(labelled, "mean_shift", "ci_low", "ci_high", "Mean shift under each probe", "points (95% CI)")}">')
+            parts.append(_img("probe shifts", effects_figure(labelled, "mean_shift", "ci_low", "ci_high",
+                                                             "Mean shift under each probe", "points (95% CI)")))
         parts.append(_table(result.probes))
     return "".join(parts)
 

@@ -92,8 +92,8 @@ def export_package(rubric: Rubric, items: list[Item], fmt: str, output: str | Pa
         config = labelstudio.label_config(rubric, tasks)
         files["labeling_config.xml"] = config
         files["tasks.json"] = json.dumps(labelstudio.tasks_file(rubric, tasks), ensure_ascii=False, indent=1) + "\n"
-        files["project.json"] = json.dumps(labelstudio.project_file(rubric, config, annotators, files["instructions.md"]),
-                                           ensure_ascii=False, indent=1) + "\n"
+        project = labelstudio.project_file(rubric, config, annotators, files["instructions.md"])
+        files["project.json"] = json.dumps(project, ensure_ascii=False, indent=1) + "\n"
     elif annotators == 1:
         files["sheet.csv"] = csvsheet.sheet_text(rubric, tasks)
     else:

@@ -227,7 +227,8 @@ def _labels(rubric: Rubric, task: Task, annotator: str, answers: dict[str, str])
             if c.id in slot.skip:
                 continue
             if c.per_segment:
-                names = [f.name for f in fields if f.criterion == c.id and f.letter == slot.letter and f.role == "score"]
+                names = [f.name for f in fields
+                         if f.criterion == c.id and f.letter == slot.letter and f.role == "score"]
                 if not names or any(n not in answers for n in names):
                     continue  # a half-rated candidate gives no mean; its blanks are counted
                 parts = [answers[n] for n in names]

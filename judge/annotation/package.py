@@ -172,7 +172,8 @@ def build_tasks(rubric: Rubric, items: list[Item], seed: int, plan: dict[str, st
     """All tasks in the order annotators meet them, with ids `<export tag>-<n>`."""
     pairwise = rubric.task == "pairwise"
     if pairwise and (single := next((i for i in items if not i.is_pair), None)):
-        raise InputError(f"item {single.id!r} has no candidate_1/candidate_2 pair, which rubric {rubric.name!r} compares")
+        raise InputError(f"item {single.id!r} has no candidate_1/candidate_2 pair, which rubric {rubric.name!r} "
+                         "compares")
     if not pairwise and (pair := next((i for i in items if i.is_pair), None)):
         raise InputError(f"item {pair.id!r} is a pair; rubric {rubric.name!r} rates single candidates")
     if plan is not None:

@@ -280,7 +280,8 @@ class BatchAPIClient(Batcher):
 
         line = (batch_line(key, body) + "\n").encode("utf-8")
         part = self._parts[-1] if self._parts else None
-        if part is None or part[3] >= int(batch.MAX_REQUESTS * batch.MARGIN) or part[2] + len(line) > int(batch.MAX_BYTES * batch.MARGIN):
+        if (part is None or part[3] >= int(batch.MAX_REQUESTS * batch.MARGIN)
+                or part[2] + len(line) > int(batch.MAX_BYTES * batch.MARGIN)):
             path = Path(self._scratch.name) / f"requests-{self.rounds + 1}-{len(self._parts) + 1}.jsonl"
             ids = StreamedFile(self.manifest.ids_dir / "next.txt", verb="batch")  # named when its batch is recorded
             part = [path, path.open("wb"), 0, 0, ids]
@@ -299,7 +300,8 @@ class BatchAPIClient(Batcher):
         except openai.APIError as exc:  # the Batch API itself failed (after the SDK's own retries): stop, in a line
             status = getattr(exc, "status_code", None)
             raise ServerUnusable(self.redact(f"the Batch API at {self.manifest.data.get('server')} failed"
-                                             f"{f' (HTTP {status})' if status else ''}: {' '.join(str(exc).split())[:300]}"
+                                             f"{f' (HTTP {status})' if status else ''}: "
+                                             f"{' '.join(str(exc).split())[:300]}"
                                              f"; the batches submitted so far are in {self.manifest.path}")) from None
         return None  # the answers are in: another pass
 

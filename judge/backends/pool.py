@@ -5,8 +5,8 @@ flight. A server whose connection fails, or that stops answering (a request time
 answered nothing since it was sent), is taken out: the request that saw it, and every other request still in
 flight there, is sent again to another server, so a judgment is neither lost nor asked of two servers at once by
 this client. A timeout on a server that keeps answering others is that request's own (a long answer): it goes to
-the asking layer, which retries it once, and the server stays in. After a cool-down the server is let back in on probation,
-one request at a time: an answer brings it back, another failure doubles its cool-down. When every server is
+the asking layer, which retries it once, and the server stays in. After a cool-down the server is let back in on
+probation, one request at a time: an answer brings it back, another failure doubles its cool-down. When every server is
 out, `complete` raises a connection `RetryableError`, which the asking layer's circuit breaker counts.
 
 HTTP errors (429, 5xx, 4xx) come from a server that is alive: they go to the asking layer unchanged, which
