@@ -79,9 +79,18 @@ def compare(rubric: str | Path, items: str | Path | list[dict] | pd.DataFrame, o
         items: as for `score`, with candidate_1, candidate_2 (and system_1, system_2) instead of candidate.
         output: the verdicts JSONL, appended to and resumed from (None: a temporary file).
         **options: the run options (`judge.options.CompareKwargs`), each the flag of the same name in `judge compare
-            --help`, underscored, with its default: those of `score` (the model, decoding, the cache, the vLLM
-            engine, cost, batch and scale-out), with `swap` (bool; False: only the input's order) in place of
-            `mode`. An unknown one raises JudgeError naming the closest.
+            --help`, underscored, with its default. What to judge: `criteria` (str "a,b" or list of str; None: all),
+            `template` (str or Path, a Jinja2 file), `swap` (bool; False: only the input's order), `redo_changed`
+            (bool). The model: `backend` ("local", "openai", "vllm" or None: openai with a `base_url`, else local),
+            `model` (str), `base_url` (str or list of str, one per replica), `api_key_env` (str, the variable holding
+            the key), `client` ("auto", "sdk", "aiohttp"), `concurrency` (int), `timeout` (float, seconds). Decoding:
+            `temperature` (float, 0 to 2), `max_tokens` (int), `seed` (int), `samples` (int), `logprobs` (bool),
+            `response_format` ("json_schema", "json_object", "text"). The cache: `cache` (str or Path, a folder),
+            `no_cache` (bool), `refresh` (bool), `progress` (bool). The vLLM engine: `tensor_parallel_size` (int),
+            `max_model_len` (int), `dtype` ("auto", "float32", "bfloat16", "float16"), `gpu_memory_utilization` (float,
+            0 to 1). Cost: `prices` (str or Path, a price table). Batch and scale-out: `batch` (bool), `batch_dir` (str
+            or Path), `shards` (int), `executor` ("online" or "ray"), `ray_address` (str), `dry_run` (bool). An unknown
+            one raises JudgeError naming the closest.
 
     Returns:
         One row per verdict, as `score` returns them; the verdict is the `label`: "1", "2", or "0" for a tie.

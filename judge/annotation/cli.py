@@ -8,12 +8,12 @@ from judge.annotation import NA
 
 EXPORT_EXAMPLE = """
 judge export --rubric call_centre_fr --input examples/items.jsonl --format csv --output study/
-judge export --rubric dialsummeval --input examples/items.jsonl --format label-studio --output ls/ --seed 7 With --plan
-DIR (a `judge screen --budget` output) only the planned dialogues are exported, and the key records the plan's digest
-and each task's part (random or targeted) for `judge estimate --plan --key`. Candidates are shuffled per dialogue by
---seed and shown under letters; study/key.json maps them back to systems: keep it away from the annotators. Pairwise
-packages start with the rubric's qualification test and hide repeated identical pairs (--repeats) that annotators must
-call ties.
+judge export --rubric dialsummeval --input examples/items.jsonl --format label-studio --output ls/ --seed 7
+With --plan DIR (a `judge screen --budget` output) only the planned dialogues are exported, and the key records
+the plan's digest and each task's part (random or targeted) for `judge estimate --plan --key`. Candidates are
+shuffled per dialogue by --seed and shown under letters; study/key.json maps them back to systems: keep it away
+from the annotators. Pairwise packages start with the rubric's qualification test and hide repeated identical
+pairs (--repeats) that annotators must call ties.
 """
 
 IMPORT_EXAMPLE = f"""
