@@ -173,7 +173,7 @@ def _as_given(message: str, written: str | None) -> str:
     return message.replace(written, "items")
 
 
-def _judge(verb: str, rubric, items, output, options: dict) -> pd.DataFrame:
+def _judge(verb: str, rubric, items, output, options: ScoreKwargs | CompareKwargs) -> pd.DataFrame:
     from judge.options import CompareKwargs, RunOptions, ScoreKwargs, unknown_keywords
     from judge.run import run
 

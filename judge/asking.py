@@ -20,16 +20,20 @@ keeps in flight, so nothing here changes for it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from judge.answers import token_budget
-from judge.backends import ChatClient
+from judge.backends import ChatClient, Completion, Usage
 from judge.cache import Encoder, Request
 from judge.errors import AnswerError, BackendError, ResponseFormatUnsupported, RetryableError, ServerUnusable
 from judge.secrets import Redactor
 from judge.settings import RESPONSE_FORMATS, Settings
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 MAX_RETRY_AFTER = 120.0
 CONNECTION_FAILURES_TO_STOP = 8  # refused or dropped connections in a row, with no answer in between
@@ -40,7 +44,7 @@ FATAL_STATUSES = {401: "the API key was refused", 403: "access is forbidden", 40
 @dataclass(frozen=True)
 class Answer:
     parsed: Any
-    completion: dict  # content, finish_reason, logprobs, usage (summed over re-asks)
+    completion: Mapping[str, Any]  # content, finish_reason, logprobs, usage (summed over re-asks)
     cached: bool  # from the cache or from an identical request in flight: it cost nothing now
     stored: bool = False  # from the answer cache: answered in an earlier run, not by the model now
 
@@ -55,7 +59,15 @@ class AskStats:
     wasted_cached_tokens: int = 0
 
 
-def add_usage(total: dict, usage: dict) -> None:
+class AnswerFiles(Protocol):
+    """A transport that holds answers already written (--batch-dir's answer files): `Asker.recorded` reads them."""
+
+    def answer_to(self, key: str) -> Completion | None: ...
+
+    def settle(self, result: Mapping[str, Any], mine: bool = False) -> None: ...
+
+
+def add_usage(total: Usage, usage: Mapping[str, Any]) -> None:
     """Add one answer's tokens to `total`; cached prompt tokens stay None until some answer reports them."""
     total["prompt_tokens"] += usage.get("prompt_tokens", 0) or 0
     total["completion_tokens"] += usage.get("completion_tokens", 0) or 0
@@ -183,7 +195,7 @@ class Asker:
             # The error's traceback holds this frame: a frame still holding the future (which holds the error) is a
             # reference cycle, left to the garbage collector with everything the frames hold, once per deferred
             # request of a --batch-dir run (about a tenth of its CPU).
-            future = None
+            del future
             raise
         finally:
             del self._inflight[key]
@@ -193,14 +205,15 @@ class Asker:
         `answer_to` (--batch-dir's answer files), parsed, as `ask` would give them; None, with nothing counted or
         stored, unless every one is here and good (not missing, an error, unparseable or cut off): `ask`, with the
         question itself, then does what the online path does (wait, retry, re-ask, or record the failure)."""
+        files = cast(AnswerFiles, self.client)  # called for a transport with answer files only (Engine.run_keyed)
         found = []
         for key in keys:
             stored = self.cache.get(key)
-            completion = stored if stored is not None else self.client.answer_to(key)
+            completion = stored if stored is not None else files.answer_to(key)
             if completion is None or completion["finish_reason"] == "length":
                 return None
             if stored is None:  # its usage as `ask` sums it over re-asks (one ask here)
-                usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
+                usage: Usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
                 add_usage(usage, completion["usage"])
                 completion = {**completion, "usage": usage}
             try:
@@ -211,13 +224,13 @@ class Asker:
         for key, answer in found:
             if not answer.stored:
                 self.stats.requests += 1
-                self.client.settle(answer.completion)
+                files.settle(answer.completion)
                 self.cache.put(key, answer.completion)
         return [answer for _, answer in found]
 
     async def _ask_uncached(self, messages: list[dict], fmt, sample: int, request: Request) -> Answer:
         conversation, key = messages, request.key
-        usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
+        usage: Usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
         for _ in range(self.settings.reasks + 1):
             completion = await self._send_with_fallback(conversation, fmt, sample, request)
             add_usage(usage, completion["usage"])
@@ -242,7 +255,7 @@ class Asker:
         self.stats.wasted_cached_tokens += usage["cached_tokens"] or 0
         raise AnswerError(f"no usable answer after {self.settings.reasks + 1} asks: {problem}", content)
 
-    async def _send_with_fallback(self, messages: list[dict], fmt, sample: int, asked: Request) -> dict:
+    async def _send_with_fallback(self, messages: list[dict], fmt, sample: int, asked: Request) -> Completion:
         """Send, stepping down json_schema -> json_object -> text when the server rejects a format. `asked`: the
         question as first asked (the cache's key), sent as it is while its format and messages are still wanted."""
         while True:
@@ -267,9 +280,9 @@ class Asker:
         from tenacity import wait_random_exponential  # imported at the first failure: most runs have none
 
         wait = wait_random_exponential(multiplier=0.25, max=self.settings.backoff_max)
-        return wait(SimpleNamespace(attempt_number=tries))
+        return wait(SimpleNamespace(attempt_number=tries))  # type: ignore[arg-type]  # reads attempt_number only
 
-    async def _send(self, body: dict) -> dict:
+    async def _send(self, body: dict) -> Completion:
         # The first try runs without the retry machinery (about 23 us a request); failures go to tenacity.
         try:
             return await self._try(body)
@@ -280,8 +293,8 @@ class Asker:
         from tenacity import AsyncRetrying, retry_if_exception_type
 
         retrying = AsyncRetrying(  # counts from the second try
-            stop=lambda state: not self._may_retry(state.outcome.exception(), state.attempt_number + 1),
-            wait=lambda state: self._delay(state.outcome.exception(), state.attempt_number + 1),
+            stop=lambda state: not self._may_retry(_failure(state), state.attempt_number + 1),
+            wait=lambda state: self._delay(_failure(state), state.attempt_number + 1),
             retry=retry_if_exception_type(RetryableError), reraise=True)
         async for attempt in retrying:
             with attempt:
@@ -289,7 +302,7 @@ class Asker:
                 return await self._try(body)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
-    async def _try(self, body: dict) -> dict:
+    async def _try(self, body: dict) -> Completion:
         self.breaker.check()
         slot = self._semaphore
         if slot is not None:
@@ -307,3 +320,9 @@ class Asker:
         finally:
             if slot is not None:
                 slot.release()
+
+
+def _failure(state: RetryCallState) -> BaseException | None:
+    """The error of the try just made: tenacity calls `stop` and `wait` after a try, when its outcome is set."""
+    assert state.outcome is not None
+    return state.outcome.exception()

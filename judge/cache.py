@@ -43,6 +43,8 @@ class Request(dict):
     never changes a body once made (a changed body would keep the old text and key)."""
 
     __slots__ = ("text", "key")
+    text: str
+    key: str
 
 
 class Encoder:
@@ -88,7 +90,7 @@ class Encoder:
                 ',"role":', self.scalar(role), "}")
 
     def text(self, body: dict) -> str:
-        out = []  # every piece, joined once: a request's text is copied once, not at every level
+        out: list[str] = []  # every piece, joined once: a request's text is copied once, not at every level
         for name in sorted(body):
             value = body[name]
             out += (",", self.scalar(name), ":")

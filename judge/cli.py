@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import textwrap
+from typing import Any
 
 from judge.errors import EXIT_FAILED, JudgeError, Stopped, exit_with
 
@@ -184,7 +185,7 @@ def run_render(args) -> int:
         from judge.run import pair_for_one
 
         raise JudgeError(pair_for_one(args.input, item, rubric))
-    out = []
+    out: list[dict[str, Any]] = []
     from judge.options import criteria_ids
 
     for c in rubric.select(criteria_ids(args.criteria)):

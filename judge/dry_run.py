@@ -21,10 +21,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from judge.backends import PREFIX_GROUP
+from judge.backends import PREFIX_GROUP, Completion
+from judge.cache import request_key
 from judge.errors import Deferred, JudgeError
 
+_ZEROS: dict[Any, object] = {"integer": 0, "number": 0, "boolean": False}  # a made-up value by JSON type
 ROUND_NOTES = {"gate": "a gated criterion's questions are counted as if every gate said yes (an upper bound)",
                "segments": "a per-segment criterion is counted at one segment per candidate (an estimate)"}
 
@@ -40,7 +43,7 @@ def made_up(schema: dict | None):
         return {name: made_up(sub) for name, sub in (schema.get("properties") or {}).items()}
     if kind == "array":
         return [made_up(schema.get("items")) or "segment"]
-    return {"integer": 0, "number": 0, "boolean": False}.get(kind, "")
+    return _ZEROS.get(kind, "")
 
 
 class Planner:
@@ -56,10 +59,10 @@ class Planner:
         self.kinds: set[str] = set()  # what the dependent rounds rest on (ROUND_NOTES)
         self._asked: dict[str, str] = {}  # request key -> the made-up answer (its JSON text)
         self._new = 0  # requests asked in this pass
-        self._previous: dict[str, list[int]] = {}  # prefix group -> the last request's token ids (or length)
+        self._previous: dict[str, list[dict]] = {}  # prefix group -> the last request's messages
 
-    async def complete(self, body: dict, timeout: float) -> dict:
-        key = body.key
+    async def complete(self, body: dict, timeout: float) -> Completion:
+        key = request_key(body)  # the asking layer's Request: its key, made once
         if key in self._asked:
             answer = self._asked[key]
             return {"content": answer, "finish_reason": "stop", "logprobs": None, "served": {},
@@ -92,7 +95,7 @@ class Planner:
         self._previous[group] = messages
         if previous is None:
             return 0
-        shared = []
+        shared: list[dict] = []
         for old, new in zip(previous, messages):
             if old == new:
                 shared.append(new)
@@ -109,7 +112,7 @@ class Planner:
         self._new = 0
         return None
 
-    def answer_to(self, key: str):
+    def answer_to(self, key: str) -> Completion | None:
         return None
 
     def settle(self, result, mine: bool = False) -> None:

@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Protocol
 
 from judge.asking import Asker
 from judge.backends import PREFIX_GROUP
@@ -23,10 +24,20 @@ from judge.cache import NoCache
 from judge.errors import Deferred, failure_cause
 from judge.items import Item
 from judge.judging import Judge, Judged
+from judge.judgment import Judgment
 from judge.results import ResultsFile
 from judge.rubric import Criterion, Rubric
 from judge.secrets import Redactor
 from judge.settings import Settings
+
+
+class JudgmentSink(Protocol):
+    """What `Engine.run` needs of the results file (judge.results.ResultsFile; a dry run's reads only)."""
+
+    def finished(self, key: tuple[str, str, str]) -> bool: ...
+
+    def write(self, judgment: Judgment) -> None: ...
+
 
 UNCOUNTED = -1  # `todo` of a run whose caller did not count its work (a new results file, batched): a full window
 
@@ -107,7 +118,7 @@ class Tally:
         served = (j.served or {}).get("model")
         if served and j.backend == "openai" and not str(served).startswith(j.model):  # a dated version is the same
             self.other_model[j.model, str(served)] += 1
-        if j.failed:
+        if j.error is not None:  # a failed judgment
             self.failed += 1
             self.errors[failure_cause(j.error)] += 1
             return
@@ -314,7 +325,7 @@ class Engine:
         judge = self.judge.pair if self.settings.mode == "pairwise" else self.judge.pointwise
         return [await judge(unit.criterion, unit.items[0], unit)]
 
-    async def run(self, plan: Plan, results: ResultsFile, progress: bool = True, todo: int | None = None,
+    async def run(self, plan: Plan, results: JudgmentSink, progress: bool = True, todo: int | None = None,
                   keys=None) -> Tally:
         """Judge every planned judgment not already done in `results` (opened with `start`); each is written as
         soon as it is complete. A bounded window of units is in flight (twice the concurrency), pulled from the
@@ -357,7 +368,9 @@ class Engine:
                     results.write(judged.judgment)
                     bar.update(cached=judged.cached)
                     if keys is not None:
-                        keys.add(judged.judgment.key, judged.judgment.fingerprint["item"])
+                        fingerprint = judged.judgment.fingerprint
+                        assert fingerprint is not None, "a judgment of this run carries its fingerprint"
+                        keys.add(judged.judgment.key, fingerprint["item"])
 
         try:
             while True:  # one pass; batch transports make more, until every answer is in or files await a runner

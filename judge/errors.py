@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from judge.answers import AnswerFormat
 
 # The exit codes of every `judge` verb: 0 done; 1 done, but some judgments failed or the verb's verdict is negative
 # (the verb's page says which); 2 bad input or a refused run (the message says what and where); 3 batch files
@@ -115,14 +119,15 @@ class Deferred(BaseException):
 
     def __init__(self, key: str | None = None):
         super().__init__(key)
-        self.key, self.question = key, None
+        self.key = key
+        self.question: tuple[list[dict], AnswerFormat] | None = None
 
 
 def failure_cause(error: str) -> str:
     """A failure's cause in a few words, for counting alike failures in a summary: "HTTP 500" (not the exception's
     class, nor the body that varies), "no answer within 120 s", "connection failed", "no usable answer after 3
     asks"."""
-    text = error[_EXCEPTION_NAME.match(error).end():] if _EXCEPTION_NAME.match(error) else error
+    text = error[name.end():] if (name := _EXCEPTION_NAME.match(error)) else error
     if status := _STATUS.match(text):
         return status.group(0)
     return text.split(":")[0].split(" (")[0].strip()[:80] or "unknown"

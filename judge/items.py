@@ -119,6 +119,9 @@ EXPECTED = {
 }
 
 
+_KINDS: dict[type, str] = {list: "a list", dict: "an object"}
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "null"
@@ -128,7 +131,7 @@ def _describe(value: Any) -> str:
         return f"the number {value!r}"
     if isinstance(value, str):
         return "an empty string" if not value.strip() else "a string"
-    return {list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    return _KINDS.get(type(value), type(value).__name__)
 
 
 def _typo_hint(record: dict) -> str:
@@ -169,7 +172,7 @@ def _problem(record: dict, exc: ValidationError) -> str:
             return _turn_problem(value, inner["loc"], inner["type"])
     if kind == "string_too_short" or (isinstance(value, str) and not value.strip()):
         return f"field '{name}' is empty"
-    if name == "segments" and isinstance(value, list) and len(loc) > 1:
+    if name == "segments" and isinstance(value, list) and len(loc) > 1 and isinstance(loc[1], int):
         return f"segment {loc[1] + 1} must be a string, got {_describe(value[loc[1]])}"
     if name in EXPECTED:
         numeric = EXPECTED[name] == _TEXT and isinstance(value, (int, float))

@@ -13,11 +13,14 @@ import random
 import statistics
 import string
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 from judge.answers import AnswerFormat, BlockFormat, SegmentsFormat, expected_score, token_budget, verdict_probabilities
 from judge.asking import Answer, Asker, add_usage
+from judge.backends import Usage
 from judge.errors import AnswerError, BackendError, Deferred, RetryableError
 from judge.items import Item
 from judge.judgment import Judgment, SegmentVerdict, digest, fingerprint_of
@@ -155,7 +158,8 @@ class Judge:
 
     # -- building judgments ------------------------------------------------------------------------------------
     def _judgment(self, criterion: Criterion, item: Item, fingerprint: dict, **fields) -> Judgment:
-        pair = {"system_1": item.system_1, "system_2": item.system_2} if item.is_pair and item.system_1 else {}
+        pair: dict[str, Any] = ({"system_1": item.system_1, "system_2": item.system_2}
+                                if item.is_pair and item.system_1 else {})
         if item.id in self._demonstrations.get(criterion.id, ()):
             fields["demonstration"] = True  # a label of this dialogue is in the prompt: never a label again
         return Judgment(id=item.id, system=item.system, criterion=criterion.id, rubric=self.rubric.ref,
@@ -174,7 +178,7 @@ class Judge:
     def _provenance(prompt_sha: str, answers: list[Answer]) -> dict:
         """prompt_sha, the tokens this judgment cost now (cached answers cost nothing), and what the server said
         about itself when it answered (`served`, kept with the answer in the cache)."""
-        usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
+        usage: Usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": None}
         for answer in answers:
             if not answer.cached:
                 add_usage(usage, answer.completion["usage"])
@@ -183,7 +187,7 @@ class Judge:
                 "from_cache": any(a.stored for a in answers) or None}
 
     def _verdict(self, criterion: Criterion, fmt: AnswerFormat, parsed: list[dict],
-                 completions: list[dict] | None = None) -> dict:
+                 completions: Sequence[Mapping[str, Any]] | None = None) -> dict:
         """Score or label from one answer per sample: the mean (and spread) of points, or the majority label."""
         verdicts = [p[fmt.verdict_key] for p in parsed]
         fields: dict = {"samples": verdicts}
@@ -326,6 +330,8 @@ class Judge:
         Identical candidates tie without a model call. The verdict is reported in the input's order; when the two
         orders disagree it is a tie, and the judgment says so (position bias).
         """
+        # run() refuses an item of one candidate for a pairwise rubric, and an item without one has both
+        assert item.candidate_1 is not None and item.candidate_2 is not None, "a pair has two candidates"
         if " ".join(item.candidate_1.split()) == " ".join(item.candidate_2.split()):
             return Judged(self._judgment(criterion, item, planned.fingerprints[0], label="0", samples=["0"],
                                          identical=True, rationale="identical candidates tie"), True)

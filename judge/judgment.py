@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from json.encoder import c_make_encoder, encode_basestring
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]  # internal, not in the stubs
 from pathlib import Path
 from typing import Any
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -178,7 +179,7 @@ class RunOptions(BaseModel):
         })
 
     @property
-    def servers(self) -> list[str | None]:
+    def servers(self) -> Sequence[str | None]:
         """The server URLs to ask (None: the provider's default, the OpenAI API)."""
         return self.base_url or self.urls_from_env or [None]
 
@@ -243,7 +244,7 @@ class CompareKwargs(RunKwargs, total=False):
     swap: bool
 
 
-def unknown_keywords(given: dict, allowed, verb: str) -> None:
+def unknown_keywords(given: Mapping[str, object], allowed, verb: str) -> None:
     """Refuse a keyword `verb` does not take, naming the closest one it does (a JudgeError, not Python's TypeError)."""
     for name in given:
         if name not in allowed:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from judge.errors import JudgeError
 
@@ -80,7 +81,8 @@ def load_prices(path: str | Path) -> dict[str, Price]:
                 raise JudgeError(f"{where}: {name} must be a number at least 0, got {value!r}")
         if entry.get("batch_discount", 1.0) > 1:
             raise JudgeError(f"{where}: batch_discount is the factor a batch is billed at (0.5 = half), at most 1")
-        table[str(model)] = Price(**{k: v if k == "batch_cache_stack" else float(v) for k, v in entry.items()})
+        fields: dict[str, Any] = {k: v if k == "batch_cache_stack" else float(v) for k, v in entry.items()}
+        table[str(model)] = Price(**fields)
     return table
 
 

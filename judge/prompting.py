@@ -273,7 +273,8 @@ def gate_messages(rubric: Rubric, criterion: Criterion, item: Item) -> list[dict
 
 def template_sources(user_template: str | None) -> list:
     """Every template text a prompt may come from (bundled templates include each other), for the fingerprint."""
-    sources = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(bundled_dir("prompts").glob("*.j2"))]
+    sources: list[tuple[str, str | None]] = [(p.name, p.read_text(encoding="utf-8"))
+                                             for p in sorted(bundled_dir("prompts").glob("*.j2"))]
     if user_template:
         try:
             sources.append((user_template, Path(user_template).read_text(encoding="utf-8")))

@@ -7,16 +7,20 @@ must be the expected one. An N/A or failed judgment counts as disagreeing.
 
 from __future__ import annotations
 
+from judge.errors import JudgeError
 from judge.judgment import Judgment
 from judge.rubric import Rubric
 
 
 def qualification_report(rubric: Rubric, judgments: list[Judgment]) -> tuple[str, bool]:
     spec = rubric.qualification
+    if spec is None:
+        raise JudgeError(f"rubric {rubric.name!r} ships no qualification set")
     judged = {(j.id, j.criterion): j for j in judgments}
     rows, passed = [], True
     for criterion in rubric.criteria:
-        expected = [(q.model_extra["id"], q.expected[criterion.id]) for q in spec.items if criterion.id in q.expected]
+        expected = [((q.model_extra or {})["id"], q.expected[criterion.id]) for q in spec.items
+                    if criterion.id in q.expected]
         if not expected:
             continue
         agree = sum(_agrees(judged.get((item_id, criterion.id)), answer, spec.tolerance)

@@ -23,14 +23,19 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-try:
-    import fcntl
-except ImportError:  # not a POSIX system
-    fcntl = None
+from types import ModuleType
+from typing import IO
 
 from judge.errors import OutputError
 from judge.judgment import Judgment, changes, parse_line
+
+fcntl: ModuleType | None
+try:
+    import fcntl as _posix_locks
+
+    fcntl = _posix_locks
+except ImportError:  # not a POSIX system
+    fcntl = None
 
 LINE_START = '{"id":"'  # how every line Judgment.to_line writes begins
 SEPARATOR = "\x1f"  # joins a key's three parts into one string: the index's key
@@ -101,13 +106,13 @@ class ResultsFile:
         self._judges: dict[tuple[str, str], int] = {}
         self._lines = 0  # judgment lines read, failed ones included
         self._rewrite = False  # failed or repeated lines, or a torn last line, to drop
-        self._handle = None
+        self._handle: IO[bytes] | None = None
         self._written = 0  # judgments this run appended
         self._failed: str | None = None  # why writing failed: the run stops
         self._repeats = 0  # lines that copy a finished judgment (same question, same verdict): dropped
         self._size = 0  # bytes read by _load: a file grown since was written by another run
         self._created = False  # this run made the file (an empty one is removed at the end)
-        self._lock = None  # the file, opened to hold its lock while this run may write (closed: released)
+        self._lock: IO[bytes] | None = None  # the file opened to hold its lock while this run may write (closed: freed)
         self._check_writable()
         if self.path.exists():
             self._acquire()
@@ -118,7 +123,7 @@ class ResultsFile:
                 raise
 
     @property
-    def done(self) -> set[tuple[str, str, str]]:
+    def done(self) -> set[tuple[str, ...]]:
         """The keys of the finished judgments (a new set: for tests and small files)."""
         return {tuple(k.split(SEPARATOR)) for k in self._index}
 
@@ -311,10 +316,10 @@ class ResultsFile:
             print(f"note: {self.path}: dropped {self._repeats} repeated line(s), each a copy of a judgment already "
                   "in the file (the same question and verdict: two runs wrote to it at once?)", file=sys.stderr)
             self._repeats = 0
-        redo = {index_key(k) for k in redo}
-        for key in redo:
+        dropped = {index_key(k) for k in redo}
+        for key in dropped:
             self._index.pop(key, None)
-        if self._rewrite or redo:
+        if self._rewrite or dropped:
             self._keep_only_indexed()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -360,6 +365,7 @@ class ResultsFile:
         if self._failed is not None:  # another worker's answer, arrived as the run stops
             raise OutputError(self._failed)
         data = (judgment.to_line() + "\n").encode("utf-8")
+        assert self._handle is not None, "write() follows start()"
         try:
             self._handle.write(data)
             self._handle.flush()
@@ -384,7 +390,8 @@ class ResultsFile:
         """After a failed write: drop the unwritten bytes and cut the file back to its last whole line."""
         handle, self._handle = self._handle, None
         try:
-            handle.close()  # flushes again, fails again: the descriptor is closed all the same
+            if handle is not None:
+                handle.close()  # flushes again, fails again: the descriptor is closed all the same
         except OSError:
             pass
         try:

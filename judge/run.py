@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Literal
 from judge.errors import EXIT_BATCH_PENDING, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, JudgeError  # noqa: F401 - the codes, as importers knew them here
 
 if TYPE_CHECKING:  # pydantic is not imported by `judge --help`, which imports this module for its exit codes
+    from judge.backends import ChatClient
+    from judge.engine import Tally
+    from judge.items import Item, Oversized
     from judge.options import RunOptions
 
 LONG_ITEM_CHARS = 40_000  # about 10k tokens: more than many context windows, and costly on a paid API
@@ -32,7 +35,7 @@ class Outcome:
     status: Literal["complete", "failed", "interrupted", "pending"]
     output: Path
     keys: list = field(default_factory=list)  # the (id, system, criterion) of every planned judgment, in plan order
-    tally: object = None  # judge.engine.Tally: counts, tokens, time (None when interrupted or pending)
+    tally: Tally | None = None  # counts, tokens, time (None when interrupted or pending)
     note: str = ""
 
     @property
@@ -48,7 +51,7 @@ class Outcome:
             return [self.note]
         if self.note:  # nothing to do
             return [self.note]
-        tally = self.tally
+        tally = _tally_of(self)
         out = [tally.line(), *tally.warnings()]
         if tally.failed:
             reasons = ", ".join(f"{n}× {why}" for why, n in tally.errors.most_common(3))
@@ -118,6 +121,7 @@ def run_identity(options: RunOptions) -> str:
 def _settings(options: RunOptions, opened, mode: str):
     from judge.settings import Settings
 
+    assert options.concurrency is not None and options.timeout is not None, "the options are resolved"
     return Settings(
         model=opened.model, backend=opened.backend, temperature=options.sampling_temperature,
         max_tokens=options.max_tokens, samples=options.samples, logprobs=options.logprobs, seed=options.seed,
@@ -163,7 +167,10 @@ class _Preflight:
 
     def __init__(self, options: RunOptions, rubric, criteria, items, mode: str):
         self.options, self.rubric, self.criteria, self.items, self.mode = options, rubric, criteria, items, mode
-        self.first, self.group, self.long, self.watching, self.finished = None, [], [], True, False
+        self.first: Item | None = None
+        self.group: list[Item] = []
+        self.long: list[Oversized] = []
+        self.watching, self.finished = True, False
 
     def __iter__(self):
         if not self.watching:  # the second criterion's walk, or the run's: seen already
@@ -250,7 +257,7 @@ def _check_key(options: RunOptions) -> None:
     if value is not None or name != "OPENAI_API_KEY":  # the default variable unset: a local server, as usual
         from judge.options import shown_url
 
-        where = ", ".join(shown_url(url) for url in options.servers)
+        where = ", ".join(shown_url(url) for url in options.servers if url is not None)  # none: refused above
         print(f"note: ${name} {state}: no API key is sent to {where}", file=sys.stderr)
 
 
@@ -313,6 +320,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
     --batch-dir reading answers back goes first through its key file (`_from_keys`): what it records needs neither
     the items nor a prompt; only what it leaves (a missing or failed answer, a gate) takes the full path."""
     import contextlib
+    from typing import cast
 
     from judge.backends import Opened, open_backend
     from judge.backends.batchkeys import identity
@@ -322,7 +330,8 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
     from judge.results import Check, ResultsFile
     from judge.secrets import Redactor
 
-    output = str(landing(options.output))  # `sub/../x` with sub/ absent is `x`: checked, and written, as such
+    given_output, backend_name = _output_and_backend(options)
+    output = str(landing(given_output))  # `sub/../x` with sub/ absent is `x`: checked, and written, as such
     price = _planned_price(options)
     if options.input and same_file(output, options.input):
         raise OutputError(f"{options.output}: --output is the --input file; choose another --output")
@@ -372,7 +381,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
             # any batch file is committed or uploaded.
             once = options.batched and not keys and not len(results)
             if model is not None and not once:
-                _, planned = plan(Opened(None, model, options.backend, ""))
+                _, planned = plan(Opened(cast("ChatClient", None), model, backend_name, ""))  # planned, not asked
                 check = results.check(planned, keys=keys)  # the preflight watches this walk over the items
             if not once:
                 preflight.finish()
@@ -395,7 +404,7 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
             if not _judge_planned(engine, planned, results, opened, preflight, outcome, todo, key_writer):
                 return outcome  # interrupted, or waiting for batch answers
             if earlier is not None:
-                outcome.tally.absorb(earlier)
+                _tally_of(outcome).absorb(earlier)
     except JudgeError:
         results.abandon()
         raise
@@ -404,6 +413,19 @@ def _run(options: RunOptions, rubric, criteria, items, mode: str, keys: bool, ru
         if cache is not None:
             cache.close()
     return _priced(outcome, options, price, opened)
+
+
+def _output_and_backend(options: RunOptions) -> tuple[str, str]:
+    """--output and the backend of the options `run` hands to `_run`: it refuses a run without --output, and
+    resolves the options (the backend is chosen)."""
+    assert options.output is not None and options.backend is not None, "run() checks --output and resolves"
+    return options.output, options.backend
+
+
+def _tally_of(outcome: Outcome) -> Tally:
+    """The tally of a run that went to its end (only an interrupted or pending run has none)."""
+    assert outcome.tally is not None, "a run that ended has its tally"
+    return outcome.tally
 
 
 def _nothing_to_do(options: RunOptions, results, check, outcome: Outcome) -> bool:
@@ -481,14 +503,14 @@ def _judge_planned(engine, planned, results, opened, preflight, outcome: Outcome
 
 def _priced(outcome: Outcome, options: RunOptions, price, opened) -> Outcome:
     """The run's cost at the --prices table, and its status: failed when a judgment failed."""
+    tally = _tally_of(outcome)
     if options.prices is not None:
         from judge.prices import load_prices, price_of
 
         if price is None:  # the model id is known only now (the embedded model)
             price = price_of(load_prices(options.prices), opened.model, options.prices)
-        tally = outcome.tally
         tally.cost = price.cost(tally.prompt_tokens, tally.cached_tokens or 0, tally.completion_tokens,
                                 batch=options.batch or (options.batch_dir is not None and options.executor != "ray"))
-    if outcome.tally.failed:
+    if tally.failed:
         outcome.status = "failed"
     return outcome

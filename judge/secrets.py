@@ -7,6 +7,7 @@ Authorization header), so every text that leaves the asking layer passes through
 from __future__ import annotations
 
 import re
+from typing import overload
 
 # Shapes of credentials even when we do not know the value: bearer tokens, api_key fields, common key prefixes and
 # the user:password part of a URL.
@@ -23,6 +24,10 @@ class Redactor:
         # Longest first, so a key that contains another is masked whole.
         self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
 
+    @overload
+    def __call__(self, text: str) -> str: ...
+    @overload
+    def __call__(self, text: None) -> None: ...
     def __call__(self, text: str | None) -> str | None:
         if not text:
             return text

@@ -56,9 +56,13 @@ def judgments_table(source: str | Path | Iterable[Judgment] | Iterable[tuple[int
 
     from judge.judgment import read_judgments
 
-    path = Path(source) if isinstance(source, (str, Path)) else None
-    numbered = read_judgments(path) if path is not None else (
-        item if isinstance(item, tuple) else (index, item) for index, item in enumerate(source, start=1))
+    path: Path | None = None
+    numbered: Iterable[tuple[int, Judgment]]
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        numbered = read_judgments(path)
+    else:
+        numbered = (item if isinstance(item, tuple) else (index, item) for index, item in enumerate(source, start=1))
     frame = pd.DataFrame([row_of(judgment, line) for line, judgment in numbered], columns=TABLE_COLUMNS)
     if path is not None:
         frame.attrs["path"] = str(path)  # the statistics verbs find a study's own rubric beside it

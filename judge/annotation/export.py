@@ -53,7 +53,7 @@ def instructions(rubric: Rubric, fmt: str) -> str:
             out += [f"- **{p.value}** ({p.label}): {p.meaning}" for p in c.scale.points]
         else:
             out += [f"- **{lab.value}**: {lab.meaning}" for lab in c.scale.labels]
-        if allows_na(c):
+        if c.gate is not None:  # allows_na(c)
             out += [f"- **{NA}**: {c.gate.na_reason}. {' '.join(c.gate.question.split())} If not, answer {NA} for "
                     f"every candidate of the dialogue."]
         if c.per_segment:

@@ -47,7 +47,9 @@ class ImportResult:
     notes: list[str] = field(default_factory=list)  # what was read but not used (an annotator's extra column)
 
     def passed(self, annotator: str) -> bool:
-        return all(agree / asked >= self.threshold for agree, asked in self.qualification[annotator].values())
+        threshold = self.threshold
+        assert threshold is not None, "a qualification answered comes with the rubric's threshold"
+        return all(agree / asked >= threshold for agree, asked in self.qualification[annotator].values())
 
 
 def _canonical(c: Criterion, raw: str, where: str, name: str) -> str:
@@ -154,11 +156,11 @@ def read_submissions(sources: list[Path], rubric: Rubric, tasks: dict[str, Task]
 def import_labels(sources: list[str | Path], key_path: str | Path) -> ImportResult:
     """Read and check every filled sheet; nothing is written here."""
     rubric, tasks, _ = load_key(key_path)
-    sources = [Path(s) for s in sources]
+    paths = [Path(s) for s in sources]
     notes: list[str] = []
-    subs, cancelled = read_submissions(sources, rubric, tasks, notes)
+    subs, cancelled = read_submissions(paths, rubric, tasks, notes)
     if not subs:
-        raise InputError(f"{', '.join(map(str, sources))}: no answered task found")
+        raise InputError(f"{', '.join(map(str, paths))}: no answered task found")
     order = {task_id: n for n, task_id in enumerate(tasks)}
     criteria = {c.id: c for c in rubric.criteria}
     result = ImportResult([], {}, {}, rubric.qualification.threshold if rubric.qualification else None, [], 0,

@@ -14,7 +14,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from judge.annotation import NA, OTHER
-from judge.annotation.package import Submission, Task, all_fields, allows_na, dialogue_text, shown_fields
+from judge.annotation.package import Submission, Task, all_fields, dialogue_text, shown_fields
 from judge.errors import InputError
 from judge.rubric import Criterion, Rubric
 
@@ -34,7 +34,7 @@ def tasks_file(rubric: Rubric, tasks: list[Task]) -> list[dict]:
     out = []
     for t in tasks:
         # The config is shared by all tasks: a letter or segment this dialogue lacks shows a dash, not a blank.
-        data = {name: EMPTY if name.startswith("candidate_") else "" for name in names}
+        data: dict[str, str | list] = {name: EMPTY if name.startswith("candidate_") else "" for name in names}
         data.update(shown_fields(t, rubric))
         data["dialogue"] = t.dialogue if as_turns else dialogue_text(t.dialogue)
         out.append({"data": data})
@@ -138,7 +138,7 @@ def _choices(c: Criterion) -> list[tuple[str, str]]:
         out = [(str(p.value), f"{p.label}: {p.meaning}") for p in c.scale.points]
     else:
         out = [(lab.value, lab.meaning) for lab in c.scale.labels]
-    if allows_na(c):
+    if c.gate is not None:  # allows_na(c)
         out.append((NA, f"{c.gate.na_reason}"))
     return out
 

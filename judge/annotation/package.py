@@ -16,6 +16,7 @@ import random
 import re
 import string
 from dataclasses import dataclass
+from typing import Any
 
 from judge.annotation.plan import KEY_FORMAT, Slot, Task  # noqa: F401  (Slot, Task: the key's tasks, re-exported)
 from judge.errors import InputError
@@ -123,11 +124,13 @@ def _context(rubric: Rubric, item: Item) -> dict[str, str]:
 
 
 def _slot(rubric: Rubric, letter: str, item: Item, position: int, context: dict[str, str]) -> Slot:
-    segments = ()
+    candidate = item.candidate
+    assert candidate is not None, "build_tasks refuses a pair for a rubric of single candidates"
+    segments: tuple[str, ...] = ()
     if any(c.per_segment for c in rubric.criteria):
-        segments = tuple(item.segments) if item.segments else (item.candidate,)
+        segments = tuple(item.segments) if item.segments else (candidate,)
     skip = tuple(c.id for c in rubric.criteria if not c.applies_to(item.fields))
-    return Slot(letter, item.system, item.candidate, segments, skip, tuple(context.items()), position)
+    return Slot(letter, item.system, candidate, segments, skip, tuple(context.items()), position)
 
 
 def _block_task(rubric: Rubric, kind: str, group: list[Item], rng: random.Random | None) -> Task:
@@ -147,6 +150,7 @@ def _block_task(rubric: Rubric, kind: str, group: list[Item], rng: random.Random
 
 
 def _pair_task(rubric: Rubric, kind: str, item: Item, swapped: bool) -> Task:
+    assert item.candidate_1 is not None and item.candidate_2 is not None, "build_tasks refuses a single candidate"
     first, second = (item.candidate_2, item.candidate_1) if swapped else (item.candidate_1, item.candidate_2)
     slots = [Slot("1", "", first), Slot("2", "", second)]
     return Task("", kind, item.id, slots, system=item.system, swapped=swapped,
@@ -229,6 +233,7 @@ def _with_repeats(rubric: Rubric, evaluation: list[Task], items: list[Item], see
     for _ in range(n):
         item = rng.choice(items)
         text = item.candidate_1 if rng.random() < 0.5 else item.candidate_2
+        assert text is not None, "build_tasks refuses a single candidate for a pairwise rubric"
         check = Task("", "check", item.id, [Slot("1", "", text), Slot("2", "", text)], system=item.system,
                      must_tie=True, dialogue=_dialogue(item), context=_context(rubric, item))
         out.insert(rng.randint(0, len(out)), check)
@@ -241,7 +246,7 @@ def key_dict(rubric: Rubric, tasks: list[Task], seed: int, fmt: str, annotators:
     """Everything import needs, and nothing annotators should see: which system is behind each letter."""
     rows = []
     for t in tasks:
-        row = {"task_id": t.task_id, "kind": t.kind, "item_id": t.item_id}
+        row: dict[str, Any] = {"task_id": t.task_id, "kind": t.kind, "item_id": t.item_id}
         if rubric.task == "pairwise":
             row.update(system=t.system, swapped=t.swapped, must_tie=t.must_tie)
         else:

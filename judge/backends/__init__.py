@@ -35,8 +35,9 @@ class Usage(TypedDict):
     cached_tokens: int | None  # the server's prefix-cache hits, where it says
 
 
-class Served(TypedDict):
-    """What answered, as the judgment's provenance records it (never a credential)."""
+class Served(TypedDict, total=False):
+    """What answered, as the judgment's provenance records it (never a credential); empty when nothing is known
+    (a dry run's made-up answer)."""
 
     model: str | None
     system_fingerprint: str | None
@@ -83,6 +84,8 @@ def open_backend(options: RunOptions, identity: str | None = None):
     With several servers, `--concurrency` bounds each one, and the run may keep the flag's value times the number
     of servers in flight (`Opened.concurrency`).
     """
+    # Backends read resolved options (RunOptions.resolved): the backend, concurrency and timeout are filled in.
+    assert options.backend is not None and options.concurrency is not None, "open_backend needs resolved options"
     if options.batched:
         with open_batch(options, identity) as opened:
             yield opened
@@ -95,7 +98,7 @@ def open_backend(options: RunOptions, identity: str | None = None):
         return
     if options.backend == "local":
         from judge.backends import local
-        from judge.backends.openai_compat import open_client
+        from judge.backends.openai_compat import HTTPClient
 
         path = local.resolve_model(options.model)
         started = time.monotonic()
@@ -103,9 +106,9 @@ def open_backend(options: RunOptions, identity: str | None = None):
         ctx = local.BLOCK_CTX_PER_SLOT if options.mode == "block" else local.CTX_PER_SLOT
         with local.local_server(path, slots=options.concurrency, ctx_per_slot=ctx) as base_url:
             print(f"server ready in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
-            client = open_client("aiohttp", base_url, None, options.concurrency)
-            client.engine = local.engine_provenance(path)
-            yield Opened(client, local.model_id(path), "local", "the embedded llama.cpp server")
+            local_client = HTTPClient(base_url, None, options.concurrency)  # a local http URL: open_client's aiohttp
+            local_client.engine = local.engine_provenance(path)
+            yield Opened(local_client, local.model_id(path), "local", "the embedded llama.cpp server")
         return
     from judge.backends.openai_compat import open_client
 
@@ -119,11 +122,12 @@ def open_backend(options: RunOptions, identity: str | None = None):
         return
     from judge.backends.pool import PoolClient
 
-    if len(set(urls)) != len(urls):
-        raise BackendError(f"--base-url: the same URL is given twice in {', '.join(urls)}")
+    named = [url for url in urls if url is not None]  # several servers are always named by their URLs
+    if len(set(named)) != len(named):
+        raise BackendError(f"--base-url: the same URL is given twice in {', '.join(named)}")
     per_server = options.concurrency
-    pool = PoolClient(urls, lambda url: open_client(options.client, url, api_key, per_server), per_server)
-    yield Opened(pool, options.model, "openai", f"{len(urls)} servers ({', '.join(urls)})", per_server * len(urls))
+    pool = PoolClient(named, lambda url: open_client(options.client, url, api_key, per_server), per_server)
+    yield Opened(pool, options.model, "openai", f"{len(named)} servers ({', '.join(named)})", per_server * len(named))
 
 
 @contextlib.contextmanager
@@ -134,6 +138,7 @@ def open_batch(options: RunOptions, identity: str | None):
     from judge.backends.batch import DIR_CONCURRENCY, public_url
     from judge.secrets import Redactor
 
+    assert options.backend is not None, "open_batch needs resolved options"
     batch_dir, shards = options.batch_dir, options.shards  # their combinations are checked by RunOptions
     flag = "--batch" if options.batch else "--batch-dir"
     if options.executor == "ray" and options.backend != "openai":
@@ -158,9 +163,10 @@ def open_batch(options: RunOptions, identity: str | None):
         ray_module()  # installed, or say how to install it, before any file is written
         sender = {"urls": options.servers, "client": options.client, "api_key_env": options.api_key_env,
                   "concurrency": options.concurrency, "timeout": options.timeout}
-        client = RayDirClient(batch_dir, shards or 4, options.model, fingerprint, options.command, redact, progress,
-                              sender=sender, cluster=Cluster(options.ray_address))
-        yield Opened(client, options.model, options.backend, f"Ray, sending to {public_url(options.servers[0], redact)}"
+        ray_client = RayDirClient(batch_dir, shards or 4, options.model, fingerprint, options.command, redact,
+                                  progress, sender=sender, cluster=Cluster(options.ray_address))
+        yield Opened(ray_client, options.model, options.backend,
+                     f"Ray, sending to {public_url(options.servers[0], redact)}"
                      + (f" and {len(options.servers) - 1} more" if len(options.servers) > 1 else ""), DIR_CONCURRENCY)
         return
     if batch_dir:

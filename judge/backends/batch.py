@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from judge.backends import Completion
 from judge.backends.openai_compat import _completion, _status_error
 from judge.cache import Request
 from judge.errors import BackendError, InputError, RetryableError, Stopped
@@ -53,7 +54,7 @@ def batch_line(key: str, body: dict) -> str:
                       separators=(",", ":"))
 
 
-def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
+def result_of(record: dict | None, redact: Redactor) -> Completion | Exception | None:
     """One output- or error-file record as what `complete` returns or raises; None when the request never ran
     (expired, cancelled, or missing): it is sent again.
 
@@ -64,27 +65,29 @@ def result_of(record: dict | None, redact: Redactor) -> dict | Exception | None:
         return None
     response, error = record.get("response"), record.get("error")
     status = response.get("status_code") if isinstance(response, dict) else None
-    if status == 200 and not error and isinstance(response.get("body"), dict):
+    body = response.get("body") if isinstance(response, dict) else None
+    if status == 200 and not error and isinstance(body, dict):
         try:
-            return _completion(response["body"])
+            return _completion(body)
         except RetryableError as exc:
             exc.retry_after = 0.0  # the next round, not after a back-off
             return exc
     if isinstance(error, dict) and (error.get("code") in UNANSWERED):
         return None
+    failure: Exception
     if isinstance(status, int) and status != 200:
-        detail = error or response.get("body")
-        exc = _status_error(status, detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False),
-                            None, redact)
+        detail = error or body
+        failure = _status_error(status, detail if isinstance(detail, str) else json.dumps(detail, ensure_ascii=False),
+                                None, redact)
     elif isinstance(error, dict):
         code = error.get("code") or "error"
         message = redact(f"batch request failed: {code}: {error.get('message') or ''}".strip())
-        exc = RetryableError(message) if code in RETRYABLE_CODES else BackendError(message)
+        failure = RetryableError(message) if code in RETRYABLE_CODES else BackendError(message)
     else:
-        exc = RetryableError(f"malformed batch result line: {json.dumps(record)[:200]}")
-    if isinstance(exc, RetryableError):
-        exc.retry_after = 0.0
-    return exc
+        failure = RetryableError(f"malformed batch result line: {json.dumps(record)[:200]}")
+    if isinstance(failure, RetryableError):
+        failure.retry_after = 0.0
+    return failure
 
 
 def public_url(url: str | None, redact: Redactor | None = None) -> str:

@@ -16,8 +16,9 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from judge.backends import batch
+from judge.backends import Completion, batch
 from judge.backends.batch import (
     _HEX_KEY,
     ENDPOINT,
@@ -57,8 +58,8 @@ class Manifest:
     def __init__(self, path: Path, fingerprint: str, command: str, model: str, where: str):
         self.path = path
         self.ids_dir = path.with_name(path.name.removesuffix(".json") + ".ids")
-        self.data = {"kind": MANIFEST_KIND, "version": 1, "command": command, "fingerprint": fingerprint,
-                     "model": model, "server": where, "batches": []}
+        self.data: dict[str, Any] = {"kind": MANIFEST_KIND, "version": 1, "command": command,
+                                     "fingerprint": fingerprint, "model": model, "server": where, "batches": []}
         if path.exists():
             self._load(fingerprint, command)
         self.index = KeyIndex(1)  # custom_id -> the number of each batch holding it, oldest first
@@ -236,7 +237,7 @@ class BatchAPIClient(Batcher):
         return sum(row[0] in self._ours for row in self.manifest.index.rows(key))
 
     # -- a pass ------------------------------------------------------------------------------------------------
-    async def complete(self, body: dict, timeout: float) -> dict:
+    async def complete(self, body: dict, timeout: float) -> Completion:
         if self._adopting is None:
             self._adopting = asyncio.ensure_future(self._adopt_orphans())
         await asyncio.shield(self._adopting)
@@ -258,7 +259,7 @@ class BatchAPIClient(Batcher):
                     raise result
                 return result
             # expired before it ran: sent again, below
-        elif entry is not None and entry.get("batch_id"):
+        elif number is not None and entry is not None and entry.get("batch_id"):
             if entry["status"] not in FINAL:  # paid for already: wait for it
                 self._live.add(entry["batch_id"])
                 self._deferred += 1

@@ -16,14 +16,18 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
-from judge.backends import PREFIX_GROUP, batch
+from judge.backends import PREFIX_GROUP, Completion, batch
 from judge.backends.batch import _HEX_KEY, MANIFEST_KIND, Batcher, _batch_lines, batch_line, result_of
 from judge.backends.keyindex import KeyIndex
 from judge.cache import request_key
 from judge.errors import Deferred, InputError, OutputError
 from judge.outputs import write_files
 from judge.secrets import Redactor
+
+if TYPE_CHECKING:
+    from judge.backends.batchkeys import KeyWriter
 
 DIR_MANIFEST = "batch-manifest.json"
 
@@ -84,9 +88,9 @@ class BatchDirClient(Batcher):
             raise OutputError(f"{self.dir}: --batch-dir is a file; give a folder")
         self._check_manifest(fingerprint, command)
         self.fingerprint = fingerprint
-        self._keys = None  # this pass's key file (judge/backends/batchkeys.py), when the run keeps one
+        self._keys: KeyWriter | None = None  # this pass's key file (judge/backends/batchkeys.py), if the run keeps one
         self._files: list[Path] = []  # the folder's batch files (inputs and answers), numbered by position
-        self._handles: dict[int, object] = {}  # answer files open for reading, by number
+        self._handles: dict[int, IO[bytes]] = {}  # answer files open for reading, by number
         # Indexed by custom_id in a few dozen bytes a request (judge/backends/keyindex.py), not in dicts of strings.
         self.answers = KeyIndex(3)  # custom_id -> (round, file, offset), oldest first
         self.waiting_on = KeyIndex(1)  # custom_id -> input files holding it whose answers are not back, newest last
@@ -192,7 +196,7 @@ class BatchDirClient(Batcher):
         handle.seek(offset)
         return json.loads(handle.readline().decode("utf-8"))
 
-    def _answer(self, key: str, waiting: tuple | None, peek: bool = False):
+    def _answer(self, key: str, waiting: tuple | None, peek: bool = False) -> Completion | Exception | None:
         """The newest answer not handed out already, as `result_of` reads it; None when there is none, or when the
         request was written again since (its answer is still to come). `waiting`: waiting_on's newest row. An
         error is handed out once (`peek`: nothing is marked)."""
@@ -209,7 +213,7 @@ class BatchDirClient(Batcher):
             break
         return None
 
-    async def complete(self, body: dict, timeout: float) -> dict:
+    async def complete(self, body: dict, timeout: float) -> Completion:
         key = request_key(body)
         waiting = self.waiting_on.last(key)
         answer = self._answer(key, waiting)
@@ -227,13 +231,13 @@ class BatchDirClient(Batcher):
         self._deferred += 1
         raise Deferred(key)
 
-    def answer_to(self, key: str) -> dict | None:
+    def answer_to(self, key: str) -> Completion | None:
         """The completion `complete` would return for this request now, or None (no answer, or an error, which
         `complete` hands out); nothing is counted or marked."""
         answer = self._answer(key, self.waiting_on.last(key), peek=True)
         return answer if isinstance(answer, dict) else None
 
-    def key_writer(self, identity: str):
+    def key_writer(self, identity: str) -> KeyWriter:
         """This pass's key file, committed with its shard files (judge/backends/batchkeys.py)."""
         from judge.backends.batchkeys import KeyWriter
 

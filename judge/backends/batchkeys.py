@@ -21,9 +21,13 @@ from __future__ import annotations
 import json
 from json.encoder import encode_basestring
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from judge.errors import InputError
 from judge.judgment import digest
+
+if TYPE_CHECKING:
+    from judge.outputs import StreamedFile
 
 KIND = "llm-judge-rater batch keys"
 PREFIX = "keys-round"
@@ -62,7 +66,7 @@ class KeyWriter:
     def __init__(self, directory: Path, round_: int, fingerprint: str, identity: str):
         self.path = directory / f"{PREFIX}{round_}.jsonl"
         self.header = {"kind": KIND, "version": 1, "fingerprint": fingerprint, "identity": identity}
-        self._part = None
+        self._part: StreamedFile | None = None
 
     def add(self, key: tuple[str, str, str], item_digest: str, asked: tuple[str, list[str]] | None = None) -> None:
         if self._part is None:

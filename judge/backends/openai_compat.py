@@ -113,7 +113,7 @@ class HTTPClient:
             self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
         return self._session
 
-    async def complete(self, body: dict, timeout: float) -> dict:
+    async def complete(self, body: dict, timeout: float) -> Completion:
         import aiohttp
 
         session = self._open()
@@ -153,7 +153,7 @@ class SDKClient:
             base_url=base_url, api_key=api_key or "not-needed", max_retries=0
         )
 
-    async def complete(self, body: dict, timeout: float) -> dict:
+    async def complete(self, body: dict, timeout: float) -> Completion:
         openai = self._openai
         try:
             # The raw response skips building the SDK's response models; we read the few fields we need.

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from judge.backends import ChatClient
+from judge.backends import ChatClient, Completion
 from judge.errors import BackendError, RetryableError, failure_cause
 
 COOL_DOWN = 5.0  # seconds out after a first failure
@@ -73,9 +73,13 @@ class PoolClient:
         them: a replica that fails every request is seen taking its share, not as idle)."""
         return {s.url: (s.sent, Counter(s.failed)) for s in self._servers}
 
-    async def complete(self, body: dict, timeout: float) -> dict:
+    def _condition(self) -> asyncio.Condition:
         if self._changed is None:
             self._changed = asyncio.Condition()
+        return self._changed
+
+    async def complete(self, body: dict, timeout: float) -> Completion:
+        changed = self._condition()
         while True:
             server = await self._choose()
             sent_at = time.monotonic()
@@ -97,8 +101,8 @@ class PoolClient:
                 continue
             finally:
                 server.in_flight.discard(task)
-                async with self._changed:
-                    self._changed.notify_all()
+                async with changed:
+                    changed.notify_all()
             server.answered += 1
             server.last_answer = time.monotonic()
             if server.out_until:
@@ -106,7 +110,8 @@ class PoolClient:
             return completion
 
     async def _choose(self) -> _Server:
-        async with self._changed:
+        changed = self._condition()
+        async with changed:
             while True:
                 now = time.monotonic()
                 usable = [s for s in self._servers if s.usable(now)]
@@ -121,7 +126,7 @@ class PoolClient:
                 # Wait for a slot, or for the next server to come back from its cool-down.
                 wake = min((s.out_until - now for s in out if s.out_until > now), default=None)
                 try:
-                    await asyncio.wait_for(self._changed.wait(), wake)
+                    await asyncio.wait_for(changed.wait(), wake)
                 except TimeoutError:
                     pass
 

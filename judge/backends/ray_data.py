@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from judge.backends.batch import _batch_lines
 from judge.backends.batch_dir import BatchDirClient
@@ -222,7 +223,7 @@ class RayDirClient(BatchDirClient):
         # Senders wait on HTTP: a quarter of a CPU each, at most two per round, so the read tasks always find a CPU.
         dataset = dataset.map_batches(Sender, fn_constructor_kwargs=self.sender, batch_size=self.sender["concurrency"],
                                       concurrency=(1, min(2, len(paths))), num_cpus=0.25)
-        handles: dict[str, object] = {}
+        handles: dict[str, IO[str]] = {}
         self._failure = None
         try:
             for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):

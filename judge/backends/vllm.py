@@ -85,7 +85,7 @@ class VLLMClient:
         self._thread = threading.Thread(target=self._work, name="vllm-engine", daemon=True)
         self._thread.start()
 
-    async def complete(self, body: dict, timeout: float) -> dict:
+    async def complete(self, body: dict, timeout: float) -> Completion:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._queue.put((body, future, loop))
