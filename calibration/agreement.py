@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Literal
 
 import krippendorff
 import numpy as np
@@ -11,7 +12,8 @@ from sklearn.metrics import cohen_kappa_score, confusion_matrix
 
 from .humans import KEY, annotator_matrix
 
-ALPHA_LEVELS = ("interval", "ordinal", "nominal")
+AlphaLevel = Literal["nominal", "ordinal", "interval", "ratio"]  # krippendorff.alpha's levels of measurement
+ALPHA_LEVELS: tuple[AlphaLevel, ...] = ("interval", "ordinal", "nominal")
 PAIRWISE_VERDICTS = ("1", "2", "0")  # 0 = tie
 
 
@@ -20,7 +22,7 @@ def round_to_scale(values) -> np.ndarray:
     return np.floor(np.asarray(values, dtype=float) + 0.5)
 
 
-def krippendorff_alpha(labels: pd.DataFrame, criterion: str | None = None, level: str = "interval",
+def krippendorff_alpha(labels: pd.DataFrame, criterion: str | None = None, level: AlphaLevel = "interval",
                        extra_rater: pd.DataFrame | None = None, scale: tuple[float, float] | None = None) -> float:
     """Krippendorff's alpha among annotators (units = (item, system)), via the `krippendorff` package.
 
@@ -30,7 +32,9 @@ def krippendorff_alpha(labels: pd.DataFrame, criterion: str | None = None, level
     """
     if criterion is not None:
         labels = labels[labels["criterion"] == criterion]
-    criterion_name = labels["criterion"].iloc[0] if len(labels) else criterion
+    if labels.empty:
+        return float("nan")  # no label: alpha is undefined (and the humans' range, the judge's default scale, too)
+    criterion_name = labels["criterion"].iloc[0]
     table = annotator_matrix(labels.assign(criterion=criterion_name), criterion_name)
     if extra_rater is not None:
         scores = extra_rater.set_index(["item_id", "system"])["score"]

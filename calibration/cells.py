@@ -82,7 +82,7 @@ def spelled_as_judged(labels: pd.DataFrame, judge: pd.DataFrame, path=None) -> N
     spelled_otherwise(labels, "criterion", set(judge["criterion"]), path)
 
 
-def labels_on_judged(labels: pd.DataFrame, column: str, judged, message: Callable[[object], str],
+def labels_on_judged(labels: pd.DataFrame, column: str, judged, message: Callable[[pd.Series], str],
                      path=None, default: str = "the human labels") -> None:
     """A label must land on a judged cell: every label's `column` value among `judged`, else a CalibrationError
     at the first such label's line, `message(row)` followed by how many labels are like it. A value judged under

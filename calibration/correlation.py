@@ -81,7 +81,7 @@ def level_statistic(paired: PairedScores, level: str, statistic: str, item_weigh
     raise ValueError(f"unknown level {level!r}; expected one of {', '.join(LEVELS)}")
 
 
-def bootstrap_weights(paired: PairedScores, n_resamples: int, seed: int | None):
+def bootstrap_weights(paired: PairedScores, n_resamples: int, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Counts for resampling items (dialogues) and, for the system level, systems too."""
     rng = np.random.default_rng(seed)
     return (resample_counts(rng, len(paired.items), n_resamples),

@@ -80,7 +80,8 @@ def _with_demonstrations(scales: dict, cells: frozenset) -> Scales:
 def scale_bounds(scales: dict[str, HumanScale]) -> dict[str, tuple[float, float]]:
     """(low, high) of each numeric scale, by criterion ("*": every criterion, from --scale): the bounds the human
     scores cannot leave, for the estimators' bounded-scale checks."""
-    return {c: (s.low, s.high) for c, s in scales.items() if s.kind == "numeric" and s.low is not None}
+    return {c: (s.low, s.high) for c, s in scales.items()
+            if s.kind == "numeric" and s.low is not None and s.high is not None}
 
 
 def range_scale(low: float, high: float) -> HumanScale:
@@ -292,7 +293,7 @@ def load_human_labels(path: str | Path, scales: dict[str, HumanScale] | None = N
 def _checked_labels(frame: pd.DataFrame, path, scales) -> pd.DataFrame:
     """load_human_labels's checks on a frame of stripped strings with a `line` column; the labels of demonstration
     dialogues (Scales.demonstrations) left out after the checks, their count in attrs["demonstration_labels"]."""
-    demonstrations = getattr(scales, "demonstrations", frozenset())
+    demonstrations: frozenset = getattr(scales, "demonstrations", frozenset())
     frame = _checked_rows(frame, path, scales)
     if demonstrations:
         shown = pd.Series([cell in demonstrations for cell in zip(frame["item_id"], frame["criterion"])],
@@ -538,10 +539,11 @@ def judge_scales(judge: pd.DataFrame, scale: tuple[float, float] | None = None, 
     (calibrate, screen and estimate alike), looked for beside `source`, the judgments as given (a path, or a frame
     whose attrs name its file and the rubric file it was judged with)."""
     shown = demonstration_cells(judge)
-    if scale is not None:
-        from .options import scale_option
+    from .options import scale_option
 
-        low, high = scale_option(scale)
+    bounds = scale_option(scale)
+    if bounds is not None:
+        low, high = bounds
         return _with_demonstrations({"*": range_scale(low, high)}, shown), _demonstration_note(shown)
     refs = judge["rubric"].dropna().unique()
     if required and not any(refs):

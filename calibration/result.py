@@ -9,7 +9,7 @@ import html
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 
 class Result:
@@ -45,7 +45,8 @@ class Result:
         from judge.outputs import write_folder
 
         self.check_output_dir(output_dir, inputs)
-        return write_folder(output_dir, self.files(), verb=self.verb, inputs=inputs)
+        files: dict[str, str | bytes] = dict(self.files())
+        return write_folder(output_dir, files, verb=self.verb, inputs=inputs)
 
     def report(self, path, inputs=()) -> list[Path]:
         """Write the report page to `path` (a new file, or one this tool wrote); returns the files replaced."""
@@ -57,9 +58,12 @@ class Result:
         return self.text()
 
 
-def run_verb(verb: str, compute: Callable[[], Result], *, output_dir, report, inputs,
-             exit_code: Callable[[Result], int] = lambda result: 0,
-             footer: Callable[[Result], str] | None = None) -> int:
+R = TypeVar("R", bound=Result)
+
+
+def run_verb(verb: str, compute: Callable[[], R], *, output_dir, report, inputs,
+             exit_code: Callable[[R], int] = lambda result: 0,
+             footer: Callable[[R], str] | None = None) -> int:
     """The CLI of a statistics verb: every output path checked before any is written, then the tables and the
     report, then what the verb prints (and `footer` on stderr); bad input, or a run that stopped (batch answers
     awaited), is one line and its exit code (judge.errors.exit_with: 2, 3)."""

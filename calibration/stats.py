@@ -8,6 +8,8 @@ counts gives B bootstrap replicates in one call. Weight 0 excludes a unit (missi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 # Kendall's pair matrix is built in row blocks of at most this many cells to bound memory.
@@ -131,7 +133,7 @@ def _kendall_grouped(x, y, group_weights, groups):
     starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]]) if n else np.zeros(0, dtype=int)
     present = groups[starts]
 
-    def by_group_pairs(values: np.ndarray) -> np.ndarray:
+    def by_group_pairs(values: Callable[[slice], np.ndarray]) -> np.ndarray:
         """(G, G): for groups g, h, the sum over units a in g, b in h of values(a, b), built in row blocks."""
         out = np.zeros((size, size))
         block = max(1, _BLOCK_CELLS // max(n, 1))

@@ -160,10 +160,11 @@ def analyse(judge: pd.DataFrame, labels: pd.DataFrame, criteria=None, clean: boo
     rated = [c for c in numeric if annotators.get(c, 0) >= 2]
     tables = _numeric_tables(scored, labels, pairs, criteria, numeric, rated, clean, n_resamples, seed, levels,
                              statistics, scale_of)
+    abstaining = {c: scale.abstain for c, scale in scale_of.items() if scale is not None}
     results = CalibrationResults(
         criteria=list(criteria), cleaned=clean, n_resamples=n_resamples, seed=seed, pairs=pairs,
         coverage=coverage, agreement=agreement(pairs, numeric), **tables,
-        labels=[label_agreement(scored, labels, c, scale_of[c].abstain if scale_of.get(c) else ())
+        labels=[label_agreement(scored, labels, c, abstaining.get(c, ()))
                 for c in label_criteria],
         pairwise=[pairwise_agreement(judge, labels, c) for c in pairwise_criteria],
         single_annotator=[c for c in numeric if c not in rated],

@@ -95,7 +95,8 @@ def write_tables(results, directory: Path) -> None:
 
     from .calibrate import table_files
 
-    write_folder(directory, table_files(results), verb="calibrate")
+    files: dict[str, str | bytes] = dict(table_files(results))
+    write_folder(directory, files, verb="calibrate")
 
 
 def _check_outputs(args) -> None:
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
             check_writable(args.fit_map, inputs=_inputs(args), what="--fit-map")
             save_maps(results.maps, args.fit_map)
-        written = {args.output_dir / name: text for name, text in files.items()}
+        written: dict[str | Path, str | bytes] = {args.output_dir / name: text for name, text in files.items()}
         if page is not None:
             written[args.report] = page
         write_files(written, verb="calibrate", inputs=_inputs(args))

@@ -16,8 +16,12 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from judge.errors import JudgeError, Stopped
+
+if TYPE_CHECKING:
+    from judge.options import RunOptions
 
 RUN_SUFFIXES = (".json", ".toml")
 # options that name files: read relative to the folder of the file that gives them, as a user reads the file
@@ -37,7 +41,7 @@ class RunStopped(Stopped):
 class RunJudge:
     """A judge escalate runs: the run options (without `output`) and where they were given."""
 
-    options: object  # judge.options.RunOptions
+    options: RunOptions
     where: str  # the options file, or "options" for a dict / RunOptions given in Python
 
 
@@ -133,6 +137,9 @@ def judge_cells(name: str, judge: RunJudge, wanted: dict[str, set], output: Path
     from judge.run import EXIT_FAILED, run
 
     options = judge.options
+    if options.input is None:  # load_run_judge refuses such options; a RunJudge built by hand may lack it
+        raise JudgeError(f"--judge {name}={judge.where}: 'input' is required: the items file the cells escalate asks "
+                         "for are taken from")
     rubric = load_rubric(options.rubric)
     known = {c.id for c in rubric.criteria}
     for criterion in wanted:
@@ -153,15 +160,15 @@ def judge_cells(name: str, judge: RunJudge, wanted: dict[str, set], output: Path
     for criterion, cells in wanted.items():
         groups.setdefault(frozenset(cells), []).append(criterion)
     output.parent.mkdir(parents=True, exist_ok=True)
-    for cells, criteria in groups.items():
+    for group, criteria in groups.items():
         update = {"output": str(output)}
         if options.batch_dir is not None:  # each request set its own batch files: a rerun finds them again
-            digest = hashlib.sha256(json.dumps([sorted(criteria), sorted(map(list, cells))]).encode()).hexdigest()
+            digest = hashlib.sha256(json.dumps([sorted(criteria), sorted(map(list, group))]).encode()).hexdigest()
             update["batch_dir"] = str(Path(options.batch_dir) / f"{name}-{digest[:12]}")
-        print(f"judge {name}: {len(cells)} cells x {len(criteria)} criteria ({', '.join(criteria)}) into {output}",
+        print(f"judge {name}: {len(group)} cells x {len(criteria)} criteria ({', '.join(criteria)}) into {output}",
               file=sys.stderr)
         try:
-            outcome = run(options.model_copy(update=update), items=[i for k, i in items.items() if k in cells],
+            outcome = run(options.model_copy(update=update), items=[i for k, i in items.items() if k in group],
                           criteria=rubric.select(criteria))
         except JudgeError as exc:  # refused before asking anything (a stale file, a bad server...): say whose
             flag = " (in its run options: redo_changed = true)" if "--redo-changed" in str(exc) else ""

@@ -156,7 +156,7 @@ def start_step(pool_coverage: np.ndarray, n_labelled: int, alpha: float, delta: 
         variance = mean * (1 - mean) / max(n_labelled / units, 1.0)
         reach = np.nonzero(units * (alpha - mean) ** 2 / (2 * variance) >= 1.5 * math.log(1 / delta))[0]
         return int(reach[0]) if len(reach) else len(pool_coverage)
-    need = min_labels(alpha, delta)
+    need: float = min_labels(alpha, delta)
     need = max(need + 2.0 * math.sqrt(need), min(start_size(alpha, delta), 0.4 * n_labelled))
     reach = np.nonzero(pool_coverage * n_labelled >= need)[0]
     return int(reach[0]) if len(reach) else len(pool_coverage)

@@ -335,9 +335,9 @@ def _pending(c: _Criterion, names, judged: np.ndarray, fixing: np.ndarray, pool:
     if not waiting:  # the thresholds are final only once every judge has judged those cells
         for i in np.nonzero(pool)[0]:
             if first[i] < 0:
-                j = next((j for j in range(len(names)) if not judged[i, j]), None)
-                if j is not None:
-                    waiting.add((i, names[j]))
+                unjudged = next((j for j in range(len(names)) if not judged[i, j]), None)
+                if unjudged is not None:
+                    waiting.add((i, names[unjudged]))
     return [{"item_id": c.cells["item_id"].iloc[i], "system": c.cells["system"].iloc[i], "criterion": c.name,
              "judge": n} for i, n in sorted(waiting, key=lambda w: (names.index(w[1]), w[0]))]
 

@@ -62,7 +62,10 @@ def bounded_scale(result: PPIResult, human, judge, bounds, confidence: float = 0
     above = result.human_only > (bounds[0] + bounds[1]) / 2.0
     high = np.where(above, np.minimum(result.human_only_ci_high, bounds[1]), high)
     low = np.where(above, low, np.maximum(result.human_only_ci_low, bounds[0]))
-    pick = lambda bounded, kept: np.where(tripped, bounded, kept)  # noqa: E731
+
+    def pick(bounded, kept) -> np.ndarray:
+        return np.where(tripped, bounded, kept)
+
     return replace(result, estimate=pick(result.human_only, result.estimate), se=pick(np.nan, result.se),
                    ci_low=pick(low, result.ci_low), ci_high=pick(high, result.ci_high),
                    human_only_se=pick(np.nan, result.human_only_se),
@@ -131,7 +134,10 @@ def unseen_hidden(result: PPIResult, human, judge, bounds, confidence: float = 0
         return result
     if first is not None:
         return first_stage_bounded(result, human, judge, first, bounds, confidence, tripped)
-    hide = lambda value: np.where(tripped, np.nan, value)  # noqa: E731
+
+    def hide(value) -> np.ndarray:
+        return np.where(tripped, np.nan, value)
+
     return replace(result, se=hide(result.se), ci_low=hide(result.ci_low), ci_high=hide(result.ci_high),
                    human_only_se=hide(result.human_only_se), human_only_ci_low=hide(result.human_only_ci_low),
                    human_only_ci_high=hide(result.human_only_ci_high),
@@ -154,7 +160,10 @@ def first_stage_bounded(result: PPIResult, human, judge, first, bounds, confiden
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(labelled, y, 0.0).sum(-1) / count
         worth = np.where(shown, result.n_labelled / np.maximum(count, 1), 1.0)
-    pick = lambda new, kept: np.where(tripped, new, kept)  # noqa: E731
+
+    def pick(new, kept) -> np.ndarray:
+        return np.where(tripped, new, kept)
+
     return replace(result, estimate=pick(np.where(shown, mean, result.estimate), result.estimate),
                    se=pick(np.nan, result.se), ci_low=pick(low, result.ci_low), ci_high=pick(high, result.ci_high),
                    human_only=pick(np.where(shown, mean, result.human_only), result.human_only),

@@ -258,14 +258,16 @@ def bradley_terry(data: Pairs, baseline: int, confidence: float, lam: float | No
         nan.note = "no labelled pair: no estimate"
         return nan
     fitted = lam is None
-    if fitted:
+    if lam is None:
         lam = 0.0  # below MIN_TUNED labelled dialogues: the human-only fit (never wider than itself)
         if n >= MIN_TUNED:
             active, _ = set_apart(data, baseline, 1.0)
             start_parts = _Parts(data, baseline, active)
-            start, ok = (newton(start_parts.x, *start_parts.weights(1.0)) if np.delete(active, baseline).any()
-                         else (None, False))
-            lam = start_parts.tuned_lambda(start) if ok else 1.0
+            lam = 1.0
+            if np.delete(active, baseline).any():
+                start, ok = newton(start_parts.x, *start_parts.weights(1.0))
+                if ok:
+                    lam = start_parts.tuned_lambda(start)
     tried = [lam] + ([lam / 2, lam / 4, 0.0] if fitted and lam > 0 else [])
     for lam in tried:
         active, direction = set_apart(data, baseline, lam)

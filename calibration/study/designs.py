@@ -257,7 +257,7 @@ SIGNAL_LEVEL = 0.1
 STRATUM_PRIOR = 5
 
 
-def inclusion_probabilities(uncertainty, size: int, floor: float = None) -> np.ndarray:
+def inclusion_probabilities(uncertainty, size: int, floor: float | None = None) -> np.ndarray:
     """Each dialogue's probability of being drawn into the active design's random part: `size` dialogues in all,
     weighted as uncertainty_weights (a uniform share `floor`, ACTIVE_FLOOR, so every dialogue can be drawn), capped
     at 1 (the excess given to the others). Sums to `size`."""
@@ -304,7 +304,7 @@ class FirstStage:
     warnings: list
 
 
-def first_stage(directory: Path, judgments: Path, judged_items, pilot: pd.DataFrame) -> FirstStage:
+def first_stage(directory: Path, judgments: Path | str, judged_items, pilot: pd.DataFrame) -> FirstStage:
     """The plan `--pilot-plan` names, held to what a first stage must be: a uniform random draw of dialogues (no
     unequal inclusion probabilities, not itself a second stage), made from these judgments, unedited; the
     pilot's labels on its dialogues only."""

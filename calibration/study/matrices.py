@@ -24,7 +24,7 @@ class StudyMatrices:
     human: np.ndarray
     judged: np.ndarray  # bool: the judge gave a number (before imputation)
     # A combined predictor's (gap, covariance) for predictor.fit_leverage (combined_matrices); None otherwise.
-    fit: tuple | None = None
+    fit: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def judge_matrices(judge: pd.DataFrame, criterion: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -196,7 +196,7 @@ def margin_option(margin, baseline) -> float | None:
     if margin is None:
         return None
     if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not math.isfinite(margin) \
-            or not 0.0 <= margin < 0.5:
+            or not 0.0 <= float(margin) < 0.5:
         raise CalibrationError(must_be("--margin", "a number from 0 up to (not including) 0.5, e.g. 0.05", margin))
     if baseline is None:
         raise CalibrationError("--margin says how far below the baseline a system may be: give --baseline SYSTEM "

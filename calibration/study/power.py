@@ -56,15 +56,16 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
 
     if not np.isfinite(effect) or effect == 0.0:
         return None
-    limit = n_judged if rho is not None else MAX_DIALOGUES
-    if limit is None:
-        return None
+    if rho is not None and n_judged is None:
+        return None  # a prediction-powered count needs the number of judged dialogues
+    judged = n_judged or 0  # read only with rho given, where it is n_judged
+    limit = judged if rho is not None else MAX_DIALOGUES
 
     extra = design_factor - 1.0  # the sampled part's variance beyond a uniform draw's, per unit of that part
 
     def reaches(n: int) -> bool:
         if combined and rho is not None:
-            share = 1.0 - rho * rho * (n_judged - n) / n_judged + extra * (1.0 - rho * rho)
+            share = 1.0 - rho * rho * (judged - n) / judged + extra * (1.0 - rho * rho)
             return bool(paired_power(effect, n, alpha, share) >= power)
         if rho is None or n < MIN_TUNED:
             return bool(paired_power(effect, n, alpha, design_factor if human_factor is None else human_factor)
@@ -73,7 +74,7 @@ def dialogues_needed(effect: float, power: float = 0.8, alpha: float = 0.05, rho
         # the unlabelled mean, E[(mean_U f - mean_L f)^2 / S_ff] ~ 1 / (n (n - 1)); cross-fitted, the noise of
         # each dialogue's lambda adds about as much).
         residual = (1.0 - rho * rho) * (1.0 + 1.0 / (n - 1))
-        share = 1.0 - rho * rho * (n_judged - n) / n_judged + (1.0 - rho * rho) / (n - 1) + extra * residual
+        share = 1.0 - rho * rho * (judged - n) / judged + (1.0 - rho * rho) / (n - 1) + extra * residual
         return bool(paired_power(effect, n, alpha, share, df_spent=1 if n >= MIN_CROSS_FITTED else 2) >= power)
 
     # Power grows with n (more dialogues, more degrees of freedom, less variance left): bisect.

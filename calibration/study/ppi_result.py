@@ -25,12 +25,12 @@ class PPIResult:
     lam: np.ndarray
     n_labelled: np.ndarray
     n_unlabelled: np.ndarray
+    # Why no interval is given ("few": under MIN_LABELLED labels; "flat": the labels do not vary), or why it is the
+    # bounded-scale one ("bounded": bounded_scale), "" otherwise.
+    no_interval: np.ndarray
     # The two variance terms (judged-only part, residual part), for checks against other implementations.
     var_unlabelled: np.ndarray | None = None
     var_residual: np.ndarray | None = None
-    # Why no interval is given ("few": under MIN_LABELLED labels; "flat": the labels do not vary), or why it is the
-    # bounded-scale one ("bounded": bounded_scale), "" otherwise.
-    no_interval: np.ndarray | None = None
     # How far n / width_ratio^2 overstates on average (_jensen; for the weighted estimator also the Hajek interval's
     # design effect), which effective_labels divides out; None: not corrected.
     jensen: np.ndarray | None = None

@@ -130,7 +130,7 @@ def cross_fitted_prediction(features, human, units=None, folds: int = FOLDS, con
         gcv = np.where(dof < rows[..., None] - 1.0, np.maximum(rss, 0.0) / (1.0 - dof / rows[..., None]) ** 2, np.inf)
     best = np.argmin(np.where(np.isfinite(gcv), gcv, np.inf), axis=-1)  # (..., K)
     # Too few training rows for any finite GCV (weighted dof < rows - 1, dof >= 2 x systems): no prediction (0).
-    usable = np.isfinite(gcv).any(-1)
+    usable = np.asarray(np.isfinite(gcv).any(-1))
     chosen = np.take_along_axis(inverses, best[..., None, None, None], axis=-3)[..., 0, :, :] \
         * usable[..., None, None]  # (..., K, k, k)
     beta = np.einsum("...ij,...j->...i", chosen, cross)

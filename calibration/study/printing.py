@@ -41,13 +41,14 @@ def _blocks(frame, float_format: str, width: int) -> str:
     """The table in blocks of columns no wider than `width`, each repeating the leading text columns."""
     from pandas.api.types import is_numeric_dtype
 
-    keys = []
+    keys: list[str] = []
     for name in frame.columns:
         if is_numeric_dtype(frame[name]) or len(keys) == 3:
             break
         keys.append(name)
     rest = [c for c in frame.columns if c not in keys]
-    blocks, chunk = [], []
+    blocks: list[list[str]] = []
+    chunk: list[str] = []
     for name in rest:
         if chunk and _widest(_render(frame[keys + chunk + [name]], float_format)) > width:
             blocks.append(chunk)

@@ -165,7 +165,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
         judge, imputed = check_labels(pilot_labels, judge, criteria=criteria)
         if imputed:
             warnings_.append(f"{imputed} labelled cell(s) have no judgment line: counted as failed judgments")
-    others = {}
+    others: dict[str, pd.DataFrame] = {}
     if judges:  # their disagreement is a sign of doubt; with a pilot they are also one predictor
         from .predictor import other_judges
 
@@ -179,7 +179,7 @@ def screen(judgments, human=None, *, criteria=None, score_column: str | None = N
     return result
 
 
-def provenance(judgments, judge: pd.DataFrame, human, seed: int) -> dict:
+def provenance(judgments, judge: pd.DataFrame, human, seed: int | None) -> dict:
     """Where the numbers come from, for the reports: files (with digests), model, rubric, date, seed."""
     from datetime import datetime
 
@@ -212,7 +212,7 @@ def _check_options(budget, unit, random_share, power, bootstrap, seed) -> None:
     seed_option(seed)
 
 
-def screen_tables(path: Path, judge: pd.DataFrame, criteria=None, pilot_labels: pd.DataFrame | None = None,
+def screen_tables(path: Path | str, judge: pd.DataFrame, criteria=None, pilot_labels: pd.DataFrame | None = None,
                   clean: bool = False, budget: int | None = None, unit: str = "dialogues", random_share: float = 0.5,
                   power: float = 0.8, seed: int = 0, n_resamples: int = 1000,
                   score_column: str | None = None, design: str = "uniform",
@@ -273,7 +273,7 @@ def _pilot(pilot_labels: pd.DataFrame | None, clean: bool, judge: pd.DataFrame) 
     return pilot
 
 
-def _screened(path: Path, judge: pd.DataFrame, criteria, pilot: pd.DataFrame | None, score_column: str | None
+def _screened(path: Path | str, judge: pd.DataFrame, criteria, pilot: pd.DataFrame | None, score_column: str | None
               ) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """(the judgments on the criteria screened, the scores (pairwise verdicts as win shares), those criteria)."""
     if "*" in set(judge["criterion"]):
@@ -326,13 +326,13 @@ def _with_second_stage(table: pd.DataFrame, first, sentence: str) -> str:
     return sentence
 
 
-def _plan_info(plan: pd.DataFrame, path: Path, table: pd.DataFrame, unit: str, budget: int, random_share: float,
+def _plan_info(plan: pd.DataFrame, path: Path | str, table: pd.DataFrame, unit: str, budget: int, random_share: float,
                seed: int, design: str, share, why: str, strata: pd.Series, first, pilot_plan: Path | None,
                judged: int) -> dict:
     """plan.json: the settings, the digests (of plan.csv and of the judgments) and the power the plan was made for."""
     info = {
         "version": PLAN_VERSION, "unit": unit, "budget": budget, "random_share": random_share, "seed": seed,
-        "judgments": str(path), "judgments_sha256": file_sha256(path) if Path(path).is_file() else None,
+        "judgments": str(path), "judgments_sha256": file_sha256(Path(path)) if Path(path).is_file() else None,
         "plan_sha256": plan_sha256(plan),
         "n_random": int((plan["part"] == "random").sum()), "n_targeted": int((plan["part"] == "targeted").sum()),
         "power": json.loads(table.to_json(orient="records")),

@@ -254,7 +254,7 @@ def length_controlled_rows(data: Pairs, baseline: int, confidence: float, length
     return rows
 
 
-def style_controlled_rows(data: Pairs, baseline: int, confidence: float, styles: dict) -> tuple[list[dict], list]:
+def style_controlled_rows(data: Pairs, baseline: int, confidence: float, styles: dict) -> tuple[list[dict], str]:
     """`win_rate_style_controlled` of every system against the baseline: the win rate it would have if its texts
     had the baseline's style (Arena-Hard's style control): one logistic fit over every system's pairs against the
     baseline, P(s wins) = sigmoid(alpha_s + gamma . z), z the pair's style gaps (STYLE_FEATURES, each
@@ -297,7 +297,8 @@ def style_controlled_rows(data: Pairs, baseline: int, confidence: float, styles:
     lab = pairs.labelled
     systems = (pairs.first[:, None] == np.array(fitted)[None, :]).astype(float)
     rare = [k for k in range(len(STYLE_FEATURES)) if int((z[lab, k] != 0).sum()) < MIN_LABELLED]
-    used, confounded = [], []
+    used: list[int] = []
+    confounded: list[int] = []
     for k in (k for k in range(len(STYLE_FEATURES)) if k not in rare):
         # a feature the systems (and the features kept) explain on the labelled pairs, variance inflation 10 or more
         # (each system's gap nearly the same on all its pairs), cannot be told from the systems' quality: its
@@ -345,7 +346,7 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _controlled_fit(data: Pairs, baseline: int, x: np.ndarray, lam: float | None = None, focus=(0,),
+def _controlled_fit(data: Pairs, baseline: int, x: np.ndarray, lam: float | np.ndarray | None = None, focus=(0,),
                     shared: int = 1) -> dict:
     """The PPI logistic fit of the votes on `x`: its coefficients, their standard errors and the degrees of
     freedom; lambda when None: 0 below MIN_TUNED labelled dialogues, tuned on them in-sample below

@@ -299,9 +299,9 @@ def _span(part: pd.DataFrame, scale: tuple[float, float] | None) -> float:
         for samples in part.get(column, ()):
             if isinstance(samples, (list, tuple, np.ndarray)):
                 values += [float(v) for v in samples if _could_be_one_sample(v) and not isinstance(v, str)]
-    values = np.asarray(values, float)
-    values = values[np.isfinite(values)]
-    return float(values.max() - values.min()) if values.size else math.nan
+    finite = np.asarray(values, float)
+    finite = finite[np.isfinite(finite)]
+    return float(finite.max() - finite.min()) if finite.size else math.nan
 
 
 def _kappa(reference, new, numeric: bool) -> float:
@@ -469,8 +469,10 @@ def _changed_and_noise(part: pd.DataFrame) -> tuple[pd.DataFrame, float, str, bo
     CSV of scores) is compared with the other run's verdict instead: a mean is not one sample, and the same scores
     never count as changed. Samples are paired within one presentation order only."""
     one_sample = {run: part[f"value_{run}"].map(_could_be_one_sample).all() for run in ("ref", "new")}
-    changed, noise, verdicts_only = [], {"ref": [], "new": []}, 0
-    per_row = {"ref": [], "new": []}
+    changed: list[float] = []
+    noise: dict[str, list[float]] = {"ref": [], "new": []}
+    per_row: dict[str, list[float]] = {"ref": [], "new": []}
+    verdicts_only = 0
     for row in part.itertuples():
         groups = {}
         for run in ("ref", "new"):

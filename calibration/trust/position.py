@@ -4,6 +4,7 @@ pairwise mode the order flips and the first-shown candidate's wins, overall and 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -63,7 +64,7 @@ def pairwise_position(judge, human, boot: Dialogues, criterion: str) -> list[dic
     for name, mask in strata:
         if not mask.any():
             continue
-        row = {"criterion": criterion, "mode": "pairwise", "stratum": name, "n": int(mask.sum())}
+        row: dict[str, Any] = {"criterion": criterion, "mode": "pairwise", "stratum": name, "n": int(mask.sum())}
         row["flip_rate"], row["ci_low"], row["ci_high"] = boot.share(index, flip * mask, mask.astype(float))
         row["first_shown_wins"], row["first_shown_ci_low"], row["first_shown_ci_high"] = boot.share(
             index, first * mask, decided * mask)
@@ -82,7 +83,7 @@ def block_position(judge, boot: Dialogues, criterion: str) -> dict | None:
         return None
     index = boot.index(part["item_id"].to_numpy())
     x = _centred(index, shown, len(boot.ids))
-    row = {"criterion": criterion, "mode": "block", "stratum": "all", "n": len(part)}
+    row: dict[str, Any] = {"criterion": criterion, "mode": "block", "stratum": "all", "n": len(part)}
     row["position_slope"], row["position_slope_ci_low"], row["position_slope_ci_high"] = boot.ratio(
         index, x * part["score"].to_numpy(float), x * x)
     row["effect"] = _excludes_zero(row["position_slope_ci_low"], row["position_slope_ci_high"])

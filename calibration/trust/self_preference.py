@@ -3,6 +3,8 @@ what their quality explains (Gain) or, pairwise, than humans do on the same pair
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .dialogues import Dialogues, _excludes_zero
@@ -26,7 +28,7 @@ def self_preference(judge, human, boot: Dialogues, criterion: str, self_systems:
     if human is not None:
         columns = ["item_id", "system", "human", "human_a", "human_b"]
         part = part.merge(human[human["criterion"] == criterion].reindex(columns=columns), on=["item_id", "system"])
-    row = {"criterion": criterion, "self_systems": ",".join(self_systems)}
+    row: dict[str, Any] = {"criterion": criterion, "self_systems": ",".join(self_systems)}
     mine = part["system"].isin(self_systems).to_numpy()
     index = boot.index(part["item_id"].to_numpy())
     n_self, n_other = boot.sums(index[mine], np.ones(mine.sum())), boot.sums(index[~mine], np.ones((~mine).sum()))

@@ -23,8 +23,9 @@ from ..errors import CalibrationError
 
 BUILDERS = ("few-shot", "rubric-edit", "decoding")
 SHOTS = 4  # demonstrations per criterion: a few, from distinct dialogues
-DECODING_VARIANTS = {"logprobs": ({"logprobs": True}, "score = expected value over the points' log-probabilities"),
-                     "samples": ({"samples": 5, "temperature": 1.0}, "score = mean of 5 sampled answers at T=1")}
+DECODING_VARIANTS: dict[str, tuple[dict[str, object], str]] = {
+    "logprobs": ({"logprobs": True}, "score = expected value over the points' log-probabilities"),
+    "samples": ({"samples": 5, "temperature": 1.0}, "score = mean of 5 sampled answers at T=1")}
 
 
 def fold_of(dialogues, folds: int, seed: int) -> dict[str, int]:

@@ -6,7 +6,13 @@ Nothing heavy is imported at module level: every `judge` command builds the whol
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..options import SEED, criteria_type, failure_value_type, flag_type, judge_spec_type, scale_type
+
+if TYPE_CHECKING:
+    from .runs import Context
+    from .tune import TuneResult
 
 EPILOG = """\
 examples:
@@ -87,11 +93,12 @@ def run_tune(args) -> int:
 
     name, judge_file = args.judge
 
-    def compute():
+    def compute() -> TuneResult:
         from .tune import Candidate, tune
 
         listed = [Candidate(n, "judgments", f"judgments already made ({f})", f) for n, f in args.candidate]
-        notes, context = [], None
+        notes: list[str] = []
+        context: Context | None = None
         if args.candidates:
             from .runs import built_candidates
 

@@ -130,10 +130,12 @@ def _fold_judge(args, rubric, items: dict, disagreements: pd.DataFrame, criteria
         version = version.model_copy(update={"version": f"{rubric.version}+{name}"})
         keys = labelled[labelled["item_id"].isin(dialogues)]
         records = [items[k].model_dump(mode="json", exclude_none=True) for k in zip(keys["item_id"], keys["system"])]
-        files = {folder / f"{stem}.yaml": yaml.safe_dump(version.model_dump(mode="json"), sort_keys=False,
-                                                         allow_unicode=True),
-                 folder / f"{stem}_items.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)}
-        changed = {p: t for p, t in files.items() if not (p.exists() and p.read_text(encoding="utf-8") == t)}
+        files: dict[Path, str] = {
+            folder / f"{stem}.yaml": yaml.safe_dump(version.model_dump(mode="json"), sort_keys=False,
+                                                    allow_unicode=True),
+            folder / f"{stem}_items.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)}
+        changed: dict[str | Path, str | bytes] = {p: t for p, t in files.items()
+                                                  if not (p.exists() and p.read_text(encoding="utf-8") == t)}
         if changed:
             write_files(changed, verb="tune", inputs=[args.human, args.items])
         output = folder / f"{stem}.jsonl"
@@ -181,8 +183,9 @@ def _ask_proposer(messages: list[dict], args) -> str:
 
     urls = args.base_url or [os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")]
     client = OpenAI(base_url=urls[0], api_key=os.environ.get(args.api_key_env) or "none", timeout=args.timeout or 120)
-    reply = client.chat.completions.create(model=args.proposer_model, messages=messages, temperature=0,
-                                           seed=args.seed)
+    reply = client.chat.completions.create(
+        messages=messages,  # type: ignore[arg-type]  # the SDK types each message as its own TypedDict
+        model=args.proposer_model, temperature=0, seed=args.seed)
     return reply.choices[0].message.content or ""
 
 
