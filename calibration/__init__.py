@@ -38,7 +38,7 @@ _WHERE = {
 
 __all__ = ["CalibrationError", *sorted(_WHERE)]
 # The verbs: an unknown keyword is a CalibrationError naming the closest one, as the docs promise (not a TypeError).
-_VERBS = ("calibrate", "screen", "estimate", "audit", "drift", "select", "escalate")
+_VERBS = ("calibrate", "screen", "estimate", "audit", "drift", "select", "escalate")  # tune: its package checks
 
 
 def __getattr__(name):

@@ -7,8 +7,9 @@ the dialogue beside it; `judge calibrate` wants the annotations as they are, min
 
     python examples/from_release.py RELEASE_DIR --output-dir OUT [--dialogues N] [--systems a,b]
 
-writes OUT/items.jsonl and OUT/labels.csv, keeping the first N dialogues (in the release's order) and the named
-systems (default: all). Column names that differ (e.g. `text` for `summary`) are given with --text-column.
+writes OUT/items.jsonl and OUT/labels.csv (`examples/release` is a small release of this shape), keeping the first N
+dialogues (in the release's order) and the named systems (default: all). Column names that differ (e.g. `text` for
+`summary`) are given with --text-column.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ import pandas as pd
 def convert(release: Path, output_dir: Path, *, dialogues: int | None = None, systems: list[str] | None = None,
             text_column: str = "summary") -> tuple[int, int]:
     """Write items.jsonl and labels.csv for the release in `release`; return (items written, labels written)."""
+    absent = [name for name in ("items.csv", "outputs.csv", "annotations.csv") if not (release / name).is_file()]
+    if absent:
+        raise SystemExit(f"{release}: no {', '.join(absent)} here; a release folder holds items.csv, outputs.csv and "
+                         "annotations.csv (try examples/release)")
     items = pd.read_csv(release / "items.csv", dtype={"item_id": str})
     outputs = pd.read_csv(release / "outputs.csv", dtype={"item_id": str, "system": str})
     labels = pd.read_csv(release / "annotations.csv", dtype={"item_id": str, "system": str, "annotator": str})

@@ -219,14 +219,17 @@ def check_alpha(out: Path, judge: pd.DataFrame, labels: pd.DataFrame, levels=("i
 
 def check_ceiling(out: Path, judge: pd.DataFrame, labels: pd.DataFrame) -> None:
     """Each annotator vs the mean of the others (pandas), averaged over annotators; the judge vs the mean of all;
-    the judge as a fraction of that average."""
+    the judge vs each annotator's own reference (the mean of the others on that annotator's summaries), averaged
+    the same way, as a fraction of the annotators' average."""
     ceiling = pd.read_csv(out / "ceiling.csv").set_index(["criterion", "level", "statistic"])
     assert not ceiling.empty
     labels = labels.dropna(subset=["score"])
     judge_pairs = judge_vs_mean(judge, labels)
     for (criterion, level, statistic), row in ceiling.iterrows():
         part = labels[labels["criterion"] == criterion]
-        per_annotator = []
+        per_annotator, matched = [], []
+        judge_part = judge_pairs[judge_pairs["criterion"] == criterion]
+        judge_scores = judge_part.set_index(["item_id", "system"])["judge"]
         for annotator in sorted(part["annotator"].unique()):
             own = part[part["annotator"] == annotator].set_index(["item_id", "system"])["score"].rename("judge")
             others = part[part["annotator"] != annotator].groupby(["item_id", "system"])["score"].mean()
@@ -234,7 +237,9 @@ def check_ceiling(out: Path, judge: pd.DataFrame, labels: pd.DataFrame) -> None:
             if len(loo) < 2:
                 continue
             per_annotator.append(value_of(loo, level, statistic))
-        judge_part = judge_pairs[judge_pairs["criterion"] == criterion]
+            same = pd.concat([judge_scores, others.rename("human").reindex(own.index)], axis=1,
+                             join="inner").dropna().reset_index()
+            matched.append(value_of(same, level, statistic) if len(same) >= 2 else np.nan)
         want_judge = value_of(judge_part, level, statistic)
         defined = [v for v in per_annotator if not np.isnan(v)]
         want_ceiling = float(np.mean(defined))
@@ -244,7 +249,12 @@ def check_ceiling(out: Path, judge: pd.DataFrame, labels: pd.DataFrame) -> None:
         assert row["ceiling_min"] == pytest.approx(min(defined), abs=1e-9), where
         assert row["ceiling_max"] == pytest.approx(max(defined), abs=1e-9), where
         assert row["n_annotators"] == len(defined), where
-        assert row["fraction_of_ceiling"] == pytest.approx(want_judge / want_ceiling, abs=1e-9), where
+        both = [(m, v) for m, v in zip(matched, per_annotator) if not np.isnan(m) and not np.isnan(v)]
+        want_matched = float(np.mean([m for m, _ in both])) if both else np.nan
+        like = float(np.mean([v for _, v in both])) if both else np.nan
+        assert row["judge_matched"] == pytest.approx(want_matched, abs=1e-9, nan_ok=True), where
+        assert row["fraction_of_ceiling"] == pytest.approx(want_matched / like if like else np.nan, abs=1e-9,
+                                                           nan_ok=True), where
 
 
 def value_of(pairs: pd.DataFrame, level: str, statistic: str) -> float:

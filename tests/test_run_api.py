@@ -296,7 +296,7 @@ def test_the_judging_verbs_help_shows_every_flag_in_a_named_group(verb):
     assert "--output" in groups["output"] and "--batch-dir" in groups["batch and scale-out"]
 
 
-@pytest.mark.parametrize("verb", ["calibrate", "screen", "estimate", "audit", "drift", "select", "escalate"])
+@pytest.mark.parametrize("verb", ["calibrate", "screen", "estimate", "audit", "drift", "select", "escalate", "tune"])
 def test_a_calibration_verb_refuses_an_unknown_keyword_with_the_projects_error(verb):
     with pytest.raises(calibration.CalibrationError) as caught:
         getattr(calibration, verb)("judgments.jsonl", "labels.csv", bootstrapp=10)

@@ -322,7 +322,8 @@ def _single(results) -> str:
 # Printed tables fit this many columns; a note longer than a line becomes a numbered footnote at the end.
 WIDTH = 120
 # The ceiling table's printed headers (the CSV keeps its columns): the judge's CI and its share of the ceiling.
-CEILING_PRINTED = {"judge_ci_low": "ci_low", "judge_ci_high": "ci_high", "fraction_of_ceiling": "of_ceiling"}
+CEILING_PRINTED = {"judge_ci_low": "ci_low", "judge_ci_high": "ci_high", "judge_matched": "matched",
+                   "fraction_of_ceiling": "of_ceiling"}
 
 
 class _Footnotes:
@@ -400,12 +401,13 @@ def print_results(results, out=None) -> None:
                       .reset_index()), file=out)
     ceiling = notes.mark("Human ceiling: each annotator vs the mean of the others, on the raw labels even with "
                          "--clean; judge: the judge vs the raw mean of all annotators, with its 95% CI (ci_low, "
-                         "ci_high; judge_ci_low, judge_ci_high in ceiling.csv); of_ceiling: judge / ceiling "
-                         "(fraction_of_ceiling).")
+                         "ci_high; judge_ci_low, judge_ci_high in ceiling.csv); of_ceiling (fraction_of_ceiling): "
+                         "matched (judge_matched), the judge against each annotator's own reference, the mean of "
+                         "the others, over the ceiling: like with like.")
     print(f"\nHuman ceiling, and the judge against the raw human mean {ceiling}", file=out)
     print(_format(results.ceiling.rename(columns=CEILING_PRINTED),
                   ["criterion", "level", "statistic", "judge", "ci_low", "ci_high", "ceiling", "ceiling_min",
-                   "ceiling_max", "of_ceiling"]) + _single(results), file=out)
+                   "ceiling_max", "matched", "of_ceiling"]) + _single(results), file=out)
     after = " after noise removal (--clean)" if results.cleaned else " on the raw labels"
     print(f"\nKrippendorff's alpha{after}: humans, and humans with the judge as one more rater", file=out)
     print(_format(results.alpha) + _single(results), file=out)

@@ -11,9 +11,11 @@ class _CallableFamily(types.ModuleType):
     name, so the package itself calls calibration.tune.tune.tune."""
 
     def __call__(self, *args, **kwargs):
+        from calibration import _keywords_checked  # an unknown keyword: the project's error, as for every verb
+
         from .tune import tune
 
-        return tune(*args, **kwargs)
+        return _keywords_checked(tune)(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableFamily
