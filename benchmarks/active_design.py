@@ -86,7 +86,8 @@ def population(rng, reps, size, kind, hard, systems=1):
             + 0.8 * rng.standard_normal(shape)
     elif kind == "likert":
         quality = rng.standard_normal(shape) if systems == 1 else \
-            0.3 * np.arange(systems)[:, None] + 0.6 * rng.standard_normal((reps, 1, size)) + 0.8 * rng.standard_normal(shape)
+            0.3 * np.arange(systems)[:, None] + 0.6 * rng.standard_normal((reps, 1, size)) \
+            + 0.8 * rng.standard_normal(shape)
         y = np.clip(np.rint(3.2 + 0.9 * quality[None] + 0.7 * rng.standard_normal((3,) + shape)), 1, 5).mean(0)
     else:  # rare
         fail = rng.random(shape) < 0.1
@@ -805,8 +806,8 @@ def main(argv=None) -> int:
             for size, m1, m2 in ((100, 10, 10), (100, 20, 20), (100, 30, 30), (500, 20, 20), (100, 6, 4), (100, 3, 3)):
                 o = two_stage_cell("rare", signal_kind, size, m1, m2, 2000, 900 + m1 + m2 + size, savings=False,
                                    bootstrap=2)
-                print(f"rare {signal_kind:11s} {size:4d} {m1:2d}+{m2:<2d} | {o['T']['cover']:.3f} {o['U']['cover']:.3f} "
-                      f"{o['P']['cover']:.3f} | {o['T']['shown']:.2f} | {o['active']:.2f} | "
+                print(f"rare {signal_kind:11s} {size:4d} {m1:2d}+{m2:<2d} | {o['T']['cover']:.3f} "
+                      f"{o['U']['cover']:.3f} {o['P']['cover']:.3f} | {o['T']['shown']:.2f} | {o['active']:.2f} | "
                       f"{np.nanmean(o['T']['width']) / np.nanmean(o['U']['width']):.3f}", flush=True)
         print(f"({time.perf_counter() - started:.0f}s)")
         return 0

@@ -114,8 +114,8 @@ def main() -> int:
             print(f"--batch on disk: manifest {manifest_bytes / 1e6:.2f} MB = {disk:.2f}x the requests "
                   f"(target < 2x) {'OK' if disk < 2 else 'MISSED'}")
             disk_dir = dir_bytes / request_bytes
-            print(f"--batch-dir on disk: batch files + manifest {dir_bytes / 1e6:.1f} MB = {disk_dir:.2f}x the requests "
-                  f"(target < 2x) {'OK' if disk_dir < 2 else 'MISSED'}")
+            print(f"--batch-dir on disk: batch files + manifest {dir_bytes / 1e6:.1f} MB = {disk_dir:.2f}x "
+                  f"the requests (target < 2x) {'OK' if disk_dir < 2 else 'MISSED'}")
             return 0 if ratio <= 1.5 and disk < 2 and disk_dir < 2 else 1
     finally:
         proc.kill()

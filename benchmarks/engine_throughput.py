@@ -66,7 +66,8 @@ def write_items(path: Path, n: int, prefix: str) -> Path:
                       "text": f"turn {t} of call {prefix}{k}: my monthly pass was charged twice and I need a refund"}
                      for t in range(14)]
             f.write(json.dumps({"id": f"{prefix}{k}", "system": "sys", "dialogue": turns,
-                                "candidate": f"Customer {k} was charged twice for a monthly pass; the agent refunds it."})
+                                "candidate": f"Customer {k} was charged twice for a monthly pass; "
+                                             "the agent refunds it."})
                     + "\n")
     return path
 
@@ -233,7 +234,8 @@ def breakdown(tmp: Path, n_items: int) -> None:
          lambda: state.__setitem__("messages", [criterion_messages(rubric, c, i) for c, i in pairs])),
         ("request body (Asker.body)", lambda: state.__setitem__("bodies", [
             engine.asker.body(m, AnswerFormat.for_criterion(c), 0) for m, (c, _) in zip(state["messages"], pairs)])),
-        ("fingerprint (Judge.fingerprint, item digest cached)", lambda: [engine.judge.fingerprint(c, i) for c, i in pairs]),
+        ("fingerprint (Judge.fingerprint, item digest cached)",
+         lambda: [engine.judge.fingerprint(c, i) for c, i in pairs]),
         ("request_key (sorted json.dumps + sha256)",
          lambda: state.__setitem__("keys", [request_key(b) for b in state["bodies"]])),
         ("json.dumps(body) in HTTPClient", lambda: [json.dumps(b) for b in state["bodies"]]),
@@ -281,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                 requests = bodies(sets["bare"])
                 bare, n_bare = run_bare_sdk(base_url, requests, C)
                 bare_aio, n_bare_aio = run_bare_aiohttp(base_url, requests, C)
-                profile = cProfile.Profile() if args.profile and latency == float(args.latencies.split(",")[0]) else None
+                profile = (cProfile.Profile() if args.profile and latency == float(args.latencies.split(",")[0])
+                           else None)
                 aio, n_aio = run_engine("aiohttp", base_url, sets["aiohttp"], tmp, C, tmp / f"{tag}aio-cache",
                                         tmp / f"{tag}aio.jsonl", profile)
                 sent = stub_total(base_url)

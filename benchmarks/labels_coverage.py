@@ -290,7 +290,7 @@ def real(reps: int, seed: int, sizes=(10, 20, 50)) -> None:
                       + " ".join(f"{s[:10]}={a:.3f}/{b:.3f}/{h:.3f}" for s, a, b, h in
                                  zip(systems, *(hits[key] / np.maximum(shown[key], 1) for key in hits))))
             if n == sizes[-1]:
-                print("   per system jury/or at n=%d: " % n + " ".join(f"{s[:10]}={v:.2f}" for s, v in
+                print(f"   per system jury/or at n={n}: " + " ".join(f"{s[:10]}={v:.2f}" for s, v in
                                                                         zip(systems, ratio_sys / oracle_sys)))
 
 
@@ -419,15 +419,17 @@ def real_scale(reps: int, seed: int) -> None:
                 shown = np.isfinite(plain.ci_low)
                 cover = lambda r: ((r.ci_low <= truth) & (truth <= r.ci_high))[shown].mean()  # noqa: E731
                 ratio = np.mean((known.ci_high - known.ci_low)[shown]) / np.mean((plain.ci_high - plain.ci_low)[shown])
-                print(f"{name:12s} {criterion[:12]:12s} {n:3d} | {np.mean(known.no_interval[shown] == 'bounded'):.2f} | "
-                      f"{cover(plain):.3f} {cover(known):.3f} | {ratio:.3f}", flush=True)
+                print(f"{name:12s} {criterion[:12]:12s} {n:3d} | "
+                      f"{np.mean(known.no_interval[shown] == 'bounded'):.2f} | {cover(plain):.3f} {cover(known):.3f} "
+                      f"| {ratio:.3f}", flush=True)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a few cells")
     parser.add_argument("--real", action="store_true", help="DialSummEval instead of the simulation")
-    parser.add_argument("--rare", action="store_true", help="rare failures and a bimodal scale: the bounded-scale check against the t")
+    parser.add_argument("--rare", action="store_true",
+                        help="rare failures and a bimodal scale: the bounded-scale check against the t")
     parser.add_argument("--real-scale", action="store_true", help="the bounded-scale check on three real releases")
     parser.add_argument("--decoda", action="store_true", help="DECODA's LLM judge: coverage, width to the oracle")
     parser.add_argument("--repetitions", type=int, default=None)

@@ -9,9 +9,10 @@ in between (a tie keeps the expected vote); one vote per pair. The judge copies 
 lengths and a style bias on their markdown, plus a position bias for the system shown first); its verdict is the
 mean over the two orders. Each text's length is its system's typical length plus its own, and its markdown
 headers, list items and bold spans Poisson counts at its system's rates; humans ignore length and markdown, so the
-length- and style-controlled win rates' truth is the win rate. A uniform random share of dialogues is labelled (all their pairs). The truth is the
-population estimand: each system's expected win rate against the baseline and the Bradley-Terry fit to the
-expected votes over the design's pairs (tau attenuates it), computed once per cell by quadrature. Coverage counts
+length- and style-controlled win rates' truth is the win rate. A uniform random share of dialogues is labelled (all
+their pairs). The truth is the population estimand: each system's expected win rate against the baseline and the
+Bradley-Terry fit to the expected votes over the design's pairs (tau attenuates it), computed once per cell by
+quadrature. Coverage counts
 rows where an interval is printed (the count beside it). Cells "all tied" give every system the same strength:
 the rank sets must then claim nothing.
 
@@ -30,11 +31,11 @@ import time
 # one BLAS thread: the fits' matrices are small, and threads fighting over shared cores made a study 4 times slower
 for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(variable, "1")
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass  # noqa: E402 -- below the BLAS thread settings on purpose
+from pathlib import Path  # noqa: E402 -- below the BLAS thread settings on purpose
 
-import numpy as np
-from scipy import stats as scipy_stats
+import numpy as np  # noqa: E402 -- below the BLAS thread settings on purpose
+from scipy import stats as scipy_stats  # noqa: E402 -- below the BLAS thread settings on purpose
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -290,8 +291,8 @@ def run_cell(cell: Cell, repetitions: int, seed: int, controlled_only: bool = Fa
             "repetitions": repetitions, **{f"{key}_margin": margin(key) for key in covers}}
 
 
-HEADER = ("systems  pairs  labelled(dialogues)  judge                       corr  lambda | win cover (n) +-MC   width | "
-          "BT cover (n) +-MC    width | LC cover (n) +-MC    width | SC cover (n) +-MC    width | rank cover +-MC  "
+HEADER = ("systems  pairs  labelled(dialogues)  judge                       corr  lambda | win cover (n) +-MC   width "
+          "| BT cover (n) +-MC    width | LC cover (n) +-MC    width | SC cover (n) +-MC    width | rank cover +-MC  "
           "human | set size  human  larger | eff/worth: win  BT (plug-in n/ratio^2: win  BT)")
 
 

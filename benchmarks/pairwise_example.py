@@ -61,7 +61,8 @@ def main() -> int:
             if rng.random() < 0.5:
                 a, b = b, a
             pairs.append({"id": f"chat-{d + 1:02d}", "system_1": a, "system_2": b, "dialogue": dialogue,
-                          "candidate_1": STYLE[a].format(t=topic, d=days), "candidate_2": STYLE[b].format(t=topic, d=days)})
+                          "candidate_1": STYLE[a].format(t=topic, d=days),
+                          "candidate_2": STYLE[b].format(t=topic, d=days)})
     with (OUT / "pairs.jsonl").open("w", encoding="utf-8") as handle:
         for pair in pairs:
             handle.write(json.dumps(pair) + "\n")

@@ -187,9 +187,9 @@ def real(reps: int, seed: int, sizes=(10, 15, 20)) -> None:
                 width = np.where(shown, res.ci_high - res.ci_low, np.nan)
                 human_width = np.where(shown, res.human_only_ci_high - res.human_only_ci_low, np.nan)
                 ratio = np.nanmean(width, 0) / np.nanmean(human_width, 0)
-                print(f"{criterion:12s} {n:3d} {name:10s} | {cover.min():.3f}-{cover.max():.3f} [{low:.3f}, {high:.3f}] "
-                      f"| {np.nanmean(width) / np.nanmean(human_width):.3f} | {np.mean(ratio / oracle):.3f} "
-                      f"({np.max(ratio / oracle):.3f})", flush=True)
+                print(f"{criterion:12s} {n:3d} {name:10s} | {cover.min():.3f}-{cover.max():.3f} "
+                      f"[{low:.3f}, {high:.3f}] | {np.nanmean(width) / np.nanmean(human_width):.3f} "
+                      f"| {np.mean(ratio / oracle):.3f} ({np.max(ratio / oracle):.3f})", flush=True)
 
 
 def ratio_of_sums(chunks) -> tuple[float, float]:

@@ -103,6 +103,6 @@ if __name__ == "__main__":
             for n in (2, 3, 4, 6, 10, 20, 50):
                 r = simulate(kind, rho, n, reps=4000, seed=n)
                 m, d = r["mean"], r["difference"]
-                print(f"{kind:<9} {rho:.1f} {n:>3} | {m['printed']:.2f} {m['coverage']:.3f} ({m['human_coverage']:.3f}) "
-                      f"{m['width_ratio']:.3f} | {d['printed']:.2f} {d['coverage']:.3f} ({d['human_coverage']:.3f}) "
-                      f"{d['width_ratio']:.3f}")
+                print(f"{kind:<9} {rho:.1f} {n:>3} | {m['printed']:.2f} {m['coverage']:.3f} "
+                      f"({m['human_coverage']:.3f}) {m['width_ratio']:.3f} | {d['printed']:.2f} {d['coverage']:.3f} "
+                      f"({d['human_coverage']:.3f}) {d['width_ratio']:.3f}")

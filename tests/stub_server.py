@@ -5,9 +5,9 @@ own process:
 
     python tests/stub_server.py --port 0 --latency-ms 50 --fault 429:3 --fault 500:2 --reject-json-schema
 
-The process prints `listening on http://127.0.0.1:PORT/v1` once ready, and exits when its parent does. Besides POST /v1/chat/completions it
-serves GET /stats (request counts), POST /config (replace the settings, same keys as `StubConfig`) and
-POST /reset (clear the counts).
+The process prints `listening on http://127.0.0.1:PORT/v1` once ready, and exits when its parent does. Besides
+POST /v1/chat/completions it serves GET /stats (request counts), POST /config (replace the settings, same keys as
+`StubConfig`) and POST /reset (clear the counts).
 
 Answers follow the request's `response_format` schema: the first enum value of the verdict key (`score`,
 `label`), "yes" for the gate's `answer`, the first listed explanation. Without a schema (json_object / text
@@ -206,7 +206,8 @@ def _completion(body: dict, content: str, finish_reason: str, answer: dict | Non
     if body.get("logprobs") and answer is not None:
         choice["logprobs"] = _logprobs(content, answer)
     return {
-        "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": served_model or body.get("model", "stub"),
+        "id": "chatcmpl-stub", "object": "chat.completion", "created": 0,
+        "model": served_model or body.get("model", "stub"),
         "choices": [choice],
         "usage": {"prompt_tokens": prompt_chars // 4 + 1, "completion_tokens": len(content) // 4 + 1,
                   "total_tokens": prompt_chars // 4 + len(content) // 4 + 2,

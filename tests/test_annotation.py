@@ -63,7 +63,7 @@ def test_round_trip_gives_back_exactly_the_labels_filled_in(tmp_path, capsys, ru
     assert not any(r["item_id"].startswith("qual-") for r in rows)
     out = capsys.readouterr().out
     assert out.strip().splitlines()[-1].startswith(f"imported {len(rows)} labels from 2 annotators")
-    for name, who in people.items():
+    for name, _who in people.items():
         assert f"{name}: " in out
 
 
@@ -270,7 +270,8 @@ def test_verb_module_imports_nothing_heavy():
     import subprocess
 
     code = ("import sys, judge.annotation.cli; "
-            "print(sorted(m for m in ('pandas', 'scipy', 'sklearn', 'matplotlib', 'pydantic', 'yaml') if m in sys.modules))")
+            "print(sorted(m for m in ('pandas', 'scipy', 'sklearn', 'matplotlib', 'pydantic', 'yaml') "
+            "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
@@ -296,10 +297,12 @@ def test_a_crowdsourcing_results_file_reads_back(tmp_path):
         writer = csv.DictWriter(handle, fieldnames=header)
         writer.writeheader()
         for n, row in enumerate(rows):
-            out = {"HITId": f"H{n // 2}", "AssignmentId": f"A{n}", "WorkerId": row["annotator"], "WorkTimeInSeconds": 60}
+            out = {"HITId": f"H{n // 2}", "AssignmentId": f"A{n}", "WorkerId": row["annotator"],
+                   "WorkTimeInSeconds": 60}
             out.update({f"Input.{c}": v for c, v in row.items() if c not in answer_cols and c != "annotator"})
             out.update({f"Answer.{c}": row[c] for c in answer_cols})
             writer.writerow(out)
     labels = tmp_path / "labels.csv"
     assert main(["import", "--from", str(results), "--key", str(pkg / "key.json"), "--output", str(labels)]) == 0
-    assert as_set(read_labels(labels)) == people["W1ABC"].expected_rows("W1ABC") | people["W2XYZ"].expected_rows("W2XYZ")
+    assert as_set(read_labels(labels)) == (people["W1ABC"].expected_rows("W1ABC")
+                                           | people["W2XYZ"].expected_rows("W2XYZ"))

@@ -36,12 +36,14 @@ def test_schema_accepts_every_legal_answer_and_rejects_others(rubric):
                 with pytest.raises(AnswerError):
                     fmt.parse(json.dumps({**base, fmt.verdict_key: bad}))
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate({**base, fmt.verdict_key: criterion.scale.values[0], "rationale": "x" * (RATIONALE_MAX + 1)}, schema)
+            jsonschema.validate({**base, fmt.verdict_key: criterion.scale.values[0],
+                                 "rationale": "x" * (RATIONALE_MAX + 1)}, schema)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({**base, fmt.verdict_key: criterion.scale.values[0], "extra": 1}, schema)
         if fmt.explanations:
             with pytest.raises(jsonschema.ValidationError):
-                jsonschema.validate({**base, fmt.verdict_key: criterion.scale.values[0], "explanation": "made up"}, schema)
+                jsonschema.validate({**base, fmt.verdict_key: criterion.scale.values[0], "explanation": "made up"},
+                                    schema)
 
 
 @pytest.mark.parametrize(
@@ -92,8 +94,10 @@ def _token(text, logprob=-0.01, alternatives=()):
 
 def test_verdict_probabilities_renormalise_over_allowed_points_found_by_content():
     # A ```json wrapper and a multi-byte character before the score: offsets must be found in the tokens.
-    tokens = [_token(t) for t in ["```", "json", "\n{", ' "rationale', '": "', "fid", "\u00e8", "le", '",', ' "score', '":', " "]]
-    tokens.append(_token("4", math.log(0.6), [("4", math.log(0.6)), ("5", math.log(0.2)), ("The", math.log(0.1)), (" 3", math.log(0.1))]))
+    tokens = [_token(t) for t in ["```", "json", "\n{", ' "rationale', '": "', "fid", "\u00e8", "le", '",', ' "score',
+                                  '":', " "]]
+    tokens.append(_token("4", math.log(0.6), [("4", math.log(0.6)), ("5", math.log(0.2)), ("The", math.log(0.1)),
+                                              (" 3", math.log(0.1))]))
     tokens.append(_token("}"))
     probs = verdict_probabilities(tokens, LIKERT)
     assert probs == pytest.approx({"1": 0, "2": 0, "3": 1 / 9, "4": 6 / 9, "5": 2 / 9})
@@ -101,7 +105,8 @@ def test_verdict_probabilities_renormalise_over_allowed_points_found_by_content(
 
 
 def test_verdict_token_may_carry_the_colon_and_newlines():
-    tokens = [_token('{"rationale": "x", "score"'), _token(":\n\n1", math.log(0.5), [(":\n\n1", math.log(0.5)), (":\n\n2", math.log(0.5))])]
+    tokens = [_token('{"rationale": "x", "score"'),
+              _token(":\n\n1", math.log(0.5), [(":\n\n1", math.log(0.5)), (":\n\n2", math.log(0.5))])]
     assert verdict_probabilities(tokens, LIKERT) == pytest.approx({"1": 0.5, "2": 0.5, "3": 0, "4": 0, "5": 0})
 
 

@@ -51,8 +51,9 @@ def test_judging_equals_the_cli_inside_and_outside_a_loop(stub_server, tmp_path,
     assert code == 0
     function = getattr(judge, verb)
     # with an answer cache of its own each: the cache is opened in this thread and used in the engine's
-    frames = both(lambda where: function(rubric, items, output=tmp_path / f"{where}.jsonl", base_url=stub_server.base_url,
-                                         model="M", cache=tmp_path / f"cache-{where}", progress=False, **extra))
+    frames = both(lambda where: function(rubric, items, output=tmp_path / f"{where}.jsonl",
+                                         base_url=stub_server.base_url, model="M", cache=tmp_path / f"cache-{where}",
+                                         progress=False, **extra))
     expected = scores(tmp_path / "cli.jsonl")
     for where, frame in zip(("outside", "inside"), frames):
         assert scores(tmp_path / f"{where}.jsonl") == expected
@@ -178,7 +179,8 @@ def test_an_interrupted_call_keeps_finished_judgments_and_raises_keyboard_interr
     loop.close()
     kept = judge.read_judgments(output)
     assert 0 < len(kept) < 16  # some finished (4 items x 4 criteria), not all
-    assert not [t for t in threading.enumerate() if t.name == "judge-engine" and t.is_alive()]  # the engine's loop has stopped
+    # the engine's loop has stopped
+    assert not [t for t in threading.enumerate() if t.name == "judge-engine" and t.is_alive()]
     time.sleep(0.5)  # the request in flight at Ctrl-C (150 ms of latency) reaches the server's count first
     stub_server.configure(latency_ms=0)
     before = stub_server.stats.total
@@ -237,10 +239,12 @@ GOOD = '{"id": "d1", "system": "s1", "dialogue": "Ann: hi", "candidate": "Ann gr
 # (what the user did, $JUDGE_BASE_URLS or None, keyword arguments, message): through the CLI and the API alike
 MODEL_ROWS = [
     ("$JUDGE_BASE_URLS blank", " ", {"backend": "openai", "model": "M"}, r"\$JUDGE_BASE_URLS=' ' is blank"),
-    ("$JUDGE_BASE_URLS separated by ;", "http://a:1/v1;http://b:1/v1", {"model": "M"}, r"separate the URLs with commas"),
+    ("$JUDGE_BASE_URLS separated by ;", "http://a:1/v1;http://b:1/v1", {"model": "M"},
+     r"separate the URLs with commas"),
     ("$JUDGE_BASE_URLS separated by spaces", "http://a:1/v1 http://b:1/v1", {"model": "M"},
      r"separate the URLs with commas"),
-    ("$JUDGE_BASE_URLS bad scheme", "ftp://a:1/v1", {"model": "M"}, r"\$JUDGE_BASE_URLS='ftp://a:1/v1': not a server URL"),
+    ("$JUDGE_BASE_URLS bad scheme", "ftp://a:1/v1", {"model": "M"},
+     r"\$JUDGE_BASE_URLS='ftp://a:1/v1': not a server URL"),
     ("--base-url without http://", None, {"model": "M", "base_url": "127.0.0.1:8000/v1"},
      r"--base-url 127.0.0.1:8000/v1: not a server URL; give it as http://"),
     ("--tensor-parallel-size 0", None, {"backend": "vllm", "model": "m", "tensor_parallel_size": 0},

@@ -102,7 +102,8 @@ def test_cli_writes_every_table_and_one_sentence_per_finding(tmp_path, capsys):
     noise = pd.read_csv(out / "noise.csv")
     assert set(noise["source"]) == {"samples"}
     assert noise["changed_share"].to_numpy() == pytest.approx([1 / 3, 1 / 3], abs=0.02)
-    assert "beyond what quality explains, the judge adds" in printed and "re-run noise changes 33% of verdicts" in printed
+    assert ("beyond what quality explains, the judge adds" in printed
+            and "re-run noise changes 33% of verdicts" in printed)
     assert "each later letter in the block" in printed and "the judge rates long" in printed
     assert printed.count("\n") == len(audit(judgments, items, labels, self_systems="long", bootstrap=200).sentences)
 

@@ -665,9 +665,11 @@ def _garbage_manifest(tmp_path: Path, server) -> list[str]:
 
 
 BAD = [  # (case, setup returning the extra flags, expected message)
-    ("embedded backend", lambda t, s: ["--batch", "--backend", "local"], "the embedded llama.cpp server has no Batch API"),
+    ("embedded backend", lambda t, s: ["--batch", "--backend", "local"],
+     "the embedded llama.cpp server has no Batch API"),
     ("vLLM engine", lambda t, s: ["--batch", "--backend", "vllm"], "the in-process vLLM engine has no Batch API"),
-    ("no batch endpoints", lambda t, s: setattr(s.batch, "disabled", True) or ["--batch"], "has no /v1/batches endpoint"),
+    ("no batch endpoints", lambda t, s: setattr(s.batch, "disabled", True) or ["--batch"],
+     "has no /v1/batches endpoint"),
     ("both", lambda t, s: ["--batch", "--batch-dir", str(t / "d")], "choose one"),
     ("shards alone", lambda t, s: ["--batch", "--shards", "2"], "--shards splits the files of --batch-dir"),
     ("zero shards", lambda t, s: ["--batch-dir", str(t / "d"), "--shards", "0"], "--shards must be at least 1"),
@@ -755,7 +757,8 @@ SHAPES = [  # (what a runner or provider wrote, what the request gets)
     # vLLM's run-batch: the status in `response`, the error (a string or an ErrorResponse) in `error`
     ({"response": {"status_code": 400, "request_id": "r", "body": None}, "error": "prompt too long"}, "BackendError"),
     ({"response": {"status_code": 400, "request_id": "r", "body": None},
-      "error": {"error": {"message": "response_format json_schema is invalid", "code": 400}}}, "ResponseFormatUnsupported"),
+      "error": {"error": {"message": "response_format json_schema is invalid", "code": 400}}},
+     "ResponseFormatUnsupported"),
     ({"response": {"status_code": 200, "body": {"object": "error"}}, "error": None}, "RetryableError"),
     (None, "sent again"),
 ]

@@ -34,7 +34,8 @@ DIALSUMMEVAL = SHARED / "dialsummeval"
 
 def simulate_scores(rng, n_items: int, system_effects: np.ndarray):
     """Human = system + dialogue + noise; judge = a noisy, squashed view of the same quality."""
-    quality = system_effects[None, :] + rng.normal(0, 0.6, (n_items, 1)) + rng.normal(0, 0.5, (n_items, len(system_effects)))
+    quality = (system_effects[None, :] + rng.normal(0, 0.6, (n_items, 1))
+               + rng.normal(0, 0.5, (n_items, len(system_effects))))
     human = quality + rng.normal(0, 0.4, quality.shape)
     judge = np.tanh(quality / 2) + rng.normal(0, 0.3, quality.shape)
     return judge, human

@@ -57,7 +57,8 @@ ENCODED = [  # (case, body): every shape a request takes, and what a user's text
     ("tiny and huge floats", {**BODY, "temperature": 1e-300, "top_p": 1.7976931348623157e308}),
     # Subclasses of str, list and dict take the general encoder's path, with the same text.
     ("subclasses", {**BODY, "messages": type("Messages", (list,), {})([
-        type("Message", (dict,), {})(role="user", content="x"), {"role": "system", "content": type("S", (str,), {})("y")}])}),
+        type("Message", (dict,), {})(role="user", content="x"),
+        {"role": "system", "content": type("S", (str,), {})("y")}])}),
 ]
 
 

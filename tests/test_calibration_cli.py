@@ -87,7 +87,8 @@ def test_wide_score_csv_with_score_column(tmp_path, capsys):
 
 @pytest.mark.parametrize("content, expected", [
     ('{"id": "x", "system": "s", "criterion": "clarity", "score": 3}\n{"id": "y", "system": ', "bad.jsonl:2: "),
-    ('{"id": "x", "system": "s", "criterion": "clarity", "score": "high"}\n', "bad.jsonl:1: not a judgment: field 'score'"),
+    ('{"id": "x", "system": "s", "criterion": "clarity", "score": "high"}\n',
+     "bad.jsonl:1: not a judgment: field 'score'"),
     ('{"system": "s", "criterion": "clarity", "score": 3}\n', "bad.jsonl:1: not a judgment: field 'id'"),
 ])
 def test_bad_judgments_give_a_clear_error(tmp_path, capsys, content, expected):

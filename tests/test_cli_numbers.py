@@ -240,7 +240,7 @@ def test_screen_system_means_and_intervals(tmp_path):
         assert row["ci_low"] == pytest.approx(low, abs=0.05 * width), (criterion, system, row["ci_low"], low)
         assert row["ci_high"] == pytest.approx(high, abs=0.05 * width), (criterion, system, row["ci_high"], high)
     # Ranks follow the means within each criterion; the difference from the best is best minus own mean.
-    for criterion, part in systems.groupby("criterion"):
+    for _criterion, part in systems.groupby("criterion"):
         ordered = part.sort_values("rank")
         assert list(ordered["mean"]) == sorted(ordered["mean"], reverse=True)
         assert ordered["difference_from_best"].to_numpy() == pytest.approx(

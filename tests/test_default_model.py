@@ -19,7 +19,8 @@ def fake_wheel(directory: Path, payload: bytes = PAYLOAD) -> Path:
     path = directory / f"{dist}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as whl:
         whl.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        whl.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{dist}.dist-info/WHEEL",
+                     "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         whl.writestr(f"{dist}.dist-info/RECORD", "")
         whl.writestr(local.MODEL_MEMBER, payload)
     return path

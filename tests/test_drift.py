@@ -241,8 +241,9 @@ def test_pairwise_noise_is_within_one_order(per_order, tmp_path):
     files = []
     for name, frame in (("old", reference), ("new", new)):
         lines = [{"id": r.item_id, "system": r.system, "criterion": r.criterion, "label": r.label,
-                  "samples": r.samples, "orders": {"forward": r.forward, "swapped": r.swapped}, "system_1": r.system.split("|")[0],
-                  "system_2": r.system.split("|")[1], "rubric": "pairs@1", "model": "m"} for r in frame.itertuples()]
+                  "samples": r.samples, "orders": {"forward": r.forward, "swapped": r.swapped},
+                  "system_1": r.system.split("|")[0], "system_2": r.system.split("|")[1], "rubric": "pairs@1",
+                  "model": "m"} for r in frame.itertuples()]
         files.append(_jsonl(tmp_path / f"{name}.jsonl", lines))
     from_files = drift(*files).drift.iloc[0]
     assert from_files.reask_noise == 0 and from_files.changed_share == pytest.approx(row.changed_share)

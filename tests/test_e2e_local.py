@@ -20,7 +20,8 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None, reason="xllamacpp (the 'local' extra) is not installed"),
+    pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None,
+                       reason="xllamacpp (the 'local' extra) is not installed"),
     pytest.mark.usefixtures("default_model"),
 ]
 
@@ -66,9 +67,9 @@ def test_score_with_the_embedded_model_then_rerun_from_results(tmp_path):
 
 def test_gated_criterion_and_logprob_scores_on_french_calls(tmp_path):
     out = tmp_path / "j.jsonl"
-    result = judge("score", "--rubric", "call_centre_fr", "--input", str(EXAMPLES / "items.jsonl"), "--output", str(out),
-                   "--criteria", "sub_issues,resolution", "--logprobs", "--no-cache", "--concurrency", "2",
-                   "--no-progress")
+    result = judge("score", "--rubric", "call_centre_fr", "--input", str(EXAMPLES / "items.jsonl"),
+                   "--output", str(out), "--criteria", "sub_issues,resolution", "--logprobs", "--no-cache",
+                   "--concurrency", "2", "--no-progress")
     assert result.returncode == 0, result.stderr[-2000:]
     lines = read(out)
     assert len(lines) == 8
@@ -98,5 +99,6 @@ def test_bad_input_is_a_clear_one_line_error(tmp_path):
     bad.write_text('{"id": "x", "dialogue": "a", "candidate": "b"}\n{"id": "y", "dialogue": "a"\n')
     result = judge("score", "--rubric", "dialsummeval", "--input", str(bad), "--output", str(tmp_path / "o.jsonl"))
     assert result.returncode == 2
-    assert result.stderr.strip() == f"judge score: error: {bad}:2: not valid JSON (Expecting ',' delimiter at column 28)"
+    assert result.stderr.strip() == (f"judge score: error: {bad}:2: "
+                                     "not valid JSON (Expecting ',' delimiter at column 28)")
     assert "Traceback" not in result.stderr

@@ -22,7 +22,8 @@ def run_ok(*args):
 
 def test_response_quality_labels_abstentions_and_explanations(tmp_path):
     out = tmp_path / "r.jsonl"
-    run_ok("score", "--rubric", "response_quality", "--input", str(FIXTURES / "response_items.jsonl"), "--output", str(out))
+    run_ok("score", "--rubric", "response_quality", "--input", str(FIXTURES / "response_items.jsonl"),
+           "--output", str(out))
     rubric = load_rubric("response_quality")
     lines = read(out)
     assert len(lines) == 3 * len(rubric.criteria)
@@ -35,7 +36,8 @@ def test_response_quality_labels_abstentions_and_explanations(tmp_path):
 
 def test_compare_both_orders_identical_pair_and_position_bias(tmp_path):
     out = tmp_path / "p.jsonl"
-    result = run_ok("compare", "--rubric", "pairwise_summary", "--input", str(FIXTURES / "pairs.jsonl"), "--output", str(out))
+    result = run_ok("compare", "--rubric", "pairwise_summary", "--input", str(FIXTURES / "pairs.jsonl"),
+                    "--output", str(out))
     pairs = [json.loads(l) for l in (FIXTURES / "pairs.jsonl").read_text().splitlines()]
     lines = read(out)
     assert len(lines) == len(pairs) * 4
@@ -55,7 +57,8 @@ def test_csds_segments_given_or_split_and_qa_matching_only_for_overall(tmp_path)
     out = tmp_path / "c.jsonl"
     run_ok("score", "--rubric", "csds", "--input", str(FIXTURES / "csds_items.jsonl"), "--output", str(out),
            "--criteria", "fluency,qa_matching")
-    items = {(i["id"], i["system"]): i for i in map(json.loads, (FIXTURES / "csds_items.jsonl").read_text().splitlines())}
+    items = {(i["id"], i["system"]): i
+             for i in map(json.loads, (FIXTURES / "csds_items.jsonl").read_text().splitlines())}
     for line in read(out):
         item = items[(line["id"], line["system"])]
         if line["criterion"] == "qa_matching" and item.get("summary_type") != "overall":
@@ -71,7 +74,8 @@ def test_csds_segments_given_or_split_and_qa_matching_only_for_overall(tmp_path)
 
 def test_block_mode_scores_every_candidate_of_a_dialogue_in_one_request(tmp_path):
     out = tmp_path / "b.jsonl"
-    result = run_ok("score", "--rubric", "call_centre_fr", "--input", str(Path(__file__).parent.parent / "examples" / "items.jsonl"),
+    result = run_ok("score", "--rubric", "call_centre_fr",
+                    "--input", str(Path(__file__).parent.parent / "examples" / "items.jsonl"),
                     "--output", str(out), "--criteria", "faithfulness", "--mode", "block", "--seed", "3")
     lines = read(out)
     assert len(lines) == 4 and all(1 <= l["score"] <= 5 and l["position"] in {"A", "B"} for l in lines)

@@ -93,7 +93,8 @@ ABSTAIN_RUBRIC = {
     "inputs": ["dialogue", "candidate"],
     "criteria": [{"id": "correctness", "name": "Correctness", "definition": "d", "explanations": ["typo", "wrong fact"],
                   "scale": {"type": "categorical", "labels": [
-                      {"value": "correct", "meaning": "m", "score": 1}, {"value": "not correct", "meaning": "m", "score": 0},
+                      {"value": "correct", "meaning": "m", "score": 1},
+                      {"value": "not correct", "meaning": "m", "score": 0},
                       {"value": "I don't know", "meaning": "m", "abstain": True}]}}],
 }
 
@@ -136,7 +137,8 @@ def test_unparseable_answers_are_reasked_then_recorded_with_raw_text(tmp_path):
 
 def test_block_shows_every_candidate_in_a_seeded_shuffle_and_unshuffles_the_answers(tmp_path):
     rubric = load_rubric("dialsummeval")
-    group = [Item(id="d0", system=f"sys{n}", dialogue="A: hi", candidate=f"candidate text number {n}") for n in range(6)]
+    group = [Item(id="d0", system=f"sys{n}", dialogue="A: hi", candidate=f"candidate text number {n}")
+             for n in range(6)]
     shown_orders = []
 
     def answer(body):
@@ -163,7 +165,8 @@ def test_block_shows_every_candidate_in_a_seeded_shuffle_and_unshuffles_the_answ
     run(client2, rubric, [rubric.criterion("coherence")], group, tmp_path / "again", mode="block", seed=7)
     assert shown_orders[1] == shown_orders[0]
     (tmp_path / "other").mkdir()
-    run(ScriptedClient(answer), rubric, [rubric.criterion("coherence")], group, tmp_path / "other", mode="block", seed=8)
+    run(ScriptedClient(answer), rubric, [rubric.criterion("coherence")], group, tmp_path / "other", mode="block",
+        seed=8)
     assert shown_orders[2] != shown_orders[0]
 
 
@@ -309,6 +312,7 @@ def test_a_criterion_whose_every_verdict_is_the_same_is_warned_about(tmp_path):
     constant = ScriptedClient(lambda body: json.dumps({"rationale": "r", "score": 3}))
     tally, _ = run(constant, rubric, [rubric.criterion("coherence")], items("A: hi", "B: yo"), tmp_path)
     assert len(tally.warnings()) == 1 and "every coherence verdict is 3.0" in tally.warnings()[0]
-    varied = ScriptedClient(lambda body: json.dumps({"rationale": "r", "score": 2 + ("summary a of" in body["messages"][-1]["content"])}))
+    varied = ScriptedClient(lambda body: json.dumps(
+        {"rationale": "r", "score": 2 + ("summary a of" in body["messages"][-1]["content"])}))
     tally, _ = run(varied, rubric, [rubric.criterion("coherence")], items("C: hi", "D: yo"), tmp_path / "v")
     assert tally.warnings() == []

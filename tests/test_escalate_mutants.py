@@ -174,4 +174,5 @@ def test_the_help_groups_its_options_and_the_help_and_summary_fit_120_columns(mo
     assert max(len(line) for line in text.splitlines()) <= 120, max(text.splitlines(), key=len)
     summary = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1, random_dialogues=3).text()
     assert max(len(line) for line in summary.splitlines()) <= 120, max(summary.splitlines(), key=len)
-    assert any(line.startswith("  test: testing by betting over 60 labelled dialogues") for line in summary.splitlines())
+    assert any(line.startswith("  test: testing by betting over 60 labelled dialogues")
+               for line in summary.splitlines())

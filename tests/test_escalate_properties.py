@@ -1,8 +1,8 @@
 """Properties of `judge escalate`'s statistics (calibration.cascade.threshold_tests, .walk) that whole families of
 bugs break: the fixed-sequence walk, the label-free path, the cascade's order, the start step and the betting test each
-written out here in plain loops from the module docstring and compared on random inputs (several judges, both kinds of unit);
-the betting p-value's validity at the null's boundary and its monotonicity; and every number of the thresholds table
-recounted from the decisions and the labels.
+written out here in plain loops from the module docstring and compared on random inputs (several judges, both kinds
+of unit); the betting p-value's validity at the null's boundary and its monotonicity; and every number of the
+thresholds table recounted from the decisions and the labels.
 
 Written against classes of mutants that survived the fresh draws of benchmarks/mutation.py (constants in a formula,
 a dropped term, a boundary `<` / `<=`), not against any one of them."""

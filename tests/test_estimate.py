@@ -27,9 +27,10 @@ def correlated(rng, size, rho=0.7, scale=1.0, shift=0.0):
 
 
 def reference_cross_fitted(y, f, labelled, confidence=0.95):
-    """Cross-fitted PPI++ (from MIN_CROSS_FITTED labels on) written out from the formulas, one vector and one labelled dialogue at a time, with plain
-    numpy and scipy: dialogue i's lambda is tuned on the other labelled dialogues (np.cov) and shrunk by
-    t^2 / (1 + t^2), t the others' correlation t statistic (scipy.stats.pearsonr); t interval on n - 1 df."""
+    """Cross-fitted PPI++ (from MIN_CROSS_FITTED labels on) written out from the formulas, one vector and one
+    labelled dialogue at a time, with plain numpy and scipy: dialogue i's lambda is tuned on the other labelled
+    dialogues (np.cov) and shrunk by t^2 / (1 + t^2), t the others' correlation t statistic (scipy.stats.pearsonr);
+    t interval on n - 1 df."""
     f = f - f.mean()  # the judge centred on all judged dialogues
     yl, fl, fu = y[labelled], f[labelled], f[~labelled]
     n, m = len(yl), len(fu)
@@ -50,8 +51,9 @@ def reference_cross_fitted(y, f, labelled, confidence=0.95):
 
 
 def reference_in_sample(y, f, labelled, confidence=0.95):
-    """PPI++ with lambda fitted on all labels (below MIN_CROSS_FITTED) written out from the formulas, one vector at a time, with plain numpy and scipy: lambda tuned on the
-    labels, so the residuals have n - 2 degrees of freedom and lambda's own error is added at the unlabelled mean."""
+    """PPI++ with lambda fitted on all labels (below MIN_CROSS_FITTED) written out from the formulas, one vector at a
+    time, with plain numpy and scipy: lambda tuned on the labels, so the residuals have n - 2 degrees of freedom and
+    lambda's own error is added at the unlabelled mean."""
     yl, fl, fu = y[labelled], f[labelled], f[~labelled]
     n, m = len(yl), len(fu)
     var_f = np.var(f, ddof=1)
@@ -121,9 +123,9 @@ def test_with_a_useless_judge_the_price_of_lambda_is_small():
 
 
 def test_the_tuned_interval_is_the_regression_prediction_interval_of_statsmodels():
-    """Below MIN_CROSS_FITTED labels, with (almost) every judged dialogue unlabelled, PPI++'s lambda is the least-squares slope of y on f and the
-    estimate is the regression's prediction at the unlabelled mean of f: its standard error and t quantile
-    (n - 2 degrees of freedom) must be statsmodels' se_mean of that prediction."""
+    """Below MIN_CROSS_FITTED labels, with (almost) every judged dialogue unlabelled, PPI++'s lambda is the
+    least-squares slope of y on f and the estimate is the regression's prediction at the unlabelled mean of f: its
+    standard error and t quantile (n - 2 degrees of freedom) must be statsmodels' se_mean of that prediction."""
     sm = pytest.importorskip("statsmodels.api")
     rng = np.random.default_rng(8)
     y, f = correlated(rng, 200_000, rho=0.6)

@@ -152,11 +152,13 @@ def test_estimate_tables_say_which_interval_is_printed():
     rng = np.random.default_rng(8)
     items = [f"d{i}" for i in range(60)]
     judge = pd.DataFrame({"item_id": items * 2, "system": ["a"] * 60 + ["b"] * 60, "criterion": "faithful",
-                          "score": np.r_[np.where(rng.random(60) < 0.1, 2.0, 4.0), rng.integers(1, 6, 60)].astype(float),
+                          "score": np.r_[np.where(rng.random(60) < 0.1, 2.0, 4.0),
+                                         rng.integers(1, 6, 60)].astype(float),
                           "status": "ok"})
     labels = pd.DataFrame({"item_id": items[:10] * 2, "system": ["a"] * 10 + ["b"] * 10, "criterion": "faithful",
                            "annotator": "x",
-                           "score": np.r_[[5, 4, 5, 5, 4, 5, 5, 5, 4, 5], [1, 3, 5, 2, 4, 3, 2, 5, 1, 4]].astype(float)})
+                           "score": np.r_[[5, 4, 5, 5, 4, 5, 5, 5, 4, 5],
+                                          [1, 3, 5, 2, 4, 3, 2, 5, 1, 4]].astype(float)})
     tables = estimate(judge, labels, scales={"faithful": (1, 5)})
     rows = tables.estimates.set_index("system")
     assert "betting" in rows.loc["a", "interval_note"] and rows.loc["b", "interval_note"] == ""

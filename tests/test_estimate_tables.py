@@ -95,7 +95,8 @@ def test_the_tables_are_the_estimator_on_the_matrices_pandas_builds():
                 assert row[column] == pytest.approx(value[s], rel=1e-12, nan_ok=True), (criterion, system, column)
             units = ~np.isnan(f[:, s])
             labelled = units & ~np.isnan(y[:, s])
-            in_sample = np.isin(np.array(sorted(set(judge["item_id"]))), list(set(random_items) & set(labels["item_id"])))
+            in_sample = np.isin(np.array(sorted(set(judge["item_id"]))),
+                                list(set(random_items) & set(labels["item_id"])))
             assert row["n_labelled"] == labelled.sum() and row["n_dialogues"] == units.sum()
             assert row["n_judged"] == judged[:, s].sum()
             assert row["n_missing_labels"] == (in_sample & units & np.isnan(y[:, s])).sum()

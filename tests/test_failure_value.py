@@ -32,7 +32,8 @@ def test_the_failure_value_is_read_as_a_failure(tmp_path):
     path = _csv_with_failures(tmp_path)
     read = load_judge_scores(path, failure_value=-1)
     failed = pd.read_csv(path)["score"] == -1
-    assert (read.loc[failed.to_numpy(), "status"] == "error").all() and read.loc[failed.to_numpy(), "score"].isna().all()
+    assert ((read.loc[failed.to_numpy(), "status"] == "error").all()
+            and read.loc[failed.to_numpy(), "score"].isna().all())
     assert (read.loc[~failed.to_numpy(), "status"] == "ok").all()
     assert (load_judge_scores(path)["score"] == -1).sum() == failed.sum()  # without it: a score, as written
 

@@ -44,14 +44,16 @@ FLAG_ROWS = [
                                           "got 'half'"),
     (SCREEN + ["--power", "x"], "judge screen: error: argument --power: must be between 0 and 1, got 'x'"),
     (SCREEN + ["--power", "1.5"], "judge screen: error: --power must be between 0 and 1, got 1.5"),
-    (SCREEN + ["--seed", "1.5"], "judge screen: error: argument --seed: must be a whole number of at least 0, got '1.5'"),
+    (SCREEN + ["--seed", "1.5"], "judge screen: error: argument --seed: must be a whole number of at least 0, "
+                                 "got '1.5'"),
     (SCREEN + ["--criteria", ","], "judge screen: error: argument --criteria: must be a comma-separated list of "
                                    "criteria, e.g. coherence,fluency, got ','"),
     (SCREEN + ["--scale", "1"], "judge screen: error: argument --scale: must be MIN,MAX with MIN < MAX, e.g. 1,5, "
                                 "got '1'"),
     (CALIBRATE + ["--bootstrap", "-1"], "judge calibrate: error: argument --bootstrap: must be 0 (no bootstrap) or a "
                                         "whole number of at least 40, got '-1'"),
-    (CALIBRATE + ["--seed", "x"], "judge calibrate: error: argument --seed: must be a whole number of at least 0, got 'x'"),
+    (CALIBRATE + ["--seed", "x"], "judge calibrate: error: argument --seed: must be a whole number of at least 0, "
+                                  "got 'x'"),
     (CALIBRATE + ["--scale", "5,1"], "judge calibrate: error: argument --scale: must be MIN,MAX with MIN < MAX, "
                                      "e.g. 1,5, got '5,1'"),
     (CALIBRATE + ["--scale", "1,x"], "judge calibrate: error: argument --scale: must be MIN,MAX with MIN < MAX, "
@@ -68,8 +70,8 @@ FLAG_ROWS = [
     (AUDIT + ["--bootstrap", "x"], "judge audit: error: argument --bootstrap: must be a positive whole number, "
                                    "got 'x'"),
     (AUDIT + ["--bootstrap", "0"], "judge audit: error: --bootstrap must be a whole number of at least 40, got 0"),
-    (AUDIT + ["--bootstrap-seed", "x"], "judge audit: error: argument --bootstrap-seed: must be a whole number of at least 0, "
-                                        "got 'x'"),
+    (AUDIT + ["--bootstrap-seed", "x"], "judge audit: error: argument --bootstrap-seed: must be a whole number of "
+                                        "at least 0, got 'x'"),
     (AUDIT + ["--length-threshold", "x"], "judge audit: error: argument --length-threshold: must be a share between "
                                           "0 and 1, e.g. 0.1, got 'x'"),
     (AUDIT + ["--probe-sample", "x"], "judge audit: error: argument --probe-sample: must be a positive whole number, "
@@ -86,7 +88,8 @@ FLAG_ROWS = [
     (DRIFT + ["--seed", "x"], "judge drift: error: argument --seed: must be a whole number of at least 0, got 'x'"),
     (SELECT + ["--bootstrap", "1e3"], "judge select: error: argument --bootstrap: must be a whole number of at least "
                                       "100, got '1e3'"),
-    (SELECT + ["--seed", "1.5"], "judge select: error: argument --seed: must be a whole number of at least 0, got '1.5'"),
+    (SELECT + ["--seed", "1.5"], "judge select: error: argument --seed: must be a whole number of at least 0, "
+                                 "got '1.5'"),
 ]
 
 

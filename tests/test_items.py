@@ -43,8 +43,10 @@ def test_csv_with_the_same_columns(tmp_path):
         ({**GOOD, "id": "c2", "dialogue": [{"speaker": "A"}]}, r"i.jsonl:2: dialogue turn 1 has no 'text'"),
         ({**GOOD, "id": "c2", "dialogue": ["hi"]}, r"i.jsonl:2: dialogue turn 1 must be an object"),
         ({**GOOD, "id": "c2", "dialogue": []}, r"i.jsonl:2: 'dialogue' is empty"),
-        ({**GOOD, "id": "c2", "candidate": 42}, r"i.jsonl:2: field 'candidate' must be text .* got the number 42; quote"),
-        ({**GOOD, "id": "c2", "system": True}, r"i.jsonl:2: field 'system' must be a string or a whole number, got true"),
+        ({**GOOD, "id": "c2", "candidate": 42},
+         r"i.jsonl:2: field 'candidate' must be text .* got the number 42; quote"),
+        ({**GOOD, "id": "c2", "system": True},
+         r"i.jsonl:2: field 'system' must be a string or a whole number, got true"),
         ({**GOOD, "id": "c2", "segments": ["a", 3]}, r"i.jsonl:2: segment 2 must be a string, got the number 3"),
         ({"id": "c2", "dialogue": "x", "candiate": "y"}, r"i.jsonl:2: needs 'candidate' .*'candiate' a misspelt"),
     ],
@@ -81,7 +83,8 @@ def test_numbers_are_labels_not_texts(tmp_path):
 def test_line_numbers_and_bom_and_semicolons_in_csv(tmp_path):
     path = tmp_path / "excel.csv"
     # Excel's "CSV UTF-8" starts with a byte-order mark; French-locale Excel separates with ';'
-    path.write_bytes("\ufeffid;system;dialogue;candidate\nc1;s1;\"A: hi\nB: là\";Ils se saluent.\n\nc2;s1;d;x\n".encode())
+    path.write_bytes("\ufeffid;system;dialogue;candidate\nc1;s1;\"A: hi\nB: là\";Ils se saluent.\n\n"
+                     "c2;s1;d;x\n".encode())
     items = load_items(path)
     assert [(i.id, i.line) for i in items] == [("c1", 2), ("c2", 5)]
     assert items[0].dialogue_text == "A: hi\nB: là"

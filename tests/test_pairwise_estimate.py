@@ -128,8 +128,9 @@ def test_win_rate_is_the_ppi_mean_of_the_votes_against_the_baseline_by_hand(labe
         assert rows.loc[system, "estimate"] == pytest.approx(float(np.squeeze(expected)), abs=1e-12)
         assert rows.loc[system, "n_labelled"] == len(h) and rows.loc[system, "n_judged"] == len(f)
         ratio = rows.loc[system, "width_ratio"]
-        assert ratio == pytest.approx((rows.loc[system, "ci_high"] - rows.loc[system, "ci_low"])
-                                      / (rows.loc[system, "human_only_ci_high"] - rows.loc[system, "human_only_ci_low"]))
+        assert ratio == pytest.approx(
+            (rows.loc[system, "ci_high"] - rows.loc[system, "ci_low"])
+            / (rows.loc[system, "human_only_ci_high"] - rows.loc[system, "human_only_ci_low"]))
         if labelled < 20 or ratio == 1.0:  # the votes alone: worth their number
             assert rows.loc[system, "effective_labels"] == pytest.approx(len(h))
         else:
@@ -969,12 +970,14 @@ def test_dialsummeval_pairs_hiding_votes_covers_the_all_votes_answer(capsys):
         if human_fit.ok:
             ratio = se / np.delete(human_fit.se, b)
             bt_ratio += list(ratio[np.isfinite(ratio)])
-        style_cover += [r["ci_low"] <= t <= r["ci_high"] for r, t in zip(style_controlled_rows(data, b, 0.95, styles)[0],
-                                                                         truth_style) if np.isfinite(r["ci_low"])]
+        style_cover += [r["ci_low"] <= t <= r["ci_high"]
+                        for r, t in zip(style_controlled_rows(data, b, 0.95, styles)[0], truth_style)
+                        if np.isfinite(r["ci_low"])]
     with capsys.disabled():
-        print(f"\nDialSummEval pairs ({criterion}, {metric} as the judge, 25 of 100 dialogues voted): win-rate coverage "
-              f"{np.mean(win_cover):.3f}, width ratio {np.nanmean(win_ratio):.2f}; Bradley-Terry coverage "
-              f"{np.mean(bt_cover):.3f} ({np.mean(bt_shown):.0%} of the strengths finite), width ratio "
+        print(f"\nDialSummEval pairs ({criterion}, {metric} as the judge, 25 of 100 dialogues voted): "
+              f"win-rate coverage {np.mean(win_cover):.3f}, width ratio {np.nanmean(win_ratio):.2f}; "
+              f"Bradley-Terry coverage {np.mean(bt_cover):.3f} ({np.mean(bt_shown):.0%} of the strengths finite), "
+              f"width ratio "
               f"{np.nanmean(bt_ratio):.2f}; style-controlled coverage {np.mean(style_cover):.3f} "
               f"({len(style_cover)} intervals)")
     # a finite population (the 100 dialogues) is covered more often than the super-population the intervals are for

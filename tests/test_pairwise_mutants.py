@@ -385,7 +385,8 @@ def test_newton_solves_the_score_equation_to_rounding(scale, ppi):
         theta, ok = newton(x, w, v)
         p = lambda t: 1.0 / (1.0 + np.exp(-(x @ t)))  # noqa: E731
         score = lambda t: x.T @ (w * p(t) - v) / scale  # noqa: E731
-        root = optimize.root(score, theta, tol=1e-15, jac=lambda t: (x * (w * p(t) * (1 - p(t)))[:, None]).T @ x / scale)
+        root = optimize.root(score, theta, tol=1e-15,
+                             jac=lambda t: (x * (w * p(t) * (1 - p(t)))[:, None]).T @ x / scale)
         assert np.max(np.abs(score(root.x))) < 1e-12  # the root finder's answer is a root
         assert ok and theta == pytest.approx(root.x, abs=1e-9)
 
@@ -434,8 +435,8 @@ def test_the_pairwise_estimate_prints_no_numpy_warning():
     from calibration.study.pairwise import pairwise_estimate
     from calibration.study.win_rates import length_controlled_rows, style_controlled_rows
 
-    for judge, labels in (study(seed=61, dialogues=80, labelled=30, copy=0.8), study(seed=3, dialogues=30,
-                                                                                      labelled=6), partly_labelled(seed=2)):
+    for judge, labels in (study(seed=61, dialogues=80, labelled=30, copy=0.8),
+                          study(seed=3, dialogues=30, labelled=6), partly_labelled(seed=2)):
         rng = np.random.default_rng(7)
         with warnings.catch_warnings():
             warnings.simplefilter("error")

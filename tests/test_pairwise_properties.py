@@ -391,7 +391,7 @@ def test_renaming_dialogues_and_systems_changes_nothing_but_the_names():
 
 def test_rank_sets_are_the_brute_force_count_of_differences_surely_above():
     rng = np.random.default_rng(5)
-    for trial in range(6):
+    for _trial in range(6):
         k = 5
         theta = np.concatenate([[0.0], rng.normal(0, 1, k - 1)])
         a = rng.normal(0, 0.3, (k - 1, k - 1))

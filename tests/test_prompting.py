@@ -118,9 +118,11 @@ def test_template_text_in_data_is_not_executed():
 def test_system_block_is_shared_only_when_it_uses_no_item_variable(tmp_path):
     rubric = load_rubric("dialsummeval")
     shared = tmp_path / "shared.j2"
-    shared.write_text("{% block system %}{{ criterion.name }}{% endblock %}{% block user %}{{ candidate }}{% endblock %}")
+    shared.write_text("{% block system %}{{ criterion.name }}{% endblock %}"
+                      "{% block user %}{{ candidate }}{% endblock %}")
     personal = tmp_path / "personal.j2"
-    personal.write_text("{% block system %}{{ criterion.name }} for {{ candidate }}{% endblock %}{% block user %}x{% endblock %}")
+    personal.write_text("{% block system %}{{ criterion.name }} for {{ candidate }}{% endblock %}"
+                        "{% block user %}x{% endblock %}")
     c = rubric.criterion("fluency")
     for template, systems, users in ((shared, ("Fluency", "Fluency"), ("one", "two")),
                                      (personal, ("Fluency for one", "Fluency for two"), ("x", "x"))):
@@ -181,7 +183,8 @@ def test_template_file_problems_are_one_line(tmp_path):
 
 def test_small_powers_and_repeats_still_work(tmp_path):
     path = tmp_path / "ok.j2"
-    path.write_text("{% block system %}{{ 2 ** 10 }} {{ '-' * 3 }} {{ 3 * 4 }}{% endblock %}{% block user %}x{% endblock %}")
+    path.write_text("{% block system %}{{ 2 ** 10 }} {{ '-' * 3 }} {{ 3 * 4 }}{% endblock %}"
+                    "{% block user %}x{% endblock %}")
     assert render_messages(str(path), {})[0]["content"] == "1024 --- 12"
 
 

@@ -159,7 +159,8 @@ def test_a_figure_of_differences_uses_the_scale_of_a_difference_and_a_line_at_ze
     # without a scale nothing is clipped and no edge is drawn
     html_kit.intervals_figure(frame, "pair", "estimate", "ci_low", "ci_high", zero=True)
     axis = figures[1].axes[0]
-    assert dotted(axis) == [] and dashed(axis) == [0.0] and same(drawn(axis)[0]["judge"], [(-3.95, 0, -5.0, -3.5), (0.5, 1, -0.2, 1.2)])
+    assert dotted(axis) == [] and dashed(axis) == [0.0] and same(drawn(axis)[0]["judge"],
+                                                                 [(-3.95, 0, -5.0, -3.5), (0.5, 1, -0.2, 1.2)])
 
 
 def test_an_estimate_beyond_the_scale_gets_no_bar_past_it(figures):

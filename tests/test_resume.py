@@ -13,7 +13,8 @@ from judge.results import ResultsFile
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "items.jsonl"
-TEMPLATE = "{% block system %}Judge {{ criterion.name }}.{% endblock %}\n{% block user %}{{ candidate | fence('candidate') }}{% endblock %}\n"
+TEMPLATE = ("{% block system %}Judge {{ criterion.name }}.{% endblock %}\n"
+            "{% block user %}{{ candidate | fence('candidate') }}{% endblock %}\n")
 
 
 def score(stub, tmp_path: Path, *extra: str, items: Path = EXAMPLES, output: str = "out.jsonl") -> int:
@@ -123,7 +124,8 @@ def test_a_file_that_is_not_ours_is_refused_untouched(stub_server, tmp_path, cap
     out = tmp_path / "out.jsonl"
     if content is None:
         assert score(stub_server, tmp_path) == 0
-        content = out.read_text(encoding="utf-8") + "my own notes\n" + out.read_text(encoding="utf-8").splitlines()[0] + "\n"
+        content = (out.read_text(encoding="utf-8") + "my own notes\n"
+                   + out.read_text(encoding="utf-8").splitlines()[0] + "\n")
     out.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
     before = out.read_bytes()
     capsys.readouterr()

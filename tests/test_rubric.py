@@ -74,7 +74,8 @@ def test_invalid_rubric_names_file_line_and_field(tmp_path):
 
 def test_unknown_field_and_bad_example_answer_are_rejected(tmp_path):
     path = tmp_path / "r.yaml"
-    path.write_text(BAD_SCALE.replace("value: 2, label: a", "value: 0, label: a").replace("task: summary", "task: summary\ncolour: red"))
+    path.write_text(BAD_SCALE.replace("value: 2, label: a", "value: 0, label: a")
+                    .replace("task: summary", "task: summary\ncolour: red"))
     with pytest.raises(RubricError, match="colour.*Extra inputs"):
         load_rubric(str(path))
     good = BAD_SCALE.replace("value: 2, label: a", "value: 0, label: a")
@@ -86,11 +87,13 @@ def test_unknown_field_and_bad_example_answer_are_rejected(tmp_path):
 @pytest.mark.parametrize(
     "content, message",
     [
-        (BAD_SCALE.replace("title: t", "title: café").encode("latin-1"), r"r.yaml:5: not UTF-8 text \(byte \d+ is 0xe9\)"),
+        (BAD_SCALE.replace("title: t", "title: café").encode("latin-1"),
+         r"r.yaml:5: not UTF-8 text \(byte \d+ is 0xe9\)"),
         (b"name: [broken\n", r"r.yaml:2: not valid YAML: expected ',' or '\]'"),
         (b"name: x\n\tversion: 1\n", r"r.yaml:2: not valid YAML: found character '\\t'"),
         (b"- just\n- a list\n", r"r.yaml: a rubric must be a YAML mapping, got list"),
-        (b"\xef\xbb\xbf" + BAD_SCALE.encode(), r"r.yaml:14: field criteria.0.scale.likert.points"),  # BOM: still line 14
+        # BOM: still line 14
+        (b"\xef\xbb\xbf" + BAD_SCALE.encode(), r"r.yaml:14: field criteria.0.scale.likert.points"),
     ],
 )
 def test_bad_rubric_files_are_one_line(tmp_path, content, message):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pydantic import ValidationError
 
 import calibration
 import judge
@@ -113,7 +114,7 @@ def test_resolved_options_fill_the_backend_defaults_and_are_never_changed(monkey
     assert (resolved.backend, resolved.concurrency, resolved.timeout) == ("openai", 16, 120.0)
     assert given.backend is None and given.concurrency is None  # resolved() is a copy
     assert RunOptions(rubric="x", backend="vllm", model="m").resolved().concurrency == 256
-    with pytest.raises(Exception):  # frozen: a backend cannot write back into the options
+    with pytest.raises(ValidationError, match="frozen"):  # a backend cannot write back into the options
         resolved.concurrency = 32  # type: ignore[misc]
 
 
@@ -234,7 +235,8 @@ def test_judgments_frame_is_the_table_calibration_loads(tmp_path):
     table = judge.judgments_frame(STUDY / "judgments.jsonl")
     loaded = calibration.load_judge_scores(STUDY / "judgments.jsonl")
     pd.testing.assert_frame_equal(table, loaded)
-    assert table.loc[table.status == "ok", "samples"].map(len).eq(3).all()  # the re-asks, which audit and drift read from the table
+    # the re-asks, which audit and drift read from the table
+    assert table.loc[table.status == "ok", "samples"].map(len).eq(3).all()
 
 
 def test_run_returns_a_typed_outcome_and_refuses_before_writing(stub_server, tmp_path):
@@ -244,7 +246,8 @@ def test_run_returns_a_typed_outcome_and_refuses_before_writing(stub_server, tmp
     outcome = run(options)
     assert outcome.status == "complete" and outcome.exit_code == 0 and outcome.tally.judged == 96
     again = run(options)
-    assert again.status == "complete" and again.messages() == [f"nothing to do: all 96 judgments are in {options.output}"]
+    assert again.status == "complete" and again.messages() == [
+        f"nothing to do: all 96 judgments are in {options.output}"]
     with pytest.raises(JudgeError, match="compares pairs: use `judge compare`"):
         run(options.model_copy(update={"rubric": "pairwise_summary"}))
     assert stub_server.stats.total == 96
@@ -273,8 +276,9 @@ def test_bad_price_tables_are_refused_before_anything_runs(stub_server, tmp_path
 
 def test_the_cost_is_the_billed_tokens_at_the_table_prices(stub_server, tmp_path):
     (tmp_path / "prices.yaml").write_text("stub: {input: 2.0, cached_input: 0.5, output: 8.0}\n")
-    frame = judge.score(STUDY / "toy.yaml", STUDY / "items.jsonl", tmp_path / "out.jsonl", base_url=stub_server.base_url,
-                        model="stub", no_cache=True, progress=False, prices=tmp_path / "prices.yaml")
+    frame = judge.score(STUDY / "toy.yaml", STUDY / "items.jsonl", tmp_path / "out.jsonl",
+                        base_url=stub_server.base_url, model="stub", no_cache=True, progress=False,
+                        prices=tmp_path / "prices.yaml")
     tally = frame.attrs["outcome"].tally
     cached = tally.cached_tokens or 0
     expected = ((tally.prompt_tokens - cached) * 2.0 + cached * 0.5 + tally.completion_tokens * 8.0) / 1e6

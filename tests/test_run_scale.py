@@ -1,7 +1,8 @@
 """The streaming promise, measured: a 20k-judgment run's peak memory must not grow with the number of judgments
 (benchmarks/run_scale.py --check: whole `judge score` processes against the stub servers, 2k then 20k judgments,
-online with its no-op rerun, --batch, and --batch-dir writing then reading; more than 2 KB of extra peak memory per extra
-judgment fails; a run that holds its judgments keeps 4-28 KB each). The full table (10k, 100k, 1M, every transport) is the README's."""
+online with its no-op rerun, --batch, and --batch-dir writing then reading; more than 2 KB of extra peak memory per
+extra judgment fails; a run that holds its judgments keeps 4-28 KB each). The full table (10k, 100k, 1M, every
+transport) is the README's."""
 
 from __future__ import annotations
 

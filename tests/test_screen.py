@@ -211,8 +211,8 @@ def test_end_to_end_writes_the_plan_format(tmp_path, capsys):
     assert list(plan.columns) == ["item_id", "part", "reason"]
     assert (plan.part == "random").sum() == 6 and (plan.part == "targeted").sum() == 2
     info = json.loads((out / "plan.json").read_text())
-    assert set(info) == {"version", "unit", "budget", "random_share", "seed", "judgments", "judgments_sha256", "plan_sha256",
-                         "n_random", "n_targeted", "power"}
+    assert set(info) == {"version", "unit", "budget", "random_share", "seed", "judgments", "judgments_sha256",
+                         "plan_sha256", "n_random", "n_targeted", "power"}
     assert info["judgments_sha256"] == hashlib.sha256(JUDGMENTS.read_bytes()).hexdigest()
     assert (info["unit"], info["budget"], info["random_share"], info["seed"]) == ("dialogues", 8, 0.75, 4)
     systems = pd.read_csv(out / "systems.csv")
@@ -233,7 +233,8 @@ def _unknown_pilot(tmp_path):
 
 
 BAD_INPUT = [
-    ("a budget larger than the data", lambda t: ["--budget", 17], "--budget 17 dialogues is more than the data has: 16"),
+    ("a budget larger than the data", lambda t: ["--budget", 17],
+     "--budget 17 dialogues is more than the data has: 16"),
     ("a judgment budget larger than the data", lambda t: ["--budget", 500, "--budget-unit", "judgments"],
      "--budget 500 judgments is more than the data has: 96"),
     ("an unknown criterion", lambda t: ["--criteria", "clarity,elegance"], "--criteria: no judge scores for elegance"),

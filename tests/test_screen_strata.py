@@ -125,7 +125,8 @@ def test_without_a_pilot_or_a_uniform_design_there_are_no_strata():
     """No pilot: nothing to weigh by; a uniform design: nothing drawn on doubt; a check that fell back to uniform
     records the weights in plan.json but the warning does not claim a weighted draw."""
     judge, pilot = _study()
-    few = screen(judge, pilot[pilot["item_id"].between("d06", "d10")], scale=(1, 5), budget=20, bootstrap=50, design="active")
+    few = screen(judge, pilot[pilot["item_id"].between("d06", "d10")], scale=(1, 5), budget=20, bootstrap=50,
+                 design="active")
     assert few.plan_info["uncertainty_share"] == 0.0 and len(few.plan_info["strata"]) == 4
     assert not any("per system and criterion" in w for w in few.warnings)
     unchecked = screen(judge, scale=(1, 5), budget=20, bootstrap=50, design="active")

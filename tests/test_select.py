@@ -51,7 +51,7 @@ def test_estimates_against_scipy(level, statistic):
             expected = np.mean([function(g.score_j, g.score_h)[0] for _, g in merged.groupby("item_id")])
         else:
             expected = function(merged.score_j, merged.score_h)[0]
-        row = result.selection.query("judge == @name").iloc[0]
+        row = result.selection[result.selection["judge"] == name].iloc[0]
         assert row.estimate == pytest.approx(expected, abs=1e-9)
         if level == "system":  # 4 systems: any interval would span [-1, 1] at any number of dialogues
             assert np.isnan(row.ci_low) and np.isnan(row.ci_high) and "no system-level interval" in row.note

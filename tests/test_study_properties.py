@@ -166,7 +166,7 @@ def test_screens_system_intervals_are_expanded_percentiles_of_the_resampled_mean
         finite = replicates[np.isfinite(replicates)]
         assert row.mean == pytest.approx(values[present].mean()) and row.n == n
         assert (row.ci_low, row.ci_high) == pytest.approx(tuple(np.percentile(finite, [tail, 100 - tail])))
-    for criterion, part in systems.groupby("criterion"):
+    for _criterion, part in systems.groupby("criterion"):
         assert part["rank"].tolist() == list(range(1, len(part) + 1))
         assert part["mean"].is_monotonic_decreasing
         assert (part["difference_from_best"] == part["mean"].max() - part["mean"]).all()
@@ -311,7 +311,7 @@ def test_a_system_scored_exactly_like_another_is_neither_dominated_by_it_nor_sho
     twin = judge[judge["system"] == "c"].assign(system="c2")
     systems, dominated, _, _ = systems_table(pd.concat([judge, twin], ignore_index=True), ["x", "y"], 300, 1)
     assert "c" not in dominated and "c2" not in dominated  # the best system and its twin: nobody is above them
-    for criterion, part in systems.groupby("criterion"):
+    for _criterion, part in systems.groupby("criterion"):
         rows = part.set_index("system")
         assert rows.loc["c", "mean"] == rows.loc["c2", "mean"]
         assert rows.loc["c", "tied_with_best"] == rows.loc["c2", "tied_with_best"]

@@ -24,7 +24,8 @@ from judge.rubric import load_rubric
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None, reason="xllamacpp (the 'local' extra) is not installed"),
+    pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None,
+                       reason="xllamacpp (the 'local' extra) is not installed"),
 ]
 DATA = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -79,7 +80,8 @@ def test_a_block_of_fourteen_fits_its_budget(tokenize):
     r = load_rubric("dialsummeval")
     letters = tuple(block_letters(14))
     fmt = BlockFormat(AnswerFormat.for_criterion(r.criteria[0]), letters)
-    answer = {k: _longest_answer(fmt.inner, _worst_text(BLOCK_RATIONALE_MAX, LATIN, seed=n)) for n, k in enumerate(letters)}
+    answer = {k: _longest_answer(fmt.inner, _worst_text(BLOCK_RATIONALE_MAX, LATIN, seed=n))
+              for n, k in enumerate(letters)}
     assert tokenize(json.dumps(answer)) <= token_budget(fmt, r.language)
 
 
@@ -95,7 +97,8 @@ def test_real_dialsummeval_blocks_fit_the_embedded_servers_slot(tokenize):
     with (DATA / "dialsummeval" / "outputs.csv").open(encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             outputs.setdefault(row["item_id"], []).append(
-                Item(id=row["item_id"], system=row["system"], dialogue=dialogues[row["item_id"]], candidate=row["summary"]))
+                Item(id=row["item_id"], system=row["system"], dialogue=dialogues[row["item_id"]],
+                     candidate=row["summary"]))
     # The three dialogues with the longest blocks: the worst case for the context.
     longest = sorted(outputs.values(), key=lambda g: len(g[0].dialogue_text) + sum(len(i.candidate) for i in g))[-3:]
     for group in longest:

@@ -321,7 +321,8 @@ def test_a_pilot_plan_then_estimate_counts_both_stages_and_export_skips_what_is_
     assert len(second) == 4 and not set(second["item_id"]) & set(first["item_id"][first["part"] == "random"])
     probabilities = second["inclusion_probability"].astype(float)
     assert ((probabilities > 0) & (probabilities <= 1)).all()
-    assert info["stages"] == {"first_plan": str(STUDY / "plan"), "first_plan_sha256": digest(STUDY / "plan" / "plan.csv"),
+    assert info["stages"] == {"first_plan": str(STUDY / "plan"),
+                              "first_plan_sha256": digest(STUDY / "plan" / "plan.csv"),
                               "judged": 16, "first": 6, "second": 4,
                               "labelled": ["d01", "d02", "d03", "d05", "d09", "d10", "d12", "d13", "d14", "d16"]}
     assert plan_first_stage(out) == set(first.loc[first["part"] == "random", "item_id"])

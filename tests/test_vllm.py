@@ -138,7 +138,7 @@ class TestEngine:
         asked = bodies(engine.model)
         first = self.ask_all(engine.client, [b for b, _ in asked])
         assert engine.model == str(engine.model) and engine.backend == "vllm"
-        for (body, fmt), completion in zip(asked, first):
+        for (_body, fmt), completion in zip(asked, first):
             assert not isinstance(completion, Exception), completion
             assert completion["finish_reason"] == "stop"
             parsed = fmt.parse(completion["content"])  # the structured output holds: every answer parses
@@ -151,7 +151,7 @@ class TestEngine:
 
     def test_logprobs_have_the_servers_shape_and_give_verdict_probabilities(self, engine):
         asked = bodies(engine.model, criteria=("coherence",), logprobs=True)[:2]
-        for (body, fmt), completion in zip(asked, self.ask_all(engine.client, [b for b, _ in asked])):
+        for (_body, fmt), completion in zip(asked, self.ask_all(engine.client, [b for b, _ in asked])):
             tokens = completion["logprobs"]
             assert tokens and len(tokens) == completion["usage"]["completion_tokens"]
             # The tokens spell the content, then the end-of-turn token, which vLLM's server lists as well.
