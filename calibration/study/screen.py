@@ -369,11 +369,15 @@ def print_screen(result, out=None) -> None:
     print(format_table(top[["item_id", "uncertainty", "discrimination", "n_failed", "n_na", "n_order_disagreement",
                        "part"]]), file=out)
     say("\nPower", file=out)
-    print(format_table(result.power), file=out)
+    power = result.power.dropna(axis=1, how="all")  # a count no input here can give is left out, and said
+    print(format_table(power), file=out)
+    if "dialogues_with_judge" in result.power.columns and "dialogues_with_judge" not in power.columns:
+        say("(How many dialogues with the judge's scores beside the labels, dialogues_with_judge, needs a pilot's "
+            "labels: --human.)", file=out)
     say(f"\n{result.sentence}", file=out)
     if result.plan is None:
-        say("\nNo --budget given: no plan written (add --budget N --output-dir DIR for plan.csv / plan.json).",
-              file=out)
+        say("\nNo --budget given: no plan written (--budget N, with --output-dir DIR, writes plan.csv and "
+            "plan.json).", file=out)
     else:
         info = result.plan_info
         dialogues = lambda n: f"{n} dialogue{'' if n == 1 else 's'}"  # noqa: E731
