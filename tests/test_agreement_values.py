@@ -21,7 +21,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import cohen_kappa_score
 from sklearn.model_selection import GroupKFold
 
-from calibration.agreement import score_agreement
+from calibration.agreement import krippendorff_alpha, score_agreement
 from judge.cli import main
 
 SHARED = Path(os.environ.get("JUDGE_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
@@ -401,3 +401,12 @@ def test_compare_paired_interval_and_p_value_with_resamples(tmp_path):
         assert row["ci_high"] == pytest.approx(high, abs=0.1 * spread), (level, statistic, row["ci_high"], high)
         assert row["p_value"] == pytest.approx(p, abs=0.03), (level, statistic, row["p_value"], p)
         assert row["ci_low"] <= row["difference"] <= row["ci_high"]
+
+
+def test_alpha_with_a_judge_and_no_labels_is_undefined_not_a_crash():
+    """No label for the criterion, a judge as one more rater and no scale: alpha is NaN (undefined), as without the
+    judge. It used to take the humans' score range from the empty table and raise a numpy ValueError."""
+    empty = pd.DataFrame(columns=["item_id", "system", "criterion", "annotator", "score"])
+    judge = pd.DataFrame({"item_id": ["a"], "system": ["s"], "score": [3.0]})
+    assert np.isnan(krippendorff_alpha(empty, "x"))
+    assert np.isnan(krippendorff_alpha(empty, "x", extra_rater=judge))
