@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from judge.answers import token_budget
 from judge.backends import ChatClient, Completion, Usage
 from judge.cache import Encoder, Request
-from judge.errors import AnswerError, BackendError, ResponseFormatUnsupported, RetryableError, ServerUnusable
+from judge.errors import (
+    AnswerError,
+    BackendError,
+    Deferred,
+    ResponseFormatUnsupported,
+    RetryableError,
+    ServerUnusable,
+)
 from judge.secrets import Redactor
 from judge.settings import RESPONSE_FORMATS, Settings
 
@@ -312,6 +319,9 @@ class Asker:
             self.stats.requests += 1
             try:
                 completion = await self.client.complete(body, self.settings.timeout)
+            except Deferred:
+                self.stats.requests -= 1  # written to a batch file: counted once, when its answer is read
+                raise
             except (RetryableError, BackendError) as exc:
                 self.breaker.failure(exc)
                 raise

@@ -93,6 +93,7 @@ def test_a_batch_run_writes_the_same_lines_as_the_online_path(server, tmp_path, 
         for line in file:
             valid_request(line)
     assert "by batch: 18 answers; 18 requests sent in 2 batch file(s) over 2 round(s)" in err and "batch price" in err
+    assert "; 18 requests, 0 retries;" in err  # each counted once: when its answer is read, not when filed
     billed = err.split("this run's batches: ")[1].split(";")[0]
     assert billed.startswith("18 answers, tokens ") and " 0 prompt" not in billed and " (0 cached)" not in billed
     assert "0 answers collected from batches submitted earlier (tokens 0 prompt (0 cached) / 0 completion" in err
