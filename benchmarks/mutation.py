@@ -92,7 +92,8 @@ TESTS = {
     "calibration/trust/__init__.py": ["tests/test_api.py"],
     "calibration/trust/audit.py": _AUDIT,
     **{f"calibration/trust/{topic}.py": _AUDIT
-       for topic in ("dialogues", "noise", "gain", "length", "position", "self_preference", "family")},
+       for topic in ("dialogues", "noise", "gain", "length", "position", "self_preference", "family",
+                     "human_agreement")},
     "calibration/trust/probes.py": ["tests/test_probes_branches.py", "tests/test_cli_properties.py",
                                     "tests/test_audit_guards.py", "tests/test_audit_cli.py",
                                     "tests/test_trust_mutants.py"],
@@ -114,6 +115,7 @@ TESTS = {
     "calibration/study/power_table.py": _STUDY_SCREEN,
     "calibration/study/printing.py": _STUDY_SCREEN,
     "calibration/study/ppi.py": _STUDY_ESTIMATORS,
+    "calibration/study/ppi_result.py": _STUDY_ESTIMATORS,
     "calibration/study/bounded.py": _STUDY_ESTIMATORS,
     "calibration/study/ppi_weighted.py": _STUDY_ESTIMATORS,
     "calibration/study/matrices.py": _STUDY_ESTIMATORS,
