@@ -227,8 +227,8 @@ class Cells:
 
 def assess(candidates: dict, n_dialogues: int, *, metric: str = "kendall", alpha: float = 0.05,
            n_resamples: int = 1000, method: str = "percentile", seed: int = 0) -> list[dict]:
-    """Every candidate's gain, interval and p-values, Holm over all of them, and which are accepted (`decide`);
-    the same resampled dialogues serve every candidate (paired). `candidates`: name -> Cells."""
+    """Every candidate's gain, interval and p-values, the step-down max-T over all of them, and which are accepted
+    (`decide`); the same resampled dialogues serve every candidate (paired). `candidates`: name -> Cells."""
     counts = dialogue_counts(n_dialogues, n_resamples, np.random.default_rng(seed))
     gains = {name: paired_gain(metric, c.current, c.candidate, c.human, c.dialogue, counts)
              for name, c in candidates.items()}
