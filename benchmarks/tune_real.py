@@ -71,11 +71,12 @@ def main() -> None:
     started = time.time()
     table = run(folder)
     columns = ["split", "criterion", "candidate", "n_labelled", "current", "value", "gain", "ci_low", "ci_high",
-               "p_holm", "accepted"]
+               "lower_family", "p_adjusted", "accepted"]
     text = table[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}") + "\n"
-    footer = (f"\ncurrent judge {CURRENT}; item-level Kendall tau-b with the mean of 3 annotators; Holm over the "
-              f"{len(CANDIDATES)} x 4 candidates of the tune split (over the accepted ones on the held-out split); "
-              f"percentile intervals, 2000 resamples of dialogues; {time.time() - started:.0f} s\n"
+    footer = (f"\ncurrent judge {CURRENT}; item-level Kendall tau-b with the mean of 3 annotators; Romano-Wolf "
+              f"step-down max-T over the {len(CANDIDATES)} x 4 candidates of the tune split (over the accepted ones "
+              f"on the held-out split); 95% percentile intervals, unadjusted; 2000 resamples of dialogues; "
+              f"{time.time() - started:.0f} s\n"
               "python benchmarks/tune_real.py --write\n")
     print(text + footer, end="")
     if args.write:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import scipy.stats as st
 
-from calibration.tune.gain import Cells, Gain, Statistic, assess, dialogue_counts, holm, interval, p_value, paired_gain
+from calibration.tune.gain import Cells, Statistic, assess, dialogue_counts, interval, paired_gain, step_down
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "examples" / "study"
@@ -58,25 +58,127 @@ def test_agreement_is_the_share_of_rounded_matches():
     assert Statistic("agreement", judge, human, np.array([0, 0, 1, 1]), 2)(np.ones((1, 2)))[0] == 0.5
 
 
-def test_holm_is_statsmodels():
-    from statsmodels.stats.multitest import multipletests
+def _step_down_by_ranks(g, reps, alpha):
+    """Romano-Wolf written the other way round, for the check: sort the t-statistics once; the j-th largest is
+    rejected when every i <= j beats the (1 - alpha) quantile of the max over the hypotheses ranked i and below."""
+    se = reps.std(axis=0, ddof=1)
+    t = g / se
+    ranked = np.argsort(-t)
+    rejected, cuts = np.zeros(len(g), bool), np.zeros(len(g))
+    for j, k in enumerate(ranked):
+        tail = ranked[j:]
+        cuts[k] = np.quantile(((reps[:, tail] - g[tail]) / se[tail]).max(axis=1), 1 - alpha, method="inverted_cdf")
+        rejected[k] = t[k] > cuts[k] and (j == 0 or rejected[ranked[j - 1]])
+    return rejected, cuts, se
 
-    p = np.random.default_rng(3).uniform(0, 0.2, 9)
-    assert holm(p) == pytest.approx(multipletests(p, method="holm")[1])
+
+def _correlated(rng, means, rho, n_reps, sds=None):
+    k = len(means)
+    sds = np.ones(k) if sds is None else np.asarray(sds)
+    cov = (np.full((k, k), rho) + (1 - rho) * np.eye(k)) * np.outer(sds, sds)
+    return rng.multivariate_normal(np.zeros(k), cov, size=n_reps) + np.asarray(means)
 
 
-@pytest.mark.parametrize("method", ["percentile", "bca"])
-def test_p_below_a_level_exactly_when_that_interval_leaves_out_zero(method):
-    rng = np.random.default_rng(11)
-    for shift in (0.0, 0.05, 0.1, 0.2):
-        reps = rng.normal(shift, 0.07, 2000)
-        gain = Gain(0.3, 0.3 + shift, shift, reps, rng.normal(shift, 0.01, 40))
-        p = p_value(gain, method)
-        for level in (0.9, 0.95, 0.99):
-            low, high = interval(gain, level, method)
-            outside = low > 0 or high < 0
-            if abs(p - (1 - level)) > 0.003:  # away from the boundary, where resample granularity decides
-                assert outside == (p < 1 - level), (shift, level, p, low, high)
+@pytest.mark.parametrize("seed", range(6))
+def test_step_down_is_the_same_as_a_rank_by_rank_implementation(seed):
+    """Synthetic paired replicates, correlated, of unequal spread: the rejections are those of the ranked
+    recursion, each lower bound is g - c se with c its step's critical value (the recursion's cut at the step it
+    was rejected), the verdict is the lower bound's sign, and p_adjusted <= alpha exactly for the rejected."""
+    rng = np.random.default_rng(seed)
+    sds = rng.uniform(0.5, 2.0, 6)
+    g = np.array([3.4, 2.6, 2.3, 1.0, 0.2, -1.0]) * sds
+    reps = _correlated(rng, g, 0.5, 4000, sds) + rng.normal(0, 0.05, (4000, 6)) * g  # not exactly normal
+    family = step_down(g, reps, 0.05)
+    rejected, cuts, se = _step_down_by_ranks(g, reps, 0.05)
+    assert family.rejected.tolist() == rejected.tolist()
+    assert 0 < rejected.sum() < 6  # the test exercises more than one step and a stop
+    assert family.se == pytest.approx(se, rel=1e-12)
+    last = cuts[~rejected].max()  # the step that stops: its cut is over every hypothesis not rejected
+    for k in range(6):
+        if rejected[k]:
+            # rejected at a step whose set holds k: that step's c is the cut of the first of its set
+            assert np.isclose(family.critical[k], cuts[rejected], rtol=1e-12, atol=0).any()
+            assert family.critical[k] >= cuts[k] - 1e-12
+        else:
+            assert family.critical[k] == pytest.approx(last, rel=1e-12)
+    assert family.lower == pytest.approx(g - family.critical * se, rel=1e-12)
+    assert ((family.lower > 0) == family.rejected).all()
+    assert ((family.p_adjusted <= 0.05) == family.rejected).all()
+    assert family.steps >= 2
+    ranked = np.argsort(-g / se)
+    assert (np.diff(family.critical[ranked]) <= 1e-12).all()  # later steps, fewer hypotheses, smaller c
+
+
+def test_one_candidate_c_is_the_one_sided_bootstrap_quantile_of_its_studentized_replicate():
+    rng = np.random.default_rng(4)
+    reps = rng.gamma(4.0, 0.05, 5000)  # skewed, so a normal quantile would not do
+    g = 0.21
+    family = step_down([g], reps[:, None], 0.05)
+    se = reps.std(ddof=1)
+    c = np.quantile((reps - g) / se, 0.95, method="inverted_cdf")
+    assert family.critical[0] == pytest.approx(c, rel=1e-12)
+    assert family.lower[0] == pytest.approx(g - c * se, rel=1e-12)
+    assert family.p[0] == family.p_adjusted[0] == pytest.approx(np.mean((reps - g) / se >= g / se))
+
+
+@pytest.mark.parametrize("k", [2, 5, 10])
+def test_independent_candidates_c_is_close_to_sidak(k):
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(k)
+    reps = rng.normal(size=(40000, k))
+    family = step_down(np.zeros(k), reps, 0.05)
+    assert not family.rejected.any()
+    assert family.critical[0] == pytest.approx(norm.ppf(0.95 ** (1 / k)), abs=0.03)
+
+
+def test_correlated_candidates_c_is_the_multivariate_normal_quantile_below_sidak():
+    """Four gains correlated 0.5 (candidates sharing the current judge): c is the one-sided equicorrelated
+    normal max quantile (Dunnett's), solved here with scipy's multivariate normal CDF, and below Sidak's 2.23."""
+    from scipy.optimize import brentq
+    from scipy.stats import multivariate_normal, norm
+
+    cov = np.full((4, 4), 0.5) + 0.5 * np.eye(4)
+    exact = brentq(lambda c: multivariate_normal(np.zeros(4), cov).cdf(np.full(4, c)) - 0.95, 1.5, 3.0)
+    family = step_down(np.zeros(4), _correlated(np.random.default_rng(9), np.zeros(4), 0.5, 40000), 0.05)
+    assert family.critical[0] == pytest.approx(exact, abs=0.03)
+    assert family.critical[0] < norm.ppf(0.95 ** 0.25) - 0.05
+
+
+def test_step_down_agrees_with_arch_stepm_on_means():
+    """The method authors' procedure as arch implements it (StepM, on loss differentials, iid bootstrap): the
+    same superior models, and the same first critical value for mean differentials of equal spread."""
+    arch = pytest.importorskip("arch.bootstrap")
+    rng = np.random.default_rng(12)
+    n = 400
+    shared = rng.normal(size=(n, 1))
+    gains = shared + rng.normal(size=(n, 6)) + np.array([0.45, 0.3, 0.12, 0.0, 0.0, -0.3])
+    stepm = arch.StepM(np.zeros(n), -gains, size=0.05, reps=20000, bootstrap="stationary", block_size=1,
+                       studentize=False, seed=3)  # losses: a model whose loss is below the benchmark's is better
+    stepm.compute()
+    rows = rng.integers(0, n, size=(20000, n))
+    reps = np.vstack([gains[r].mean(axis=1) for r in np.array_split(rows, 40)])  # (B, 6) resampled means
+    family = step_down(gains.mean(axis=0), reps, 0.05)
+    assert sorted(np.flatnonzero(family.rejected).tolist()) == [int(i) for i in stepm.superior_models] == [0, 1, 2]
+    t = gains.mean(axis=0) / family.se
+    assert family.critical[2] < t[2] < family.critical[0]  # model 2 is shown only at the second step, by both
+    stepm.spa.compute()
+    theirs = stepm.spa.critical_values(0.05)["upper"]
+    ours = np.quantile((reps - gains.mean(axis=0)).max(axis=1), 0.95)
+    assert ours == pytest.approx(theirs, rel=0.03)
+    assert family.critical[0] * family.se.mean() == pytest.approx(theirs, rel=0.08)  # studentized, spreads ~equal
+
+
+def test_an_undefined_or_unmoving_gain_is_never_shown_and_leaves_the_others_alone():
+    rng = np.random.default_rng(6)
+    reps = _correlated(rng, [3.0, 0.0], 0.5, 4000)
+    alone = step_down([3.0, 0.0], reps, 0.05)
+    with_nan = step_down([3.0, 0.0, np.nan], np.column_stack([reps, np.full(4000, np.nan)]), 0.05)
+    copy = step_down([3.0, 0.0, 0.0], np.column_stack([reps, np.zeros(4000)]), 0.05)
+    assert alone.rejected.tolist() == [True, False]
+    assert with_nan.rejected.tolist() == [True, False, False] and np.isnan(with_nan.lower[2])
+    assert with_nan.critical[:2] == pytest.approx(alone.critical)
+    assert copy.rejected.tolist() == [True, False, False] and copy.lower[2] == 0 and copy.p_adjusted[2] == 1
 
 
 def test_bca_interval_is_scipys_on_the_dialogue_resampling():
@@ -105,7 +207,9 @@ def test_plant_and_recover_at_the_smallest_study():
     oracle, copy = rows
     assert oracle["accepted"] and oracle["ci_low"] > 0 and oracle["gain"] == pytest.approx(
         1 - st.kendalltau(current, human).statistic)
-    assert not copy["accepted"] and copy["gain"] == 0 and copy["p"] == 1
+    assert oracle["lower_family"] > 0 and oracle["p_adjusted"] <= 0.05
+    assert not copy["accepted"] and copy["gain"] == 0 and copy["p"] == 1 and copy["p_adjusted"] == 1
+    assert copy["lower_family"] == 0 and copy["ci_low"] == copy["ci_high"] == 0
 
 
 # -- the CLI on the example study ------------------------------------------------------------------------------------
@@ -134,10 +238,15 @@ def test_judgments_already_made_are_tested_without_a_model(tmp_path):
     assert code == 1, err  # a re-run of the same judge is no better
     table = pd.read_csv(tmp_path / "candidates.csv")
     assert list(table.columns) == ["criterion", "candidate", "kind", "description", "n_labelled", "current", "value",
-                                   "gain", "ci_low", "ci_high", "p", "p_holm", "accepted"]
+                                   "gain", "ci_low", "ci_high", "lower_family", "p", "p_adjusted",
+                                   "accepted"]
     assert set(table["criterion"]) == {"accuracy", "clarity"} and not table["accepted"].any()
     assert np.allclose(table["gain"], table["value"] - table["current"], atol=2e-6)  # 6 significant digits
     assert "rerun" in out and "rejected" in out
+    assert ((table["lower_family"] > 0) == table["accepted"]).all() and (table["lower_family"] < table["gain"]).all()
+    assert max(len(line) for line in out.splitlines()) <= 120
+    for row in table.itertuples():  # the printed numbers are the table's: the verdict and its bound never disagree
+        assert f"{row.lower_family:>+12.3f}  {row.p_adjusted:>6.3g}  rejected" in out
 
 
 def _other_items(tmp_path: Path) -> Path:

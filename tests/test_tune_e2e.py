@@ -68,7 +68,7 @@ def test_tune_finds_the_demonstrations_that_teach_and_rejects_useless_variants(l
     import pandas as pd
 
     table = pd.read_csv(out / "candidates.csv").set_index("candidate")
-    assert table.loc["few-shot", "accepted"] and table.loc["few-shot", "ci_low"] > 0
+    assert table.loc["few-shot", "accepted"] and table.loc["few-shot", "lower_family"] > 0
     assert not table.loc["decoding-logprobs", "accepted"] and not table.loc["decoding-samples", "accepted"]
     assert "picked for clarity: few-shot" in done.stdout
     tuned = yaml.safe_load((out / "rubrics" / "toy.yaml").read_text(encoding="utf-8"))

@@ -23,6 +23,7 @@ def test_an_accepted_candidate_gains_on_labels_it_never_saw():
     tuned = table[table["split"].str.startswith("tune")]
     held = table[table["split"].str.startswith("held out")]
     assert tuned.set_index("candidate").loc["blanc_help", "accepted"]
+    assert ((tuned["lower_family"] > 0) == tuned["accepted"]).all()  # the verdict is the family lower bound's sign
     assert not tuned.set_index("candidate").loc["Bleu_4", "accepted"]
     assert list(held["candidate"]) == ["blanc_help"]
     assert held["gain"].iloc[0] > 0.1 and held["ci_low"].iloc[0] > 0

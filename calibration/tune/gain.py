@@ -1,5 +1,6 @@
 """The statistics core of `judge tune`: agreement of a judge with the mean human score on labelled cells, the gain
-of a candidate over the current judge on the same cells, its paired bootstrap by dialogue, p-values and Holm.
+of a candidate over the current judge on the same cells, its paired bootstrap by dialogue, and the one-sided
+step-down max-T over every candidate tried (Romano & Wolf 2005) that decides which gains are above zero.
 
 numpy in, numbers out. Resampling is by dialogue: a replicate is a vector of counts, one per dialogue (how often
 it was drawn), and every statistic is written as a function of those counts, so all judges of one criterion are
@@ -149,42 +150,68 @@ def interval(gain: Gain, level: float, method: str = "percentile") -> tuple[floa
     return float(np.quantile(reps, levels[0])), float(np.quantile(reps, levels[1]))
 
 
-def p_value(gain: Gain, method: str = "percentile") -> float:
-    """Two-sided p-value of "no gain": the smallest 1 - level at which `interval` leaves out zero (so a p below
-    alpha and an interval at 1 - alpha that leaves out zero always say the same)."""
-    reps = gain.replicates[np.isfinite(gain.replicates)]
-    if not np.isfinite(gain.gain) or len(reps) == 0:
-        return 1.0  # no gain can be shown where the statistic is undefined (a constant judge)
-    # the share of replicates below zero (ties half), kept off 0 and 1: B resamples cannot show p < 2/(B+2)
-    share = (np.sum(reps < 0) + 0.5 * np.sum(reps == 0) + 1.0) / (len(reps) + 2.0)
-    if method == "percentile":
-        tail = share
-    else:
-        # the tail level t whose BCa-adjusted quantile is zero: Efron's adjusted level solved for z_t
-        z0, acc = _bca_constants(gain)
-        w = float(ndtri(share)) - z0
-        tail = float(ndtr(w / (1.0 + acc * w) - z0)) if 1.0 + acc * w > 0 else 1.0
-    return float(min(1.0, 2.0 * min(tail, 1.0 - tail)))
+@dataclass(frozen=True)
+class StepDown:
+    """Romano & Wolf's one-sided step-down max-T over a family of gains (`step_down`), each array (K,)."""
+
+    se: np.ndarray  # each gain's bootstrap standard error
+    critical: np.ndarray  # c at the step the gain was rejected; the last step's c for the others
+    lower: np.ndarray  # the simultaneous lower bound gain - c * se
+    rejected: np.ndarray  # lower > 0: the gain is shown above zero at the family level
+    p: np.ndarray  # one-sided p of the gain alone (the same studentized replicates, K = 1)
+    p_adjusted: np.ndarray  # the step-down adjusted p: at most alpha exactly when rejected (up to ties)
+    steps: int
 
 
-def holm(p_values) -> np.ndarray:
-    """Holm's step-down adjusted p-values (as statsmodels' multipletests(method="holm") returns them)."""
-    p = np.asarray(p_values, dtype=float)
-    order = np.argsort(p, kind="stable")
-    m = len(p)
-    stepped = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * p[order]))
-    adjusted = np.empty(m)
-    adjusted[order] = stepped
-    return adjusted
+def step_down(estimates, replicates, alpha: float) -> StepDown:
+    """One-sided step-down max-T (Romano & Wolf 2005, Econometrica 73(4), Algorithm 4.1 studentized) of "gain k
+    is at most zero" for every k at once, from paired bootstrap replicates (B, K) read on the same resamples.
 
+    Each gain is studentized by its bootstrap SE (the same SE for the estimate and the replicates). At each step
+    c is the (1 - alpha) bootstrap quantile of the largest centred, studentized replicate (g*_k - g_k) / se_k over
+    the gains not yet rejected; every remaining gain with g_k - c se_k > 0 is rejected; the step repeats on the
+    rest until none is. The max over the candidates uses their dependence (they share the current judge and the
+    humans), which Holm ignores. A gain whose statistic is undefined is never rejected and left out of the max;
+    a replicate undefined for one gain leaves that gain out of that replicate's max."""
+    g = np.asarray(estimates, dtype=float)
+    reps = np.atleast_2d(np.asarray(replicates, dtype=float))
+    n_reps, k = reps.shape
+    finite = np.isfinite(reps)
+    counted = finite.sum(axis=0)
+    se = np.full(k, np.nan)
+    for j in np.flatnonzero(counted > 1):
+        se[j] = float(np.std(reps[finite[:, j], j], ddof=1))
+    usable = np.isfinite(g) & np.isfinite(se)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # a gain that never moves under resampling (se 0) adds 0 to the max and is shown iff it is above zero
+        centred = np.where(finite & usable & (se > 0), (reps - g) / se, np.where(finite & usable, 0.0, -np.inf))
+        t = np.where(se > 0, g / se, np.where(g > 0, np.inf, -np.inf))
+    t = np.where(usable, t, -np.inf)
+    order = int(np.ceil((1.0 - alpha) * n_reps)) - 1  # c: the order statistic with t > c iff share(max >= t) <= a
 
-def holm_levels(p_values, alpha: float) -> np.ndarray:
-    """Each test's Holm step level alpha / (m - rank + 1): the level its printed interval is drawn at."""
-    p = np.asarray(p_values, dtype=float)
-    order = np.argsort(p, kind="stable")
-    levels = np.empty(len(p))
-    levels[order] = alpha / (len(p) - np.arange(len(p)))
-    return levels
+    def largest(members):
+        return np.max(np.where(members, centred, -np.inf), axis=1)
+
+    remaining, rejected = usable.copy(), np.zeros(k, dtype=bool)
+    critical = np.full(k, np.nan)
+    steps = 0
+    while remaining.any():
+        steps += 1
+        c = float(np.sort(largest(remaining))[order])
+        critical[remaining] = c
+        new = remaining & (g - c * np.nan_to_num(se) > 0)
+        if not new.any():
+            break
+        rejected |= new
+        remaining &= ~new
+    lower = np.where(usable, g - critical * np.nan_to_num(se), np.nan)
+    p = np.where(usable, (centred >= t).mean(axis=0), 1.0)
+    adjusted = np.ones(k)
+    running = 0.0
+    for j in sorted(np.flatnonzero(usable), key=lambda j: -t[j]):
+        running = max(running, float(np.mean(largest(usable & (t <= t[j])) >= t[j])))
+        adjusted[j] = running
+    return StepDown(se, critical, lower, rejected, p, adjusted, steps)
 
 
 @dataclass(frozen=True)
@@ -200,8 +227,8 @@ class Cells:
 
 def assess(candidates: dict, n_dialogues: int, *, metric: str = "kendall", alpha: float = 0.05,
            n_resamples: int = 1000, method: str = "percentile", seed: int = 0) -> list[dict]:
-    """Every candidate's gain, interval and p-values, Holm over all of them, and which are accepted (`decide`);
-    the same resampled dialogues serve every candidate (paired). `candidates`: name -> Cells."""
+    """Every candidate's gain, interval and p-values, the step-down max-T over all of them, and which are accepted
+    (`decide`); the same resampled dialogues serve every candidate (paired). `candidates`: name -> Cells."""
     counts = dialogue_counts(n_dialogues, n_resamples, np.random.default_rng(seed))
     gains = {name: paired_gain(metric, c.current, c.candidate, c.human, c.dialogue, counts)
              for name, c in candidates.items()}
@@ -210,17 +237,17 @@ def assess(candidates: dict, n_dialogues: int, *, metric: str = "kendall", alpha
 
 
 def decide(gains: dict, alpha: float, method: str = "percentile") -> dict:
-    """key -> {current, value, gain, ci_low, ci_high, p, p_holm, accepted} for every candidate's Gain, one Holm
-    family over all of them. A candidate's interval is two-sided at its Holm step level, 1 - alpha / (m - rank +
-    1); it is accepted when its Holm-adjusted p is at most alpha and that interval lies above zero, i.e. when the
-    Holm-adjusted lower bound is above zero."""
+    """key -> {current, value, gain, ci_low, ci_high, lower_family, p, p_adjusted, accepted} for every candidate's
+    Gain, one family over all of them (`step_down` on their paired replicates). `ci_low, ci_high`: the two-sided
+    1 - alpha interval of the gain alone (`method`), unadjusted; `lower_family`: the simultaneous one-sided lower
+    bound that decides: a candidate is accepted exactly when it is above zero."""
     keys = list(gains)
-    p = np.array([p_value(gains[k], method) for k in keys])
-    adjusted, levels = holm(p), holm_levels(p, alpha)
+    family = step_down([gains[k].gain for k in keys], np.column_stack([gains[k].replicates for k in keys]), alpha)
     rows = {}
-    for key, p_one, p_adj, level in zip(keys, p, adjusted, levels):
+    for i, key in enumerate(keys):
         g = gains[key]
-        low, high = interval(g, 1.0 - level, method)
+        low, high = interval(g, 1.0 - alpha, method)
         rows[key] = {"current": g.current, "value": g.value, "gain": g.gain, "ci_low": low, "ci_high": high,
-                     "p": float(p_one), "p_holm": float(p_adj), "accepted": bool(p_adj <= alpha and low > 0)}
+                     "lower_family": float(family.lower[i]), "p": float(family.p[i]),
+                     "p_adjusted": float(family.p_adjusted[i]), "accepted": bool(family.rejected[i])}
     return rows

@@ -1,16 +1,18 @@
 """`judge tune`: is a candidate version of the judge better than the current one on the human labels, honestly?
 
 Every candidate is measured on the labelled cells (item, system) of a criterion against the mean human score,
-beside the current judge on the very same cells; the gain is the difference, its interval and p-value come from
-one paired bootstrap of dialogues shared by every candidate (calibration.tune.gain), and Holm's step-down runs over
-every candidate tried, of every criterion. A candidate is accepted when its Holm-adjusted interval lies above zero;
-of a criterion's accepted ones the largest point gain is picked. Candidates built from the labels (few-shot
+beside the current judge on the very same cells; the gain is the difference. One paired bootstrap of dialogues is
+shared by every candidate (calibration.tune.gain): it gives each gain's two-sided interval, unadjusted, and the
+one-sided step-down max-T of Romano & Wolf (2005) over every candidate tried, of every criterion, which gives each
+a simultaneous lower bound. A candidate is accepted when that lower bound is above zero; of a criterion's accepted
+ones the largest point gain is picked. Candidates built from the labels (few-shot
 demonstrations, rubric edits) come in cross-fitted (calibration.tune.build): each fold's scores are from a version
 built without that fold's dialogues, so no label shaped the score it is compared with.
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,9 +25,10 @@ from ..result import Result
 from .gain import INTERVALS, METRICS, Cells
 
 CANDIDATE_COLUMNS = ["criterion", "candidate", "kind", "description", "n_labelled", "current", "value", "gain",
-                     "ci_low", "ci_high", "p", "p_holm", "accepted"]
+                     "ci_low", "ci_high", "lower_family", "p", "p_adjusted", "accepted"]
 MIN_DIALOGUES = 10  # fewer labelled dialogues give no usable bootstrap of a correlation
 KEY = ["item_id", "system"]
+WIDTH = 120  # printed lines
 
 
 @dataclass
@@ -67,24 +70,31 @@ class TuneResult(Result):
         return {"candidates.csv": table, **self.rubric_files}
 
     def text(self) -> str:
-        lines = [f"judge tune: {self.candidates['candidate'].nunique()} candidate(s) on "
-                 f"{self.candidates['criterion'].nunique()} criteria against {self.judge_name}, item-level "
-                 f"{self.metric} with the mean human score; {self.interval} intervals of {self.n_resamples} "
-                 f"dialogue resamples at Holm's levels (alpha {self.alpha:g}, over every candidate)"]
+        level = f"{100 * (1 - self.alpha):g}%"
+        lines = textwrap.wrap(
+            f"judge tune: {self.candidates['candidate'].nunique()} candidate(s) on "
+            f"{self.candidates['criterion'].nunique()} criteria against {self.judge_name}, item-level {self.metric} "
+            f"with the mean human score, {self.n_resamples} dialogue resamples. interval: the gain's two-sided {level} "
+            f"{self.interval} interval, unadjusted. family lower: the gain's one-sided lower bound at family level "
+            f"(Romano-Wolf step-down max-T, alpha {self.alpha:g} over every candidate tried); a candidate is "
+            "ACCEPTED when it is above zero.", WIDTH)
         for criterion, part in self.candidates.groupby("criterion", sort=True):
             lines.append(f"{criterion} (current {part['current'].iloc[0]:.3f}):")
+            lines.append(f"  {'candidate':<22} {'kind':<11} {'value':>6} {'gain':>7}  {level + ' interval':<18}  "
+                         f"{'family lower':>12}  {'p_adj':>6}  {'verdict':<8}  cells")
             for row in part.itertuples():
                 mark = "ACCEPTED" if row.accepted else "rejected"
-                lines.append(f"  {row.candidate:<24} {row.kind:<11} {row.value:.3f}  gain {row.gain:+.3f} "
-                             f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]  p {row.p:.3g}  p_holm {row.p_holm:.3g}  "
-                             f"{mark}  ({row.n_labelled} cells)")
+                lines.append(f"  {row.candidate:<22} {row.kind:<11} {row.value:>6.3f} {row.gain:>+7.3f}  "
+                             f"[{row.ci_low:+.3f}, {row.ci_high:+.3f}]  {row.lower_family:>+12.3f}  "
+                             f"{row.p_adjusted:>6.3g}  {mark:<8}  {row.n_labelled}")
         picked = self.accepted
         if picked.empty:
-            lines.append("no candidate shows a gain above zero once every candidate tried is accounted for")
+            lines.append("no candidate's gain is above zero at family level (every candidate tried accounted for)")
         for row in picked.itertuples():
             lines.append(f"picked for {row.criterion}: {row.candidate} ({row.description})")
         lines += [f"written: {name}" for name in self.rubric_files]
-        lines += [f"note: {note}" for note in self.notes]
+        lines += [line for note in self.notes for line in textwrap.wrap(f"note: {note}", WIDTH,
+                                                                          subsequent_indent="  ")]
         return "\n".join(lines) + "\n"
 
     def report_html(self) -> str:
@@ -242,12 +252,16 @@ def tune(judge, human, candidates: list[Candidate], *, judge_name: str = "curren
 
 
 def _assess_all(studies: dict, dialogues: dict, metric, alpha, n_resamples, interval, seed) -> dict:
-    """One Holm family over every (criterion, candidate): each criterion's candidates share their resamples."""
+    """One family over every (criterion, candidate), read on one bootstrap of the dialogues of every criterion (a
+    criterion takes its own dialogues' counts), so the family's max-T sees the criteria's dependence too."""
     from .gain import decide, dialogue_counts, paired_gain
 
+    union = sorted(set().union(*dialogues.values()))
+    position = {d: i for i, d in enumerate(union)}
+    everything = dialogue_counts(len(union), n_resamples, np.random.default_rng(seed))
     gains = {}
     for criterion in dialogues:
-        counts = dialogue_counts(len(dialogues[criterion]), n_resamples, np.random.default_rng(seed))
+        counts = everything[:, [position[d] for d in dialogues[criterion]]]
         for (crit, name), cells in studies.items():
             if crit == criterion:
                 gains[(crit, name)] = paired_gain(metric, cells.current, cells.candidate, cells.human,
