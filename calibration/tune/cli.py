@@ -25,12 +25,12 @@ examples:
       --output-dir out/tune-built --candidates few-shot,decoding --rubric examples/study/toy.yaml \\
       --items examples/study/items.jsonl --base-url http://127.0.0.1:8000/v1 --model M --folds 5
 
-what it does: the gain = candidate minus current in item-level agreement with the mean human score (Kendall tau-b
-by default) on the same labelled cells; a paired bootstrap of dialogues; Holm over every candidate tried. A
-candidate is accepted when its Holm-adjusted interval lies above zero; the accepted version (built from all
-labels) is written as DIR/rubrics/NAME.yaml. Its demonstrations' dialogues are marked in every judgment made with
-it, and every statistics verb leaves their labels out. Do not reuse these labels to estimate with the accepted
-judge: label new dialogues (docs/verbs/tune.md).
+what it does: the gain = candidate minus current in item-level agreement with the mean human score (Kendall tau-b by
+default) on the same labelled cells; a paired bootstrap of dialogues; a one-sided step-down max-T over every candidate
+tried (Romano & Wolf 2005). A candidate is accepted when its lower bound at family level lies above zero; the accepted
+version (built from all labels) is written as DIR/rubrics/NAME.yaml. Its demonstrations' dialogues are marked in every
+judgment made with it, and every statistics verb leaves their labels out. Do not reuse these labels to estimate with the
+accepted judge: label new dialogues (docs/verbs/tune.md).
 writes: DIR/candidates.csv, DIR/rubrics/NAME.yaml (when a built candidate is accepted), DIR/runs/ (the folds'
 items and judgments: a rerun resumes)
 Exit status: 0 when a candidate is accepted, 1 when none is, 2 on bad input.
@@ -71,8 +71,8 @@ def register(sub) -> None:
                    help="item-level agreement with the mean human score (default kendall: tau-b)")
     p.add_argument("--folds", type=_folds, default=5, metavar="K", help="cross-fitting folds of dialogues (default 5)")
     p.add_argument("--alpha", type=_alpha, default=0.05, metavar="A",
-                   help="familywise level over every candidate tried; the intervals are at Holm's levels (default "
-                        "0.05)")
+                   help="family-wise level over every candidate tried, that of the lower bounds that decide "
+                        "(default 0.05)")
     p.add_argument("--bootstrap", type=_resamples, default=2000, metavar="N", help="dialogue resamples (default 2000)")
     p.add_argument("--scale", type=scale_type, metavar="MIN,MAX",
                    help="the human scale, when the judgments name no rubric (a CSV of scores)")
