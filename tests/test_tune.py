@@ -13,7 +13,16 @@ import pandas as pd
 import pytest
 import scipy.stats as st
 
-from calibration.tune.gain import Cells, Statistic, assess, dialogue_counts, interval, paired_gain, step_down
+from calibration.tune.gain import (
+    Cells,
+    Statistic,
+    assess,
+    decide,
+    dialogue_counts,
+    interval,
+    paired_gain,
+    step_down,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "examples" / "study"
@@ -195,6 +204,26 @@ def test_bca_interval_is_scipys_on_the_dialogue_resampling():
                           random_state=1).confidence_interval
     assert interval(ours, 0.95, "bca") == pytest.approx((theirs.low, theirs.high), abs=0.03)
     assert ours.gain == pytest.approx(gain_of(np.arange(40.0)), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_verdict_is_the_step_down_at_half_alpha_its_bounds_equal_tailed_and_its_p_two_sided(seed):
+    """decide's family: the lower ends of simultaneous two-sided 1 - alpha bounds, i.e. the one-sided step-down at
+    alpha / 2 (an equal candidate was accepted in 6-7% of simulated studies at alpha one-sided); p values twice the
+    one-sided ones, so a candidate is accepted exactly when its p_adjusted is at most alpha."""
+    rng = np.random.default_rng(seed)
+    human, judges, dialogue = _cells(rng, dialogues=40, noise=(1.2, 0.6, 1.0, 1.2, 0.9))
+    counts = dialogue_counts(40, 400, np.random.default_rng(seed))
+    gains = {f"c{i}": paired_gain("kendall", judges[0], j, human, dialogue, counts) for i, j in enumerate(judges[1:])}
+    rows = decide(gains, 0.1)
+    family = step_down([g.gain for g in gains.values()], np.column_stack([g.replicates for g in gains.values()]), 0.05)
+    one_sided = step_down([g.gain for g in gains.values()], np.column_stack([g.replicates for g in gains.values()]),
+                          0.1)
+    for i, row in enumerate(rows.values()):
+        assert row["accepted"] == family.rejected[i] and row["lower_family"] == pytest.approx(family.lower[i])
+        assert row["p_adjusted"] == pytest.approx(min(1.0, 2 * family.p_adjusted[i]))
+        assert row["accepted"] == (row["p_adjusted"] <= 0.1)
+        assert row["lower_family"] <= one_sided.lower[i] + 1e-12  # a wider bound than the one-sided one
 
 
 def test_plant_and_recover_at_the_smallest_study():

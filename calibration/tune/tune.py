@@ -75,9 +75,9 @@ class TuneResult(Result):
             f"judge tune: {self.candidates['candidate'].nunique()} candidate(s) on "
             f"{self.candidates['criterion'].nunique()} criteria against {self.judge_name}, item-level {self.metric} "
             f"with the mean human score, {self.n_resamples} dialogue resamples. interval: the gain's two-sided {level} "
-            f"{self.interval} interval, unadjusted. family lower: the gain's one-sided lower bound at family level "
-            f"(Romano-Wolf step-down max-T, alpha {self.alpha:g} over every candidate tried); a candidate is "
-            "ACCEPTED when it is above zero.", WIDTH)
+            f"{self.interval} interval, unadjusted. family lower: the lower end of the gains' simultaneous {level} "
+            f"bounds over every candidate tried (Romano-Wolf step-down max-T, {self.alpha / 2:g} below); a candidate "
+            "is ACCEPTED when it is above zero.", WIDTH)
         for criterion, part in self.candidates.groupby("criterion", sort=True):
             lines.append(f"{criterion} (current {part['current'].iloc[0]:.3f}):")
             lines.append(f"  {'candidate':<22} {'kind':<11} {'value':>6} {'gain':>7}  {level + ' interval':<18}  "
