@@ -75,7 +75,8 @@ def main() -> None:
     text = table[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}") + "\n"
     footer = (f"\ncurrent judge {CURRENT}; item-level Kendall tau-b with the mean of 3 annotators; Romano-Wolf "
               f"step-down max-T over the {len(CANDIDATES)} x 4 candidates of the tune split (over the accepted ones "
-              f"on the held-out split); 95% percentile intervals, unadjusted; 2000 resamples of dialogues; "
+              f"on the held-out split), equal-tailed family bounds (alpha / 2 below); 95% percentile intervals, "
+              f"unadjusted; 2000 resamples of dialogues; "
               f"{time.time() - started:.0f} s\n"
               "python benchmarks/tune_real.py --write\n")
     print(text + footer, end="")

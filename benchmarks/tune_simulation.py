@@ -6,8 +6,8 @@ effect plus its own part; each annotator and each judge sees it through noise of
 "better" candidate is twice as precise (its noise variance halved: SD 1.2 / sqrt 2). The statistic is item-level
 Kendall tau-b with the mean human score; the true gain is its population value, from 4 x 100,000 summaries.
 
-Measured (the core `judge tune` runs, calibration.tune.gain: paired_gain and decide, Romano-Wolf one-sided step-down
-max-T over the candidates, alpha 0.05, 1000 resamples):
+Measured (the core `judge tune` runs, calibration.tune.gain: paired_gain and decide, Romano-Wolf step-down
+max-T over the candidates at alpha / 2, equal-tailed family bounds at alpha 0.05, 1000 resamples):
   null      4 equal candidates, 100 dialogues: share of studies where anything is accepted (want <= 5%)
   power     1 better + 3 equal, 100 dialogues: share where the better one is accepted and picked (want >= 80%), and
             share where no equal one is accepted (want >= 95%); also at 200 dialogues, and with the better one's
@@ -130,7 +130,7 @@ def run(studies: int, seed: int) -> list[tuple[str, str, float, int]]:
         setting = f"1 twice as precise alone, {n_dialogues} dialogues"
         for method in ("percentile", "bca"):
             rows.append((setting, f"95% {method} interval holds the true gain {truth:.4f}", held[method] / n, n))
-        rows.append((setting, "one-sided 95% lower bound <= the true gain", held["lower"] / n, n))
+        rows.append((setting, "family lower bound (97.5% one-sided) <= the true gain", held["lower"] / n, n))
     return rows
 
 
