@@ -176,3 +176,24 @@ def test_the_help_groups_its_options_and_the_help_and_summary_fit_120_columns(mo
     assert max(len(line) for line in summary.splitlines()) <= 120, max(summary.splitlines(), key=len)
     assert any(line.startswith("  test: testing by betting over 60 labelled dialogues")
                for line in summary.splitlines())
+
+
+def test_the_signals_table_lists_every_signal_each_judges_file_records_and_marks_the_one_used():
+    """signals.csv: for each judge, every signal its file records for most verdicts (read here from the JSONL
+    itself), the jury (two judges) and none, each on the calibration cells, with exactly the one the cascade used
+    marked. Found by a fresh draw (a table with no signal rows at all passed)."""
+    import json
+
+    from test_escalate import JUDGES, LABELS
+
+    result = calibration.escalate(LABELS, JUDGES, alpha=0.2, delta=0.1)
+    used = result.thresholds.set_index("judge")["signal"]
+    for name, path in JUDGES.items():
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        recorded = {"probs": np.mean([bool(r.get("probs")) for r in records]) >= 0.5,
+                    "samples": np.mean([len(r.get("samples") or []) >= 2 for r in records]) >= 0.5}
+        part = result.signals[result.signals["judge"] == name].set_index("signal")
+        assert set(part.index) == {s for s, has in recorded.items() if has} | {"jury", "none"}, name
+        assert part["used"].sum() == 1 and part.index[part["used"]].item() == used[name]
+        assert part.loc["none", "auroc"] == 0.5 and part.loc["none", "distinct_values"] == 1
+        assert (part["n"] == part["n"].iloc[0]).all() and part["n"].iloc[0] > 0
