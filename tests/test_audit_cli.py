@@ -449,3 +449,16 @@ def test_probe_items_are_kept_as_utf8_and_rewritten_when_the_sample_changes(stub
     assert _audit_probes(stub_server, tmp_path, judgments, items, "filler", "--probe-sample", "5") == 0
     assert len(kept.read_text(encoding="utf-8").splitlines()) == 5
     assert (pd.read_csv(tmp_path / "audit" / "probes.csv")["n"] == 5).all()
+
+
+def test_a_judge_scoring_every_summary_alike_is_said_to_show_no_length_effect_not_to_have_none(tmp_path):
+    """The quick start's embedded model gave every summary a 1: the length slope is exactly 0 in every resample.
+    The sentence says the judge cannot show a length effect (and points at qualify), instead of reporting a
+    measured +0.00 [+0.00, +0.00] as if the judge had been found free of one."""
+    quick = Path(__file__).resolve().parents[1] / "examples" / "quickstart"
+    result = audit(quick / "judgments.jsonl", quick / "items.jsonl", bootstrap=50)
+    length = result.length.set_index("criterion")
+    assert (length[["judge_slope", "judge_slope_ci_low", "judge_slope_ci_high"]] == 0).all().all()
+    said = [s for s in result.sentences if "length effect can show" in s]
+    assert sorted(s.split(":")[0] for s in said) == sorted(length.index) and all("judge qualify" in s for s in said)
+    assert not any("+0.00 points per SD" in s for s in result.sentences)

@@ -394,7 +394,12 @@ def sentences(result: AuditResult) -> list[str]:
                        f"lengths); {noise}")
             continue
         unit = f"per SD of length within a dialogue ({row.length_sd_words:.0f} {result.length_unit})"
-        if np.isfinite(row.excess_slope):
+        if row.judge_slope == row.judge_slope_ci_low == row.judge_slope_ci_high == 0:
+            # every resample gives exactly 0: the judge scores the summaries of each dialogue alike
+            out.append(f"{row.criterion}: the judge gives every summary of a dialogue the same score, so no length "
+                       "effect can show (slope 0 in every resample); a judge that does not tell summaries apart "
+                       f"needs `judge qualify` before any audit; {noise}")
+        elif np.isfinite(row.excess_slope):
             out.append(f"{row.criterion}: beyond what quality explains, the judge adds {row.excess_slope:+.2f} of its "
                        f"points {unit} {_ci(row.excess_ci_low, row.excess_ci_high)} (quality as two annotators' "
                        f"readings show it, whatever the judge's scale; judge {row.judge_slope:+.2f}, humans "
