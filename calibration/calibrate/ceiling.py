@@ -29,12 +29,11 @@ def leave_one_out_pairs(labels: pd.DataFrame, criterion: str, annotator: str) ->
     return pd.concat([own, others], axis=1, join="inner").reset_index()
 
 
-def matched_judge_pairs(labels: pd.DataFrame, pairs: pd.DataFrame, criterion: str, annotator: str) -> pd.DataFrame:
-    """The judge against the same reference `leave_one_out_pairs` gives the annotator: the mean of the others, on
-    the summaries that annotator labelled. Against the mean of all annotators the judge would face a less noisy
-    reference than any annotator does, and its fraction of the ceiling would be flattered."""
-    loo = leave_one_out_pairs(labels, criterion, annotator)
-    judge = pairs.loc[pairs["criterion"] == criterion].set_index(KEY)["judge"]
+def matched_judge_pairs(loo: pd.DataFrame, judge: pd.Series) -> pd.DataFrame:
+    """The judge (`judge`: its scores indexed by KEY) against the same reference `leave_one_out_pairs` (`loo`) gives
+    the annotator: the mean of the others, on the summaries that annotator labelled. Against the mean of all
+    annotators the judge would face a less noisy reference than any annotator does, and its fraction of the ceiling
+    would be flattered."""
     return loo.drop(columns="judge").join(judge, on=KEY, how="inner")
 
 
@@ -53,6 +52,7 @@ def human_ceiling(labels: pd.DataFrame, pairs: pd.DataFrame, criteria=None, leve
     rows = []
     for criterion in criteria:
         annotators = sorted(labels.loc[labels["criterion"] == criterion, "annotator"].unique())
+        judge_scores = pairs.loc[pairs["criterion"] == criterion].set_index(KEY)["judge"]
         per_annotator, matched = {}, {}
         for annotator in annotators:
             loo = leave_one_out_pairs(labels, criterion, annotator)
@@ -60,7 +60,7 @@ def human_ceiling(labels: pd.DataFrame, pairs: pd.DataFrame, criteria=None, leve
                 per_annotator[annotator] = dict(((lv, st), v) for lv, st, v in
                                                 _statistics(loo.assign(criterion=criterion), criterion,
                                                             levels, statistics))
-                same = matched_judge_pairs(labels, pairs, criterion, annotator)
+                same = matched_judge_pairs(loo, judge_scores)
                 matched[annotator] = (dict(((lv, st), v) for lv, st, v in
                                            _statistics(same.assign(criterion=criterion), criterion, levels,
                                                        statistics)) if len(same) >= 2 else {})
