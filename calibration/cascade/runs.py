@@ -137,9 +137,7 @@ def judge_cells(name: str, judge: RunJudge, wanted: dict[str, set], output: Path
     from judge.run import EXIT_FAILED, run
 
     options = judge.options
-    if options.input is None:  # load_run_judge refuses such options; a RunJudge built by hand may lack it
-        raise JudgeError(f"--judge {name}={judge.where}: 'input' is required: the items file the cells escalate asks "
-                         "for are taken from")
+    assert options.input is not None, "load_run_judge, the only maker of a RunJudge, refuses options without input"
     rubric = load_rubric(options.rubric)
     known = {c.id for c in rubric.criteria}
     for criterion in wanted:
