@@ -14,6 +14,7 @@ import pandas as pd
 from ..agreement import round_to_scale
 from ..html_kit import STYLE, pyplot
 from ..html_kit import grid as _grid
+from ..html_kit import image as _img
 from ..html_kit import note as _note
 from ..html_kit import png as _png
 from ..html_kit import table as _table
@@ -163,10 +164,10 @@ def report_html(results: CalibrationResults, when: datetime.datetime | None = No
                     "one), so there is no human agreement nor ceiling for it.") if results.single_annotator else "")
     sections = [_header(results, when), "<h2>Coverage</h2>", _table(results.coverage)]
     if not results.pairs.empty:
-        sections += ["<h2>Judge vs human scores</h2>", f'<img alt="scatter" src="{scatter_figure(results.pairs)}">']
+        sections += ["<h2>Judge vs human scores</h2>", _img("scatter", scatter_figure(results.pairs))]
     if not results.system_means.empty:
         sections += ["<h2>Per-system means with 95% CIs</h2>",
-                     f'<img alt="system means" src="{system_means_figure(results.system_means)}">']
+                     _img("system means", system_means_figure(results.system_means))]
     if not results.correlations.empty:
         sections += ["<h2>Correlations</h2>", _table(results.correlations)]
     if not results.ceiling.empty or single:
@@ -175,7 +176,7 @@ def report_html(results: CalibrationResults, when: datetime.datetime | None = No
                            "the judge against the mean of all. Both on the raw labels, even with --clean "
                            "(cleaning drops the annotator who disagrees, which would inflate the ceiling)."), single]
         if not results.ceiling.empty:
-            sections += [f'<img alt="ceiling" src="{ceiling_figure(results.ceiling)}">',
+            sections += [_img("ceiling", ceiling_figure(results.ceiling)),
                          _table(results.ceiling[[c for c in results.ceiling.columns
                                                  if not c.startswith("annotator:")]])]
     if not results.alpha.empty or single:
@@ -190,7 +191,7 @@ def report_html(results: CalibrationResults, when: datetime.datetime | None = No
     if matrices:
         sections += ["<h2>Confusion matrices</h2>", _note("Rows: human (majority label, or the mean rounded to a "
                                                           "scale point); columns: judge."),
-                     f'<img alt="confusion matrices" src="{confusion_figure(matrices)}">']
+                     _img("confusion matrices", confusion_figure(matrices))]
     if results.labels:
         sections += ["<h2>Categorical criteria</h2>",
                      _note("Abstentions (\"I don't know\") are counted apart on both sides and left out of accuracy "

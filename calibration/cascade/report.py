@@ -11,6 +11,7 @@ import html
 import numpy as np
 
 from ..html_kit import grid as _grid
+from ..html_kit import image as _img
 from ..html_kit import note as _note
 from ..html_kit import png as _png
 from ..html_kit import table as _table
@@ -47,7 +48,7 @@ def escalate_section(result) -> str:
                               f"{result.coverage(c):.1%} of the unlabelled cells decided without humans</li>"
                               for c, a in result.agreement.items()) + "</ul>"]
     if len(result.risk_coverage):
-        parts.append(f'<img alt="risk-coverage per judge" src="{risk_coverage_figure(result)}">')
+        parts.append(_img("risk-coverage per judge", risk_coverage_figure(result)))
         parts.append(_note("Each judge alone on the calibration cells: the share it would accept at each threshold "
                            "of its confidence and their agreement with humans; dashed: 1 - alpha; star: the "
                            "cascade's chosen point (its coverage of the unlabelled cells, its calibration agreement)."))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..html_kit import STYLE, intervals_figure
+from ..html_kit import image as _img
 from ..html_kit import table as _table
 
 
@@ -50,7 +51,7 @@ def screen_section(result) -> str:
              "<h2>Screen: systems by the judge</h2>",
              f"<p class=note>Mean judge score with a 95% percentile bootstrap CI ({result.n_resamples} resamples of "
              "dialogues, the same for every system). Tied: not separated from the best (paired bootstrap, Holm).</p>",
-             f'<img alt="systems with CIs" src="{intervals_figure(systems, "system", "mean", "ci_low", "ci_high")}">',
+             _img("systems with CIs", intervals_figure(systems, "system", "mean", "ci_low", "ci_high")),
              _table(systems)]
     if result.dominated:
         parts.append("<p>Dominated on every criterion (listed, not dropped): " + html.escape(
@@ -85,14 +86,14 @@ def estimate_section(result) -> str:
     differences = result.differences.assign(pair=result.differences["system_a"].astype(str) + " − "
                                             + result.differences["system_b"].astype(str))
     if len(differences):
-        parts.append('<img alt="paired differences with CIs" src="' + intervals_figure(
+        parts.append(_img("paired differences with CIs", intervals_figure(
             differences, "pair", "estimate", "ci_low", "ci_high",
-            ("human_only", "human_only_ci_low", "human_only_ci_high"), bounds, "difference (CI)", zero=True) + '">')
+            ("human_only", "human_only_ci_low", "human_only_ci_high"), bounds, "difference (CI)", zero=True)))
     parts += [_table(_first(result.differences, ESTIMATE_FIRST)), "<h2>Estimate: each system's mean human score</h2>"]
     if len(result.estimates):
-        parts.append('<img alt="estimates with CIs" src="' + intervals_figure(
+        parts.append(_img("estimates with CIs", intervals_figure(
             result.estimates, "system", "estimate", "ci_low", "ci_high",
-            ("human_only", "human_only_ci_low", "human_only_ci_high"), bounds) + '">')
+            ("human_only", "human_only_ci_low", "human_only_ci_high"), bounds)))
     parts.append(_table(_first(result.estimates, ESTIMATE_FIRST)))
     if not result.targeted.empty:
         parts += ["<h2>Labels on targeted dialogues (not in the estimates)</h2>", _table(result.targeted)]

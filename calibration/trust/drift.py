@@ -624,6 +624,7 @@ def drift_section(result: DriftResult) -> str:
     """The HTML section: each criterion's mean shift with its CI against the margin, then the tables."""
     import html
 
+    from ..html_kit import image as _img
     from ..html_kit import intervals_figure
     from ..html_kit import table as _table
 
@@ -637,7 +638,7 @@ def drift_section(result: DriftResult) -> str:
     if len(numeric):
         figure = intervals_figure(numeric, "what", "mean_shift", "ci_low", "ci_high", xlabel="mean shift (CI)",
                                   zero=True)
-        parts.append(f'<img alt="mean shift with CIs" src="{figure}">')
+        parts.append(_img("mean shift with CIs", figure))
     parts += [_table(result.drift), "<h2>Drift: how the judgments were produced</h2>", _table(result.provenance)]
     parts += [f"<p class=note>Warning: {html.escape(w)}</p>" for w in result.warnings]
     return "".join(parts)

@@ -78,7 +78,7 @@ def audit_section(result) -> str:
     length = result.length
     if result.mode == "pairwise":
         parts += ["<h2>Audit: length and position (pairwise)</h2>",
-                  f'<img alt="pairwise length and position" src="{pairwise_figure(length, result.position)}">',
+                  _img("pairwise length and position", pairwise_figure(length, result.position)),
                   _table(length.dropna(axis=1, how="all")), _table(result.position.dropna(axis=1, how="all"))]
     else:
         parts += ["<h2>Audit: length</h2>",
@@ -86,11 +86,11 @@ def audit_section(result) -> str:
                   "Excess: the judge's own length effect beyond quality (2SLS within dialogues, one annotator's "
                   "reading instrumented by the others'), whatever its scale.</p>"]
         if length["judge_slope"].notna().any():
-            parts.append(f'<img alt="length slopes" src="{length_figure(length)}">')
+            parts.append(_img("length slopes", length_figure(length)))
         parts.append(_table(length.dropna(axis=1, how="all")))
         if not result.length_controlled.empty:
             parts += ["<h2>Audit: length-controlled system means</h2>",
-                      f'<img alt="length-controlled means" src="{controlled_figure(result.length_controlled)}">',
+                      _img("length-controlled means", controlled_figure(result.length_controlled)),
                       _table(result.length_controlled)]
         block = result.position[result.position["mode"] == "block"]
         if not block.empty:

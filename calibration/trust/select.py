@@ -367,6 +367,7 @@ def select_section(result: SelectResult) -> str:
     """The HTML section: every judge (and the cross-fitted rows) with its CI per criterion, then the table."""
     import html
 
+    from ..html_kit import image as _img
     from ..html_kit import intervals_figure
     from ..html_kit import table as _table
 
@@ -381,7 +382,7 @@ def select_section(result: SelectResult) -> str:
              "every judge, on the summaries every judge scored). * = in the best set: not significantly worse than "
              "the best (paired, Holm, 5%). "
              "Jury rows and the best judge's row are cross-fitted: chosen on one half of the dialogues, measured on "
-             "the other.</p>", f'<img alt="judges with CIs" src="{figure}">',
+             "the other.</p>", _img("judges with CIs", figure),
              f"<p>Best set: {html.escape(best)}</p>", _table(result.selection)]
     parts += [f"<p class=note>Warning: {html.escape(w)}</p>" for w in result.warnings]
     return "".join(parts)
