@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from judge.errors import JudgeError
+from judge.outputs import write_folder
+
 
 def convert(release: Path, output_dir: Path, *, dialogues: int | None = None, systems: list[str] | None = None,
             text_column: str = "summary") -> tuple[int, int]:
@@ -50,9 +53,15 @@ def convert(release: Path, output_dir: Path, *, dialogues: int | None = None, sy
     # Labels on the texts kept only, in the five columns every statistics verb reads.
     labels = labels.merge(rows[["id", "system"]].rename(columns={"id": "item_id"}), on=["item_id", "system"])
     labels = labels[["item_id", "system", "annotator", "criterion", "score"]]
-    output_dir.mkdir(parents=True, exist_ok=True)
-    rows.to_json(output_dir / "items.jsonl", orient="records", lines=True, force_ascii=False)
-    labels.to_csv(output_dir / "labels.csv", index=False)
+    # As every verb writes: all or nothing, and never over a file this tool did not write (a user's labels.csv).
+    items_text = rows.to_json(orient="records", lines=True, force_ascii=False)
+    files = {"items.jsonl": items_text if items_text.endswith("\n") else items_text + "\n",
+             "labels.csv": labels.to_csv(index=False)}
+    sources = [release / name for name in ("items.csv", "outputs.csv", "annotations.csv")]
+    try:
+        write_folder(output_dir, files, verb="from-release", inputs=sources)
+    except JudgeError as exc:
+        raise SystemExit(str(exc)) from None
     return len(rows), len(labels)
 
 
