@@ -147,7 +147,8 @@ def test_without_ray_the_flag_says_how_to_install_it(tmp_path, monkeypatch, caps
 @pytest.mark.parametrize(("extra", "message"), [
     (["--ray-address", "127.0.0.1:6379"], "--ray-address names the Ray cluster of --executor ray"),
     (["--executor", "ray", "--batch"], "--executor ray runs the batch rounds on Ray, --batch sends them"),
-    (["--executor", "ray", "--backend", "vllm"], "--executor ray sends the requests to --base-url servers"),
+    (["--executor", "ray", "--backend", "vllm", "--model", "./no-such-model"],
+     "--model ./no-such-model: no such model folder"),  # checked by the driver before a worker loads it
 ])
 def test_bad_flags_are_refused_before_anything_is_written(tmp_path, capsys, extra, message):
     write_items(tmp_path / "items.jsonl", dialogues=1)

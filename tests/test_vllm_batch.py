@@ -1,5 +1,6 @@
 """`--batch-dir` end to end with the real `vllm run-batch` (CPU build) on the converted SmolLM2: two shards, every
-judgment recorded, the same judgments and cache entries as `--backend vllm` records for the same prompts.
+judgment recorded, the same judgments and cache entries as `--backend vllm` records for the same prompts; and
+`--executor ray --backend vllm`, the engine loaded in a Ray Data worker of a real local cluster, recording the same.
 
 Run it in the vLLM environment (see .ci/run): python -m pytest -q -m vllm tests/test_vllm_batch.py
 """
@@ -104,3 +105,28 @@ def test_two_shards_through_vllm_run_batch_record_what_the_engine_records(model_
     assert batch_cache.keys() == engine_cache.keys() and len(batch_cache) >= 8
     for key in batch_cache:
         assert batch_cache[key]["content"] == engine_cache[key]["content"]
+
+
+def test_ray_workers_running_vllm_record_what_the_engine_records(model_dir, tmp_path):
+    pytest.importorskip("ray.data", reason='Ray Data is not installed in the vLLM environment: pip install ".[ray]"')
+    common = ["score", "--rubric", "dialsummeval", "--input", str(EXAMPLES / "items.jsonl"),
+              "--criteria", "coherence,fluency", "--backend", "vllm", "--model", model_dir, "--no-progress",
+              "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN)]
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},  # a local cluster, started by the run
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), "HF_HUB_OFFLINE": "1"}
+    ray_run = subprocess.run([sys.executable, "-m", "judge.cli", *common, "--output", str(tmp_path / "ray.jsonl"),
+                              "--cache", str(tmp_path / "ray-cache"), "--executor", "ray", "--shards", "2"],
+                             capture_output=True, text=True, timeout=1500, env=env)
+    assert ray_run.returncode in (0, 1), ray_run.stderr[-3000:]
+    assert "by batch on Ray: 8 answers" in ray_run.stderr, ray_run.stderr[-2000:]
+    engine = judge(*common, "--output", str(tmp_path / "engine.jsonl"), "--cache", str(tmp_path / "engine-cache"))
+    assert engine.returncode in (0, 1), engine.stderr[-2000:]
+    recorded, online = by_key(tmp_path / "ray.jsonl"), by_key(tmp_path / "engine.jsonl")
+    assert recorded.keys() == online.keys() and len(recorded) == 8
+    for key, line in recorded.items():
+        for name in ("score", "label", "rationale", "error", "prompt_sha", "fingerprint", "model", "backend"):
+            assert line[name] == online[key][name], (key, name)
+    ray_cache, engine_cache = cache_entries(tmp_path / "ray-cache"), cache_entries(tmp_path / "engine-cache")
+    assert ray_cache.keys() == engine_cache.keys()
+    for key in ray_cache:
+        assert ray_cache[key]["content"] == engine_cache[key]["content"]

@@ -141,10 +141,9 @@ def open_batch(options: RunOptions, identity: str | None):
     assert options.backend is not None, "open_batch needs resolved options"
     batch_dir, shards = options.batch_dir, options.shards  # their combinations are checked by RunOptions
     flag = "--batch" if options.batch else "--batch-dir"
-    if options.executor == "ray" and options.backend != "openai":
-        raise JudgeError(f"--executor ray sends the requests to --base-url servers (--backend openai); --backend "
-                         f"{options.backend} is not run on Ray here: start servers (`vllm serve`, llama.cpp) and give "
-                         "their URLs")
+    if options.executor == "ray" and options.backend == "local":
+        raise JudgeError("--executor ray runs on --base-url servers (--backend openai) or loads vLLM in each worker "
+                         "(--backend vllm --model M); the embedded model is not run on Ray")
     if options.backend == "local":
         raise JudgeError(f"{flag}: the embedded llama.cpp server has no Batch API and runs no batch files: use "
                          "--backend openai --base-url URL --model M (a provider's Batch API) or --batch-dir DIR "
@@ -161,13 +160,21 @@ def open_batch(options: RunOptions, identity: str | None):
         from judge.backends.ray_data import Cluster, RayDirClient, ray_module
 
         ray_module()  # installed, or say how to install it, before any file is written
-        sender = {"urls": options.servers, "client": options.client, "api_key_env": options.api_key_env,
-                  "concurrency": options.concurrency, "timeout": options.timeout}
+        sender: dict = {"concurrency": options.concurrency, "timeout": options.timeout}
+        if options.backend == "vllm":
+            from judge.backends.vllm import check_model
+
+            check_model(options.model)  # on the driver, before a worker loads anything
+            sender["engine"] = {name: getattr(options, name) for name in
+                                ("model", "dtype", "tensor_parallel_size", "max_model_len", "gpu_memory_utilization")}
+            where = f"Ray, each worker running vLLM ({options.model})"
+        else:
+            sender.update(urls=options.servers, client=options.client, api_key_env=options.api_key_env)
+            where = f"Ray, sending to {public_url(options.servers[0], redact)}" + (
+                f" and {len(options.servers) - 1} more" if len(options.servers) > 1 else "")
         ray_client = RayDirClient(batch_dir, shards or 4, options.model, fingerprint, options.command, redact,
                                   progress, sender=sender, cluster=Cluster(options.ray_address))
-        yield Opened(ray_client, options.model, options.backend,
-                     f"Ray, sending to {public_url(options.servers[0], redact)}"
-                     + (f" and {len(options.servers) - 1} more" if len(options.servers) > 1 else ""), DIR_CONCURRENCY)
+        yield Opened(ray_client, options.model, options.backend, where, DIR_CONCURRENCY)
         return
     if batch_dir:
         from judge.backends.batch_dir import BatchDirClient

@@ -4,12 +4,14 @@ round after round, until the plan is done.
 Each round's requests are written as the batch-dir shards (whole prefix groups per shard); Ray Data reads the
 shard files as a dataset of lines (`read_text`), and `map_batches` sends each batch to the `--base-url` fleet with
 the openai backend's own clients (judge/backends/openai_compat.py, several URLs through judge/backends/pool.py),
-`--concurrency` requests in flight per worker. Each answer comes back to this process as the line `vllm run-batch`
-writes (`run_batch_record`) and is appended to `*.out.jsonl` beside its shard as it arrives; the batch-dir reader then
-records the answers exactly as it records run-batch's, and the engine's next pass asks what depends on them (the
-gates' criteria, re-asks, retries: the asking layer's schema, refusal and retry rules apply to these answers as to
-any). An interrupted run resumes: an answer written is never asked again, and the requests of a shard whose answers
-were cut short (a lost worker, Ctrl-C) are written into the next round.
+`--concurrency` requests in flight per worker; with `--backend vllm` each worker loads the model into the
+in-process vLLM engine instead (judge/backends/vllm.py, one worker per tensor-parallel group of GPUs). Each answer
+comes back to this process as the line `vllm run-batch` writes (`run_batch_record`) and is appended to
+`*.out.jsonl` beside its shard as it arrives; the batch-dir reader then records the answers exactly as it records
+run-batch's, and the engine's next pass asks what depends on them (the gates' criteria, re-asks, retries: the
+asking layer's schema, refusal and retry rules apply to these answers as to any). An interrupted run resumes: an
+answer written is never asked again, and the requests of a shard whose answers were cut short (a lost worker,
+Ctrl-C) are written into the next round.
 
 Ray is an optional extra: `pip install ".[ray]"`.
 """
@@ -83,23 +85,43 @@ def run_batch_record(custom_id: str, result) -> dict:
 
 
 class Sender:
-    """A Ray Data worker (`map_batches`, one per actor): sends each request line of a batch through the openai
-    backend's client and returns the answer lines. A retryable failure is tried again a few times here (honouring
-    Retry-After); what still fails goes back as an error line, which the next round asks again."""
+    """A Ray Data worker (`map_batches`, one per actor): answers each request line of a batch and returns the answer
+    lines. With `urls`, through the openai backend's client (several URLs: the pool); with `engine` (--backend
+    vllm), through the in-process vLLM engine this actor loads (judge/backends/vllm.py: a body becomes the
+    SamplingParams `vllm serve` builds from it, structured output and log-probabilities shaped as the server shapes
+    them, so the answers are those of the served path). A retryable failure is tried again a few times here
+    (honouring Retry-After); what still fails goes back as an error line, which the next round asks again."""
 
-    def __init__(self, urls: list[str], client: str, api_key_env: str, concurrency: int, timeout: float):
-        from judge.backends.openai_compat import open_client
-
-        api_key = os.environ.get(api_key_env)
+    def __init__(self, concurrency: int, timeout: float, urls: list[str] | None = None, client: str = "async",
+                 api_key_env: str = "OPENAI_API_KEY", engine: dict | None = None):
         self.timeout = timeout
-        if len(urls) == 1:
-            self.client = open_client(client, urls[0], api_key, concurrency)
-        else:
-            from judge.backends.pool import PoolClient
+        self.slots = concurrency
+        self._engine = None
+        if engine is not None:
+            from types import SimpleNamespace
 
-            self.client = PoolClient(urls, lambda url: open_client(client, url, api_key, concurrency), concurrency)
-        self.slots = concurrency * len(urls)
+            from judge.backends.vllm import open_engine
+
+            self._engine = open_engine(SimpleNamespace(**engine))  # held open for the actor's life
+            self.client = self._engine.__enter__().client
+        else:
+            from judge.backends.openai_compat import open_client
+
+            assert urls, "a Sender needs server URLs or an engine"
+            api_key = os.environ.get(api_key_env)
+            if len(urls) == 1:
+                self.client = open_client(client, urls[0], api_key, concurrency)
+            else:
+                from judge.backends.pool import PoolClient
+
+                self.client = PoolClient(urls, lambda url: open_client(client, url, api_key, concurrency),
+                                         concurrency)
+            self.slots = concurrency * len(urls)
         self.loop = asyncio.new_event_loop()
+
+    def __del__(self):
+        if self._engine is not None:
+            self._engine.__exit__(None, None, None)
 
     def __call__(self, batch: dict) -> dict:
         lines = list(batch["text"])
@@ -220,9 +242,8 @@ class RayDirClient(BatchDirClient):
 
         started, count = time.monotonic(), 0
         dataset = ray.data.read_text([str(p) for p in paths], include_paths=True)
-        # Senders wait on HTTP: a quarter of a CPU each, at most two per round, so the read tasks always find a CPU.
         dataset = dataset.map_batches(Sender, fn_constructor_kwargs=self.sender, batch_size=self.sender["concurrency"],
-                                      concurrency=(1, min(2, len(paths))), num_cpus=0.25)
+                                      **self._workers(ray, len(paths)))
         handles: dict[str, IO[str]] = {}
         self._failure = None
         try:
@@ -247,6 +268,19 @@ class RayDirClient(BatchDirClient):
             self.status.done()
         if self.status.enabled:
             print(f"ray: {count} answers in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+
+    def _workers(self, ray, files: int) -> dict:
+        """How many Sender actors a round gets, and what each holds of the cluster."""
+        engine = self.sender.get("engine")
+        if engine is None:  # they wait on HTTP: a quarter of a CPU each, at most two, so read tasks find a CPU
+            return {"compute": ray.data.ActorPoolStrategy(min_size=1, max_size=min(2, files)), "num_cpus": 0.25}
+        # Each actor loads the model: one per tensor-parallel group of GPUs, or a single one on a CPU-only cluster
+        # (there the engine's own threads use the cores; a second copy would only compete for them).
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        size = engine["tensor_parallel_size"]
+        if gpus >= size:
+            return {"compute": ray.data.ActorPoolStrategy(size=max(1, min(files, gpus // size))), "num_gpus": size}
+        return {"compute": ray.data.ActorPoolStrategy(size=1), "num_cpus": 1}
 
     def _out_of(self, path: str) -> Path:
         """The answer file of a shard path as Ray reports it (absolute, perhaps with a scheme)."""
