@@ -149,3 +149,47 @@ def test_with_batch_dir_each_fold_writes_its_own_batch_files_and_tune_waits(lear
     assert "waits for batch answers" in done.stderr
     assert any((batches / "few-shot" / "fold_0").iterdir())
     assert not (tmp_path / "tune" / "candidates.csv").exists()
+
+
+def test_dry_run_plans_every_fold_run_as_the_real_run_asks_them_and_writes_nothing(learner, tmp_path):
+    items, labels = _study(tmp_path, dialogues=12)
+    model = ["--base-url", learner.base_url, "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress"]
+    current = tmp_path / "current.jsonl"
+    assert _judge("score", "--rubric", str(RUBRIC), "--input", str(items), "--output", str(current),
+                  "--criteria", "clarity", *model).returncode == 0
+    tune = ["tune", "--judge", f"current={current}", "--human", str(labels), "--output-dir", str(tmp_path / "tune"),
+            "--candidates", "few-shot,decoding", "--rubric", str(RUBRIC), "--items", str(items), "--folds", "3",
+            "--criteria", "clarity", *model]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    cache_before = sorted((tmp_path / "cache").rglob("*"))
+    learner.reset()
+    planned = _judge(*tune, "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    numbers = json.loads(planned.stdout.strip().splitlines()[-1])
+    assert learner.stats.total == 0  # no model called
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and sorted((tmp_path / "cache").rglob("*")) == \
+        cache_before  # nothing written: no output dir, no run folder, no cache entry
+    # few-shot: 3 folds; decoding: one run per variant on every labelled dialogue
+    assert numbers["runs"] == 3 + sum(r["candidate"].startswith("decoding") for r in numbers["per_run"])
+    assert numbers["judgments"] == 36 * (numbers["runs"] - 3) + 36 and numbers["proposer_calls"] == 0
+    done = _judge(*tune)
+    assert done.returncode in (0, 1), done.stderr
+    assert learner.stats.total == numbers["requests"]  # the plan is what the real run asked
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], "--dry-run plans the runs of built candidates (--candidates)"),
+    (["--candidates", "few-shot", "--folds", "30"], "6 labelled dialogue(s) for --folds 30: building candidates needs"),
+])
+def test_dry_run_bad_input_exits_2_and_writes_nothing(tmp_path, extra, message):
+    items, labels = _study(tmp_path, dialogues=6)
+    current = tmp_path / "current.csv"
+    lines = ["item_id,system,criterion,score"] + [f"d{d:02d},{s},clarity,3" for d in range(6) for s in "abc"]
+    current.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    done = _judge("tune", "--judge", f"current={current}", "--human", str(labels), "--output-dir",
+                  str(tmp_path / "tune"), "--rubric", str(RUBRIC), "--items", str(items), "--criteria", "clarity",
+                  "--model", "stub", "--base-url", "http://127.0.0.1:9/v1", "--scale", "1,5", "--dry-run", *extra)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

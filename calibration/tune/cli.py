@@ -79,9 +79,9 @@ def register(sub) -> None:
     p.add_argument("--failure-value", type=failure_value_type, metavar="V",
                    help="in a CSV of scores, the number that stands for a failed judgment")
     p.add_argument("--report", type=Path, metavar="FILE.html", help="write an HTML section")
-    from judge.cli import add_model_arguments  # judge.cli is loaded: it is building this parser
+    from judge.cli import add_model_arguments, add_plan_arguments  # judge.cli is loaded: it is building this parser
 
-    add_model_arguments(p)
+    add_plan_arguments(add_model_arguments(p))  # --dry-run, --executor: the folds' runs are ordinary runs
     for action in p._actions:  # one seed: the folds, the bootstrap and the model's sampling
         if action.dest == "seed":
             action.help = f"the folds' shuffle, the bootstrap and the model's sampling seed ({SEED}; default 0)"
@@ -92,6 +92,8 @@ def run_tune(args) -> int:
     from ..result import run_verb
 
     name, judge_file = args.judge
+    if args.dry_run:
+        return _dry_run(args, name, judge_file)
 
     def compute() -> TuneResult:
         from .tune import Candidate, tune
@@ -117,3 +119,33 @@ def run_tune(args) -> int:
     # a fold waiting for batch answers (TunePending) stops tune with the batch-pending exit: run_verb says so
     return run_verb("tune", compute, output_dir=args.output_dir, report=args.report, inputs=inputs,
                     exit_code=lambda result: 0 if not result.accepted.empty else 1)
+
+
+def _dry_run(args, name: str, judge_file) -> int:
+    """Every fold's run of the built candidates planned (judge/dry_run.py), summed; the last line one JSON object.
+    Nothing is written and no model is called; judgments already made (--candidate) cost nothing."""
+    import json
+
+    from judge.errors import JudgeError, exit_with
+
+    from ..errors import CalibrationError
+    from .runs import Plan, built_candidates
+
+    try:
+        if not args.candidates:
+            raise CalibrationError("--dry-run plans the runs of built candidates (--candidates): judgments already "
+                                   "made (--candidate) are not judged again and cost nothing")
+        plan = Plan()
+        built_candidates(args, name, judge_file, planner=plan)
+        numbers = plan.numbers()
+    except (JudgeError, OSError) as exc:
+        return exit_with("tune", exc)
+    price = "" if numbers["cost"] is None else f"; at most {numbers['cost']:.6g} at the --prices table"
+    proposer = (f"; the proposer's {numbers['proposer_calls']} call(s) not counted (rubric-edit folds planned "
+                "with the current definitions)") if numbers["proposer_calls"] else ""
+    print(f"tune dry run: {numbers['runs']} candidate run(s) over {args.folds} folds, {numbers['judgments']} "
+          f"judgments, {numbers['requests']} requests, {numbers['input_tokens']} input tokens ({numbers['tokens']}), "
+          f"at most {numbers['output_tokens_max']} output tokens{price}{proposer}; no model was called, nothing "
+          "was written")
+    print(json.dumps(numbers, ensure_ascii=False))
+    return 0

@@ -58,7 +58,10 @@ def _builders(text: str, args) -> list[str]:
     return names
 
 
-def built_candidates(args, judge_name: str, judge_file) -> tuple[list[Candidate], list[str], Context]:
+def built_candidates(args, judge_name: str, judge_file, planner: Plan | None = None
+                     ) -> tuple[list[Candidate], list[str], Context]:
+    """The built candidates, each fold judged by `judge score`'s run; with `planner` (--dry-run), each fold's run
+    only planned into it, nothing written and no model called (the candidates then hold no judgments)."""
     from judge.items import load_items
     from judge.rubric import load_rubric
 
@@ -83,8 +86,8 @@ def built_candidates(args, judge_name: str, judge_file) -> tuple[list[Candidate]
                                f"labelled cells ({len(lacking)} missing): give the items that were judged")
     folds = fold_of(set(disagreements["item_id"]), args.folds, args.seed)
     context = Context(rubric, disagreements)
-    procedures = _procedures(names, rubric, items, args)
-    judge_fold = _fold_judge(args, rubric, items, disagreements, criteria)
+    procedures = _procedures(names, rubric, items, args, planner)
+    judge_fold = _fold_judge(args, rubric, items, disagreements, criteria, planner)
     listed = []
     for built in procedures:
         frame = cross_fit(built, rubric, disagreements, folds, judge_fold)
@@ -95,15 +98,16 @@ def built_candidates(args, judge_name: str, judge_file) -> tuple[list[Candidate]
     return listed, notes, context
 
 
-def _procedures(names: list[str], rubric, items: dict, args) -> list[Built]:
+def _procedures(names: list[str], rubric, items: dict, args, planner: Plan | None = None) -> list[Built]:
     out = []
     if "few-shot" in names:
         out.append(Built("few-shot", "few-shot", f"{args.shots} demonstrations per criterion, the current judge's "
                          "largest labelled disagreements", lambda d: few_shot(rubric, d, items, args.shots), {}))
     if "rubric-edit" in names:
         out.append(Built("rubric-edit", "rubric-edit", f"definition and point meanings proposed by "
-                         f"{args.proposer_model} from the disagreements", lambda d: _proposed(rubric, d, items, args),
-                         {}))
+                         f"{args.proposer_model} from the disagreements",
+                         (lambda d: planner.proposed(rubric, d)) if planner else
+                         (lambda d: _proposed(rubric, d, items, args)), {}))
     if "decoding" in names:
         for variant, (options, description) in DECODING_VARIANTS.items():
             if all(getattr(args, k, None) == v for k, v in options.items()):
@@ -112,8 +116,12 @@ def _procedures(names: list[str], rubric, items: dict, args) -> list[Built]:
     return out
 
 
-def _fold_judge(args, rubric, items: dict, disagreements: pd.DataFrame, criteria: list[str]):
-    """judge_fold for cross_fit: a version of the rubric judged on the labelled items of some dialogues."""
+def _fold_judge(args, rubric, items: dict, disagreements: pd.DataFrame, criteria: list[str],
+                planner: Plan | None = None):
+    """judge_fold for cross_fit: a version of the rubric judged on the labelled items of some dialogues (with
+    `planner`, the run planned instead: its rubric and items in a temporary folder, nothing else written)."""
+    import tempfile
+
     import yaml
 
     from judge.cli import report, run_options
@@ -130,18 +138,26 @@ def _fold_judge(args, rubric, items: dict, disagreements: pd.DataFrame, criteria
         version = version.model_copy(update={"version": f"{rubric.version}+{name}"})
         keys = labelled[labelled["item_id"].isin(dialogues)]
         records = [items[k].model_dump(mode="json", exclude_none=True) for k in zip(keys["item_id"], keys["system"])]
-        files: dict[Path, str] = {
-            folder / f"{stem}.yaml": yaml.safe_dump(version.model_dump(mode="json"), sort_keys=False,
-                                                    allow_unicode=True),
-            folder / f"{stem}_items.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)}
-        changed: dict[str | Path, str | bytes] = {p: t for p, t in files.items()
-                                                  if not (p.exists() and p.read_text(encoding="utf-8") == t)}
-        if changed:
-            write_files(changed, verb="tune", inputs=[args.human, args.items])
+        texts = {f"{stem}.yaml": yaml.safe_dump(version.model_dump(mode="json"), sort_keys=False, allow_unicode=True),
+                 f"{stem}_items.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)}
         output = folder / f"{stem}.jsonl"
         own = {}
         if getattr(args, "batch_dir", None):  # each fold's batch files apart: they are other runs
             own["batch_dir"] = str(Path(args.batch_dir) / name / stem)
+        if planner is not None:
+            with tempfile.TemporaryDirectory() as scratch:
+                for file_name, text in texts.items():
+                    (Path(scratch) / file_name).write_text(text, encoding="utf-8")
+                options = run_options(args, command="score", rubric=str(Path(scratch) / f"{stem}.yaml"),
+                                      input=str(Path(scratch) / f"{stem}_items.jsonl"), output=str(output),
+                                      criteria=criteria, **decoding, **own)
+                planner.add(name, stem, options)
+            return pd.DataFrame()
+        changed: dict[str | Path, str | bytes] = {
+            folder / n: t for n, t in texts.items()
+            if not ((folder / n).exists() and (folder / n).read_text(encoding="utf-8") == t)}
+        if changed:
+            write_files(changed, verb="tune", inputs=[args.human, args.items])
         options = run_options(args, command="score", rubric=str(folder / f"{stem}.yaml"),
                               input=str(folder / f"{stem}_items.jsonl"), output=str(output), criteria=criteria,
                               **decoding, **own)
@@ -159,6 +175,38 @@ def _fold_judge(args, rubric, items: dict, disagreements: pd.DataFrame, criteria
         return read_judge_scores(output)[0]
 
     return judge_fold
+
+
+class Plan:
+    """`judge tune --dry-run`: the plan of every fold's run (judge/dry_run.py), summed; the proposer not asked."""
+
+    SUMMED = ("requests", "input_tokens", "cached_input_tokens", "output_tokens_max", "judgments", "already_done")
+
+    def __init__(self):
+        self.runs: list[dict] = []
+        self.proposer_calls = 0
+
+    def add(self, name: str, stem: str, options) -> None:
+        from judge.dry_run import plan
+
+        self.runs.append({"candidate": name, "run": stem, **plan(options)})
+
+    def proposed(self, rubric, disagreements: pd.DataFrame):
+        """rubric-edit in a dry run: the proposer is not asked (its answer is not known); the fold is planned
+        with the current definitions, whose tokens an edit changes little."""
+        self.proposer_calls += sum(c.scale.type == "likert" and c.id in set(disagreements["criterion"])
+                                   for c in rubric.criteria)
+        return rubric
+
+    def numbers(self) -> dict:
+        total: dict = {k: sum(r[k] for r in self.runs) for k in self.SUMMED}
+        costs = [r["cost"] for r in self.runs]
+        total.update(runs=len(self.runs), rounds=max((r["rounds"] for r in self.runs), default=0),
+                     input_tokens_exact=all(r["input_tokens_exact"] for r in self.runs),
+                     cost=None if not costs or None in costs else sum(costs), proposer_calls=self.proposer_calls,
+                     tokens=self.runs[0]["tokens"] if self.runs else None,
+                     per_run=[{k: r[k] for k in ("candidate", "run", "requests", "input_tokens")} for r in self.runs])
+        return total
 
 
 def _proposed(rubric, disagreements: pd.DataFrame, items: dict, args):
