@@ -503,3 +503,24 @@ def test_too_few_dialogues_for_the_betting_test_are_refused_and_the_count_is_rig
         calibration.escalate(few, JUDGES, alpha=0.2, delta=0.1)
     # the count is the test's own: 13 dialogues without a single disagreement cannot reject, 14 can
     assert betting_p(np.zeros((1, 13)), 0.2, 0.1)[0] > 0.1 >= betting_p(np.zeros((1, 14)), 0.2, 0.1)[0]
+
+
+def test_each_criterion_prints_its_own_count_of_unlabelled_cells(tmp_path):
+    # Two criteria of different sizes: "clarity" as in the example, "brevity" a copy of it on 2 of every 3 dialogues.
+    # The summary's line for each must count that criterion's decisions, not the other's.
+    import json
+
+    judges = {}
+    for name, path in JUDGES.items():
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        lines += [{**j, "criterion": "brevity"} for j in lines if int(j["id"][1:]) % 3 != 0]
+        judges[name] = tmp_path / f"{name}.jsonl"
+        judges[name].write_text("".join(json.dumps(j) + "\n" for j in lines), encoding="utf-8")
+    labels = pd.read_csv(LABELS)
+    copy = labels[labels["item_id"].str[1:].astype(int) % 3 != 0].assign(criterion="brevity")
+    pd.concat([labels, copy]).to_csv(tmp_path / "labels.csv", index=False)
+    result = calibration.escalate(tmp_path / "labels.csv", judges, alpha=0.2, delta=0.1, scale=(1, 5))
+    counts = result.decisions["criterion"].value_counts()
+    assert counts["clarity"] != counts["brevity"]
+    for criterion in ("clarity", "brevity"):
+        assert f"\n{criterion}: {counts[criterion]} unlabelled cells," in result.text()
