@@ -524,3 +524,9 @@ def test_each_criterion_prints_its_own_count_of_unlabelled_cells(tmp_path):
     assert counts["clarity"] != counts["brevity"]
     for criterion in ("clarity", "brevity"):
         assert f"\n{criterion}: {counts[criterion]} unlabelled cells," in result.text()
+
+
+def test_no_judge_at_all_is_refused_in_python_as_on_the_command_line():
+    # The command line cannot omit --judge; the Python API can: the same one-line refusal, before anything is read.
+    with pytest.raises(CalibrationError, match="escalate needs at least one --judge NAME=FILE$"):
+        calibration.escalate(LABELS, {}, alpha=0.2, delta=0.1)
