@@ -530,3 +530,16 @@ def test_no_judge_at_all_is_refused_in_python_as_on_the_command_line():
     # The command line cannot omit --judge; the Python API can: the same one-line refusal, before anything is read.
     with pytest.raises(CalibrationError, match="escalate needs at least one --judge NAME=FILE$"):
         calibration.escalate(LABELS, {}, alpha=0.2, delta=0.1)
+
+
+def test_a_risk_coverage_curve_of_many_distinct_confidences_spans_them_in_at_most_50_points():
+    from calibration.cascade.walk import _risk_coverage
+
+    rng = np.random.default_rng(4)
+    conf = rng.random(400)  # 400 distinct confidences: the curve is drawn at 50 quantiles of them
+    agree = rng.random(400) < conf
+    curve = _risk_coverage(conf, agree, "clarity", "small", "probs")
+    assert 45 <= len(curve) <= 50
+    assert curve["threshold"].iloc[0] == conf.max() and curve["threshold"].iloc[-1] == conf.min()
+    assert curve["coverage"].is_monotonic_increasing and curve["coverage"].iloc[-1] == 1.0
+    assert curve["n_accepted"].iloc[0] == 1
