@@ -543,3 +543,19 @@ def test_a_risk_coverage_curve_of_many_distinct_confidences_spans_them_in_at_mos
     assert curve["threshold"].iloc[0] == conf.max() and curve["threshold"].iloc[-1] == conf.min()
     assert curve["coverage"].is_monotonic_increasing and curve["coverage"].iloc[-1] == 1.0
     assert curve["n_accepted"].iloc[0] == 1
+
+
+def test_the_cost_tables_cascade_row_adds_up_its_judges_rows():
+    from calibration.cascade.walk import _cost_table
+
+    rows = [{"judge": "small", "cells_run": 100, "pool": 100, "judged": 120, "cells": 150, "tokens": 1000.0,
+             "tokens_alone": 1000.0},
+            {"judge": "large", "cells_run": 40, "pool": 100, "judged": 70, "cells": 150, "tokens": 8000.0,
+             "tokens_alone": 20000.0}]
+    table = _cost_table(rows).set_index("what")
+    assert table.loc["judge small", "spared"] == 30 and table.loc["judge large", "spared"] == 80
+    cascade = table.loc["cascade"]
+    assert cascade["spared"] == 110 and cascade["judged"] == 190 and cascade["cells_run"] == 140
+    assert cascade["tokens"] == 9000.0
+    alone = table.loc["strongest (large) alone"]
+    assert alone["tokens"] == 20000.0 and alone["cells_run"] == 100 and alone["spared"] == 0
