@@ -47,14 +47,21 @@ def tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def timed(command: list[str], env: dict) -> tuple[float, int, str]:
-    """(seconds, peak RSS of the process tree, stderr's last line) of one run."""
+def timed(command: list[str], env: dict) -> tuple[float, int, str, int, float]:
+    """(seconds, peak RSS of the process tree, stderr's last line, peak RSS of the judge process alone, its CPU
+    seconds) of one run. The judge process's own figures are its last sample before it exits (0.2 s apart)."""
     started = time.monotonic()
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT)
-        watched, peak = psutil.Process(proc.pid), 0
+        watched, peak, own, cpu = psutil.Process(proc.pid), 0, 0, 0.0
         while proc.poll() is None:
             peak = max(peak, tree_rss(watched))
+            try:
+                own = max(own, watched.memory_info().rss)
+                times = watched.cpu_times()
+                cpu = times.user + times.system
+            except psutil.Error:
+                pass
             time.sleep(0.2)
         seconds = time.monotonic() - started
         err.seek(0)
@@ -62,7 +69,7 @@ def timed(command: list[str], env: dict) -> tuple[float, int, str]:
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(command[:6])} ... failed ({proc.returncode}):\n{text[-3000:]}")
     summary = next((line for line in text.splitlines() if line.startswith("judged ")), "")
-    return seconds, peak, summary
+    return seconds, peak, summary, own, cpu
 
 
 def main() -> None:
@@ -85,8 +92,8 @@ def main() -> None:
                                str(work / f"{executor}-{n}.jsonl"), "--backend", "openai", "--base-url", url,
                                "--model", "stub", "--no-cache", "--no-progress", "--concurrency", "32",
                                "--executor", executor]
-                    seconds, peak, summary = timed(command, env)
-                    rows.append((n, executor, seconds, n / seconds, peak / 2**20))
+                    seconds, peak, summary, own, cpu = timed(command, env)
+                    rows.append((n, executor, seconds, n / seconds, peak / 2**20, own / 2**20, 1000 * cpu / n))
                     print(rows[-1], summary, flush=True)
                     write_table(rows)  # after each run: a long benchmark stopped early keeps what it measured
     finally:
@@ -95,13 +102,15 @@ def main() -> None:
 
 def write_table(rows: list[tuple]) -> None:
     lines = ["# judge score, dialsummeval/coherence, one judgment a request, against tests/stub_server.py (answers at "
-             "once) on the same 2-core machine; peak RSS = the client's whole process tree (Ray: its local cluster)",
+             "once) on the same 2-core machine; peak RSS = the client's whole process tree (Ray: its local cluster); "
+             "driver = the judge process alone (its peak RSS, its CPU ms a judgment)",
              f"{'judgments':>9} {'executor':<8} {'seconds':>8} {'judgments/s':>11} {'ray/online':>10} "
-             f"{'peak_rss_MiB':>12}"]
-    online = {n: rate for n, executor, _, rate, _ in rows if executor == "online"}
-    for n, executor, seconds, rate, rss in rows:
+             f"{'peak_rss_MiB':>12} {'driver_MiB':>10} {'driver_cpu_ms':>13}"]
+    online = {r[0]: r[3] for r in rows if r[1] == "online"}
+    for n, executor, seconds, rate, rss, own, cpu in rows:
         ratio = f"{rate / online[n]:.2f}" if executor == "ray" and n in online else ""
-        lines.append(f"{n:>9} {executor:<8} {seconds:>8.1f} {rate:>11.1f} {ratio:>10} {rss:>12.0f}")
+        lines.append(f"{n:>9} {executor:<8} {seconds:>8.1f} {rate:>11.1f} {ratio:>10} {rss:>12.0f} {own:>10.0f} "
+                     f"{cpu:>13.3f}")
     TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 
