@@ -77,15 +77,17 @@ def select_matrices(labels: Path, judges: dict[str, Path]) -> list:
 
 
 def select_core(prepared: list, level: str, statistic: str, resamples: int) -> None:
-    """select's statistics from ready matrices: shared resample counts, every judge's replicates, Holm's best set."""
+    """select's statistics from ready matrices: shared resample counts, every judge's replicates, the best set (the
+    simultaneous bounds of every judge's difference from the others, as `select` decides it at 95%)."""
     from calibration.stats import resample_counts
-    from calibration.trust.select import _holm_best, _stat_rows
+    from calibration.trust.select import _best_set, _stat_rows
 
     for items, systems, human, matrices in prepared:
         rng = np.random.default_rng(0)
         weights = resample_counts(rng, len(items), resamples), resample_counts(rng, len(systems), resamples)
         scores = {f"judge{k}": m for k, m in enumerate(matrices)}
-        _holm_best(*_stat_rows(scores, human, items, systems, level, statistic, weights))
+        _best_set(*_stat_rows(scores, human, items, systems, level, statistic, weights),
+                  len(items) if level == "summary" else None, 0.95)
 
 
 def select_loop(labels: Path, judges: dict[str, Path], level: str, statistic: str, resamples: int,

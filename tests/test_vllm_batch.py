@@ -40,6 +40,20 @@ def model_dir() -> str:
         pytest.skip(f"no SmolLM2 folder for vLLM: {exc}")
 
 
+COMMON = ["score", "--rubric", "dialsummeval", "--input", str(EXAMPLES / "items.jsonl"), "--criteria",
+          "coherence,fluency", "--backend", "vllm", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir, tmp_path_factory) -> tuple[dict, dict]:
+    """The in-process engine's judgments and cache entries for COMMON, made once: what both transports must match."""
+    folder = tmp_path_factory.mktemp("engine")
+    done = judge(*COMMON, "--model", model_dir, "--output", str(folder / "engine.jsonl"), "--cache",
+                 str(folder / "engine-cache"), "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN))
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return by_key(folder / "engine.jsonl"), cache_entries(folder / "engine-cache")
+
+
 def judge(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "judge.cli", *args], capture_output=True, text=True, timeout=900)
 
@@ -64,10 +78,9 @@ def by_key(path: Path) -> dict[tuple, dict]:
     return {(r["id"], r["system"], r["criterion"]): r for r in map(json.loads, path.read_text().splitlines())}
 
 
-def test_two_shards_through_vllm_run_batch_record_what_the_engine_records(model_dir, tmp_path):
+def test_two_shards_through_vllm_run_batch_record_what_the_engine_records(model_dir, engine, tmp_path):
     folder = tmp_path / "batches"
-    common = ["score", "--rubric", "dialsummeval", "--input", str(EXAMPLES / "items.jsonl"),
-              "--criteria", "coherence,fluency", "--backend", "vllm", "--model", model_dir, "--no-progress"]
+    common = [*COMMON, "--model", model_dir]
     batch = [*common, "--output", str(tmp_path / "batch.jsonl"), "--cache", str(tmp_path / "batch-cache"),
              "--batch-dir", str(folder), "--shards", "2"]
     first = judge(*batch)
@@ -88,10 +101,7 @@ def test_two_shards_through_vllm_run_batch_record_what_the_engine_records(model_
     recorded = by_key(tmp_path / "batch.jsonl")
     assert len(recorded) == 8
 
-    engine = judge(*common, "--output", str(tmp_path / "engine.jsonl"), "--cache", str(tmp_path / "engine-cache"),
-                   "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN))
-    assert engine.returncode in (0, 1), engine.stderr[-2000:]
-    online = by_key(tmp_path / "engine.jsonl")
+    online, engine_cache = engine
     assert recorded.keys() == online.keys()
     for key, line in recorded.items():
         twin = online[key]
@@ -101,32 +111,29 @@ def test_two_shards_through_vllm_run_batch_record_what_the_engine_records(model_
         assert line["served"]["model"] == twin["served"]["model"] == model_dir
         assert twin["served"]["engine"].startswith("vllm ") and len(twin["served"]["model_digest"]) == 64
     # The same requests, answered the same: the very same cache entries (keys and stored answers).
-    batch_cache, engine_cache = cache_entries(tmp_path / "batch-cache"), cache_entries(tmp_path / "engine-cache")
+    batch_cache = cache_entries(tmp_path / "batch-cache")
     assert batch_cache.keys() == engine_cache.keys() and len(batch_cache) >= 8
     for key in batch_cache:
         assert batch_cache[key]["content"] == engine_cache[key]["content"]
 
 
-def test_ray_workers_running_vllm_record_what_the_engine_records(model_dir, tmp_path):
+def test_ray_workers_running_vllm_record_what_the_engine_records(model_dir, engine, tmp_path):
     pytest.importorskip("ray.data", reason='Ray Data is not installed in the vLLM environment: pip install ".[ray]"')
-    common = ["score", "--rubric", "dialsummeval", "--input", str(EXAMPLES / "items.jsonl"),
-              "--criteria", "coherence,fluency", "--backend", "vllm", "--model", model_dir, "--no-progress",
-              "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN)]
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},  # a local cluster, started by the run
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), "HF_HUB_OFFLINE": "1"}
-    ray_run = subprocess.run([sys.executable, "-m", "judge.cli", *common, "--output", str(tmp_path / "ray.jsonl"),
+    ray_run = subprocess.run([sys.executable, "-m", "judge.cli", *COMMON, "--model", model_dir, "--dtype", "float32",
+                              "--max-model-len", str(MAX_MODEL_LEN), "--output", str(tmp_path / "ray.jsonl"),
                               "--cache", str(tmp_path / "ray-cache"), "--executor", "ray", "--shards", "2"],
                              capture_output=True, text=True, timeout=1500, env=env)
     assert ray_run.returncode in (0, 1), ray_run.stderr[-3000:]
     assert "by batch on Ray: 8 answers" in ray_run.stderr, ray_run.stderr[-2000:]
-    engine = judge(*common, "--output", str(tmp_path / "engine.jsonl"), "--cache", str(tmp_path / "engine-cache"))
-    assert engine.returncode in (0, 1), engine.stderr[-2000:]
-    recorded, online = by_key(tmp_path / "ray.jsonl"), by_key(tmp_path / "engine.jsonl")
+    online, engine_cache = engine
+    recorded = by_key(tmp_path / "ray.jsonl")
     assert recorded.keys() == online.keys() and len(recorded) == 8
     for key, line in recorded.items():
         for name in ("score", "label", "rationale", "error", "prompt_sha", "fingerprint", "model", "backend"):
             assert line[name] == online[key][name], (key, name)
-    ray_cache, engine_cache = cache_entries(tmp_path / "ray-cache"), cache_entries(tmp_path / "engine-cache")
+    ray_cache = cache_entries(tmp_path / "ray-cache")
     assert ray_cache.keys() == engine_cache.keys()
     for key in ray_cache:
         assert ray_cache[key]["content"] == engine_cache[key]["content"]
