@@ -135,6 +135,53 @@ def test_ctrl_c_at_30_percent_then_a_rerun_asks_at_most_1_25_x_the_plan(ray_addr
     assert len(verdicts(tmp_path / "ray.jsonl")) == 40 * 4 * 4
 
 
+def _senders() -> list:
+    """The Ray Data actor processes that send requests (Ray names each process after its actor)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any("MapBatches(Sender)" in part for part in process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+@pytest.mark.slow
+def test_workers_killed_mid_run_cost_at_most_their_shards_unwritten_answers(ray_address, stub_process, tmp_path,
+                                                                               capsys):
+    write_items(tmp_path / "items.jsonl", dialogues=40)
+    _, url = stub_process("--latency-ms", "150", "--changed-share", "0.5")
+    plan = planned_requests(tmp_path, url, capsys)
+    concurrency = 4  # a Sender's batch: this many lines, all in flight at once
+    run = [sys.executable, "-m", "judge.cli", *score(tmp_path, url, "ray.jsonl", "--executor", "ray",
+                                                       "--ray-address", ray_address, "--concurrency",
+                                                       str(concurrency))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(run, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    folder = tmp_path / "ray.jsonl.ray-batches"
+    deadline = time.monotonic() + 600
+    while _answered(folder) < 0.3 * plan and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    senders = _senders()
+    assert proc.poll() is None and senders, "no Sender worker was found while the run was going"
+    asked_before = _stats(url)["total"]
+    for sender in senders:
+        sender.kill()  # SIGKILL: every worker is lost with what it holds
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    total = _stats(url)["total"]
+    shard = max(len(p.read_bytes().splitlines()) for p in folder.glob("round1-*.jsonl")
+                if not p.name.endswith(".out.jsonl"))
+    print(f"ray workers killed: {len(senders)} with {asked_before} asked and {_answered(folder)} answers written; "
+          f"plan {plan} requests, {total} asked in all ({total / plan:.3f} x the plan; a shard holds {shard})")
+    # A lost worker costs at most the unwritten answers of the shard it was reading (Ray Data hands the driver a
+    # block's answers when the block is done, and runs a lost block again on a new actor); the rest is asked once.
+    assert total > asked_before and plan <= total <= plan + len(senders) * shard, (total, plan, shard)
+    assert main(score(tmp_path, url, "online.jsonl")) == 0
+    assert verdicts(tmp_path / "ray.jsonl") == verdicts(tmp_path / "online.jsonl")
+    assert len(verdicts(tmp_path / "ray.jsonl")) == 40 * 4 * 4
+
+
 def test_without_ray_the_flag_says_how_to_install_it(tmp_path, monkeypatch, capsys):
     # A double for an environment without Ray: the import is made to fail (Ray is installed in this one).
     monkeypatch.setitem(sys.modules, "ray", None)
