@@ -104,9 +104,9 @@ def _answered(folder: Path) -> int:
     return sum(len(p.read_bytes().splitlines()) for p in folder.glob("*.out.jsonl")) if folder.is_dir() else 0
 
 
-@pytest.mark.slow
-def test_ctrl_c_at_30_percent_then_a_rerun_asks_at_most_1_25_x_the_plan(ray_address, stub_process, tmp_path,
-                                                                         capsys):
+def _start_and_wait_for_30_percent(tmp_path: Path, stub_process, ray_address: str, capsys):
+    """A Ray run of 40 dialogues against a slow stub, started as its own process and left running once 30% of the
+    plan's answers are written: (process, the command, its environment, the stub's URL, the plan, the batch folder)."""
     write_items(tmp_path / "items.jsonl", dialogues=40)
     _, url = stub_process("--latency-ms", "150", "--changed-share", "0.5")
     plan = planned_requests(tmp_path, url, capsys)
@@ -119,6 +119,13 @@ def test_ctrl_c_at_30_percent_then_a_rerun_asks_at_most_1_25_x_the_plan(ray_addr
     while _answered(folder) < 0.3 * plan and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert proc.poll() is None, f"the run ended before 30% could be reached: {proc.communicate()[1][-2000:]}"
+    return proc, run, env, url, plan, folder
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_30_percent_then_a_rerun_asks_at_most_1_25_x_the_plan(ray_address, stub_process, tmp_path,
+                                                                         capsys):
+    proc, run, env, url, plan, _ = _start_and_wait_for_30_percent(tmp_path, stub_process, ray_address, capsys)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-2000:]
@@ -149,21 +156,9 @@ def _senders() -> list:
 @pytest.mark.slow
 def test_workers_killed_mid_run_cost_at_most_their_shards_unwritten_answers(ray_address, stub_process, tmp_path,
                                                                                capsys):
-    write_items(tmp_path / "items.jsonl", dialogues=40)
-    _, url = stub_process("--latency-ms", "150", "--changed-share", "0.5")
-    plan = planned_requests(tmp_path, url, capsys)
-    concurrency = 4  # a Sender's batch: this many lines, all in flight at once
-    run = [sys.executable, "-m", "judge.cli", *score(tmp_path, url, "ray.jsonl", "--executor", "ray",
-                                                       "--ray-address", ray_address, "--concurrency",
-                                                       str(concurrency))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(run, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    folder = tmp_path / "ray.jsonl.ray-batches"
-    deadline = time.monotonic() + 600
-    while _answered(folder) < 0.3 * plan and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    proc, _, _, url, plan, folder = _start_and_wait_for_30_percent(tmp_path, stub_process, ray_address, capsys)
     senders = _senders()
-    assert proc.poll() is None and senders, "no Sender worker was found while the run was going"
+    assert senders, "no Sender worker was found while the run was going"
     asked_before = _stats(url)["total"]
     for sender in senders:
         sender.kill()  # SIGKILL: every worker is lost with what it holds

@@ -47,6 +47,16 @@ def _judge(*args: str) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def _judged_study(server, folder: Path) -> tuple[Path, Path, list[str], Path]:
+    """A 12-dialogue study judged by the current rubric on `server`: (items, labels, the model flags, judgments)."""
+    items, labels = _study(folder, dialogues=12)
+    model = ["--base-url", server.base_url, "--model", "stub", "--cache", str(folder / "cache"), "--no-progress"]
+    current = folder / "current.jsonl"
+    assert _judge("score", "--rubric", str(RUBRIC), "--input", str(items), "--output", str(current),
+                  "--criteria", "clarity", *model).returncode == 0
+    return items, labels, model, current
+
+
 @pytest.fixture
 def learner(stub_server):
     stub_server.configure(learner=True)
@@ -104,11 +114,7 @@ def test_tune_finds_the_demonstrations_that_teach_and_rejects_useless_variants(l
 
 
 def test_a_rubric_edit_that_changes_the_scale_points_is_discarded(learner, tmp_path):
-    items, labels = _study(tmp_path, dialogues=12)
-    model = ["--base-url", learner.base_url, "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress"]
-    current = tmp_path / "current.jsonl"
-    assert _judge("score", "--rubric", str(RUBRIC), "--input", str(items), "--output", str(current),
-                  "--criteria", "clarity", *model).returncode == 0
+    items, labels, model, current = _judged_study(learner, tmp_path)
     learner.configure(learner=True, proposal=json.dumps({"definition": "Count the good.",
                                                          "meanings": {"1": "a", "2": "b", "3": "c", "4": "d"}}))
     out = tmp_path / "tune"
@@ -136,11 +142,7 @@ def test_a_rubric_edit_that_changes_the_scale_points_is_discarded(learner, tmp_p
 def test_with_batch_dir_each_fold_writes_its_own_batch_files_and_tune_waits(learner, tmp_path):
     from judge.run import EXIT_BATCH_PENDING
 
-    items, labels = _study(tmp_path, dialogues=12)
-    model = ["--base-url", learner.base_url, "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress"]
-    current = tmp_path / "current.jsonl"
-    assert _judge("score", "--rubric", str(RUBRIC), "--input", str(items), "--output", str(current),
-                  "--criteria", "clarity", *model).returncode == 0
+    items, labels, model, current = _judged_study(learner, tmp_path)
     batches = tmp_path / "batches"
     done = _judge("tune", "--judge", f"current={current}", "--human", str(labels), "--output-dir",
                   str(tmp_path / "tune"), "--candidates", "few-shot", "--rubric", str(RUBRIC), "--items", str(items),
@@ -152,11 +154,7 @@ def test_with_batch_dir_each_fold_writes_its_own_batch_files_and_tune_waits(lear
 
 
 def test_dry_run_plans_every_fold_run_as_the_real_run_asks_them_and_writes_nothing(learner, tmp_path):
-    items, labels = _study(tmp_path, dialogues=12)
-    model = ["--base-url", learner.base_url, "--model", "stub", "--cache", str(tmp_path / "cache"), "--no-progress"]
-    current = tmp_path / "current.jsonl"
-    assert _judge("score", "--rubric", str(RUBRIC), "--input", str(items), "--output", str(current),
-                  "--criteria", "clarity", *model).returncode == 0
+    items, labels, model, current = _judged_study(learner, tmp_path)
     tune = ["tune", "--judge", f"current={current}", "--human", str(labels), "--output-dir", str(tmp_path / "tune"),
             "--candidates", "few-shot,decoding", "--rubric", str(RUBRIC), "--items", str(items), "--folds", "3",
             "--criteria", "clarity", *model]
