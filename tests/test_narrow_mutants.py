@@ -232,3 +232,24 @@ def test_the_cross_fitted_predictors_lambda_is_the_unlabelled_share_of_the_judge
 
     got = cross_prediction_lambda(np.array([human]), np.array([judge]))
     assert got == pytest.approx([expected])
+
+
+@pytest.mark.parametrize(("unconnected", "listed"), [(3, "c, d, e to the baseline"), (4, "c, d, e ... to the baseline")])
+def test_the_human_only_note_lists_three_unconnected_systems_and_marks_only_more(unconnected, listed):
+    # Labelled pairs join a and b only; c, d, ... are met by the judge alone. Exactly three unconnected systems are
+    # all named; a fourth is left to " ...".
+    from calibration.study.bradley_terry import bradley_terry
+    from calibration.study.pairs import Pairs
+
+    systems = ["a", "b", "c", "d", "e", "f"][: 2 + unconnected]
+    first, second = [], []
+    for other in range(1, len(systems)):
+        first += [0] * 4
+        second += [other] * 4
+    n = len(first)
+    human = np.full(n, np.nan)
+    human[:4] = [1.0, 0.0, 1.0, 1.0]  # only the a-b pairs are labelled
+    data = Pairs("q", systems, np.array(first), np.array(second), np.arange(n),
+                 np.array([f"d{i}" for i in range(n)]), np.full(n, 0.6), human)
+    fit = bradley_terry(data, 0, 0.95, human_only=True)
+    assert not fit.ok and fit.note == f"the labelled pairs do not connect {listed}: no human-only strength"
