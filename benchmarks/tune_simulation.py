@@ -10,8 +10,8 @@ Measured (the core `judge tune` runs, calibration.tune.gain: paired_gain and dec
 max-T over the candidates at alpha / 2, equal-tailed family bounds at alpha 0.05, 1000 resamples):
   null      4 equal candidates, 100 dialogues: share of studies where anything is accepted (want <= 5%)
   power     1 better + 3 equal, 100 dialogues: share where the better one is accepted and picked (want >= 80%), and
-            share where no equal one is accepted (want >= 95%); also at 200 dialogues, and with the better one's
-            noise SD halved (four times as precise)
+            share where no equal one is accepted (want >= 95%); also at 125 and 200 dialogues, and with the better
+            one's noise SD halved (four times as precise)
   family    in the null and power studies: share where every candidate's family lower bound is at most its true
             gain (0 for an equal one; want >= 95%)
   coverage  1 better candidate alone at 50, 100 and 300 dialogues: share of studies whose printed 95% interval
@@ -89,7 +89,7 @@ def family_covered(rows: list[dict], truths: list[float]) -> bool:
 
 
 def run(studies: int, seed: int) -> list[tuple[str, str, float, int]]:
-    """`studies` per row; FOCUS times as many for the null and the power at 100 dialogues, whose rates sit near
+    """`studies` per row; FOCUS times as many for the null and the power at 100 and 125 dialogues, whose rates sit near
     their thresholds (an exact 5% test measures about 5%), so their Monte Carlo error is small enough to read."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -102,11 +102,11 @@ def run(studies: int, seed: int) -> list[tuple[str, str, float, int]]:
     setting = "null: 4 equal candidates, 100 dialogues"
     rows.append((setting, "anything accepted", 1 - nothing / focused, focused))
     rows.append((setting, "every family lower bound <= its true gain", covered / focused, focused))
-    for what, sd, n_dialogues in (("twice as precise", SD_BETTER, 100), ("twice as precise", SD_BETTER, 200),
-                                  ("noise SD halved", SD_JUDGE / 2, 100)):
+    for what, sd, n_dialogues in (("twice as precise", SD_BETTER, 100), ("twice as precise", SD_BETTER, 125),
+                                  ("twice as precise", SD_BETTER, 200), ("noise SD halved", SD_JUDGE / 2, 100)):
         found = clean = covered = 0
         truths = [true_gain(sd)] + [0.0] * 3
-        n = focused if (sd, n_dialogues) == (SD_BETTER, 100) else studies
+        n = focused if sd == SD_BETTER and n_dialogues in (100, 125) else studies  # where the power is near 80%
         for s in range(n):
             result, _ = study(rng, n_dialogues, [sd] + [SD_JUDGE] * 3, s)
             accepted = [r for r in result if r["accepted"]]

@@ -173,6 +173,7 @@ def test_without_a_pilot_the_count_is_the_uniform_one_at_the_floors_worst_case()
     judge, pilot, systems, flat = _frames(relative_share=0.0)
     row = power_table(judge, systems, ["c"], pilot=pilot, relative=flat).iloc[0]
     assert row.active_basis == "uniform" and row.dialogues_active == row.dialogues_with_judge
+    assert row.design_factor == 1.0  # a uniform draw: no inflation of the variance
 
 
 @pytest.mark.parametrize("with_pilot, said", [(True, "with this active design, more than the 60 judged"),
