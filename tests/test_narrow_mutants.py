@@ -234,7 +234,8 @@ def test_the_cross_fitted_predictors_lambda_is_the_unlabelled_share_of_the_judge
     assert got == pytest.approx([expected])
 
 
-@pytest.mark.parametrize(("unconnected", "listed"), [(3, "c, d, e to the baseline"), (4, "c, d, e ... to the baseline")])
+@pytest.mark.parametrize(("unconnected", "listed"), [(3, "c, d, e to the baseline"),
+                                                     (4, "c, d, e ... to the baseline")])
 def test_the_human_only_note_lists_three_unconnected_systems_and_marks_only_more(unconnected, listed):
     # Labelled pairs join a and b only; c, d, ... are met by the judge alone. Exactly three unconnected systems are
     # all named; a fourth is left to " ...".
