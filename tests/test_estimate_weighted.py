@@ -268,3 +268,20 @@ def test_a_negative_judged_only_part_counts_all_of_se_squared_as_residual():
         assert getattr(result, name)[1] == pytest.approx(want[name], rel=1e-6, abs=1e-9), name
     assert effective_labels(result)[1] == pytest.approx(want["effective_labels"], rel=1e-4)
     assert want["bias"] > 1.001
+
+
+def test_the_weighted_spread_check_is_inclusive_and_corrected_by_n_over_n_minus_1():
+    """The weighted labelled spread, n / (n - 1) corrected, exactly a quarter of the judged variance: the judge is
+    used (MIN_SPREAD is inclusive); a little tighter, it is not. 16 labels of weight 1/16 at the judged mean +- 1
+    (corrected spread 16/15) among 31 judged with squared deviations summing to 128 (variance 128/30): a quarter
+    apart to the last bit, since 1/4 and 1/16 are powers of two."""
+    labelled_f = 3.0 + np.array([-1.0, 1.0] * 8)
+    others = 3.0 + np.array([4.0, -4.0] * 3 + [2.0, -2.0] * 2 + [0.0] * 5)
+    judge = np.r_[labelled_f, others]
+    pi = np.full(len(judge), 0.5)
+    y = np.array([2.0, 4.0, 3.0, 4.0, 2.0, 5.0, 1.0, 3.0, 2.0, 4.0, 3.0, 5.0, 2.0, 3.0, 1.0, 4.0])
+    human = np.r_[y, np.full(len(others), np.nan)]
+    assert 16 / 15 == MIN_SPREAD * np.var(judge, ddof=1) and MIN_TUNED <= 16 < MIN_CROSS_FITTED
+    assert ppi_mean_weighted(human, judge, pi).lam[()] != 0.0
+    tighter = np.r_[3.0 + 0.9 * (labelled_f - 3.0), others]
+    assert ppi_mean_weighted(human, tighter, pi).lam[()] == 0.0

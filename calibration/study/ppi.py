@@ -191,8 +191,7 @@ def ppi_mean(human, judge, confidence: float = 0.95, lam=None, bounds=None, fitt
     return result if bounds is None else bounded_scale(result, human, judge, bounds, confidence)
 
 
-def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool = False, shared: bool = False,
-              fit_leverage=None) -> PPIResult:
+def _ppi_mean(human, judge, confidence: float, lam, fitted_judge: bool, shared: bool, fit_leverage) -> PPIResult:
     y, f = np.broadcast_arrays(np.asarray(human, dtype=float), np.asarray(judge, dtype=float))
     y, f, offset = _centred(y, f)
     unit = ~np.isnan(f)
