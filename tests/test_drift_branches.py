@@ -337,3 +337,13 @@ def test_criteria_are_reported_in_name_order_whatever_the_files_order(runs):
     # (the header is wrapped to 120 columns: the criteria's lines are those starting with a criterion's name)
     starts = [line.split(":")[0] for line in result.text().splitlines()]
     assert [name for name in starts if name in ("alpha", "zeta")] == ["alpha", "zeta"]
+
+
+def test_the_references_measured_noise_is_the_allowance_when_it_has_re_asks():
+    """The mirror of the case above: the reference's re-asks measure the noise (0), the new run kept its verdicts
+    only; 50% of verdicts changed is drift, although within the --share-margin of 0.5 an unknown noise would allow."""
+    without, with_samples = _sampled_new_run()  # as the reference: the one with re-asks
+    row = drift(with_samples, without, share_margin=0.5, bootstrap=200).drift.iloc[0]
+    assert row["reask_noise"] == 0.0 and row["changed_share"] == 0.5
+    assert 0.0 < row["changed_ci_low"] < 0.5  # beyond the measured noise, within the unknown noise's allowance
+    assert row["verdict"] == "drift" and "re-ask noise" not in row["note"]
