@@ -144,23 +144,25 @@ def _fold_judge(args, rubric, items: dict, disagreements: pd.DataFrame, criteria
         own = {}
         if getattr(args, "batch_dir", None):  # each fold's batch files apart: they are other runs
             own["batch_dir"] = str(Path(args.batch_dir) / name / stem)
+
+        def options_in(where: Path):
+            """The fold's run options, its rubric and items read from `where`."""
+            return run_options(args, command="score", rubric=str(where / f"{stem}.yaml"),
+                               input=str(where / f"{stem}_items.jsonl"), output=str(output), criteria=criteria,
+                               **decoding, **own)
+
         if planner is not None:
             with tempfile.TemporaryDirectory() as scratch:
                 for file_name, text in texts.items():
                     (Path(scratch) / file_name).write_text(text, encoding="utf-8")
-                options = run_options(args, command="score", rubric=str(Path(scratch) / f"{stem}.yaml"),
-                                      input=str(Path(scratch) / f"{stem}_items.jsonl"), output=str(output),
-                                      criteria=criteria, **decoding, **own)
-                planner.add(name, stem, options)
+                planner.add(name, stem, options_in(Path(scratch)))
             return pd.DataFrame()
         changed: dict[str | Path, str | bytes] = {
             folder / n: t for n, t in texts.items()
             if not ((folder / n).exists() and (folder / n).read_text(encoding="utf-8") == t)}
         if changed:
             write_files(changed, verb="tune", inputs=[args.human, args.items])
-        options = run_options(args, command="score", rubric=str(folder / f"{stem}.yaml"),
-                              input=str(folder / f"{stem}_items.jsonl"), output=str(output), criteria=criteria,
-                              **decoding, **own)
+        options = options_in(folder)
         print(f"judge tune: candidate {name} {stem}: judging {len(records)} labelled items", file=sys.stderr)
         outcome = run(options)
         report(outcome)

@@ -19,6 +19,7 @@ Ray is an optional extra: `pip install ".[ray]"`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -92,18 +93,17 @@ class Sender:
     them, so the answers are those of the served path). A retryable failure is tried again a few times here
     (honouring Retry-After); what still fails goes back as an error line, which the next round asks again."""
 
-    def __init__(self, concurrency: int, timeout: float, urls: list[str] | None = None, client: str = "async",
+    def __init__(self, concurrency: int, timeout: float, urls: list[str] | None = None, client: str = "auto",
                  api_key_env: str = "OPENAI_API_KEY", engine: dict | None = None):
         self.timeout = timeout
         self.slots = concurrency
-        self._engine = None
+        self._opened = contextlib.ExitStack()  # what the actor holds open for its life: the vLLM engine
         if engine is not None:
             from types import SimpleNamespace
 
             from judge.backends.vllm import open_engine
 
-            self._engine = open_engine(SimpleNamespace(**engine))  # held open for the actor's life
-            self.client = self._engine.__enter__().client
+            self.client = self._opened.enter_context(open_engine(SimpleNamespace(**engine))).client
         else:
             from judge.backends.openai_compat import open_client
 
@@ -120,8 +120,7 @@ class Sender:
         self.loop = asyncio.new_event_loop()
 
     def __del__(self):
-        if self._engine is not None:
-            self._engine.__exit__(None, None, None)
+        self._opened.close()
 
     def __call__(self, batch: dict) -> dict:
         lines = list(batch["text"])
